@@ -1,0 +1,34 @@
+//! # symm-core
+//!
+//! The executable specification of symm: everything about GPU symmetric memory and GPU-initiated
+//! collectives that does not depend on a particular machine.
+//!
+//! * [`heap`]: the collective, deterministic symmetric-heap allocator and the peer layout.
+//! * [`signal`]: the signal protocol (monotone counters, slot layout, barriers).
+//! * [`op`] and [`dtype`]: the instruction set every executor runs.
+//! * [`sched`]: collective schedules as lazy, allocation-free state machines.
+//! * [`exec`]: a non-blocking executor generic over a [`exec::Fabric`].
+//! * [`cost`]: the alpha-beta cost model and algorithm selection.
+//! * [`trace`]: the trace format shared by the simulator and the GPU.
+//! * [`plan`]: the fixed-size encoding of ops that the GPU interpreter reads.
+//! * `symbolic` (feature `alloc`): runs schedules on contribution sets to prove them correct.
+//!
+//! The crate is `#![no_std]`; the `alloc` feature (on by default) adds the symbolic checker and
+//! owned trace buffers.
+#![no_std]
+#![deny(missing_docs)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+pub mod cost;
+pub mod dtype;
+pub mod exec;
+pub mod heap;
+pub mod op;
+pub mod plan;
+pub mod sched;
+pub mod signal;
+#[cfg(feature = "alloc")]
+pub mod symbolic;
+pub mod trace;

@@ -1,0 +1,692 @@
+//! Collective schedules as lazy state machines.
+//!
+//! A [`Request`] names a collective, an algorithm, the world size, the channel count, the byte
+//! count, the element type and operator, and the pipelining parameters. [`Schedule::new`] checks it
+//! and returns, for one (rank, channel), an iterator over that rank's ops. The iterator holds a few
+//! integers and a batch of at most [`BATCH`] ops: it never allocates and its size does not depend
+//! on the request, so a 1 GiB all-reduce on 64 ranks costs the same memory as a 4-byte one.
+//!
+//! Every algorithm is a list of *phases*; a phase is a count of *units* and a function that emits
+//! the ops of unit `u` from index arithmetic alone. Units are random access, so an executor could
+//! start anywhere, and counting ops needs no simulation.
+//!
+//! ## Conventions every algorithm follows
+//! * Data of each channel is a balanced contiguous part of the collective's elements
+//!   ([`part`]): part `c` of `C` over `n` elements starts at `c*(n/C) + min(c, n%C)`.
+//! * A rank signals [`SlotKind::Ready`] to every rank that will write into or read from its
+//!   buffers, and waits for `Ready` from every rank it will write into or read from, before the
+//!   first access. So a collective never touches a rank that is still inside the previous one.
+//! * Pipelined algorithms stage data in the receiver's scratch: `slots` slots per stream, credit
+//!   flow control (a sender reuses slot `j % slots` for chunk `j >= slots` only after the credit
+//!   for chunk `j - slots`), and a receiver returns a credit only when the sender will wait for it,
+//!   so every schedule is balanced (see [`crate::signal`]).
+//! * Reductions combine contributions in a fixed order per algorithm; the last combining step of
+//!   `Avg` divides by the world size.
+//! * Outputs are written exactly once per element per collective.
+
+mod direct;
+mod part;
+mod rhd;
+mod ring;
+mod tree;
+
+pub use part::{part, Part};
+
+use crate::dtype::{DType, ReduceOp};
+use crate::op::{Buf, Loc, Op, SignalOp};
+use crate::signal::{SlotKind, SlotLayout};
+use serde::{Deserialize, Serialize};
+
+/// Most ops a single unit emits.
+pub const BATCH: usize = 8;
+
+/// Largest world a schedule accepts.
+pub const MAX_WORLD: u16 = 1024;
+
+/// Most channels a request may use.
+pub const MAX_CHANNELS: u16 = 64;
+
+/// Default pipelining chunk (bytes per channel per step).
+pub const DEFAULT_CHUNK: u64 = 128 * 1024;
+
+/// Default number of scratch slots per stream.
+pub const DEFAULT_SLOTS: u8 = 2;
+
+/// A collective operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Collective {
+    /// Every rank ends with the reduction of every rank's input (`bytes` per rank).
+    AllReduce,
+    /// Rank r ends with block r of the reduction (`bytes` is the block size; input is world blocks).
+    ReduceScatter,
+    /// Every rank ends with every rank's input block (`bytes` per block; output is world blocks).
+    AllGather,
+    /// Every rank ends with the root's input.
+    Broadcast {
+        /// The rank whose input is broadcast.
+        root: u16,
+    },
+    /// The root ends with the reduction of every rank's input.
+    Reduce {
+        /// The rank that receives the result.
+        root: u16,
+    },
+    /// Rank r ends with block r of the root's input (`bytes` per block).
+    Scatter {
+        /// The rank that owns the data.
+        root: u16,
+    },
+    /// The root ends with every rank's input, block r from rank r (`bytes` per block).
+    Gather {
+        /// The rank that receives the data.
+        root: u16,
+    },
+    /// Rank r's input block q ends in rank q's output block r (`bytes` per block).
+    AllToAll,
+    /// `src`'s input ends in `dst`'s output; other ranks do nothing.
+    SendRecv {
+        /// Sender.
+        src: u16,
+        /// Receiver.
+        dst: u16,
+    },
+}
+
+impl Collective {
+    /// Short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::AllGather => "all_gather",
+            Collective::Broadcast { .. } => "broadcast",
+            Collective::Reduce { .. } => "reduce",
+            Collective::Scatter { .. } => "scatter",
+            Collective::Gather { .. } => "gather",
+            Collective::AllToAll => "all_to_all",
+            Collective::SendRecv { .. } => "send_recv",
+        }
+    }
+
+    /// Whether the collective combines data with a reduction operator.
+    pub fn reduces(&self) -> bool {
+        matches!(
+            self,
+            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
+        )
+    }
+}
+
+/// An algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Ring (pipelined, credit flow control); for broadcast a pipelined chain.
+    Ring,
+    /// Double binary tree (all-reduce) or binary tree (broadcast, reduce), pipelined.
+    Tree,
+    /// Recursive halving (reduce-scatter) then doubling (all-gather), any world size.
+    Rhd,
+    /// Every rank reads every input and reduces the whole buffer.
+    OneShot,
+    /// Direct reduce-scatter then direct all-gather.
+    TwoShot,
+    /// NVLink multicast: load-reduce and multicast store.
+    Multicast,
+    /// Each rank reads or writes its peers directly.
+    Direct,
+    /// All-to-all in world - 1 pairwise steps.
+    Pairwise,
+}
+
+impl Algorithm {
+    /// Every algorithm.
+    pub const ALL: [Algorithm; 8] = [
+        Algorithm::Ring,
+        Algorithm::Tree,
+        Algorithm::Rhd,
+        Algorithm::OneShot,
+        Algorithm::TwoShot,
+        Algorithm::Multicast,
+        Algorithm::Direct,
+        Algorithm::Pairwise,
+    ];
+
+    /// Short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "tree",
+            Algorithm::Rhd => "rhd",
+            Algorithm::OneShot => "one_shot",
+            Algorithm::TwoShot => "two_shot",
+            Algorithm::Multicast => "multicast",
+            Algorithm::Direct => "direct",
+            Algorithm::Pairwise => "pairwise",
+        }
+    }
+}
+
+/// Which algorithms each collective supports.
+pub fn algorithms(c: Collective) -> &'static [Algorithm] {
+    use Algorithm::*;
+    match c {
+        Collective::AllReduce => &[Ring, Tree, Rhd, OneShot, TwoShot, Multicast],
+        Collective::ReduceScatter => &[Ring, Direct, Multicast],
+        Collective::AllGather => &[Ring, Direct, Multicast],
+        Collective::Broadcast { .. } => &[Ring, Tree, Direct, Multicast],
+        Collective::Reduce { .. } => &[Tree, Direct],
+        Collective::Scatter { .. } | Collective::Gather { .. } => &[Direct],
+        Collective::AllToAll => &[Pairwise],
+        Collective::SendRecv { .. } => &[Direct],
+    }
+}
+
+/// A collective request: everything a schedule depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Request {
+    /// The collective.
+    pub collective: Collective,
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Ranks in the world.
+    pub world: u16,
+    /// Channels (independent lanes; a GPU runs one thread block per channel).
+    pub channels: u16,
+    /// Byte count (see [`Collective`] for what it counts).
+    pub bytes: u64,
+    /// Element type.
+    pub dtype: DType,
+    /// Reduction operator (ignored by collectives that do not reduce).
+    pub op: ReduceOp,
+    /// Pipelining chunk in bytes (0: [`DEFAULT_CHUNK`]).
+    pub chunk_bytes: u64,
+    /// Scratch slots per stream (0: [`DEFAULT_SLOTS`]).
+    pub slots: u8,
+}
+
+impl Request {
+    /// A request with one channel and default pipelining.
+    pub fn new(
+        collective: Collective,
+        algorithm: Algorithm,
+        world: u16,
+        bytes: u64,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Request {
+        Request {
+            collective,
+            algorithm,
+            world,
+            channels: 1,
+            bytes,
+            dtype,
+            op,
+            chunk_bytes: 0,
+            slots: 0,
+        }
+    }
+
+    /// With `channels` channels.
+    pub fn with_channels(mut self, channels: u16) -> Request {
+        self.channels = channels;
+        self
+    }
+
+    /// With a pipelining chunk and slot count.
+    pub fn with_pipeline(mut self, chunk_bytes: u64, slots: u8) -> Request {
+        self.chunk_bytes = chunk_bytes;
+        self.slots = slots;
+        self
+    }
+
+    /// Elements per rank-level unit (`bytes / dtype size`).
+    pub fn elems(&self) -> u64 {
+        self.bytes / self.dtype.size()
+    }
+
+    /// The pipelining chunk in elements (at least one).
+    pub fn chunk_elems(&self) -> u64 {
+        let b = if self.chunk_bytes == 0 {
+            DEFAULT_CHUNK
+        } else {
+            self.chunk_bytes
+        };
+        (b / self.dtype.size()).max(1)
+    }
+
+    /// Scratch slots per stream.
+    pub fn slot_count(&self) -> u64 {
+        if self.slots == 0 {
+            DEFAULT_SLOTS as u64
+        } else {
+            self.slots as u64
+        }
+    }
+
+    /// The signal-pad layout the schedule uses (one team).
+    pub fn layout(&self) -> SlotLayout {
+        SlotLayout {
+            teams: 1,
+            channels: self.channels,
+            world: self.world,
+        }
+    }
+
+    /// Checks the request; every schedule constructor calls this first.
+    pub fn validate(&self) -> Result<(), SchedError> {
+        if self.world == 0 || self.world > MAX_WORLD {
+            return Err(SchedError::BadWorld { world: self.world });
+        }
+        if self.channels == 0 || self.channels > MAX_CHANNELS {
+            return Err(SchedError::BadChannels {
+                channels: self.channels,
+            });
+        }
+        if self.bytes % self.dtype.size() != 0 {
+            return Err(SchedError::UnalignedBytes {
+                bytes: self.bytes,
+                elem: self.dtype.size(),
+            });
+        }
+        if self.bytes > (1u64 << 48) {
+            return Err(SchedError::TooLarge { bytes: self.bytes });
+        }
+        let w = self.world;
+        let root_ok = |r: u16| r < w;
+        match self.collective {
+            Collective::Broadcast { root }
+            | Collective::Reduce { root }
+            | Collective::Scatter { root }
+            | Collective::Gather { root } => {
+                if !root_ok(root) {
+                    return Err(SchedError::BadRank { rank: root });
+                }
+            }
+            Collective::SendRecv { src, dst } => {
+                if !root_ok(src) {
+                    return Err(SchedError::BadRank { rank: src });
+                }
+                if !root_ok(dst) {
+                    return Err(SchedError::BadRank { rank: dst });
+                }
+            }
+            _ => {}
+        }
+        if !algorithms(self.collective).contains(&self.algorithm) {
+            return Err(SchedError::Unsupported {
+                collective: self.collective,
+                algorithm: self.algorithm,
+            });
+        }
+        Ok(())
+    }
+
+    /// Input, output and scratch bytes each rank needs.
+    pub fn buffer_sizes(&self) -> BufferSizes {
+        let b = self.bytes;
+        let w = self.world as u64;
+        let (input, output) = match self.collective {
+            Collective::AllReduce | Collective::Broadcast { .. } | Collective::Reduce { .. } => {
+                (b, b)
+            }
+            Collective::ReduceScatter => (b * w, b),
+            Collective::AllGather => (b, b * w),
+            Collective::Scatter { .. } => (b * w, b),
+            Collective::Gather { .. } => (b, b * w),
+            Collective::AllToAll => (b * w, b * w),
+            Collective::SendRecv { .. } => (b, b),
+        };
+        let per_stream = self.slot_count() * self.chunk_elems() * self.dtype.size();
+        let streams = match (self.collective, self.algorithm) {
+            (Collective::AllReduce | Collective::ReduceScatter, Algorithm::Ring) => 1,
+            (Collective::AllReduce, Algorithm::Tree) => 4,
+            (Collective::Reduce { .. }, Algorithm::Tree) => 2,
+            (Collective::AllReduce, Algorithm::Rhd) => rhd::regions(self.world) as u64,
+            _ => 0,
+        };
+        BufferSizes {
+            input,
+            output,
+            scratch: streams * per_stream * self.channels as u64,
+        }
+    }
+}
+
+/// What each rank must provide for a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferSizes {
+    /// Input bytes.
+    pub input: u64,
+    /// Output bytes.
+    pub output: u64,
+    /// Scratch bytes.
+    pub scratch: u64,
+}
+
+/// Why a request cannot be scheduled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SchedError {
+    /// The world size is 0 or above [`MAX_WORLD`].
+    BadWorld {
+        /// The world size asked for.
+        world: u16,
+    },
+    /// The channel count is 0 or above [`MAX_CHANNELS`].
+    BadChannels {
+        /// The channel count asked for.
+        channels: u16,
+    },
+    /// A rank (the caller, a root, a sender or receiver) is not in the world.
+    BadRank {
+        /// The rank.
+        rank: u16,
+    },
+    /// The channel index is not below the request's channel count.
+    BadChannel {
+        /// The channel.
+        channel: u16,
+    },
+    /// The byte count is not a multiple of the element size.
+    UnalignedBytes {
+        /// Bytes asked for.
+        bytes: u64,
+        /// Element size.
+        elem: u64,
+    },
+    /// The byte count exceeds 2^48.
+    TooLarge {
+        /// Bytes asked for.
+        bytes: u64,
+    },
+    /// The algorithm does not implement the collective.
+    Unsupported {
+        /// The collective.
+        collective: Collective,
+        /// The algorithm.
+        algorithm: Algorithm,
+    },
+}
+
+impl core::fmt::Display for SchedError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SchedError::BadWorld { world } => {
+                write!(f, "world size {world} is not in 1..={MAX_WORLD}")
+            }
+            SchedError::BadChannels { channels } => {
+                write!(f, "channel count {channels} is not in 1..={MAX_CHANNELS}")
+            }
+            SchedError::BadRank { rank } => write!(f, "rank {rank} is not in the world"),
+            SchedError::BadChannel { channel } => {
+                write!(f, "channel {channel} is not in the request")
+            }
+            SchedError::UnalignedBytes { bytes, elem } => {
+                write!(
+                    f,
+                    "{bytes} bytes is not a multiple of the element size {elem}"
+                )
+            }
+            SchedError::TooLarge { bytes } => write!(f, "{bytes} bytes is above 2^48"),
+            SchedError::Unsupported {
+                collective,
+                algorithm,
+            } => write!(
+                f,
+                "{} has no {} algorithm",
+                collective.name(),
+                algorithm.name()
+            ),
+        }
+    }
+}
+
+/// The ops a unit emits.
+pub(crate) type Batch = heapless::Vec<Op, BATCH>;
+
+/// What every algorithm knows about its rank and channel.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ctx {
+    pub req: Request,
+    pub rank: u16,
+    pub channel: u16,
+    pub esize: u64,
+    pub layout: SlotLayout,
+}
+
+impl Ctx {
+    pub fn world(&self) -> u16 {
+        self.req.world
+    }
+
+    /// Signal `peer`'s slot of `kind` (keyed by this rank) with +1.
+    pub fn signal(&self, peer: u16, kind: SlotKind) -> Op {
+        Op::Signal {
+            peer,
+            slot: self
+                .layout
+                .index_unchecked(0, self.channel, kind, self.rank),
+            op: SignalOp::Add,
+            value: 1,
+        }
+    }
+
+    /// Wait for `count` more signals of `kind` from `peer`.
+    pub fn wait(&self, peer: u16, kind: SlotKind, count: u64) -> Op {
+        Op::Wait {
+            slot: self.layout.index_unchecked(0, self.channel, kind, peer),
+            count,
+        }
+    }
+
+    pub fn loc(&self, rank: u16, buf: Buf, elem: u64) -> Loc {
+        Loc::new(rank, buf, elem * self.esize)
+    }
+
+    pub fn copy(&self, src: Loc, dst: Loc, elems: u64) -> Op {
+        Op::Copy {
+            src,
+            dst,
+            bytes: elems * self.esize,
+        }
+    }
+
+    pub fn reduce(&self, a: Loc, b: Loc, dst: Loc, elems: u64, last: bool) -> Op {
+        Op::Reduce {
+            a,
+            b,
+            dst,
+            elems,
+            dtype: self.req.dtype,
+            op: self.req.op,
+            div: self.div(last),
+        }
+    }
+
+    /// The divisor of the last combining step (world size for `Avg`).
+    pub fn div(&self, last: bool) -> u32 {
+        if last && self.req.op == ReduceOp::Avg {
+            self.req.world as u32
+        } else {
+            1
+        }
+    }
+
+    /// Element offset of scratch region `region`, slot `slot`, for this channel.
+    pub fn scratch(&self, regions: u64, region: u64, slot: u64) -> u64 {
+        let chunk = self.req.chunk_elems();
+        let slots = self.req.slot_count();
+        ((self.channel as u64 * regions + region) * slots + slot) * chunk
+    }
+}
+
+/// An algorithm as phases of units.
+pub(crate) trait Program {
+    /// Units in phase `p`; phases past the last return 0 and [`Program::PHASES`] bounds them.
+    fn units(&self, ctx: &Ctx, p: u8) -> u64;
+    /// Emits the ops of unit `u` of phase `p`.
+    fn emit(&self, ctx: &Ctx, p: u8, u: u64, out: &mut Batch);
+    /// Number of phases.
+    const PHASES: u8;
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Algo {
+    Ring(ring::Ring),
+    Tree(tree::Tree),
+    Rhd(rhd::Rhd),
+    Direct(direct::Direct),
+    Empty,
+}
+
+/// One (rank, channel)'s ops for a request, produced lazily.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    ctx: Ctx,
+    algo: Algo,
+    phase: u8,
+    unit: u64,
+    batch: Batch,
+    pos: usize,
+}
+
+impl Schedule {
+    /// The schedule of `rank` on `channel`.
+    pub fn new(req: Request, rank: u16, channel: u16) -> Result<Schedule, SchedError> {
+        req.validate()?;
+        if rank >= req.world {
+            return Err(SchedError::BadRank { rank });
+        }
+        if channel >= req.channels {
+            return Err(SchedError::BadChannel { channel });
+        }
+        let ctx = Ctx {
+            req,
+            rank,
+            channel,
+            esize: req.dtype.size(),
+            layout: req.layout(),
+        };
+        let algo = if req.bytes == 0 {
+            Algo::Empty
+        } else {
+            match req.algorithm {
+                Algorithm::Ring
+                    if matches!(
+                        req.collective,
+                        Collective::AllReduce | Collective::ReduceScatter | Collective::AllGather
+                    ) =>
+                {
+                    Algo::Ring(ring::Ring::new(&ctx))
+                }
+                Algorithm::Ring | Algorithm::Tree => match req.collective {
+                    Collective::AllReduce
+                    | Collective::Reduce { .. }
+                    | Collective::Broadcast { .. } => Algo::Tree(tree::Tree::new(&ctx)),
+                    _ => Algo::Empty,
+                },
+                Algorithm::Rhd => Algo::Rhd(rhd::Rhd::new(&ctx)),
+                _ => Algo::Direct(direct::Direct::new(&ctx)),
+            }
+        };
+        Ok(Schedule {
+            ctx,
+            algo,
+            phase: 0,
+            unit: 0,
+            batch: Batch::new(),
+            pos: 0,
+        })
+    }
+
+    /// The request.
+    pub fn request(&self) -> &Request {
+        &self.ctx.req
+    }
+
+    /// The rank.
+    pub fn rank(&self) -> u16 {
+        self.ctx.rank
+    }
+
+    /// The channel.
+    pub fn channel(&self) -> u16 {
+        self.ctx.channel
+    }
+
+    fn units(&self, p: u8) -> u64 {
+        let c = &self.ctx;
+        match &self.algo {
+            Algo::Ring(a) => a.units(c, p),
+            Algo::Tree(a) => a.units(c, p),
+            Algo::Rhd(a) => a.units(c, p),
+            Algo::Direct(a) => a.units(c, p),
+            Algo::Empty => 0,
+        }
+    }
+
+    fn phases(&self) -> u8 {
+        match &self.algo {
+            Algo::Ring(_) => ring::Ring::PHASES,
+            Algo::Tree(_) => tree::Tree::PHASES,
+            Algo::Rhd(_) => rhd::Rhd::PHASES,
+            Algo::Direct(_) => direct::Direct::PHASES,
+            Algo::Empty => 0,
+        }
+    }
+
+    fn emit(&mut self, p: u8, u: u64) {
+        self.batch.clear();
+        let c = &self.ctx;
+        match &self.algo {
+            Algo::Ring(a) => a.emit(c, p, u, &mut self.batch),
+            Algo::Tree(a) => a.emit(c, p, u, &mut self.batch),
+            Algo::Rhd(a) => a.emit(c, p, u, &mut self.batch),
+            Algo::Direct(a) => a.emit(c, p, u, &mut self.batch),
+            Algo::Empty => {}
+        }
+        self.pos = 0;
+    }
+
+    /// Total number of ops, counted without emitting them one by one where units have fixed
+    /// sizes (this walks the units, each O(1)).
+    pub fn count(&self) -> u64 {
+        let mut s = self.clone();
+        s.phase = 0;
+        s.unit = 0;
+        s.batch.clear();
+        s.pos = 0;
+        let mut n = 0;
+        for _ in s {
+            n += 1;
+        }
+        n
+    }
+}
+
+impl Iterator for Schedule {
+    type Item = Op;
+
+    fn next(&mut self) -> Option<Op> {
+        loop {
+            if let Some(op) = self.batch.get(self.pos) {
+                self.pos += 1;
+                return Some(*op);
+            }
+            if self.phase >= self.phases() {
+                return None;
+            }
+            if self.unit >= self.units(self.phase) {
+                self.phase += 1;
+                self.unit = 0;
+                continue;
+            }
+            let (p, u) = (self.phase, self.unit);
+            self.unit += 1;
+            self.emit(p, u);
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! Trees and chains: double binary tree all-reduce, binary tree reduce and broadcast, and the
+//! pipelined chain broadcast (a "ring" broadcast is a chain from the root).
+//!
+//! Ranks are placed at positions of a tree. A binary tree is heap ordered: position p has parent
+//! (p-1)/2 and children 2p+1, 2p+2. A chain has parent p-1 and child p+1. Rooted collectives use
+//! position `(rank - root) mod world`. The all-reduce uses two binary trees over the two halves of
+//! each channel's data: tree 0 at position `rank`, tree 1 at position `world-1-rank` (the mirror),
+//! so a rank that is interior in one tree is (almost always) a leaf in the other and both trees
+//! keep every link busy.
+//!
+//! * Up (reduce) pass, chunk by chunk: a node waits for each child's partial in its scratch,
+//!   combines them with its input (in place in the first child's slot), and writes the result
+//!   into its parent's scratch (root: its output), then returns credits to its children.
+//! * Down (broadcast) pass: the root copies its result (broadcast: its input) into each child's
+//!   output; every other node waits for its parent and forwards to its children.
+//!
+//! Scratch: one stream per (tree, child) with `slots` slots; credits as in the ring.
+
+use super::part::{chunks, part, Part};
+use super::{Batch, Collective, Ctx, Program};
+use crate::op::Buf;
+use crate::signal::SlotKind::{self, Credit, CreditB, Data, DataB, Ready};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Binary,
+    Chain,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tree {
+    shape: Shape,
+    trees: u64,
+    root: u16,
+    up: bool,
+    down: bool,
+    part: Part,
+    k: u64,
+}
+
+impl Tree {
+    pub fn new(ctx: &Ctx) -> Tree {
+        let r = &ctx.req;
+        let (trees, root, up, down) = match r.collective {
+            Collective::AllReduce => (2, 0, true, true),
+            Collective::Reduce { root } => (1, root, true, false),
+            Collective::Broadcast { root } => (1, root, false, true),
+            _ => (1, 0, false, false),
+        };
+        let shape = if r.algorithm == super::Algorithm::Ring {
+            Shape::Chain
+        } else {
+            Shape::Binary
+        };
+        let part = part(r.elems(), ctx.channel as u64, r.channels as u64);
+        let per_tree = part.len.div_ceil(trees);
+        Tree {
+            shape,
+            trees,
+            root,
+            up,
+            down,
+            part,
+            k: chunks(per_tree, r.chunk_elems()),
+        }
+    }
+
+    fn pos(&self, ctx: &Ctx, t: u64, rank: u16) -> u64 {
+        let w = ctx.world() as u64;
+        if self.trees == 2 {
+            if t == 0 {
+                rank as u64
+            } else {
+                w - 1 - rank as u64
+            }
+        } else {
+            (rank as u64 + w - self.root as u64) % w
+        }
+    }
+
+    fn rank_at(&self, ctx: &Ctx, t: u64, pos: u64) -> u16 {
+        let w = ctx.world() as u64;
+        (if self.trees == 2 {
+            if t == 0 {
+                pos
+            } else {
+                w - 1 - pos
+            }
+        } else {
+            (pos + self.root as u64) % w
+        }) as u16
+    }
+
+    fn parent(&self, ctx: &Ctx, t: u64) -> Option<u16> {
+        let p = self.pos(ctx, t, ctx.rank);
+        if p == 0 {
+            return None;
+        }
+        let q = match self.shape {
+            Shape::Binary => (p - 1) / 2,
+            Shape::Chain => p - 1,
+        };
+        Some(self.rank_at(ctx, t, q))
+    }
+
+    /// Child `i` (0 or 1) of this rank in tree `t`.
+    fn child(&self, ctx: &Ctx, t: u64, i: u64) -> Option<u16> {
+        let w = ctx.world() as u64;
+        let p = self.pos(ctx, t, ctx.rank);
+        let q = match (self.shape, i) {
+            (Shape::Binary, _) => 2 * p + 1 + i,
+            (Shape::Chain, 0) => p + 1,
+            (Shape::Chain, _) => return None,
+        };
+        (q < w).then(|| self.rank_at(ctx, t, q))
+    }
+
+    /// Which child this rank is of its parent in tree `t`.
+    fn child_index(&self, ctx: &Ctx, t: u64) -> u64 {
+        let p = self.pos(ctx, t, ctx.rank);
+        match self.shape {
+            Shape::Binary => (p + 1) % 2,
+            Shape::Chain => 0,
+        }
+    }
+
+    fn kinds(t: u64) -> (SlotKind, SlotKind) {
+        if t == 0 {
+            (Data, Credit)
+        } else {
+            (DataB, CreditB)
+        }
+    }
+
+    fn neighbour(&self, ctx: &Ctx, t: u64, i: u64) -> Option<u16> {
+        match i {
+            0 => self.parent(ctx, t),
+            _ => self.child(ctx, t, i - 1),
+        }
+    }
+
+    /// Scratch element offset of (tree, child index, chunk) on the receiving rank.
+    fn scratch(&self, ctx: &Ctx, t: u64, ci: u64, k: u64) -> u64 {
+        ctx.scratch(self.trees * 2, t * 2 + ci, k % ctx.req.slot_count())
+    }
+
+    fn chunk(&self, t: u64, k: u64) -> Part {
+        self.part.sub(t, self.trees).sub(k, self.k)
+    }
+
+    fn emit_up(&self, ctx: &Ctx, t: u64, k: u64, out: &mut Batch) {
+        let me = ctx.rank;
+        let (data, credit) = Self::kinds(t);
+        let c = self.chunk(t, k);
+        let slots = ctx.req.slot_count();
+        let kids = [self.child(ctx, t, 0), self.child(ctx, t, 1)];
+        for kid in kids.iter().flatten() {
+            let _ = out.push(ctx.wait(*kid, data, 1));
+        }
+        let parent = self.parent(ctx, t);
+        let dst = match parent {
+            Some(pa) => {
+                if k >= slots {
+                    let _ = out.push(ctx.wait(pa, credit, 1));
+                }
+                ctx.loc(
+                    pa,
+                    Buf::Scratch,
+                    self.scratch(ctx, t, self.child_index(ctx, t), k),
+                )
+            }
+            None => ctx.loc(me, Buf::Output, c.start),
+        };
+        let root = parent.is_none();
+        let input = ctx.loc(me, Buf::Input, c.start);
+        let s0 = ctx.loc(me, Buf::Scratch, self.scratch(ctx, t, 0, k));
+        let s1 = ctx.loc(me, Buf::Scratch, self.scratch(ctx, t, 1, k));
+        let op = match kids {
+            [None, _] => ctx.copy(input, dst, c.len),
+            [Some(_), None] => ctx.reduce(input, s0, dst, c.len, root),
+            [Some(_), Some(_)] => {
+                let _ = out.push(ctx.reduce(input, s0, s0, c.len, false));
+                ctx.reduce(s0, s1, dst, c.len, root)
+            }
+        };
+        let _ = out.push(op);
+        if k + slots < self.k {
+            for kid in kids.iter().flatten() {
+                let _ = out.push(ctx.signal(*kid, credit));
+            }
+        }
+        if let Some(pa) = parent {
+            let _ = out.push(ctx.signal(pa, data));
+        }
+    }
+
+    fn emit_down(&self, ctx: &Ctx, t: u64, k: u64, out: &mut Batch) {
+        let me = ctx.rank;
+        let (data, _) = Self::kinds(t);
+        let c = self.chunk(t, k);
+        let own = ctx.loc(me, Buf::Output, c.start);
+        let src = match self.parent(ctx, t) {
+            Some(pa) => {
+                let _ = out.push(ctx.wait(pa, data, 1));
+                own
+            }
+            None if !self.up => {
+                let input = ctx.loc(me, Buf::Input, c.start);
+                let _ = out.push(ctx.copy(input, own, c.len));
+                input
+            }
+            None => own,
+        };
+        for i in 0..2 {
+            if let Some(kid) = self.child(ctx, t, i) {
+                let _ = out.push(ctx.copy(src, ctx.loc(kid, Buf::Output, c.start), c.len));
+                let _ = out.push(ctx.signal(kid, data));
+            }
+        }
+    }
+}
+
+impl Program for Tree {
+    const PHASES: u8 = 4;
+
+    fn units(&self, _ctx: &Ctx, p: u8) -> u64 {
+        match p {
+            0 | 1 => self.trees * 3,
+            2 if self.up => self.trees * self.k,
+            3 if self.down => self.trees * self.k,
+            _ => 0,
+        }
+    }
+
+    fn emit(&self, ctx: &Ctx, p: u8, u: u64, out: &mut Batch) {
+        match p {
+            0 | 1 => {
+                let (t, i) = (u / 3, u % 3);
+                if let Some(n) = self.neighbour(ctx, t, i) {
+                    let op = if p == 0 {
+                        ctx.signal(n, Ready)
+                    } else {
+                        ctx.wait(n, Ready, 1)
+                    };
+                    let _ = out.push(op);
+                }
+            }
+            2 => self.emit_up(ctx, u % self.trees, u / self.trees, out),
+            _ => self.emit_down(ctx, u % self.trees, u / self.trees, out),
+        }
+    }
+}

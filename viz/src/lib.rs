@@ -1,0 +1,1 @@
+//! symm-viz: replays symm traces in the browser.
