@@ -1,0 +1,37 @@
+//! Helpers shared by the xtask commands.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace").to_path_buf()
+}
+
+/// Runs a command in the workspace root, failing with its name when it fails.
+pub fn run(cmd: &mut Command) -> Result<(), String> {
+    cmd.current_dir(root());
+    let shown = format!("{cmd:?}");
+    eprintln!("$ {shown}");
+    let st = cmd.status().map_err(|e| format!("{shown}: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("{shown} failed: {st}"))
+    }
+}
+
+/// `cargo` with the same toolchain as the one running xtask.
+pub fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// Whether `flag` is among the arguments.
+pub fn flag(args: &[String], flag: &str) -> bool {
+    args.iter().any(|a| a == flag)
+}
+
+/// The value after `name` among the arguments.
+pub fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(|s| s.as_str())
+}
