@@ -1,0 +1,182 @@
+//! Memory of a host world and the semantics of every op on it.
+//!
+//! Each rank has three buffers (input, output, scratch) of bytes held in `AtomicU8`s and a
+//! signal pad of `AtomicU64`s. Data ops read their operands into temporaries with relaxed
+//! loads, combine them with `symm_core::dtype::combine` and store the result with relaxed stores,
+//! so aliasing operands (`dst == a`) behave as on a GPU that loads before it stores. Signals are
+//! `fetch_add` / `swap` with `Release`; slot loads are `Acquire`.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use symm_core::dtype::combine;
+use symm_core::op::{Buf, Loc, Op};
+use symm_core::sched::Request;
+use symm_core::signal::apply;
+
+/// One rank's memory.
+pub(crate) struct RankMem {
+    bufs: [Vec<AtomicU8>; 3],
+    pub pad: Vec<AtomicU64>,
+}
+
+/// All ranks' memory.
+pub(crate) struct WorldMem {
+    pub ranks: Vec<RankMem>,
+}
+
+fn bytes(n: u64, fill: u8) -> Vec<AtomicU8> {
+    (0..n).map(|_| AtomicU8::new(fill)).collect()
+}
+
+/// Why an op could not be applied.
+pub(crate) struct Oob(pub Option<Loc>);
+
+impl WorldMem {
+    /// Memory for `req` with the given inputs and poisoned outputs and scratch.
+    pub fn new(req: &Request, inputs: &[Vec<u8>], poison: u8) -> WorldMem {
+        let sz = req.buffer_sizes();
+        let slots = req.layout().slots() as usize;
+        let ranks = inputs
+            .iter()
+            .map(|inp| RankMem {
+                bufs: [
+                    inp.iter().map(|&b| AtomicU8::new(b)).collect(),
+                    bytes(sz.output, poison),
+                    bytes(sz.scratch, poison),
+                ],
+                pad: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            })
+            .collect();
+        WorldMem { ranks }
+    }
+
+    fn span(&self, l: Loc, len: u64) -> Result<&[AtomicU8], Oob> {
+        let buf = &self.ranks.get(l.rank as usize).ok_or(Oob(Some(l)))?.bufs[l.buf as usize];
+        let end = l.offset.checked_add(len).ok_or(Oob(Some(l)))?;
+        buf.get(l.offset as usize..end as usize).ok_or(Oob(Some(l)))
+    }
+
+    fn read(&self, l: Loc, len: u64, out: &mut Vec<u8>) -> Result<(), Oob> {
+        out.clear();
+        out.extend(self.span(l, len)?.iter().map(|b| b.load(Ordering::Relaxed)));
+        Ok(())
+    }
+
+    fn write(&self, l: Loc, data: &[u8]) -> Result<(), Oob> {
+        for (d, &s) in self.span(l, data.len() as u64)?.iter().zip(data) {
+            d.store(s, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Copies a buffer out.
+    pub fn output(&self, rank: usize) -> Vec<u8> {
+        self.ranks[rank].bufs[Buf::Output as usize]
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Loads a slot of `rank`'s pad (acquire).
+    pub fn load_slot(&self, rank: u16, slot: u32) -> Result<u64, Oob> {
+        self.ranks
+            .get(rank as usize)
+            .and_then(|r| r.pad.get(slot as usize))
+            .map(|s| s.load(Ordering::Acquire))
+            .ok_or(Oob(None))
+    }
+
+    /// Applies a data op or a signal; `scratch` holds reusable temporaries.
+    pub fn apply(&self, op: &Op, t: &mut Temps) -> Result<(), Oob> {
+        match *op {
+            Op::Copy { src, dst, bytes } => {
+                self.read(src, bytes, &mut t.a)?;
+                self.write(dst, &t.a)
+            }
+            Op::Reduce {
+                a,
+                b,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => {
+                let n = elems.checked_mul(dtype.size()).ok_or(Oob(Some(dst)))?;
+                self.read(a, n, &mut t.a)?;
+                self.read(b, n, &mut t.b)?;
+                reduce_into(&mut t.a, &t.b, dtype, op, div);
+                self.write(dst, &t.a)
+            }
+            Op::McReduce {
+                src,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => {
+                let n = elems.checked_mul(dtype.size()).ok_or(Oob(Some(dst)))?;
+                let world = self.ranks.len() as u16;
+                self.read(Loc::new(0, src.buf, src.offset), n, &mut t.a)?;
+                for r in 1..world {
+                    self.read(Loc::new(r, src.buf, src.offset), n, &mut t.b)?;
+                    let last = if r + 1 == world { div } else { 1 };
+                    reduce_into(&mut t.a, &t.b, dtype, op, last);
+                }
+                self.write(dst, &t.a)
+            }
+            Op::McStore { src, dst, bytes } => {
+                self.read(src, bytes, &mut t.a)?;
+                for r in 0..self.ranks.len() as u16 {
+                    self.write(Loc::new(r, dst.buf, dst.offset), &t.a)?;
+                }
+                Ok(())
+            }
+            Op::Signal {
+                peer,
+                slot,
+                op,
+                value,
+            } => {
+                let s = self
+                    .ranks
+                    .get(peer as usize)
+                    .and_then(|r| r.pad.get(slot as usize))
+                    .ok_or(Oob(None))?;
+                match op {
+                    symm_core::op::SignalOp::Add => {
+                        s.fetch_add(value, Ordering::Release);
+                    }
+                    symm_core::op::SignalOp::Set => {
+                        s.swap(apply(op, 0, value), Ordering::Release);
+                    }
+                }
+                Ok(())
+            }
+            Op::Wait { .. } => Ok(()),
+        }
+    }
+}
+
+/// `a[i] = a[i] (op) b[i]` over whole elements, dividing by `div` at the end.
+fn reduce_into(
+    a: &mut [u8],
+    b: &[u8],
+    dtype: symm_core::dtype::DType,
+    op: symm_core::dtype::ReduceOp,
+    div: u32,
+) {
+    let es = dtype.size() as usize;
+    let mut out = [0u8; 8];
+    for (x, y) in a.chunks_exact_mut(es).zip(b.chunks_exact(es)) {
+        combine(dtype, op, div, x, y, &mut out[..es]);
+        x.copy_from_slice(&out[..es]);
+    }
+}
+
+/// Reusable temporaries of one executor thread.
+#[derive(Default)]
+pub(crate) struct Temps {
+    a: Vec<u8>,
+    b: Vec<u8>,
+}

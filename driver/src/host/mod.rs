@@ -1,0 +1,146 @@
+//! The host backend: a world of ranks over host memory.
+//!
+//! Two ways to run a request, over the same op semantics ([`mem`]):
+//!
+//! * [`simulate`]: one thread steps every (rank, channel) executor in turn. It is deterministic,
+//!   stamps events with *virtual* time from a [`Link`] model (a wait ends when the signal that
+//!   satisfies it arrived), and can record what each op's destination holds (contribution sets)
+//!   for the viz.
+//! * [`run_threads`]: one OS thread per (rank, channel), real atomics on the signal pads
+//!   (release on signal, acquire on wait), real time, and a deadline on every wait that turns a
+//!   hang into a [`HostError::Timeout`] naming the rank, peer, slot, expected and found values.
+//!
+//! Buffer bytes are atomics accessed with relaxed loads and stores; all ordering comes from the
+//! signal protocol, exactly as on a GPU. There is no `unsafe` in this backend: a buggy schedule
+//! produces wrong bytes (which the tests catch), never undefined behaviour.
+
+mod mem;
+mod reference;
+mod sim;
+mod threads;
+
+pub use reference::{compare, random_inputs, reference, Mismatch, POISON};
+pub use sim::{simulate, SimOptions};
+pub use threads::{run_streams, run_threads, ThreadOptions};
+
+use symm_core::cost::Link;
+use symm_core::op::Loc;
+use symm_core::sched::SchedError;
+use symm_core::trace::TraceError;
+
+/// The result of a run.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// Each rank's output buffer.
+    pub outputs: Vec<Vec<u8>>,
+    /// The trace (format v1).
+    pub trace: Vec<u8>,
+    /// Ops executed over all ranks and channels.
+    pub ops: u64,
+    /// Time of the run in microseconds: virtual for [`simulate`], wall clock for
+    /// [`run_threads`].
+    pub time_us: f64,
+}
+
+/// Errors of the host backend.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum HostError {
+    /// The request does not schedule.
+    Sched(SchedError),
+    /// An input buffer has the wrong length.
+    BadInput {
+        /// Rank.
+        rank: u16,
+        /// Bytes expected.
+        expected: u64,
+        /// Bytes given.
+        found: u64,
+    },
+    /// The number of input buffers is not the world size.
+    BadWorld {
+        /// Buffers expected.
+        expected: u16,
+        /// Buffers given.
+        found: usize,
+    },
+    /// An op reaches outside a buffer or names a rank or slot outside the world.
+    OutOfBounds {
+        /// Rank running the op.
+        rank: u16,
+        /// Channel.
+        channel: u16,
+        /// Op index.
+        index: u32,
+        /// The location, when the op named one.
+        loc: Option<Loc>,
+    },
+    /// Every unfinished stream is blocked (simulator).
+    Deadlock {
+        /// Rank of the first blocked stream.
+        rank: u16,
+        /// Channel.
+        channel: u16,
+        /// Op index.
+        index: u32,
+        /// Slot it waits on.
+        slot: u32,
+        /// Value it needs.
+        target: u64,
+        /// Value found.
+        found: u64,
+    },
+    /// A wait passed its deadline (threads).
+    Timeout {
+        /// Rank that waited.
+        rank: u16,
+        /// Channel.
+        channel: u16,
+        /// Op index.
+        index: u32,
+        /// The peer expected to signal.
+        peer: u16,
+        /// Slot.
+        slot: u32,
+        /// Value needed.
+        expected: u64,
+        /// Value found.
+        found: u64,
+    },
+    /// A rank thread panicked (a bug in this backend).
+    ThreadPanicked,
+    /// The trace could not be written.
+    Trace(TraceError),
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostError::Sched(e) => write!(f, "cannot schedule: {e}"),
+            HostError::BadInput { rank, expected, found } => {
+                write!(f, "rank {rank}'s input has {found} bytes, the request needs {expected}")
+            }
+            HostError::BadWorld { expected, found } => {
+                write!(f, "{found} input buffers for a world of {expected}")
+            }
+            HostError::OutOfBounds { rank, channel, index, loc } => {
+                write!(f, "rank {rank} channel {channel} op {index} is out of bounds ({loc:?})")
+            }
+            HostError::Deadlock { rank, channel, index, slot, target, found } => write!(
+                f,
+                "deadlock: rank {rank} channel {channel} op {index} waits for slot {slot} to reach {target}, found {found}"
+            ),
+            HostError::Timeout { rank, channel, index, peer, slot, expected, found } => write!(
+                f,
+                "timeout: rank {rank} channel {channel} op {index} waited for peer {peer} on slot {slot}: expected {expected}, found {found}"
+            ),
+            HostError::ThreadPanicked => write!(f, "a rank thread panicked"),
+            HostError::Trace(e) => write!(f, "trace: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for HostError {}
+
+/// The default link model for simulated time.
+pub const DEFAULT_LINK: Link = Link::NVLINK4;

@@ -1,0 +1,288 @@
+//! The deterministic single-threaded simulator.
+//!
+//! Every (rank, channel) stream runs on the generic executor in turn, until it blocks or ends.
+//! Time is virtual: each stream has a clock; a data op advances it by its size over the link
+//! bandwidth (plus one hop latency when it touches another rank), a signal by one hop latency and
+//! it records when the peer's counter reached each value, and a wait ends at the later of the
+//! stream's clock and the moment the counter reached its target. The result is the time the
+//! schedule would take on a machine described by the [`Link`], with every dependency honoured.
+
+use super::mem::{Oob, Temps, WorldMem};
+use super::{HostError, Run, DEFAULT_LINK};
+use symm_core::cost::Link;
+use symm_core::exec::{ExecError, Executor, Fabric, Step};
+use symm_core::op::{Op, SignalOp};
+use symm_core::sched::{Request, Schedule};
+use symm_core::symbolic::SymWorld;
+use symm_core::trace::{Event, EventKind, Header, Source, Writer};
+
+/// Options of [`simulate`].
+#[derive(Clone, Copy, Debug)]
+pub struct SimOptions {
+    /// The machine model for virtual time.
+    pub link: Link,
+    /// Record each op's destination contents (contribution sets) in the trace; worlds up to 64.
+    pub contents: bool,
+    /// Record a trace at all.
+    pub trace: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            link: DEFAULT_LINK,
+            contents: false,
+            trace: true,
+        }
+    }
+}
+
+struct View<'a> {
+    mem: &'a WorldMem,
+    rank: u16,
+    temps: &'a mut Temps,
+}
+
+impl Fabric for View<'_> {
+    type Error = Oob;
+    fn execute(&mut self, op: &Op) -> Result<(), Oob> {
+        self.mem.apply(op, self.temps)
+    }
+    fn load_slot(&mut self, slot: u32) -> Result<u64, Oob> {
+        self.mem.load_slot(self.rank, slot)
+    }
+}
+
+pub(crate) fn check_inputs(req: &Request, inputs: &[Vec<u8>]) -> Result<(), HostError> {
+    req.validate().map_err(HostError::Sched)?;
+    if inputs.len() != req.world as usize {
+        return Err(HostError::BadWorld {
+            expected: req.world,
+            found: inputs.len(),
+        });
+    }
+    let want = req.buffer_sizes().input;
+    for (r, i) in inputs.iter().enumerate() {
+        if i.len() as u64 != want {
+            return Err(HostError::BadInput {
+                rank: r as u16,
+                expected: want,
+                found: i.len() as u64,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn cost_ns(op: &Op, me: u16, link: &Link) -> u64 {
+    let us = match *op {
+        Op::Copy { src, dst, bytes } => {
+            let hop = if src.rank != me || dst.rank != me {
+                link.alpha_us
+            } else {
+                0.0
+            };
+            hop + bytes as f64 / link.beta_bytes_per_us
+        }
+        Op::Reduce { a, b, dst, .. } => {
+            let remote = a.rank != me || b.rank != me || dst.rank != me;
+            (if remote { link.alpha_us } else { 0.0 }) + op.bytes() as f64 / link.beta_bytes_per_us
+        }
+        Op::McReduce { .. } | Op::McStore { .. } => {
+            link.alpha_us + op.bytes() as f64 / link.multicast_bytes_per_us.max(1.0)
+        }
+        Op::Signal { .. } => link.alpha_us,
+        Op::Wait { .. } => 0.0,
+    };
+    (us * 1000.0).round() as u64
+}
+
+/// Runs `req` over `inputs` (one buffer per rank) in the simulator.
+pub fn simulate(req: &Request, inputs: &[Vec<u8>], opts: &SimOptions) -> Result<Run, HostError> {
+    check_inputs(req, inputs)?;
+    let mem = WorldMem::new(req, inputs, super::POISON);
+    let slots = req.layout().slots() as usize;
+    let w = req.world as usize;
+    let elems = req.buffer_sizes().input / req.dtype.size();
+    let mut shadow = if opts.trace && opts.contents && req.world <= 64 && elems <= (1 << 20) {
+        SymWorld::new(req).ok()
+    } else {
+        None
+    };
+    // (cumulative value, time) of every signal each slot received.
+    let mut arrivals: Vec<Vec<Vec<(u64, u64)>>> = vec![vec![Vec::new(); slots]; w];
+    let mut streams = Vec::new();
+    for r in 0..req.world {
+        for c in 0..req.channels {
+            streams.push((r, c, Schedule::new(*req, r, c).map_err(HostError::Sched)?));
+        }
+    }
+    let mut expected = vec![vec![0u64; slots]; streams.len()];
+    let launch = (opts.link.launch_us * 1000.0) as u64;
+    let mut st: Vec<_> = streams
+        .into_iter()
+        .zip(expected.iter_mut())
+        .map(|((r, c, s), e)| {
+            (
+                r,
+                c,
+                Executor::new(s, e.as_mut_slice()),
+                launch,
+                None::<u64>,
+                false,
+            )
+        })
+        .collect();
+    let mut events = Vec::new();
+    let mut temps = Temps::default();
+    let mut ops = 0u64;
+    let mut live = st.len();
+    while live > 0 {
+        let mut progressed = false;
+        for (rank, channel, ex, clock, wait_began, done) in st.iter_mut() {
+            if *done {
+                continue;
+            }
+            loop {
+                let mut view = View {
+                    mem: &mem,
+                    rank: *rank,
+                    temps: &mut temps,
+                };
+                let oob = |index: u32, loc| HostError::OutOfBounds {
+                    rank: *rank,
+                    channel: *channel,
+                    index,
+                    loc,
+                };
+                let step = ex.step(&mut view).map_err(|e| match e {
+                    ExecError::Fabric {
+                        error: Oob(loc),
+                        index,
+                    } => oob(index, loc),
+                    ExecError::SlotOutOfRange { index, .. } => oob(index, None),
+                    _ => oob(0, None),
+                })?;
+                let (index, op) = match step {
+                    Step::Done => {
+                        *done = true;
+                        live -= 1;
+                        progressed = true;
+                        break;
+                    }
+                    Step::Blocked { .. } => {
+                        wait_began.get_or_insert(*clock);
+                        break;
+                    }
+                    Step::Ran { index, op } => (index, op),
+                };
+                progressed = true;
+                ops += 1;
+                let begin = wait_began.take().unwrap_or(*clock);
+                let end = match op {
+                    Op::Wait { slot, .. } => {
+                        let target = ex.expected()[slot as usize];
+                        let arrived = arrivals[*rank as usize][slot as usize]
+                            .iter()
+                            .find(|(v, _)| symm_core::signal::Cmp::Ge.holds(*v, target))
+                            .map(|&(_, t)| t)
+                            .unwrap_or(begin);
+                        begin.max(arrived)
+                    }
+                    _ => begin + cost_ns(&op, *rank, &opts.link),
+                };
+                if let Op::Signal {
+                    peer,
+                    slot,
+                    op: sop,
+                    value,
+                } = op
+                {
+                    if let Some(list) = arrivals
+                        .get_mut(peer as usize)
+                        .and_then(|p| p.get_mut(slot as usize))
+                    {
+                        let prev = list.last().map(|&(v, _)| v).unwrap_or(0);
+                        let v = match sop {
+                            SignalOp::Add => prev.wrapping_add(value),
+                            SignalOp::Set => value,
+                        };
+                        list.push((v, end));
+                    }
+                }
+                *clock = end;
+                if opts.trace {
+                    let contents = match (&mut shadow, op) {
+                        (Some(s), o) if !matches!(o, Op::Wait { .. } | Op::Signal { .. }) => {
+                            s.apply(*rank, &o).ok().flatten()
+                        }
+                        _ => None,
+                    };
+                    let ev = |time, kind, contents| Event {
+                        time,
+                        rank: *rank,
+                        channel: *channel,
+                        index,
+                        kind,
+                        op,
+                        contents,
+                    };
+                    events.push(ev(begin, EventKind::Begin, None));
+                    events.push(ev(end, EventKind::End, contents));
+                }
+            }
+        }
+        if !progressed {
+            let (rank, channel, ex, ..) = st
+                .iter_mut()
+                .find(|s| !s.5)
+                .ok_or(HostError::ThreadPanicked)?;
+            let mut view = View {
+                mem: &mem,
+                rank: *rank,
+                temps: &mut temps,
+            };
+            if let Ok(Step::Blocked {
+                index,
+                slot,
+                target,
+                found,
+            }) = ex.step(&mut view)
+            {
+                return Err(HostError::Deadlock {
+                    rank: *rank,
+                    channel: *channel,
+                    index,
+                    slot,
+                    target,
+                    found,
+                });
+            }
+            return Err(HostError::ThreadPanicked);
+        }
+    }
+    let end = st.iter().map(|s| s.3).max().unwrap_or(0);
+    drop(st);
+    let mut trace = Vec::new();
+    if opts.trace {
+        events.sort_by_key(|e| (e.time, e.rank, e.channel, e.index));
+        let header = Header {
+            world: req.world,
+            channels: req.channels,
+            request: *req,
+            source: Source::Host { simulated: true },
+            time_unit_ns: 1,
+        };
+        let mut wr = Writer::new(Vec::new(), &header).map_err(HostError::Trace)?;
+        for e in &events {
+            wr.event(e).map_err(HostError::Trace)?;
+        }
+        trace = wr.finish();
+    }
+    Ok(Run {
+        outputs: (0..w).map(|r| mem.output(r)).collect(),
+        trace,
+        ops,
+        time_us: end as f64 / 1000.0,
+    })
+}

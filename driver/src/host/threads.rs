@@ -1,0 +1,230 @@
+//! One OS thread per (rank, channel), real atomics, real time.
+//!
+//! Each thread runs its stream on the generic executor. A blocked wait spins (then yields) on
+//! acquire loads of its slot until it is satisfied, another thread failed (a shared abort flag), or
+//! the deadline passes; then the run returns [`HostError::Timeout`] naming the rank, the peer
+//! expected to signal (from the slot layout), the slot, the value needed and the value found.
+
+use super::mem::{Oob, Temps, WorldMem};
+use super::sim::check_inputs;
+use super::{HostError, Run};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use symm_core::exec::{ExecError, Executor, Fabric, Step};
+use symm_core::op::Op;
+use symm_core::sched::{Request, Schedule};
+use symm_core::trace::{Event, EventKind, Header, Source, Writer};
+
+/// Options of [`run_threads`].
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadOptions {
+    /// How long a wait may block before the run fails.
+    pub deadline: Duration,
+    /// Record a trace.
+    pub trace: bool,
+}
+
+impl Default for ThreadOptions {
+    fn default() -> Self {
+        ThreadOptions {
+            deadline: Duration::from_secs(10),
+            trace: true,
+        }
+    }
+}
+
+struct View<'a> {
+    mem: &'a WorldMem,
+    rank: u16,
+    temps: Temps,
+}
+
+impl Fabric for View<'_> {
+    type Error = Oob;
+    fn execute(&mut self, op: &Op) -> Result<(), Oob> {
+        self.mem.apply(op, &mut self.temps)
+    }
+    fn load_slot(&mut self, slot: u32) -> Result<u64, Oob> {
+        self.mem.load_slot(self.rank, slot)
+    }
+}
+
+fn stream<I: Iterator<Item = Op>>(
+    req: &Request,
+    mem: &WorldMem,
+    abort: &AtomicBool,
+    opts: &ThreadOptions,
+    t0: Instant,
+    (rank, channel): (u16, u16),
+    ops: I,
+) -> Result<(u64, Vec<Event>), HostError> {
+    let mut expected = vec![0u64; req.layout().slots() as usize];
+    let mut ex = Executor::new(ops, &mut expected);
+    let mut view = View {
+        mem,
+        rank,
+        temps: Temps::default(),
+    };
+    let mut events = Vec::new();
+    let mut n = 0;
+    let now = || t0.elapsed().as_nanos() as u64;
+    loop {
+        let begin = now();
+        let mut blocked_since = None;
+        let mut spins = 0u32;
+        let step = loop {
+            let s = ex.step(&mut view).map_err(|e| {
+                let (index, loc) = match e {
+                    ExecError::Fabric {
+                        error: Oob(loc),
+                        index,
+                    } => (index, loc),
+                    ExecError::SlotOutOfRange { index, .. } => (index, None),
+                    _ => (0, None),
+                };
+                HostError::OutOfBounds {
+                    rank,
+                    channel,
+                    index,
+                    loc,
+                }
+            })?;
+            let Step::Blocked {
+                index,
+                slot,
+                target,
+                found,
+            } = s
+            else {
+                break s;
+            };
+            let since = *blocked_since.get_or_insert_with(Instant::now);
+            if abort.load(Ordering::Relaxed) {
+                return Ok((n, events));
+            }
+            if since.elapsed() > opts.deadline {
+                let peer = req.layout().key(slot).map(|k| k.peer).unwrap_or(u16::MAX);
+                return Err(HostError::Timeout {
+                    rank,
+                    channel,
+                    index,
+                    peer,
+                    slot,
+                    expected: target,
+                    found,
+                });
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else if spins < 4096 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        };
+        match step {
+            Step::Ran { index, op } => {
+                n += 1;
+                if opts.trace {
+                    let ev = |time, kind| Event {
+                        time,
+                        rank,
+                        channel,
+                        index,
+                        kind,
+                        op,
+                        contents: None,
+                    };
+                    events.push(ev(begin, EventKind::Begin));
+                    events.push(ev(now(), EventKind::End));
+                }
+            }
+            _ => return Ok((n, events)),
+        }
+    }
+}
+
+/// Runs `req` over `inputs` with one thread per (rank, channel).
+pub fn run_threads(
+    req: &Request,
+    inputs: &[Vec<u8>],
+    opts: &ThreadOptions,
+) -> Result<Run, HostError> {
+    run_streams(req, inputs, opts, |r, c| {
+        Schedule::new(*req, r, c).map_err(HostError::Sched)
+    })
+}
+
+/// Runs arbitrary per-(rank, channel) op streams (user-written plans, or deliberately broken ones
+/// in tests) over the memory of `req`.
+pub fn run_streams<I, F>(
+    req: &Request,
+    inputs: &[Vec<u8>],
+    opts: &ThreadOptions,
+    make: F,
+) -> Result<Run, HostError>
+where
+    I: Iterator<Item = Op> + Send,
+    F: Fn(u16, u16) -> Result<I, HostError>,
+{
+    check_inputs(req, inputs)?;
+    let mem = WorldMem::new(req, inputs, super::POISON);
+    let abort = AtomicBool::new(false);
+    let t0 = Instant::now();
+    let mut jobs = Vec::new();
+    for r in 0..req.world {
+        for c in 0..req.channels {
+            jobs.push(((r, c), make(r, c)?));
+        }
+    }
+    let results: Vec<Result<(u64, Vec<Event>), HostError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = jobs
+            .into_iter()
+            .map(|(rc, ops)| {
+                let (mem, abort) = (&mem, &abort);
+                s.spawn(move || {
+                    let r = stream(req, mem, abort, opts, t0, rc, ops);
+                    if r.is_err() {
+                        abort.store(true, Ordering::Relaxed);
+                    }
+                    r
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Err(HostError::ThreadPanicked)))
+            .collect()
+    });
+    let elapsed = t0.elapsed();
+    let mut ops = 0;
+    let mut events = Vec::new();
+    for r in results {
+        let (n, ev) = r?;
+        ops += n;
+        events.extend(ev);
+    }
+    let mut trace = Vec::new();
+    if opts.trace {
+        events.sort_by_key(|e| (e.time, e.rank, e.channel, e.index));
+        let header = Header {
+            world: req.world,
+            channels: req.channels,
+            request: *req,
+            source: Source::Host { simulated: false },
+            time_unit_ns: 1,
+        };
+        let mut wr = Writer::new(Vec::new(), &header).map_err(HostError::Trace)?;
+        for e in &events {
+            wr.event(e).map_err(HostError::Trace)?;
+        }
+        trace = wr.finish();
+    }
+    Ok(Run {
+        outputs: (0..req.world as usize).map(|r| mem.output(r)).collect(),
+        trace,
+        ops,
+        time_us: elapsed.as_secs_f64() * 1e6,
+    })
+}
