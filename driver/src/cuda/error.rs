@@ -1,0 +1,141 @@
+//! The CUDA backend's error type: driver codes matched into named cases, plus symm's own.
+
+use core::fmt;
+
+/// Why a CUDA-backend call failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CudaError {
+    /// A library (libcuda, libnvrtc, libnccl) could not be loaded or lacks an entry point.
+    Unavailable(String),
+    /// A driver call returned a code other than success.
+    Driver {
+        /// The call.
+        call: &'static str,
+        /// The raw result code.
+        code: i32,
+        /// The driver's name for the code (or "unknown").
+        name: String,
+    },
+    /// NVRTC could not compile a kernel; the log says why.
+    Compile {
+        /// The variant.
+        variant: &'static str,
+        /// The compiler log.
+        log: String,
+    },
+    /// An NCCL call failed.
+    Nccl {
+        /// The call.
+        call: &'static str,
+        /// The raw result code.
+        code: i32,
+    },
+    /// The device cannot do what symm needs (VMM, POSIX-fd handles, peer access).
+    Unsupported(String),
+    /// A request, plan or argument is invalid; the text names it.
+    Invalid(String),
+    /// A host-side exchange between ranks passed its deadline or a rank failed during it.
+    Rendezvous(String),
+    /// A device wait passed its deadline.
+    Timeout {
+        /// The waiting rank.
+        rank: u16,
+        /// The rank that should have signalled.
+        peer: u16,
+        /// The pad slot.
+        slot: u32,
+        /// The channel.
+        channel: u16,
+        /// The value the slot had to reach.
+        expected: u64,
+        /// The value it held.
+        found: u64,
+        /// Position of the wait in the (rank, channel) op stream.
+        op_index: u32,
+    },
+    /// The interpreter met an op it cannot run (for example a multicast op in a unicast build).
+    BadOp {
+        /// The rank.
+        rank: u16,
+        /// The channel.
+        channel: u16,
+        /// Position in the op stream.
+        op_index: u32,
+    },
+    /// Multicast was asked for and refused before any driver call (see `cuda::multicast`).
+    MulticastRefused(&'static str),
+    /// Filesystem trouble with the kernel cache.
+    Io(String),
+}
+
+impl fmt::Display for CudaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CudaError::Unavailable(s) => write!(f, "CUDA unavailable: {s}"),
+            CudaError::Driver { call, code, name } => write!(f, "{call} failed: {name} ({code})"),
+            CudaError::Compile { variant, log } => write!(f, "NVRTC could not compile {variant}:\n{log}"),
+            CudaError::Nccl { call, code } => write!(f, "{call} failed with NCCL code {code}"),
+            CudaError::Unsupported(s) => write!(f, "unsupported: {s}"),
+            CudaError::Invalid(s) => write!(f, "invalid: {s}"),
+            CudaError::Rendezvous(s) => write!(f, "rendezvous: {s}"),
+            CudaError::Timeout {
+                rank,
+                peer,
+                slot,
+                channel,
+                expected,
+                found,
+                op_index,
+            } => write!(
+                f,
+                "device wait timed out: rank {rank} channel {channel} op {op_index} waited on slot {slot} \
+                 (signalled by peer {peer}) for {expected}, found {found}"
+            ),
+            CudaError::BadOp {
+                rank,
+                channel,
+                op_index,
+            } => write!(f, "rank {rank} channel {channel}: op {op_index} cannot run in this kernel"),
+            CudaError::MulticastRefused(s) => write!(f, "multicast refused: {s}"),
+            CudaError::Io(s) => write!(f, "kernel cache: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for CudaError {}
+
+/// Result of the CUDA backend.
+pub type Result<T> = core::result::Result<T, CudaError>;
+
+/// Matches a driver result code: 0 is success, anything else a [`CudaError::Driver`].
+pub fn check(call: &'static str, code: i32) -> Result<()> {
+    if code == 0 {
+        return Ok(());
+    }
+    Err(CudaError::Driver {
+        call,
+        code,
+        name: error_name(code),
+    })
+}
+
+/// The driver's name of a code, "unknown" when it has none.
+pub fn error_name(code: i32) -> String {
+    let Ok(api) = super::ffi::driver::api() else {
+        return "unknown".into();
+    };
+    let mut p: *const core::ffi::c_char = core::ptr::null();
+    // SAFETY: cuGetErrorName writes a pointer to a static string or fails for unknown codes.
+    let rc = unsafe { (api.get_error_name)(code, &mut p) };
+    if rc != 0 || p.is_null() {
+        return "unknown".into();
+    }
+    // SAFETY: on success `p` points to a NUL-terminated static string owned by the driver.
+    unsafe { core::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// The loaded driver or [`CudaError::Unavailable`].
+pub fn driver() -> Result<&'static super::ffi::driver::DriverApi> {
+    super::ffi::driver::api().map_err(|s| CudaError::Unavailable(s.into()))
+}
