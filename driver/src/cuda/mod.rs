@@ -1,6 +1,35 @@
 //! The CUDA backend: a VMM symmetric heap over NVLink, rendezvous, and the plan interpreter.
+//!
+//! CUDA is reached at run time (libcuda, libnvrtc and libnccl are loaded when first used, through
+//! cudarc's loader), so building this module needs no CUDA toolkit.
+//!
+//! * [`ffi`]: every foreign call, one table per library, results kept as integers.
+//! * [`error`]: [`CudaError`], the codes matched into named cases.
+//! * [`device`]: devices and their primary contexts, streams, events, device and host-mapped memory.
+//! * [`vmm`]: the symmetric heap: one physical allocation per rank, exported as a POSIX file
+//!   descriptor, every peer mapped at `base + r * stride` of one reserved range, torn down in order.
+//! * [`rendezvous`]: the [`rendezvous::Bootstrap`] trait and its one-process, one-thread-per-GPU
+//!   implementation.
+//! * [`compile`]: NVRTC to a cubin for the device's architecture, cached on disk.
+//! * [`plan`]: encoded plans from schedules (or user ops), checked before upload.
+//! * [`launch`]: modules, the interpreter's parameter block, launches and CUDA graphs.
+//! * [`world`]: a world of GPUs: heap, plan cache, runs, graph replay, timing, timeout records.
+//! * [`trace`]: GPU trace readback into symm-core's trace format.
+//! * [`nccl`]: NCCL on the same streams and buffers, for side-by-side timing.
+//! * [`multicast`]: the guard that refuses NVLink multicast unless explicitly allowed.
+
 pub mod compile;
+pub mod device;
 pub mod error;
 pub mod ffi;
+pub mod launch;
+pub mod multicast;
+pub mod nccl;
+pub mod plan;
+pub mod rendezvous;
+pub mod trace;
+pub mod vmm;
+pub mod world;
 
 pub use error::{CudaError, Result};
+pub use world::{Buffers, Options, World};

@@ -1,0 +1,388 @@
+//! Devices and their primary contexts, streams, events and device memory.
+//!
+//! Every driver call that touches a device needs that device's context current on the calling
+//! thread; [`Device::bind`] makes it so and is called at the top of each per-rank operation, so
+//! any thread may drive any rank.
+
+use core::ffi::{c_char, c_void};
+
+use super::error::{check, driver, CudaError, Result};
+use super::ffi::driver::{self as ffi, DevPtr, Handle};
+
+/// A GPU with its retained primary context.
+pub struct Device {
+    /// Device ordinal.
+    pub ordinal: i32,
+    /// The driver's device handle.
+    pub dev: ffi::Device,
+    /// Primary context.
+    pub ctx: Handle,
+    /// Device name.
+    pub name: String,
+    /// Compute capability as major * 10 + minor (90 for Hopper).
+    pub arch: u32,
+}
+
+// SAFETY: a CUDA context handle may be used from any thread (the driver API is thread safe);
+// Device only hands it to cuCtxSetCurrent.
+unsafe impl Send for Device {}
+// SAFETY: as above; no interior mutability on the Rust side.
+unsafe impl Sync for Device {}
+
+impl Device {
+    /// Opens device `ordinal` and retains its primary context.
+    pub fn open(ordinal: i32) -> Result<Device> {
+        let api = driver()?;
+        let mut dev = 0;
+        // SAFETY: valid out-pointer; the ordinal is checked by the driver.
+        check("cuDeviceGet", unsafe { (api.device_get)(&mut dev, ordinal) })?;
+        let mut name = [0 as c_char; 128];
+        // SAFETY: the buffer holds the 128 bytes passed.
+        check("cuDeviceGetName", unsafe { (api.device_get_name)(name.as_mut_ptr(), 128, dev) })?;
+        // SAFETY: the driver NUL-terminates within the buffer.
+        let name = unsafe { core::ffi::CStr::from_ptr(name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        let major = attribute(dev, ffi::ATTR_CC_MAJOR)?;
+        let minor = attribute(dev, ffi::ATTR_CC_MINOR)?;
+        let mut ctx: Handle = core::ptr::null_mut();
+        // SAFETY: valid out-pointer and device handle.
+        check("cuDevicePrimaryCtxRetain", unsafe { (api.primary_ctx_retain)(&mut ctx, dev) })?;
+        Ok(Device {
+            ordinal,
+            dev,
+            ctx,
+            name,
+            arch: (major * 10 + minor) as u32,
+        })
+    }
+
+    /// Makes this device's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        let api = driver()?;
+        // SAFETY: `ctx` is a retained primary context, alive until Drop.
+        check("cuCtxSetCurrent", unsafe { (api.ctx_set_current)(self.ctx) })
+    }
+
+    /// Integer attribute of the device.
+    pub fn attribute(&self, attr: i32) -> Result<i32> {
+        attribute(self.dev, attr)
+    }
+
+    /// Whether this device can map `other`'s memory.
+    pub fn can_access_peer(&self, other: &Device) -> Result<bool> {
+        let api = driver()?;
+        let mut v = 0;
+        // SAFETY: valid out-pointer and device handles.
+        check("cuDeviceCanAccessPeer", unsafe { (api.device_can_access_peer)(&mut v, self.dev, other.dev) })?;
+        Ok(v != 0)
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        self.bind()?;
+        let api = driver()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: context bound above; valid out-pointers.
+        check("cuMemGetInfo", unsafe { (api.mem_get_info)(&mut free, &mut total) })?;
+        Ok((free, total))
+    }
+
+    /// Waits for all work on the device.
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        let api = driver()?;
+        // SAFETY: context bound above.
+        check("cuCtxSynchronize", unsafe { (api.ctx_synchronize)() })
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        if let Ok(api) = driver() {
+            // SAFETY: releases the retain taken in `open`, exactly once.
+            unsafe { (api.primary_ctx_release)(self.dev) };
+        }
+    }
+}
+
+fn attribute(dev: ffi::Device, attr: i32) -> Result<i32> {
+    let api = driver()?;
+    let mut v = 0;
+    // SAFETY: valid out-pointer; unknown attributes are reported as an error code.
+    check("cuDeviceGetAttribute", unsafe { (api.device_get_attribute)(&mut v, attr, dev) })?;
+    Ok(v)
+}
+
+/// The driver's CUDA version (e.g. 13000).
+pub fn driver_version() -> Result<i32> {
+    let api = driver()?;
+    let mut v = 0;
+    // SAFETY: valid out-pointer.
+    check("cuDriverGetVersion", unsafe { (api.driver_get_version)(&mut v) })?;
+    Ok(v)
+}
+
+/// Number of visible devices.
+pub fn device_count() -> Result<i32> {
+    let api = driver()?;
+    let mut n = 0;
+    // SAFETY: valid out-pointer.
+    check("cuDeviceGetCount", unsafe { (api.device_get_count)(&mut n) })?;
+    Ok(n)
+}
+
+/// Device memory from cuMemAlloc (the caller binds the context first), freed on drop.
+pub struct DevBuf {
+    /// Device address.
+    pub ptr: DevPtr,
+    /// Size in bytes.
+    pub len: usize,
+    ctx: Handle,
+}
+
+// SAFETY: a device address is plain data; freeing binds the owning context first.
+unsafe impl Send for DevBuf {}
+// SAFETY: as above.
+unsafe impl Sync for DevBuf {}
+
+impl DevBuf {
+    /// Allocates `len` bytes (at least 1) on `dev`, zeroed.
+    pub fn zeroed(dev: &Device, len: usize) -> Result<DevBuf> {
+        dev.bind()?;
+        let api = driver()?;
+        let mut ptr = 0;
+        // SAFETY: context bound; valid out-pointer.
+        check("cuMemAlloc", unsafe { (api.mem_alloc)(&mut ptr, len.max(1)) })?;
+        let b = DevBuf {
+            ptr,
+            len: len.max(1),
+            ctx: dev.ctx,
+        };
+        // SAFETY: `ptr` points to `len` bytes just allocated.
+        check("cuMemsetD8", unsafe { (api.memset_d8)(ptr, 0, b.len) })?;
+        Ok(b)
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        if let Ok(api) = driver() {
+            // SAFETY: the owning context is retained by its Device, which outlives its buffers
+            // (World drops buffers first); the pointer was returned by cuMemAlloc, freed once.
+            unsafe {
+                (api.ctx_set_current)(self.ctx);
+                (api.mem_free)(self.ptr);
+            }
+        }
+    }
+}
+
+/// Copies host bytes to a device address (context bound by the caller).
+pub fn htod(dst: DevPtr, src: &[u8]) -> Result<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    let api = driver()?;
+    // SAFETY: `src` is valid for its length; the caller guarantees `dst` has room.
+    check("cuMemcpyHtoD", unsafe { (api.memcpy_htod)(dst, src.as_ptr().cast(), src.len()) })
+}
+
+/// Copies device bytes to host (context bound by the caller).
+pub fn dtoh(dst: &mut [u8], src: DevPtr) -> Result<()> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let api = driver()?;
+    // SAFETY: `dst` is valid for its length; the caller guarantees `src` has as many bytes.
+    check("cuMemcpyDtoH", unsafe { (api.memcpy_dtoh)(dst.as_mut_ptr().cast(), src, dst.len()) })
+}
+
+/// Fills device bytes (context bound by the caller).
+pub fn memset(dst: DevPtr, value: u8, len: usize) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let api = driver()?;
+    // SAFETY: the caller guarantees `dst` has `len` bytes.
+    check("cuMemsetD8", unsafe { (api.memset_d8)(dst, value, len) })
+}
+
+/// A stream of one device, destroyed on drop.
+pub struct Stream {
+    /// The handle.
+    pub raw: Handle,
+    ctx: Handle,
+}
+
+// SAFETY: streams may be used from any thread once their context is bound.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// A non-blocking stream on `dev`.
+    pub fn new(dev: &Device) -> Result<Stream> {
+        dev.bind()?;
+        let api = driver()?;
+        let mut raw = core::ptr::null_mut();
+        // SAFETY: context bound; valid out-pointer.
+        check("cuStreamCreate", unsafe { (api.stream_create)(&mut raw, ffi::STREAM_NON_BLOCKING) })?;
+        Ok(Stream { raw, ctx: dev.ctx })
+    }
+
+    /// Waits for the stream's work.
+    pub fn synchronize(&self) -> Result<()> {
+        let api = driver()?;
+        // SAFETY: valid stream; binding its context first.
+        check("cuStreamSynchronize", unsafe {
+            (api.ctx_set_current)(self.ctx);
+            (api.stream_synchronize)(self.raw)
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let Ok(api) = driver() {
+            // SAFETY: destroyed once, with its context bound.
+            unsafe {
+                (api.ctx_set_current)(self.ctx);
+                (api.stream_destroy)(self.raw);
+            }
+        }
+    }
+}
+
+/// A timing event.
+pub struct Event {
+    raw: Handle,
+    ctx: Handle,
+}
+
+impl Event {
+    /// A new event on `dev`.
+    pub fn new(dev: &Device) -> Result<Event> {
+        dev.bind()?;
+        let api = driver()?;
+        let mut raw = core::ptr::null_mut();
+        // SAFETY: context bound; valid out-pointer.
+        check("cuEventCreate", unsafe { (api.event_create)(&mut raw, ffi::EVENT_DEFAULT) })?;
+        Ok(Event { raw, ctx: dev.ctx })
+    }
+
+    /// Records the event on a stream of the same device.
+    pub fn record(&self, s: &Stream) -> Result<()> {
+        let api = driver()?;
+        // SAFETY: event and stream belong to the bound context.
+        check("cuEventRecord", unsafe {
+            (api.ctx_set_current)(self.ctx);
+            (api.event_record)(self.raw, s.raw)
+        })
+    }
+
+    /// Milliseconds from `self` to `end` (waits for `end`).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        let api = driver()?;
+        let mut ms = 0f32;
+        // SAFETY: both events were recorded; valid out-pointer.
+        check("cuEventSynchronize", unsafe {
+            (api.ctx_set_current)(self.ctx);
+            (api.event_synchronize)(end.raw)
+        })?;
+        // SAFETY: as above.
+        check("cuEventElapsedTime", unsafe { (api.event_elapsed_time)(&mut ms, self.raw, end.raw) })?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Ok(api) = driver() {
+            // SAFETY: destroyed once, with its context bound.
+            unsafe {
+                (api.ctx_set_current)(self.ctx);
+                (api.event_destroy)(self.raw);
+            }
+        }
+    }
+}
+
+/// Page-locked host memory mapped into every device's address space (portable), zeroed.
+pub struct HostMapped {
+    /// Host address (equal to the device address under unified addressing).
+    pub host: *mut c_void,
+    /// Device address.
+    pub dev: DevPtr,
+    /// Size.
+    pub len: usize,
+}
+
+// SAFETY: the memory is plain bytes shared with devices; accesses go through volatile reads.
+unsafe impl Send for HostMapped {}
+// SAFETY: as above.
+unsafe impl Sync for HostMapped {}
+
+impl HostMapped {
+    /// Allocates `len` bytes with a context of `dev` bound.
+    pub fn new(dev: &Device, len: usize) -> Result<HostMapped> {
+        dev.bind()?;
+        let api = driver()?;
+        let mut host = core::ptr::null_mut();
+        // SAFETY: valid out-pointer; flags request portable, device-mapped memory.
+        check("cuMemHostAlloc", unsafe {
+            (api.mem_host_alloc)(&mut host, len, ffi::HOSTALLOC_PORTABLE_DEVICEMAP)
+        })?;
+        let mut d = 0;
+        // SAFETY: `host` was just allocated with DEVICEMAP.
+        let rc = unsafe { (api.mem_host_get_device_pointer)(&mut d, host, 0) };
+        if rc != 0 {
+            // SAFETY: freeing what was just allocated.
+            unsafe { (api.mem_free_host)(host) };
+            return Err(CudaError::Driver {
+                call: "cuMemHostGetDevicePointer",
+                code: rc,
+                name: super::error::error_name(rc),
+            });
+        }
+        // SAFETY: `host` points to `len` writable bytes.
+        unsafe { core::ptr::write_bytes(host.cast::<u8>(), 0, len) };
+        Ok(HostMapped { host, dev: d, len })
+    }
+
+    /// Reads a `u32` at byte `off` (volatile: devices write it).
+    pub fn read_u32(&self, off: usize) -> u32 {
+        if off + 4 > self.len {
+            return 0;
+        }
+        // SAFETY: in bounds and 4-byte aligned (callers use aligned offsets of repr(C) records).
+        unsafe { core::ptr::read_volatile(self.host.cast::<u8>().add(off).cast::<u32>()) }
+    }
+
+    /// Reads a `u64` at byte `off`.
+    pub fn read_u64(&self, off: usize) -> u64 {
+        if off + 8 > self.len {
+            return 0;
+        }
+        // SAFETY: in bounds and 8-byte aligned.
+        unsafe { core::ptr::read_volatile(self.host.cast::<u8>().add(off).cast::<u64>()) }
+    }
+
+    /// Zeroes bytes `off .. off + len`.
+    pub fn zero(&self, off: usize, len: usize) {
+        let end = (off + len).min(self.len);
+        for i in off..end {
+            // SAFETY: in bounds.
+            unsafe { core::ptr::write_volatile(self.host.cast::<u8>().add(i), 0) };
+        }
+    }
+}
+
+impl Drop for HostMapped {
+    fn drop(&mut self) {
+        if let Ok(api) = driver() {
+            // SAFETY: allocated by cuMemHostAlloc, freed once.
+            unsafe { (api.mem_free_host)(self.host) };
+        }
+    }
+}

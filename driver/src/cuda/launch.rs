@@ -1,0 +1,219 @@
+//! Modules, the interpreter's parameter block, kernel launch and CUDA graphs.
+
+use core::ffi::c_void;
+use std::ffi::CString;
+
+use super::device::{Device, Stream};
+use super::error::{check, driver, CudaError, Result};
+use super::ffi::driver::{self as ffi, Handle};
+
+/// A loaded module (a cubin in one context) and one of its kernels.
+pub struct Kernel {
+    module: Handle,
+    /// The kernel.
+    pub func: Handle,
+    ctx: Handle,
+}
+
+// SAFETY: module and function handles may be used from any thread with their context bound.
+unsafe impl Send for Kernel {}
+// SAFETY: as above.
+unsafe impl Sync for Kernel {}
+
+impl Kernel {
+    /// Loads `cubin` into `dev`'s context and looks up `entry`.
+    pub fn load(dev: &Device, cubin: &[u8], entry: &str) -> Result<Kernel> {
+        dev.bind()?;
+        let api = driver()?;
+        let mut module = core::ptr::null_mut();
+        // SAFETY: `cubin` is a complete ELF image that outlives the call (the driver copies it).
+        check("cuModuleLoadData", unsafe { (api.module_load_data)(&mut module, cubin.as_ptr().cast()) })?;
+        let name = CString::new(entry).map_err(|_| CudaError::Invalid("entry name".into()))?;
+        let mut func = core::ptr::null_mut();
+        // SAFETY: valid module and NUL-terminated name.
+        let rc = unsafe { (api.module_get_function)(&mut func, module, name.as_ptr()) };
+        if rc != 0 {
+            // SAFETY: unloading the module loaded above.
+            unsafe { (api.module_unload)(module) };
+            check("cuModuleGetFunction", rc)?;
+        }
+        Ok(Kernel {
+            module,
+            func,
+            ctx: dev.ctx,
+        })
+    }
+
+    /// Launches with one parameter block passed by value (context bound by the caller).
+    ///
+    /// # Safety
+    /// `P` must match the kernel's parameter list exactly (one struct parameter), and every
+    /// address in it must be valid for what the kernel does with it.
+    pub unsafe fn launch<P>(&self, stream: &Stream, grid: u32, block: u32, params: &P) -> Result<()> {
+        let api = driver()?;
+        let mut args = [params as *const P as *mut c_void];
+        // SAFETY: the caller guarantees the parameter block; the array outlives the call.
+        check("cuLaunchKernel", unsafe {
+            (api.launch_kernel)(
+                self.func,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream.raw,
+                args.as_mut_ptr(),
+                core::ptr::null_mut(),
+            )
+        })
+    }
+
+    /// Launches with an argument list of pointers to each parameter.
+    ///
+    /// # Safety
+    /// `args` must point to values matching the kernel's parameter list, in order.
+    pub unsafe fn launch_args(&self, stream: &Stream, grid: u32, block: u32, args: &mut [*mut c_void]) -> Result<()> {
+        let api = driver()?;
+        // SAFETY: forwarded from the caller.
+        check("cuLaunchKernel", unsafe {
+            (api.launch_kernel)(
+                self.func,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream.raw,
+                args.as_mut_ptr(),
+                core::ptr::null_mut(),
+            )
+        })
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        if let Ok(api) = driver() {
+            // SAFETY: unloads the module once, with its context bound.
+            unsafe {
+                (api.ctx_set_current)(self.ctx);
+                (api.module_unload)(self.module);
+            }
+        }
+    }
+}
+
+/// The interpreter's parameter block, field for field as `symm_interp_params` in interp.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InterpParams {
+    /// Encoded ops.
+    pub plan: u64,
+    /// Channel offsets.
+    pub chan_start: u64,
+    /// This rank's heap range.
+    pub base: u64,
+    /// Bytes between peers.
+    pub stride: u64,
+    /// Heap offsets of input, output, scratch.
+    pub buf_off: [u64; 3],
+    /// Heap offset of the signal pad.
+    pub pad_off: u64,
+    /// Expected counters (device memory).
+    pub expected: u64,
+    /// Multicast view (unused: never set on unicast plans).
+    pub mc_base: u64,
+    /// Timeout records (host-mapped), one per channel.
+    pub records: u64,
+    /// Shared abort word (host-mapped).
+    pub abort_word: u64,
+    /// Trace events, or 0.
+    pub trace: u64,
+    /// Trace lengths per channel, or 0.
+    pub trace_len: u64,
+    /// Wait deadline in ns.
+    pub timeout_ns: u64,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks.
+    pub world: u32,
+    /// Channels (grid size).
+    pub channels: u32,
+    /// Trace events per channel.
+    pub trace_cap: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<InterpParams>() == 136);
+
+/// Size of one timeout record (`symm_timeout_record`).
+pub const RECORD_BYTES: usize = 40;
+/// Size of one trace event (`symm_trace_event`).
+pub const EVENT_BYTES: usize = 16;
+
+/// A captured and instantiated graph of one rank.
+pub struct Graph {
+    graph: Handle,
+    exec: Handle,
+    ctx: Handle,
+}
+
+// SAFETY: graph handles may be used from any thread with their context bound.
+unsafe impl Send for Graph {}
+
+impl Graph {
+    /// Captures what `body` enqueues on `stream` (context of `dev` bound) into a graph.
+    pub fn capture(dev: &Device, stream: &Stream, body: impl FnOnce() -> Result<()>) -> Result<Graph> {
+        dev.bind()?;
+        let api = driver()?;
+        // SAFETY: valid stream of the bound context.
+        check("cuStreamBeginCapture", unsafe {
+            (api.stream_begin_capture)(stream.raw, ffi::CAPTURE_THREAD_LOCAL)
+        })?;
+        let body_result = body();
+        let mut graph = core::ptr::null_mut();
+        // SAFETY: ends the capture begun above (always, even when the body failed).
+        let rc = unsafe { (api.stream_end_capture)(stream.raw, &mut graph) };
+        body_result?;
+        check("cuStreamEndCapture", rc)?;
+        let mut exec = core::ptr::null_mut();
+        // SAFETY: `graph` is the captured graph; valid out-pointer.
+        let rc = unsafe { (api.graph_instantiate)(&mut exec, graph, 0) };
+        if rc != 0 {
+            // SAFETY: destroying the graph created by the capture.
+            unsafe { (api.graph_destroy)(graph) };
+            check("cuGraphInstantiate", rc)?;
+        }
+        Ok(Graph {
+            graph,
+            exec,
+            ctx: dev.ctx,
+        })
+    }
+
+    /// Launches the graph on `stream`.
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
+        let api = driver()?;
+        // SAFETY: instantiated graph and stream of the same context, bound first.
+        check("cuGraphLaunch", unsafe {
+            (api.ctx_set_current)(self.ctx);
+            (api.graph_launch)(self.exec, stream.raw)
+        })
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if let Ok(api) = driver() {
+            // SAFETY: destroyed once each, with the context bound.
+            unsafe {
+                (api.ctx_set_current)(self.ctx);
+                (api.graph_exec_destroy)(self.exec);
+                (api.graph_destroy)(self.graph);
+            }
+        }
+    }
+}

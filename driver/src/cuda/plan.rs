@@ -1,0 +1,152 @@
+//! Plans: the encoded ops one rank's interpreter runs, built from schedules and checked.
+//!
+//! A rank's plan is every channel's op stream back to back plus `chan_start` (channels + 1
+//! offsets), exactly the ops [`symm_core::sched::Schedule`] yields for that (rank, channel), or a
+//! user-written list. Before a plan reaches a GPU every op is checked against the world, the
+//! buffer sizes and the pad, so a bad plan is a typed error on the host, never a stray access on
+//! the device.
+
+use symm_core::op::{Buf, Op};
+use symm_core::plan::PlanOp;
+use symm_core::sched::{BufferSizes, Request, Schedule};
+
+use super::error::{CudaError, Result};
+
+/// One rank's encoded plan.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RankPlan {
+    /// Every channel's ops, channel 0 first.
+    pub ops: Vec<PlanOp>,
+    /// Start of each channel's ops in `ops`, plus the end (channels + 1 entries).
+    pub chan_start: Vec<u32>,
+}
+
+impl RankPlan {
+    /// Encodes per-channel op lists.
+    pub fn from_channels(channels: &[Vec<Op>]) -> Result<RankPlan> {
+        let mut p = RankPlan {
+            ops: Vec::new(),
+            chan_start: vec![0],
+        };
+        for ops in channels {
+            p.ops.extend(ops.iter().map(PlanOp::encode));
+            let n = u32::try_from(p.ops.len()).map_err(|_| CudaError::Invalid("plan has over 2^32 ops".into()))?;
+            p.chan_start.push(n);
+        }
+        Ok(p)
+    }
+
+    /// The schedule of `rank` for `req`, every channel.
+    pub fn schedule(req: &Request, rank: u16) -> Result<RankPlan> {
+        let mut chans = Vec::with_capacity(req.channels as usize);
+        for c in 0..req.channels {
+            let s = Schedule::new(*req, rank, c).map_err(|e| CudaError::Invalid(e.to_string()))?;
+            chans.push(s.collect::<Vec<Op>>());
+        }
+        Self::from_channels(&chans)
+    }
+
+    /// Channels.
+    pub fn channels(&self) -> usize {
+        self.chan_start.len().saturating_sub(1)
+    }
+
+    /// The ops of one channel, decoded.
+    pub fn channel_ops(&self, c: usize) -> Vec<Op> {
+        let (Some(&a), Some(&b)) = (self.chan_start.get(c), self.chan_start.get(c + 1)) else {
+            return Vec::new();
+        };
+        self.ops[a as usize..b as usize]
+            .iter()
+            .filter_map(|p| p.decode().ok())
+            .collect()
+    }
+
+    /// Bytes of the encoded ops (what is uploaded).
+    pub fn op_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.ops.len() * 64);
+        for o in &self.ops {
+            v.extend_from_slice(&o.to_bytes());
+        }
+        v
+    }
+
+    /// Checks every op: decodable, no multicast (unless allowed), ranks in the world, byte ranges
+    /// inside the buffers, slots inside the pad.
+    pub fn validate(&self, rank: u16, world: u16, sizes: &BufferSizes, pad_slots: u32, multicast: bool) -> Result<()> {
+        if self.chan_start.first() != Some(&0)
+            || self.chan_start.windows(2).any(|w| w[0] > w[1])
+            || self.chan_start.last().copied() != Some(self.ops.len() as u32)
+        {
+            return Err(CudaError::Invalid("malformed channel offsets".into()));
+        }
+        let size = |b: Buf| match b {
+            Buf::Input => sizes.input,
+            Buf::Output => sizes.output,
+            Buf::Scratch => sizes.scratch,
+        };
+        for (c, w) in self.chan_start.windows(2).enumerate() {
+            for (i, p) in self.ops[w[0] as usize..w[1] as usize].iter().enumerate() {
+                let bad = |why: &str| CudaError::Invalid(format!("rank {rank} channel {c} op {i}: {why}"));
+                let op = p.decode().map_err(|e| bad(&format!("{e:?}")))?;
+                let in_buf = |l: symm_core::op::Loc, len: u64| {
+                    l.rank < world && l.offset.checked_add(len).is_some_and(|end| end <= size(l.buf))
+                };
+                let ok = match op {
+                    Op::Copy { src, dst, bytes } => in_buf(src, bytes) && in_buf(dst, bytes),
+                    Op::Reduce { a, b, dst, elems, dtype, .. } => {
+                        let n = elems.saturating_mul(dtype.size());
+                        in_buf(a, n) && in_buf(b, n) && in_buf(dst, n)
+                    }
+                    Op::Signal { peer, slot, .. } => peer < world && slot < pad_slots,
+                    Op::Wait { slot, .. } => slot < pad_slots,
+                    Op::McReduce { .. } | Op::McStore { .. } => {
+                        if !multicast {
+                            return Err(bad("multicast op in a unicast plan"));
+                        }
+                        true
+                    }
+                };
+                if !ok {
+                    return Err(bad(&format!("out of bounds: {op:?}")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symm_core::dtype::{DType, ReduceOp};
+    use symm_core::sched::{Algorithm, Collective};
+
+    #[test]
+    fn schedules_encode_and_validate() {
+        let req = Request::new(Collective::AllReduce, Algorithm::Ring, 4, 1 << 20, DType::Bf16, ReduceOp::Sum)
+            .with_channels(3);
+        for r in 0..4 {
+            let p = RankPlan::schedule(&req, r).unwrap();
+            assert_eq!(p.channels(), 3);
+            p.validate(r, 4, &req.buffer_sizes(), req.layout().slots(), false).unwrap();
+            let n: usize = (0..3).map(|c| p.channel_ops(c).len()).sum();
+            assert_eq!(n, p.ops.len());
+        }
+    }
+
+    #[test]
+    fn out_of_bounds_ops_are_refused() {
+        let req = Request::new(Collective::AllReduce, Algorithm::OneShot, 2, 64, DType::F32, ReduceOp::Sum);
+        let bad = Op::Copy {
+            src: symm_core::op::Loc::new(0, Buf::Input, 32),
+            dst: symm_core::op::Loc::new(1, Buf::Output, 0),
+            bytes: 64,
+        };
+        let p = RankPlan::from_channels(&[vec![bad]]).unwrap();
+        assert!(p.validate(0, 2, &req.buffer_sizes(), 16, false).is_err());
+        let w = Op::Wait { slot: 99, count: 1 };
+        let p = RankPlan::from_channels(&[vec![w]]).unwrap();
+        assert!(p.validate(0, 2, &req.buffer_sizes(), 16, false).is_err());
+    }
+}

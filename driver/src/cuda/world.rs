@@ -1,0 +1,583 @@
+//! A world of GPUs in one process: the symmetric heap, the plan cache and interpreter launches.
+//!
+//! [`World::open`] compiles (or loads from cache) the interpreter for the devices' architecture,
+//! then runs one thread per GPU that retains the device's context, creates its stream and maps
+//! the symmetric heap through a [`ThreadBootstrap`] rendezvous. Afterwards any thread may drive
+//! the world: every per-rank call binds that rank's context first.
+//!
+//! Heap layout (every rank alike): the signal pad (`MAX_CHANNELS * KINDS * world` u64 slots) at
+//! offset 0, then buffers placed by symm-core's deterministic allocator. Pads and each rank's
+//! `expected` counters persist for the life of the world: counters only grow, and every
+//! collective schedule is balanced, so runs of any requests (and graph replays) follow each other
+//! without resets.
+//!
+//! A launch runs one interpreter grid per rank, one block per channel. Completion checks the
+//! host-mapped timeout records: a device wait that passed its deadline becomes
+//! [`CudaError::Timeout`] naming rank, peer, slot, expected and found.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use symm_core::heap::Heap;
+use symm_core::sched::{BufferSizes, Request, MAX_CHANNELS};
+use symm_core::signal::KINDS;
+
+use super::compile::{self, Compiler};
+use super::device::{self, DevBuf, Device, Event, HostMapped, Stream};
+use super::error::{CudaError, Result};
+use super::ffi::driver as ffi;
+use super::launch::{Graph, InterpParams, Kernel, EVENT_BYTES, RECORD_BYTES};
+use super::plan::RankPlan;
+use super::rendezvous::ThreadBootstrap;
+use super::vmm::SymmetricHeap;
+
+/// How a world is set up.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bytes of each rank's heap available for buffers (the pad comes on top).
+    pub heap_bytes: u64,
+    /// Deadline of every device wait.
+    pub timeout: Duration,
+    /// Deadline of every host-side exchange.
+    pub rendezvous: Duration,
+    /// Trace events kept per (rank, channel).
+    pub trace_cap: u32,
+    /// libnvrtc to load (default: found on the loader path).
+    pub nvrtc: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            heap_bytes: 64 << 20,
+            timeout: Duration::from_secs(10),
+            rendezvous: Duration::from_secs(60),
+            trace_cap: 1 << 14,
+            nvrtc: None,
+        }
+    }
+}
+
+/// A request's buffers in the heap (byte offsets, the same on every rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Buffers {
+    /// Input offset.
+    pub input: u64,
+    /// Output offset.
+    pub output: u64,
+    /// Scratch offset.
+    pub scratch: u64,
+    /// Sizes.
+    pub sizes: BufferSizes,
+}
+
+/// A plan uploaded to one rank.
+pub struct DevicePlan {
+    /// The host copy (for traces and checks).
+    pub host: RankPlan,
+    ops: DevBuf,
+    chan: DevBuf,
+}
+
+struct Rank {
+    interp: Kernel,
+    interp_trace: Kernel,
+    trace: DevBuf,
+    trace_len: DevBuf,
+    expected: DevBuf,
+    stream: Stream,
+    heap: SymmetricHeap,
+    dev: Device,
+}
+
+/// What compiling the kernels did.
+#[derive(Clone, Debug)]
+pub struct CompileInfo {
+    /// NVRTC (major, minor).
+    pub nvrtc: (i32, i32),
+    /// Driver CUDA version.
+    pub driver: i32,
+    /// Architecture (90 for sm_90).
+    pub arch: u32,
+    /// Variants that came from the disk cache.
+    pub cached: usize,
+    /// Seconds spent compiling.
+    pub seconds: f64,
+}
+
+/// A world of GPUs in this process.
+pub struct World {
+    plans: Mutex<HashMap<Request, Arc<Vec<DevicePlan>>>>,
+    host: HostMapped,
+    ranks: Vec<Rank>,
+    alloc: Mutex<Heap>,
+    opts: Options,
+    world: u16,
+    pad_slots: u32,
+    data_off: u64,
+    /// How the kernels were obtained.
+    pub compile: CompileInfo,
+}
+
+const ABORT_BYTES: usize = 64;
+
+impl World {
+    /// Opens a world over `devices` (ordinals; rank r is `devices[r]`).
+    pub fn open(devices: &[i32], opts: Options) -> Result<World> {
+        let world = u16::try_from(devices.len())
+            .ok()
+            .filter(|&w| w > 0 && w as usize <= 64)
+            .ok_or_else(|| CudaError::Invalid(format!("{} devices", devices.len())))?;
+        let devs: Vec<Device> = devices.iter().map(|&d| Device::open(d)).collect::<Result<_>>()?;
+        for d in &devs {
+            if d.attribute(ffi::ATTR_VMM)? == 0 || d.attribute(ffi::ATTR_POSIX_FD)? == 0 {
+                return Err(CudaError::Unsupported(format!(
+                    "device {} lacks VMM or POSIX-fd handles",
+                    d.ordinal
+                )));
+            }
+            if d.arch != devs[0].arch {
+                return Err(CudaError::Unsupported("devices of different architectures".into()));
+            }
+            for o in &devs {
+                if o.ordinal != d.ordinal && !d.can_access_peer(o)? {
+                    return Err(CudaError::Unsupported(format!(
+                        "device {} cannot access device {}",
+                        d.ordinal, o.ordinal
+                    )));
+                }
+            }
+        }
+        let t = std::time::Instant::now();
+        let compiler = Compiler::load(opts.nvrtc.as_deref())?;
+        let drv = device::driver_version()?;
+        let arch = devs[0].arch;
+        let (plain, c1) = compile::cubin(&compiler, &symm_kernels::INTERP, arch, drv)?;
+        let (traced, c2) = compile::cubin(&compiler, &symm_kernels::INTERP_TRACE, arch, drv)?;
+        let info = CompileInfo {
+            nvrtc: compiler.version(),
+            driver: drv,
+            arch,
+            cached: c1 as usize + c2 as usize,
+            seconds: t.elapsed().as_secs_f64(),
+        };
+
+        let pad_slots = MAX_CHANNELS as u32 * KINDS * world as u32;
+        let data_off = (pad_slots as u64 * 8).div_ceil(4096) * 4096;
+        let total = data_off + opts.heap_bytes;
+        let boot = ThreadBootstrap::new(world, opts.rendezvous);
+        let cap = opts.trace_cap as usize;
+        let results: Vec<Result<Rank>> = std::thread::scope(|s| {
+            let handles: Vec<_> = devs
+                .into_iter()
+                .enumerate()
+                .map(|(r, dev)| {
+                    let (boot, plain, traced) = (&boot, &plain, &traced);
+                    s.spawn(move || -> Result<Rank> {
+                        let heap = SymmetricHeap::create(&dev, r as u16, total, boot)?;
+                        let stream = Stream::new(&dev)?;
+                        Ok(Rank {
+                            interp: Kernel::load(&dev, plain, symm_kernels::INTERP_ENTRY)?,
+                            interp_trace: Kernel::load(&dev, traced, symm_kernels::INTERP_ENTRY)?,
+                            trace: DevBuf::zeroed(&dev, cap * MAX_CHANNELS as usize * EVENT_BYTES)?,
+                            trace_len: DevBuf::zeroed(&dev, MAX_CHANNELS as usize * 4)?,
+                            expected: DevBuf::zeroed(&dev, pad_slots as usize * 8)?,
+                            stream,
+                            heap,
+                            dev,
+                        })
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(CudaError::Rendezvous("a rank thread panicked".into()))))
+                .collect()
+        });
+        let ranks: Vec<Rank> = results.into_iter().collect::<Result<_>>()?;
+        let stride = ranks[0].heap.stride;
+        let host = HostMapped::new(&ranks[0].dev, ABORT_BYTES + world as usize * MAX_CHANNELS as usize * RECORD_BYTES)?;
+        Ok(World {
+            plans: Mutex::new(HashMap::new()),
+            host,
+            ranks,
+            alloc: Mutex::new(Heap::new(stride - data_off)),
+            opts,
+            world,
+            pad_slots,
+            data_off,
+            compile: info,
+        })
+    }
+
+    /// Ranks.
+    pub fn world(&self) -> u16 {
+        self.world
+    }
+
+    /// Device names in rank order.
+    pub fn device_names(&self) -> Vec<String> {
+        self.ranks.iter().map(|r| r.dev.name.clone()).collect()
+    }
+
+    /// The options the world was opened with.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Bytes between two peers' heaps.
+    pub fn stride(&self) -> u64 {
+        self.ranks[0].heap.stride
+    }
+
+    /// Signal-pad slots per rank.
+    pub fn pad_slots(&self) -> u32 {
+        self.pad_slots
+    }
+
+    fn rank(&self, r: u16) -> Result<&Rank> {
+        self.ranks
+            .get(r as usize)
+            .ok_or_else(|| CudaError::Invalid(format!("rank {r} in a world of {}", self.world)))
+    }
+
+    /// The device of rank `r`.
+    pub fn device(&self, r: u16) -> Result<&Device> {
+        Ok(&self.rank(r)?.dev)
+    }
+
+    /// The stream of rank `r`.
+    pub fn stream(&self, r: u16) -> Result<&Stream> {
+        Ok(&self.rank(r)?.stream)
+    }
+
+    /// Device address of heap offset `off` on rank `r`, as rank `r` sees it.
+    pub fn ptr(&self, r: u16, off: u64) -> Result<u64> {
+        let k = self.rank(r)?;
+        k.heap
+            .ptr(r, off)
+            .ok_or_else(|| CudaError::Invalid(format!("offset {off} outside the heap")))
+    }
+
+    /// Places a request's buffers in the heap (collective in spirit: same offsets on all ranks).
+    pub fn alloc(&self, req: &Request) -> Result<Buffers> {
+        let sizes = req.buffer_sizes();
+        let mut h = self.alloc.lock().map_err(|_| CudaError::Invalid("heap lock poisoned".into()))?;
+        let mut one = |n: u64| {
+            h.alloc(n.max(16), 4096)
+                .map(|o| o + self.data_off)
+                .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))
+        };
+        let input = one(sizes.input)?;
+        let output = one(sizes.output)?;
+        let scratch = one(sizes.scratch)?;
+        Ok(Buffers {
+            input,
+            output,
+            scratch,
+            sizes,
+        })
+    }
+
+    /// Returns a request's buffers to the heap.
+    pub fn free(&self, b: &Buffers) -> Result<()> {
+        let mut h = self.alloc.lock().map_err(|_| CudaError::Invalid("heap lock poisoned".into()))?;
+        for o in [b.input, b.output, b.scratch] {
+            h.free(o - self.data_off)
+                .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))?;
+        }
+        Ok(())
+    }
+
+    /// Copies bytes into rank `r`'s heap at `off`.
+    pub fn write(&self, r: u16, off: u64, bytes: &[u8]) -> Result<()> {
+        self.check_range(off, bytes.len() as u64)?;
+        let p = self.ptr(r, off)?;
+        self.rank(r)?.dev.bind()?;
+        device::htod(p, bytes)
+    }
+
+    /// Reads `len` bytes of rank `r`'s heap at `off`.
+    pub fn read(&self, r: u16, off: u64, len: u64) -> Result<Vec<u8>> {
+        self.check_range(off, len)?;
+        let p = self.ptr(r, off)?;
+        self.rank(r)?.dev.bind()?;
+        let mut v = vec![0u8; len as usize];
+        device::dtoh(&mut v, p)?;
+        Ok(v)
+    }
+
+    /// Fills `len` bytes of rank `r`'s heap at `off` with `value`.
+    pub fn fill(&self, r: u16, off: u64, len: u64, value: u8) -> Result<()> {
+        self.check_range(off, len)?;
+        let p = self.ptr(r, off)?;
+        self.rank(r)?.dev.bind()?;
+        device::memset(p, value, len as usize)?;
+        self.rank(r)?.dev.synchronize()
+    }
+
+    fn check_range(&self, off: u64, len: u64) -> Result<()> {
+        if off < self.data_off || off.checked_add(len).is_none_or(|e| e > self.stride()) {
+            return Err(CudaError::Invalid(format!("bytes {off}..+{len} are outside the buffer area")));
+        }
+        Ok(())
+    }
+
+    fn upload(&self, r: u16, plan: RankPlan) -> Result<DevicePlan> {
+        let k = self.rank(r)?;
+        let bytes = plan.op_bytes();
+        let ops = DevBuf::zeroed(&k.dev, bytes.len())?;
+        device::htod(ops.ptr, &bytes)?;
+        let cs: Vec<u8> = plan.chan_start.iter().flat_map(|c| c.to_le_bytes()).collect();
+        let chan = DevBuf::zeroed(&k.dev, cs.len())?;
+        device::htod(chan.ptr, &cs)?;
+        Ok(DevicePlan { host: plan, ops, chan })
+    }
+
+    /// The uploaded plans of a collective request (built from its schedules once, then cached).
+    pub fn plans(&self, req: &Request) -> Result<Arc<Vec<DevicePlan>>> {
+        if req.world != self.world {
+            return Err(CudaError::Invalid(format!("request for {} ranks on a world of {}", req.world, self.world)));
+        }
+        if let Some(p) = self.plans.lock().ok().and_then(|m| m.get(req).cloned()) {
+            return Ok(p);
+        }
+        let sizes = req.buffer_sizes();
+        let mut v = Vec::with_capacity(self.world as usize);
+        for r in 0..self.world {
+            let p = RankPlan::schedule(req, r)?;
+            p.validate(r, self.world, &sizes, self.pad_slots, false)?;
+            v.push(self.upload(r, p)?);
+        }
+        let v = Arc::new(v);
+        if let Ok(mut m) = self.plans.lock() {
+            m.insert(*req, v.clone());
+        }
+        Ok(v)
+    }
+
+    /// Checks and uploads user-written plans (one per rank), uncached.
+    pub fn user_plans(&self, plans: Vec<RankPlan>, sizes: &BufferSizes) -> Result<Vec<DevicePlan>> {
+        if plans.len() != self.world as usize {
+            return Err(CudaError::Invalid(format!("{} plans for {} ranks", plans.len(), self.world)));
+        }
+        let mut v = Vec::with_capacity(plans.len());
+        for (r, p) in plans.into_iter().enumerate() {
+            if p.channels() > MAX_CHANNELS as usize {
+                return Err(CudaError::Invalid(format!("{} channels", p.channels())));
+            }
+            p.validate(r as u16, self.world, sizes, self.pad_slots, false)?;
+            v.push(self.upload(r as u16, p)?);
+        }
+        Ok(v)
+    }
+
+    fn params(&self, r: u16, p: &DevicePlan, b: &Buffers, trace: bool) -> Result<InterpParams> {
+        let k = self.rank(r)?;
+        Ok(InterpParams {
+            plan: p.ops.ptr,
+            chan_start: p.chan.ptr,
+            base: k.heap.base(),
+            stride: k.heap.stride,
+            buf_off: [b.input, b.output, b.scratch],
+            pad_off: 0,
+            expected: k.expected.ptr,
+            mc_base: 0,
+            records: self.host.dev + (ABORT_BYTES + r as usize * MAX_CHANNELS as usize * RECORD_BYTES) as u64,
+            abort_word: self.host.dev,
+            trace: if trace { k.trace.ptr } else { 0 },
+            trace_len: if trace { k.trace_len.ptr } else { 0 },
+            timeout_ns: self.opts.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            rank: r as u32,
+            world: self.world as u32,
+            channels: p.host.channels() as u32,
+            trace_cap: self.opts.trace_cap,
+        })
+    }
+
+    fn reset_records(&self) {
+        self.host.zero(0, self.host.len);
+    }
+
+    fn enqueue(&self, r: u16, p: &DevicePlan, b: &Buffers, trace: bool) -> Result<()> {
+        let k = self.rank(r)?;
+        let channels = p.host.channels() as u32;
+        if channels == 0 {
+            return Ok(());
+        }
+        let params = self.params(r, p, b, trace)?;
+        k.dev.bind()?;
+        let kern = if trace { &k.interp_trace } else { &k.interp };
+        // SAFETY: `InterpParams` mirrors `symm_interp_params`; the plan, heap, counters, records
+        // and trace buffers it names are alive for the launch (owned by `self` and `p`), and the
+        // plan was validated against this world, these buffer sizes and the pad.
+        unsafe { kern.launch(&k.stream, channels, symm_kernels::INTERP_THREADS, &params) }
+    }
+
+    /// Launches plans on every rank without waiting (`wait` completes them).
+    pub fn launch(&self, plans: &[DevicePlan], b: &Buffers, trace: bool) -> Result<()> {
+        self.reset_records();
+        if trace {
+            for k in &self.ranks {
+                k.dev.bind()?;
+                device::memset(k.trace_len.ptr, 0, k.trace_len.len)?;
+            }
+        }
+        for (r, p) in plans.iter().enumerate() {
+            self.enqueue(r as u16, p, b, trace)?;
+        }
+        Ok(())
+    }
+
+    /// Launches plans without resetting records (back-to-back timing).
+    pub fn launch_again(&self, plans: &[DevicePlan], b: &Buffers) -> Result<()> {
+        for (r, p) in plans.iter().enumerate() {
+            self.enqueue(r as u16, p, b, false)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every rank and turns timeout records into errors.
+    pub fn wait(&self) -> Result<()> {
+        let mut first = None;
+        for k in &self.ranks {
+            if let Err(e) = k.stream.synchronize() {
+                first.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first {
+            return Err(e);
+        }
+        self.check_records()
+    }
+
+    fn check_records(&self) -> Result<()> {
+        let mut bad = None;
+        for r in 0..self.world as usize {
+            for c in 0..MAX_CHANNELS as usize {
+                let at = ABORT_BYTES + (r * MAX_CHANNELS as usize + c) * RECORD_BYTES;
+                let reason = self.host.read_u32(at);
+                let rank = self.host.read_u32(at + 4) as u16;
+                let channel = self.host.read_u32(at + 36) as u16;
+                let op_index = self.host.read_u32(at + 32);
+                match reason {
+                    1 => {
+                        return Err(CudaError::Timeout {
+                            rank,
+                            peer: self.host.read_u32(at + 8) as u16,
+                            slot: self.host.read_u32(at + 12),
+                            channel,
+                            expected: self.host.read_u64(at + 16),
+                            found: self.host.read_u64(at + 24),
+                            op_index,
+                        })
+                    }
+                    3 => {
+                        bad.get_or_insert(CudaError::BadOp {
+                            rank,
+                            channel,
+                            op_index,
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
+        bad.map_or(Ok(()), Err)
+    }
+
+    /// Runs a collective request to completion (plans cached).
+    pub fn run(&self, req: &Request, b: &Buffers, trace: bool) -> Result<()> {
+        let plans = self.plans(req)?;
+        self.launch(&plans, b, trace)?;
+        self.wait()
+    }
+
+    /// Captures one launch of a request's plans per rank into CUDA graphs.
+    pub fn capture(&self, req: &Request, b: &Buffers) -> Result<Vec<Graph>> {
+        let plans = self.plans(req)?;
+        let mut v = Vec::with_capacity(self.ranks.len());
+        for (r, p) in plans.iter().enumerate() {
+            let k = &self.ranks[r];
+            v.push(Graph::capture(&k.dev, &k.stream, || self.enqueue(r as u16, p, b, false))?);
+        }
+        Ok(v)
+    }
+
+    /// Replays captured graphs once on every rank and waits.
+    pub fn replay(&self, graphs: &[Graph]) -> Result<()> {
+        self.reset_records();
+        for (g, k) in graphs.iter().zip(&self.ranks) {
+            g.launch(&k.stream)?;
+        }
+        self.wait()
+    }
+
+    /// Mean microseconds per launch of `req` over `iters` back-to-back launches (after `warmup`),
+    /// the slowest rank's events.
+    pub fn time(&self, req: &Request, b: &Buffers, warmup: u32, iters: u32) -> Result<f64> {
+        let plans = self.plans(req)?;
+        self.launch(&plans, b, false)?;
+        for _ in 1..warmup.max(1) {
+            self.launch_again(&plans, b)?;
+        }
+        self.wait()?;
+        let ev: Vec<(Event, Event)> = self
+            .ranks
+            .iter()
+            .map(|k| Ok((Event::new(&k.dev)?, Event::new(&k.dev)?)))
+            .collect::<Result<_>>()?;
+        for (k, (s, _)) in self.ranks.iter().zip(&ev) {
+            s.record(&k.stream)?;
+        }
+        for _ in 0..iters.max(1) {
+            self.launch_again(&plans, b)?;
+        }
+        for (k, (_, e)) in self.ranks.iter().zip(&ev) {
+            e.record(&k.stream)?;
+        }
+        self.wait()?;
+        let mut worst = 0f64;
+        for (s, e) in &ev {
+            worst = worst.max(s.elapsed_ms(e)? as f64);
+        }
+        Ok(worst * 1000.0 / iters.max(1) as f64)
+    }
+
+    /// Reads the trace events of the last traced launch of `plans`: per rank, per channel,
+    /// (time ns, op index, kind 0 begin / 1 end / 2 stall), plus whether a buffer overflowed.
+    pub fn trace_events(&self, plans: &[DevicePlan]) -> Result<(Vec<Vec<Vec<(u64, u32, u32)>>>, bool)> {
+        let cap = self.opts.trace_cap as usize;
+        let mut out = Vec::with_capacity(plans.len());
+        let mut overflow = false;
+        for (r, p) in plans.iter().enumerate() {
+            let k = &self.ranks[r];
+            k.dev.bind()?;
+            let ch = p.host.channels();
+            let mut lens = vec![0u8; ch * 4];
+            device::dtoh(&mut lens, k.trace_len.ptr)?;
+            let mut per = Vec::with_capacity(ch);
+            for c in 0..ch {
+                let n = u32::from_le_bytes([lens[4 * c], lens[4 * c + 1], lens[4 * c + 2], lens[4 * c + 3]]) as usize;
+                overflow |= n > cap;
+                let n = n.min(cap);
+                let mut raw = vec![0u8; n * EVENT_BYTES];
+                device::dtoh(&mut raw, k.trace.ptr + (c * cap * EVENT_BYTES) as u64)?;
+                per.push(
+                    raw.chunks_exact(EVENT_BYTES)
+                        .map(|e| {
+                            let t = u64::from_le_bytes(e[0..8].try_into().unwrap_or([0; 8]));
+                            let i = u32::from_le_bytes(e[8..12].try_into().unwrap_or([0; 4]));
+                            let kd = u32::from_le_bytes(e[12..16].try_into().unwrap_or([0; 4]));
+                            (t, i, kd)
+                        })
+                        .collect(),
+                );
+            }
+            out.push(per);
+        }
+        Ok((out, overflow))
+    }
+}
