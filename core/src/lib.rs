@@ -26,6 +26,8 @@ pub mod dtype;
 pub mod exec;
 pub mod heap;
 pub mod op;
+#[cfg(feature = "alloc")]
+pub mod perfetto;
 pub mod plan;
 pub mod sched;
 pub mod signal;

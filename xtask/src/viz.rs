@@ -1,5 +1,188 @@
-//! `cargo xtask viz`.
+//! `cargo xtask viz`: build, serve and test the browser replayer.
+//!
+//! * [`build`]: compiles `symm-viz` to `wasm32-unknown-unknown` (release), runs wasm-bindgen
+//!   (the CLI pinned to the exact `wasm-bindgen` version of `Cargo.lock`, installed with
+//!   `cargo install --locked` when missing), copies the static `index.html` and generates the
+//!   example traces with the host simulator into `viz/dist/`.
+//! * [`serve`]: a std-only HTTP server on 127.0.0.1 for the app and a folder of traces.
+//! * [`ci_checks`]: the browser tests in real headless Chromium (Debian's `chromium` and
+//!   `chromium-driver`, installed with apt-get when missing), see [`browser`].
 
-pub fn run(_args: &[String]) -> Result<(), String> {
-    Err("`cargo xtask viz` is not available in this build yet".into())
+mod browser;
+mod examples;
+mod http;
+mod json;
+mod webdriver;
+
+use crate::util;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const USAGE: &str =
+    "usage: cargo xtask viz [--serve] [--port N] [--traces DIR] [--test] [--screenshots]";
+
+/// `cargo xtask viz ...`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    if util::flag(args, "--help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    if util::flag(args, "--test") || util::flag(args, "--screenshots") {
+        let shots = util::flag(args, "--screenshots").then(|| util::root().join("docs/img"));
+        return checks(shots.as_deref());
+    }
+    let dist = build()?;
+    println!("viz: built {}", dist.display());
+    if util::flag(args, "--serve") {
+        let traces = util::value(args, "--traces")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| dist.join("examples"));
+        let port = util::value(args, "--port")
+            .map(|p| p.parse::<u16>().map_err(|e| format!("--port: {e}")))
+            .transpose()?
+            .unwrap_or(8000);
+        return serve_on(&dist, &traces, port);
+    }
+    Ok(())
+}
+
+/// The cargo target directory.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|p| {
+            if p.is_absolute() {
+                p
+            } else {
+                util::root().join(p)
+            }
+        })
+        .unwrap_or_else(|| util::root().join("target"))
+}
+
+/// The version of a package in Cargo.lock.
+fn locked_version(package: &str) -> Result<String, String> {
+    let lock = std::fs::read_to_string(util::root().join("Cargo.lock"))
+        .map_err(|e| format!("Cargo.lock: {e}"))?;
+    let needle = format!("name = \"{package}\"\nversion = \"");
+    let at = lock
+        .find(&needle)
+        .ok_or_else(|| format!("{package} is not in Cargo.lock"))?
+        + needle.len();
+    let end = lock[at..].find('"').ok_or("Cargo.lock is malformed")?;
+    Ok(lock[at..at + end].to_string())
+}
+
+fn cargo_bin(name: &str) -> PathBuf {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cargo"));
+    home.join("bin").join(name)
+}
+
+/// wasm-bindgen-cli at exactly `version`, installed when missing.
+fn wasm_bindgen(version: &str) -> Result<PathBuf, String> {
+    let bin = cargo_bin("wasm-bindgen");
+    let have = Command::new(&bin)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if have.as_deref() != Some(&format!("wasm-bindgen {version}")) {
+        eprintln!("viz: installing wasm-bindgen-cli {version} (found {have:?})");
+        util::run(util::cargo().args([
+            "install",
+            "wasm-bindgen-cli",
+            "--version",
+            version,
+            "--locked",
+            "--force",
+        ]))?;
+    }
+    Ok(bin)
+}
+
+fn ensure_wasm_target() -> Result<(), String> {
+    let sysroot = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("rustc: {e}"))?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    if sysroot.join("lib/rustlib/wasm32-unknown-unknown").is_dir() {
+        return Ok(());
+    }
+    util::run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))
+}
+
+/// Builds the app into `viz/dist` and returns that folder.
+pub fn build() -> Result<PathBuf, String> {
+    ensure_wasm_target()?;
+    let version = locked_version("wasm-bindgen")?;
+    let bindgen = wasm_bindgen(&version)?;
+    util::run(util::cargo().args([
+        "build",
+        "-p",
+        "symm-viz",
+        "--target",
+        "wasm32-unknown-unknown",
+        "--release",
+    ]))?;
+    let wasm = target_dir().join("wasm32-unknown-unknown/release/symm_viz.wasm");
+    let dist = util::root().join("viz/dist");
+    std::fs::create_dir_all(&dist).map_err(|e| format!("{}: {e}", dist.display()))?;
+    util::run(
+        Command::new(&bindgen)
+            .args(["--target", "web", "--no-typescript", "--out-dir"])
+            .arg(&dist)
+            .arg(&wasm),
+    )?;
+    let index = util::root().join("viz/static/index.html");
+    std::fs::copy(&index, dist.join("index.html"))
+        .map_err(|e| format!("{}: {e}", index.display()))?;
+    let names = examples::write_all(&dist.join("examples"))?;
+    eprintln!("viz: wrote {} example traces", names.len());
+    Ok(dist)
+}
+
+/// Serves the app in `dist` and the traces in `traces` on 127.0.0.1 until interrupted.
+pub fn serve(dist: &Path, traces: &Path) -> Result<(), String> {
+    serve_on(dist, traces, 8000)
+}
+
+fn serve_on(dist: &Path, traces: &Path, port: u16) -> Result<(), String> {
+    let addr = http::start(dist, traces, port).or_else(|_| http::start(dist, traces, 0))?;
+    let first = std::fs::read_dir(traces)
+        .ok()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".trace"))
+        .min();
+    println!(
+        "viz: serving the app on http://{addr}/ (traces from {})",
+        traces.display()
+    );
+    if let Some(f) = first {
+        println!("viz: open http://{addr}/?trace=traces/{f}");
+    }
+    loop {
+        std::thread::park();
+    }
+}
+
+/// What `cargo xtask test` runs: build, then the browser tests in headless Chromium.
+pub fn ci_checks() -> Result<(), String> {
+    checks(None)
+}
+
+fn checks(screenshots: Option<&Path>) -> Result<(), String> {
+    let dist = build()?;
+    let (chromium, driver) = browser::install()?;
+    let scratch = target_dir().join("viz-test");
+    std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+    let summary = browser::run_all(&dist, &scratch, &chromium, &driver, screenshots)?;
+    println!("{summary}");
+    Ok(())
 }

@@ -1,0 +1,433 @@
+//! Export of a trace to Chrome trace JSON, which Perfetto (ui.perfetto.dev) and `chrome://tracing`
+//! open.
+//!
+//! The mapping:
+//!
+//! * every rank is a *process* (`pid` = rank, named "rank r"), every channel a *thread* of it
+//!   (`tid` = channel, named "channel c");
+//! * every op is a complete slice (`"ph": "X"`) from its `Begin` to its `End` event, named after
+//!   the op kind, with the op's operands in `args`; a wait that never finished (a `Stall` event) is
+//!   a slice named `wait (stalled)` that lasts to the end of the trace and carries what it
+//!   expected and found;
+//! * every Signal -> Wait pair is a flow arrow: the signal's slice has `"bind_id": k, "flow_out":
+//!   true`, the wait's slice `"bind_id": k, "flow_in": true`, with integer ids.
+//!
+//! Pairing follows the signal protocol ([`crate::signal`]): a signal from rank r to slot s of rank
+//! p is consumed by a wait on slot s of rank p. Signals to one slot come from a single writer, so
+//! they are ordered; the waits on the slot consume them in order, `count` at a time (a wait with
+//! count c consumes the next c). A wait is *released* by the last signal it consumes: that pair is
+//! the flow. [`spans`] and [`pairs`] are the building blocks the browser viewer uses too.
+//!
+//! The JSON is written by hand (the crate has no JSON dependency); strings written are all ASCII
+//! names generated here, so no escaping beyond the basics is needed.
+
+use crate::op::{Loc, McLoc, Op};
+use crate::signal::SlotLayout;
+use crate::trace::{Event, EventKind, Header};
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::Write;
+
+/// One op of one (rank, channel) stream, from its begin to its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// Rank.
+    pub rank: u16,
+    /// Channel.
+    pub channel: u16,
+    /// Position of the op in its stream.
+    pub index: u32,
+    /// The op.
+    pub op: Op,
+    /// Begin time (header units). A span seen only through its end begins there.
+    pub begin: u64,
+    /// End time, `None` while the op never finished.
+    pub end: Option<u64>,
+    /// For a wait that never finished: (target, found) of the slot.
+    pub stall: Option<(u64, u64)>,
+    /// Ranks whose contributions the destination holds after the op.
+    pub contents: Option<u64>,
+}
+
+/// Most op indices a stream may skip ahead before spans fall back to a slower map.
+const DENSE_GAP: usize = 1 << 16;
+
+/// Folds begin, end and stall events into spans, in order of first appearance.
+pub fn spans(events: &[Event]) -> Vec<Span> {
+    spans_indexed(events).0
+}
+
+/// [`spans`], with the span of every event (`owner[i]` is the span of `events[i]`).
+pub fn spans_indexed(events: &[Event]) -> (Vec<Span>, Vec<u32>) {
+    let mut owner: Vec<u32> = Vec::with_capacity(events.len());
+    let mut out: Vec<Span> = Vec::with_capacity(events.len() / 2 + 1);
+    // (rank, channel) -> lane number; per lane a dense index -> span table.
+    let mut lanes: BTreeMap<(u16, u16), usize> = BTreeMap::new();
+    let mut dense: Vec<Vec<u32>> = Vec::new();
+    let mut sparse: BTreeMap<(u16, u16, u32), usize> = BTreeMap::new();
+    let mut last_lane: Option<((u16, u16), usize)> = None;
+    for e in events {
+        let key = (e.rank, e.channel);
+        let lane = match last_lane {
+            Some((k, l)) if k == key => l,
+            _ => {
+                let next = dense.len();
+                let l = *lanes.entry(key).or_insert(next);
+                if l == next {
+                    dense.push(Vec::new());
+                }
+                last_lane = Some((key, l));
+                l
+            }
+        };
+        let idx = e.index as usize;
+        let table = &mut dense[lane];
+        let slot = if idx < table.len() {
+            match table[idx] {
+                u32::MAX => None,
+                s => Some(s as usize),
+            }
+        } else if idx <= table.len() + DENSE_GAP {
+            None
+        } else {
+            sparse.get(&(e.rank, e.channel, e.index)).copied()
+        };
+        let span = match slot {
+            Some(s) => s,
+            None => {
+                let s = out.len();
+                out.push(Span {
+                    rank: e.rank,
+                    channel: e.channel,
+                    index: e.index,
+                    op: e.op,
+                    begin: e.time,
+                    end: None,
+                    stall: None,
+                    contents: None,
+                });
+                if idx <= table.len() + DENSE_GAP {
+                    if idx >= table.len() {
+                        table.resize(idx + 1, u32::MAX);
+                    }
+                    table[idx] = s as u32;
+                } else {
+                    sparse.insert((e.rank, e.channel, e.index), s);
+                }
+                s
+            }
+        };
+        owner.push(span as u32);
+        let sp = &mut out[span];
+        match e.kind {
+            EventKind::Begin => sp.begin = sp.begin.min(e.time),
+            EventKind::End => {
+                sp.end = Some(e.time);
+                if e.contents.is_some() {
+                    sp.contents = e.contents;
+                }
+            }
+            EventKind::Stall { target, found } => sp.stall = Some((target, found)),
+        }
+    }
+    (out, owner)
+}
+
+/// A Signal -> Wait pair: indices into the span list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pair {
+    /// The signal's span.
+    pub signal: usize,
+    /// The span of the wait it released.
+    pub wait: usize,
+}
+
+/// Pairs every wait that finished with the signal that released it (see the module docs).
+pub fn pairs(spans: &[Span]) -> Vec<Pair> {
+    // (owner rank, slot) -> (signals, waits)
+    let mut by_slot: BTreeMap<(u16, u32), (Vec<usize>, Vec<usize>)> = BTreeMap::new();
+    for (i, s) in spans.iter().enumerate() {
+        match s.op {
+            Op::Signal { peer, slot, .. } => by_slot.entry((peer, slot)).or_default().0.push(i),
+            Op::Wait { slot, .. } => by_slot.entry((s.rank, slot)).or_default().1.push(i),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (_, (mut sig, mut wait)) in by_slot {
+        let order = |i: &usize| {
+            let s = &spans[*i];
+            (s.begin, s.index, s.rank, s.channel)
+        };
+        sig.sort_by_key(order);
+        wait.sort_by_key(|i| (spans[*i].index, spans[*i].begin));
+        let mut consumed: u64 = 0;
+        for w in wait {
+            let Op::Wait { count, .. } = spans[w].op else {
+                continue;
+            };
+            if count == 0 || spans[w].end.is_none() {
+                consumed = consumed.saturating_add(count);
+                continue;
+            }
+            let last = consumed.saturating_add(count - 1);
+            consumed = consumed.saturating_add(count);
+            if let Some(&s) = usize::try_from(last).ok().and_then(|l| sig.get(l)) {
+                out.push(Pair { signal: s, wait: w });
+            }
+        }
+    }
+    out.sort_by_key(|p| (p.wait, p.signal));
+    out
+}
+
+fn ts(out: &mut String, time: u64, unit_ns: u32) {
+    let ns = (time as u128) * (unit_ns.max(1) as u128);
+    let _ = write!(out, "{}.{:03}", ns / 1000, ns % 1000);
+}
+
+fn loc(out: &mut String, l: &Loc) {
+    let _ = write!(out, "r{}.{}+{}", l.rank, l.buf.name(), l.offset);
+}
+
+fn mcloc(out: &mut String, l: &McLoc) {
+    let _ = write!(out, "all.{}+{}", l.buf.name(), l.offset);
+}
+
+fn op_args(out: &mut String, op: &Op, layout: &SlotLayout) {
+    match op {
+        Op::Copy { src, dst, bytes } => {
+            out.push_str("\"src\":\"");
+            loc(out, src);
+            out.push_str("\",\"dst\":\"");
+            loc(out, dst);
+            let _ = write!(out, "\",\"bytes\":{bytes}");
+        }
+        Op::Reduce {
+            a, b, dst, elems, ..
+        } => {
+            out.push_str("\"a\":\"");
+            loc(out, a);
+            out.push_str("\",\"b\":\"");
+            loc(out, b);
+            out.push_str("\",\"dst\":\"");
+            loc(out, dst);
+            let _ = write!(out, "\",\"elems\":{elems},\"bytes\":{}", op.bytes());
+        }
+        Op::Signal {
+            peer, slot, value, ..
+        } => {
+            let _ = write!(out, "\"peer\":{peer},\"slot\":{slot},\"value\":{value}");
+            slot_key(out, layout, *slot);
+        }
+        Op::Wait { slot, count } => {
+            let _ = write!(out, "\"slot\":{slot},\"count\":{count}");
+            slot_key(out, layout, *slot);
+        }
+        Op::McReduce {
+            src, dst, elems, ..
+        } => {
+            out.push_str("\"src\":\"");
+            mcloc(out, src);
+            out.push_str("\",\"dst\":\"");
+            loc(out, dst);
+            let _ = write!(out, "\",\"elems\":{elems},\"bytes\":{}", op.bytes());
+        }
+        Op::McStore { src, dst, bytes } => {
+            out.push_str("\"src\":\"");
+            loc(out, src);
+            out.push_str("\",\"dst\":\"");
+            mcloc(out, dst);
+            let _ = write!(out, "\",\"bytes\":{bytes}");
+        }
+    }
+}
+
+fn slot_key(out: &mut String, layout: &SlotLayout, slot: u32) {
+    if let Some(k) = layout.key(slot) {
+        let _ = write!(
+            out,
+            ",\"slot_kind\":\"{}\",\"slot_channel\":{},\"slot_from\":{}",
+            k.kind.name(),
+            k.channel,
+            k.peer
+        );
+    }
+}
+
+/// The trace as Chrome trace JSON (see the module docs).
+pub fn to_json(header: &Header, events: &[Event]) -> String {
+    let spans = spans(events);
+    let pairs = pairs(&spans);
+    let mut flow: Vec<(u32, bool)> = alloc::vec![(0, false); spans.len()];
+    for (k, p) in pairs.iter().enumerate() {
+        flow[p.signal] = (k as u32 + 1, true);
+        flow[p.wait] = (k as u32 + 1, false);
+    }
+    let last = events.iter().map(|e| e.time).max().unwrap_or(0);
+    let unit = header.time_unit_ns;
+    let layout = header.request.layout();
+    let mut out = String::with_capacity(256 + spans.len() * 200);
+    let _ = write!(
+        out,
+        "{{\"displayTimeUnit\":\"ns\",\"otherData\":{{\"collective\":\"{}\",\"algorithm\":\"{}\",\"world\":{},\"channels\":{},\"bytes\":{}}},\"traceEvents\":[",
+        header.request.collective.name(),
+        header.request.algorithm.name(),
+        header.world,
+        header.channels,
+        header.request.bytes
+    );
+    let mut first = true;
+    let mut sep = |out: &mut String| {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        out.push('\n');
+    };
+    for r in 0..header.world {
+        sep(&mut out);
+        let _ = write!(
+            out,
+            "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{r},\"tid\":0,\"args\":{{\"name\":\"rank {r}\"}}}}"
+        );
+        sep(&mut out);
+        let _ = write!(
+            out,
+            "{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{r},\"tid\":0,\"args\":{{\"sort_index\":{r}}}}}"
+        );
+        for c in 0..header.channels {
+            sep(&mut out);
+            let _ = write!(
+                out,
+                "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{r},\"tid\":{c},\"args\":{{\"name\":\"channel {c}\"}}}}"
+            );
+        }
+    }
+    for (i, s) in spans.iter().enumerate() {
+        sep(&mut out);
+        let name = if s.stall.is_some() {
+            "wait (stalled)"
+        } else if s.end.is_none() {
+            "unfinished"
+        } else {
+            s.op.kind_name()
+        };
+        let end = s.end.unwrap_or(last).max(s.begin);
+        let _ = write!(
+            out,
+            "{{\"ph\":\"X\",\"cat\":\"{}\",\"name\":\"{name}\",\"pid\":{},\"tid\":{},\"ts\":",
+            s.op.kind_name(),
+            s.rank,
+            s.channel
+        );
+        ts(&mut out, s.begin, unit);
+        out.push_str(",\"dur\":");
+        ts(&mut out, end - s.begin, unit);
+        let (id, is_out) = flow[i];
+        if id != 0 {
+            let dir = if is_out { "flow_out" } else { "flow_in" };
+            let _ = write!(out, ",\"bind_id\":{id},\"{dir}\":true");
+        }
+        let _ = write!(out, ",\"args\":{{\"index\":{},", s.index);
+        op_args(&mut out, &s.op, &layout);
+        if let Some((target, found)) = s.stall {
+            let _ = write!(out, ",\"expected\":{target},\"found\":{found}");
+        }
+        if let Some(c) = s.contents {
+            let _ = write!(out, ",\"contents\":\"{c:#x}\"");
+        }
+        out.push_str("}}");
+    }
+    out.push_str("\n]}\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::{DType, ReduceOp};
+    use crate::op::{Buf, SignalOp};
+    use crate::sched::{Algorithm, Collective, Request};
+    use crate::trace::Source;
+
+    fn ev(time: u64, rank: u16, index: u32, kind: EventKind, op: Op) -> Event {
+        Event {
+            time,
+            rank,
+            channel: 0,
+            index,
+            kind,
+            op,
+            contents: None,
+        }
+    }
+
+    fn header() -> Header {
+        let request = Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            2,
+            64,
+            DType::F32,
+            ReduceOp::Sum,
+        );
+        Header {
+            world: 2,
+            channels: 1,
+            request,
+            source: Source::Host { simulated: true },
+            time_unit_ns: 1000,
+        }
+    }
+
+    #[test]
+    fn pairs_signals_with_the_waits_they_release() {
+        let layout = header().request.layout();
+        let slot = layout.index_unchecked(0, 0, crate::signal::SlotKind::Data, 0);
+        let sig = Op::Signal {
+            peer: 1,
+            slot,
+            op: SignalOp::Add,
+            value: 1,
+        };
+        let copy = Op::Copy {
+            src: Loc::new(0, Buf::Input, 0),
+            dst: Loc::new(1, Buf::Scratch, 0),
+            bytes: 64,
+        };
+        let events = [
+            ev(0, 0, 0, EventKind::Begin, copy),
+            ev(5, 0, 0, EventKind::End, copy),
+            ev(5, 0, 1, EventKind::Begin, sig),
+            ev(6, 0, 1, EventKind::End, sig),
+            ev(6, 0, 2, EventKind::Begin, sig),
+            ev(7, 0, 2, EventKind::End, sig),
+            ev(0, 1, 0, EventKind::Begin, Op::Wait { slot, count: 2 }),
+            ev(8, 1, 0, EventKind::End, Op::Wait { slot, count: 2 }),
+            ev(8, 1, 1, EventKind::Begin, Op::Wait { slot, count: 1 }),
+            ev(
+                99,
+                1,
+                1,
+                EventKind::Stall {
+                    target: 3,
+                    found: 2,
+                },
+                Op::Wait { slot, count: 1 },
+            ),
+        ];
+        let sp = spans(&events);
+        assert_eq!(sp.len(), 5);
+        let p = pairs(&sp);
+        assert_eq!(p, [Pair { signal: 2, wait: 3 }]);
+        let json = to_json(&header(), &events);
+        assert_eq!(json.matches("\"flow_out\":true").count(), 1);
+        assert_eq!(json.matches("\"flow_in\":true").count(), 1);
+        assert!(json.contains("\"name\":\"wait (stalled)\""));
+        assert!(json.contains("\"expected\":3,\"found\":2"));
+        assert!(json.contains("\"ts\":5.000,\"dur\":1.000"));
+        assert_eq!(json.matches("\"process_name\"").count(), 2);
+    }
+}

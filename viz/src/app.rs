@@ -1,0 +1,487 @@
+//! The application component: what is loaded, the playback position, and how input changes them.
+//!
+//! One playback position (a count of applied events of the main trace) drives every view; a
+//! second trace (compare mode) follows it by time. The views themselves are drawn on canvases in
+//! [`App::rendered`]; the HTML around them is in [`crate::view`].
+
+use crate::canvas::{self, timeline};
+use crate::examples;
+use crate::io;
+use crate::model::{LoadError, Trace};
+use gloo_events::EventListener;
+use gloo_timers::callback::Interval;
+use wasm_bindgen::JsCast;
+use web_sys::{HtmlCanvasElement, HtmlElement, KeyboardEvent};
+use yew::prelude::*;
+
+/// Which trace a load fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// The main trace.
+    Main,
+    /// The trace compared with it.
+    Compare,
+}
+
+/// Input to the app.
+pub enum Msg {
+    /// Fetch a URL into a slot.
+    OpenUrl(Slot, String),
+    /// Read a picked or dropped file into a slot.
+    OpenFile(Slot, web_sys::File),
+    /// Bytes arrived.
+    Loaded(Slot, String, Vec<u8>, f64),
+    /// A load failed.
+    Failed(LoadError),
+    /// Drop the compared trace.
+    CloseCompare,
+    /// Play or pause.
+    TogglePlay,
+    /// A playback tick.
+    Tick,
+    /// Step by events.
+    Step(i64),
+    /// Go to a position.
+    Seek(usize),
+    /// Set the playback speed.
+    Speed(f64),
+    /// Jump to the next stall.
+    NextStall,
+    /// Zoom the timeline by a factor around an x pixel.
+    Zoom(f64, f64),
+    /// Fit the whole trace.
+    Fit,
+    /// Pointer pressed on the timeline.
+    Down(f64),
+    /// Pointer moved on the timeline.
+    Move(f64),
+    /// Pointer released on the timeline.
+    Up(f64, f64),
+    /// Export the main trace to Perfetto JSON.
+    Export,
+    /// A key was pressed.
+    Key(KeyboardEvent),
+}
+
+/// The application.
+pub struct App {
+    pub(crate) main: Option<Trace>,
+    pub(crate) compare: Option<Trace>,
+    pub(crate) pos: usize,
+    pub(crate) playing: bool,
+    pub(crate) speed: f64,
+    pub(crate) error: Option<String>,
+    pub(crate) loading: Option<String>,
+    pub(crate) window: Option<timeline::Window>,
+    pub(crate) selected: Option<(usize, usize)>,
+    pub(crate) export_url: Option<String>,
+    pub(crate) load_ms: Option<f64>,
+    pub(crate) timeline_ref: NodeRef,
+    pub(crate) topology_ref: NodeRef,
+    pub(crate) buffers_ref: NodeRef,
+    pub(crate) root_ref: NodeRef,
+    load_started: Option<f64>,
+    ready_at: Option<f64>,
+    drag: Option<(f64, timeline::Window, bool)>,
+    ticker: Option<Interval>,
+    last_tick: f64,
+    play_ns: f64,
+    _keys: Option<EventListener>,
+}
+
+impl App {
+    /// The visible time window.
+    pub(crate) fn window(&self) -> timeline::Window {
+        self.window.unwrap_or_else(|| {
+            let d = [self.main.as_ref(), self.compare.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|t| t.duration_ns())
+                .fold(1.0, f64::max);
+            timeline::Window {
+                t0: -d * 0.01,
+                t1: d * 1.02,
+            }
+        })
+    }
+
+    /// Playback time in ns from the start of the main trace.
+    fn now_ns(&self) -> f64 {
+        self.main.as_ref().map_or(0.0, |t| {
+            (t.time_at(self.pos) - t.start) as f64 * t.header.time_unit_ns.max(1) as f64
+        })
+    }
+
+    fn timeline_width(&self) -> f64 {
+        self.timeline_ref
+            .cast::<HtmlCanvasElement>()
+            .map_or(800.0, |c| c.width() as f64)
+    }
+
+    fn tracks(&self) -> Vec<&Trace> {
+        [self.main.as_ref(), self.compare.as_ref()]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    fn set_pos(&mut self, pos: usize) {
+        let n = self.main.as_ref().map_or(0, |t| t.events.len());
+        self.pos = pos.min(n);
+        self.play_ns = self.now_ns();
+        self.selected = None;
+    }
+
+    fn start_load(&mut self, name: &str) {
+        self.loading = Some(name.to_string());
+        self.load_started = Some(io::now_ms());
+    }
+
+    fn draw(&self) {
+        let Some(t) = self.main.as_ref() else {
+            return;
+        };
+        let now_ns = self.now_ns();
+        if let Some(c) = self.timeline_ref.cast::<HtmlCanvasElement>() {
+            let tracks = self.tracks();
+            if let Some(ctx) = canvas::context(&c, timeline::height(&tracks)) {
+                let parts: Vec<timeline::Track> = tracks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, tr)| timeline::Track {
+                        trace: tr,
+                        now_ns,
+                        selected: match self.selected {
+                            Some((ti, s)) if ti == i => Some(s),
+                            None if i == 0 => t.current_span(self.pos),
+                            _ => None,
+                        },
+                    })
+                    .collect();
+                timeline::draw(&ctx, c.width() as f64, &parts, self.window());
+            }
+        }
+        if let Some(c) = self.topology_ref.cast::<HtmlCanvasElement>() {
+            if let Some(ctx) = canvas::context(&c, canvas::topology::HEIGHT) {
+                canvas::topology::draw(&ctx, c.width() as f64, t, self.pos);
+            }
+        }
+        if let Some(c) = self.buffers_ref.cast::<HtmlCanvasElement>() {
+            if let Some(ctx) = canvas::context(&c, canvas::buffers::height(t)) {
+                canvas::buffers::draw(&ctx, c.width() as f64, t, self.pos);
+            }
+        }
+    }
+
+    /// State the browser tests read.
+    fn publish(&self) {
+        let Some(root) = self.root_ref.cast::<HtmlElement>() else {
+            return;
+        };
+        let state = if self.loading.is_some() {
+            "loading"
+        } else if self.error.is_some() {
+            "error"
+        } else if self.main.is_some() {
+            "ready"
+        } else {
+            "empty"
+        };
+        let set = |k: &str, v: String| {
+            let _ = root.set_attribute(k, &v);
+        };
+        set("data-state", state.to_string());
+        set("data-pos", self.pos.to_string());
+        set(
+            "data-events",
+            self.main.as_ref().map_or(0, |t| t.events.len()).to_string(),
+        );
+        set("data-compare", self.compare.is_some().to_string());
+        if let Some(ms) = self.load_ms {
+            set("data-load-ms", format!("{ms:.1}"));
+        }
+        if let Some(at) = self.ready_at {
+            set("data-ready-at", format!("{at:.1}"));
+        }
+    }
+}
+
+impl Component for App {
+    type Message = Msg;
+    type Properties = ();
+
+    fn create(ctx: &Context<Self>) -> Self {
+        let link = ctx.link().clone();
+        let keys = web_sys::window().and_then(|w| w.document()).map(|doc| {
+            EventListener::new(&doc, "keydown", move |e| {
+                if let Some(k) = e.dyn_ref::<KeyboardEvent>() {
+                    link.send_message(Msg::Key(k.clone()));
+                }
+            })
+        });
+        if let Some(url) = io::query_param("trace") {
+            ctx.link().send_message(Msg::OpenUrl(Slot::Main, url));
+        }
+        if let Some(url) = io::query_param("compare") {
+            ctx.link().send_message(Msg::OpenUrl(Slot::Compare, url));
+        }
+        App {
+            main: None,
+            compare: None,
+            pos: 0,
+            playing: false,
+            speed: 1.0,
+            error: None,
+            loading: None,
+            window: None,
+            selected: None,
+            export_url: None,
+            load_ms: None,
+            timeline_ref: NodeRef::default(),
+            topology_ref: NodeRef::default(),
+            buffers_ref: NodeRef::default(),
+            root_ref: NodeRef::default(),
+            load_started: None,
+            ready_at: None,
+            drag: None,
+            ticker: None,
+            last_tick: 0.0,
+            play_ns: 0.0,
+            _keys: keys,
+        }
+    }
+
+    fn update(&mut self, ctx: &Context<Self>, msg: Msg) -> bool {
+        match msg {
+            Msg::OpenUrl(slot, url) => {
+                self.start_load(&url);
+                let link = ctx.link().clone();
+                wasm_bindgen_futures::spawn_local(async move {
+                    let started = io::now_ms();
+                    match io::fetch(&url).await {
+                        Ok(b) => link.send_message(Msg::Loaded(slot, url, b, started)),
+                        Err(reason) => {
+                            link.send_message(Msg::Failed(LoadError::Io { name: url, reason }))
+                        }
+                    }
+                });
+            }
+            Msg::OpenFile(slot, file) => {
+                let name = file.name();
+                self.start_load(&name);
+                let link = ctx.link().clone();
+                wasm_bindgen_futures::spawn_local(async move {
+                    let started = io::now_ms();
+                    match io::read_file(file).await {
+                        Ok(b) => link.send_message(Msg::Loaded(slot, name, b, started)),
+                        Err(reason) => {
+                            link.send_message(Msg::Failed(LoadError::Io { name, reason }))
+                        }
+                    }
+                });
+            }
+            Msg::Loaded(slot, name, bytes, _) => {
+                self.loading = None;
+                let short = name.rsplit('/').next().unwrap_or(&name).to_string();
+                match Trace::decode(&short, &bytes) {
+                    Ok(t) => {
+                        self.error = None;
+                        match slot {
+                            Slot::Main => {
+                                self.pos = t.events.len();
+                                self.main = Some(t);
+                                self.selected = None;
+                                self.playing = false;
+                                self.ticker = None;
+                                self.play_ns = self.now_ns();
+                            }
+                            Slot::Compare => self.compare = Some(t),
+                        }
+                        self.window = None;
+                    }
+                    Err(e) => {
+                        self.error = Some(e.to_string());
+                        self.load_started = None;
+                    }
+                }
+            }
+            Msg::Failed(e) => {
+                self.loading = None;
+                self.load_started = None;
+                self.error = Some(e.to_string());
+            }
+            Msg::CloseCompare => {
+                self.compare = None;
+                self.window = None;
+            }
+            Msg::TogglePlay => {
+                let n = self.main.as_ref().map_or(0, |t| t.events.len());
+                if self.main.is_none() {
+                    return false;
+                }
+                self.playing = !self.playing;
+                if self.playing {
+                    if self.pos >= n {
+                        self.set_pos(0);
+                    }
+                    self.play_ns = self.now_ns();
+                    self.last_tick = io::now_ms();
+                    let link = ctx.link().clone();
+                    self.ticker = Some(Interval::new(33, move || link.send_message(Msg::Tick)));
+                } else {
+                    self.ticker = None;
+                }
+            }
+            Msg::Tick => {
+                let Some(t) = self.main.as_ref() else {
+                    return false;
+                };
+                let now = io::now_ms();
+                let dt = (now - self.last_tick).clamp(0.0, 200.0);
+                self.last_tick = now;
+                // At 1x the whole trace plays in 10 s.
+                self.play_ns += dt * self.speed * t.duration_ns().max(1.0) / 10_000.0;
+                let unit = t.header.time_unit_ns.max(1) as f64;
+                let pos = t.pos_at(t.start + (self.play_ns / unit) as u64);
+                self.pos = pos;
+                self.selected = None;
+                if pos >= t.events.len() {
+                    self.playing = false;
+                    self.ticker = None;
+                }
+            }
+            Msg::Step(d) => {
+                let p = (self.pos as i64 + d).max(0) as usize;
+                self.set_pos(p);
+            }
+            Msg::Seek(p) => self.set_pos(p),
+            Msg::Speed(s) => self.speed = s.clamp(0.01, 1000.0),
+            Msg::NextStall => {
+                let next = self.main.as_ref().and_then(|t| {
+                    let i = t.stall_marks.partition_point(|m| (*m as usize) <= self.pos);
+                    let m = *t.stall_marks.get(i)? as usize;
+                    Some((m, t.current_span(m)))
+                });
+                if let Some((m, span)) = next {
+                    self.set_pos(m);
+                    self.selected = span.map(|s| (0, s));
+                }
+            }
+            Msg::Zoom(f, x) => {
+                let w = self.window();
+                let width = self.timeline_width();
+                let plot = (width - timeline::LABEL_W).max(10.0);
+                let at = w.t0 + ((x - timeline::LABEL_W).clamp(0.0, plot) / plot) * (w.t1 - w.t0);
+                let span = ((w.t1 - w.t0) * f).max(1.0);
+                let left = (at - w.t0) / (w.t1 - w.t0);
+                self.window = Some(timeline::Window {
+                    t0: at - span * left,
+                    t1: at + span * (1.0 - left),
+                });
+            }
+            Msg::Fit => self.window = None,
+            Msg::Down(x) => self.drag = Some((x, self.window(), false)),
+            Msg::Move(x) => {
+                let Some((x0, w0, _)) = self.drag else {
+                    return false;
+                };
+                if (x - x0).abs() < 3.0 {
+                    return false;
+                }
+                let plot = (self.timeline_width() - timeline::LABEL_W).max(10.0);
+                let d = (x - x0) / plot * (w0.t1 - w0.t0);
+                self.window = Some(timeline::Window {
+                    t0: w0.t0 - d,
+                    t1: w0.t1 - d,
+                });
+                self.drag = Some((x0, w0, true));
+            }
+            Msg::Up(x, y) => {
+                let dragged = matches!(self.drag.take(), Some((_, _, true)));
+                if !dragged {
+                    let tracks = self.tracks();
+                    let hit = timeline::hit(&tracks, self.timeline_width(), self.window(), x, y);
+                    self.selected = hit;
+                }
+            }
+            Msg::Export => {
+                let Some(t) = self.main.as_ref() else {
+                    return false;
+                };
+                let json = symm_core::perfetto::to_json(&t.header, &t.events);
+                if let Some(old) = self.export_url.take() {
+                    io::revoke(&old);
+                }
+                match io::json_url(&json) {
+                    Ok(url) => self.export_url = Some(url),
+                    Err(e) => self.error = Some(format!("export failed: {e}")),
+                }
+            }
+            Msg::Key(k) => return self.key(ctx, &k),
+        }
+        true
+    }
+
+    fn view(&self, ctx: &Context<Self>) -> Html {
+        crate::view::view(self, ctx)
+    }
+
+    fn rendered(&mut self, _ctx: &Context<Self>, _first: bool) {
+        self.draw();
+        if self.main.is_some() && self.loading.is_none() {
+            if let Some(started) = self.load_started.take() {
+                let now = io::now_ms();
+                self.load_ms = Some(now - started);
+                self.ready_at = Some(now);
+            }
+        }
+        if let Some(url) = &self.export_url {
+            // Start the download once per export.
+            if let Some(a) = web_sys::window()
+                .and_then(|w| w.document())
+                .and_then(|d| d.get_element_by_id("perfetto-link"))
+                .and_then(|a| a.dyn_into::<HtmlElement>().ok())
+            {
+                if a.get_attribute("data-clicked").as_deref() != Some(url.as_str()) {
+                    let _ = a.set_attribute("data-clicked", url);
+                    a.click();
+                }
+            }
+        }
+        self.publish();
+    }
+}
+
+impl App {
+    fn key(&mut self, ctx: &Context<Self>, k: &KeyboardEvent) -> bool {
+        let in_field = k
+            .target()
+            .and_then(|t| t.dyn_into::<HtmlElement>().ok())
+            .is_some_and(|e| matches!(e.tag_name().as_str(), "INPUT" | "SELECT" | "TEXTAREA"));
+        if in_field && k.key() != " " {
+            return false;
+        }
+        let big = if k.shift_key() { 100 } else { 1 };
+        let msg = match k.key().as_str() {
+            " " | "k" => Msg::TogglePlay,
+            "ArrowRight" | "l" => Msg::Step(big),
+            "ArrowLeft" | "j" => Msg::Step(-big),
+            "Home" => Msg::Seek(0),
+            "End" => Msg::Seek(usize::MAX),
+            "n" => Msg::NextStall,
+            "+" | "=" => Msg::Speed(self.speed * 2.0),
+            "-" => Msg::Speed(self.speed / 2.0),
+            "0" | "f" => Msg::Fit,
+            "e" => Msg::Export,
+            _ => return false,
+        };
+        k.prevent_default();
+        ctx.link().send_message(msg);
+        false
+    }
+}
+
+/// The example files, for the menu.
+pub fn example_url(file: &str) -> String {
+    format!("{}{file}", examples::DIR)
+}

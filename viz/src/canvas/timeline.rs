@@ -1,0 +1,306 @@
+//! The timeline: one lane per (rank, channel), ops as bars, Signal -> Wait arrows, waits coloured
+//! by how long they stalled, a cursor at the playback time; zoom and pan.
+//!
+//! Several traces (compare mode) stack on one time axis measured in nanoseconds from each trace's
+//! start. Ops after the playback time are drawn as pale ghosts so the whole schedule stays
+//! visible. Per lane only the spans inside the window are visited (binary search), and when many
+//! fall on one pixel column the rest of the column is skipped with another binary search, so a
+//! frame costs O(width x lanes x log n) whatever the trace size.
+
+use super::Batches;
+use crate::model::Trace;
+use symm_core::op::Op;
+use web_sys::CanvasRenderingContext2d;
+
+/// Width of the lane labels.
+pub const LABEL_W: f64 = 64.0;
+/// Height of the time axis.
+pub const AXIS_H: f64 = 18.0;
+/// Height of the header row of each trace.
+pub const HEAD_H: f64 = 16.0;
+/// Most arrows drawn; beyond that, zoom in to see them.
+pub const MAX_ARROWS: usize = 4000;
+
+const PALETTE: &[&str] = &[
+    "#4e79a7", // 0 copy
+    "#59a14f", // 1 reduce
+    "#b07aa1", // 2 signal
+    "#f1e3a0", // 3 wait, short
+    "#f3c26b", // 4
+    "#ef8a3c", // 5
+    "#e4572e", // 6
+    "#b3001b", // 7 wait, longest
+    "#000000", // 8 never finished
+    "#17becf", // 9 multicast
+    "#dde3ea", // 10 ghost (not yet played)
+];
+
+/// The visible window, in nanoseconds from the start of the traces.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Window {
+    /// Left edge.
+    pub t0: f64,
+    /// Right edge.
+    pub t1: f64,
+}
+
+/// What one trace contributes to a frame.
+pub struct Track<'a> {
+    /// The trace.
+    pub trace: &'a Trace,
+    /// Playback time, in ns from its start.
+    pub now_ns: f64,
+    /// The selected span.
+    pub selected: Option<usize>,
+}
+
+/// Lane height for a number of lanes.
+pub fn lane_height(lanes: usize) -> f64 {
+    match lanes {
+        0..=16 => 20.0,
+        17..=64 => 10.0,
+        _ => (640.0 / lanes as f64).max(2.0),
+    }
+}
+
+/// Canvas height for the tracks.
+pub fn height(tracks: &[&Trace]) -> u32 {
+    let mut h = AXIS_H;
+    for t in tracks {
+        h += HEAD_H + lane_height(t.lanes.len()) * t.lanes.len() as f64;
+    }
+    h.ceil() as u32 + 4
+}
+
+fn colour(t: &Trace, s: &symm_core::perfetto::Span) -> usize {
+    match s.op {
+        Op::Copy { .. } => 0,
+        Op::Reduce { .. } => 1,
+        Op::Signal { .. } => 2,
+        Op::McReduce { .. } | Op::McStore { .. } => 9,
+        Op::Wait { .. } => match s.end {
+            None => 8,
+            Some(e) => {
+                let f = (e - s.begin) as f64 / t.wait_max.max(1) as f64;
+                3 + ((f * 4.0).floor() as usize).min(4)
+            }
+        },
+    }
+}
+
+/// Draws a frame.
+pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, tracks: &[Track], w: Window) {
+    ctx.set_fill_style_str("#ffffff");
+    ctx.fill_rect(0.0, 0.0, width, 4000.0);
+    let plot_w = (width - LABEL_W).max(10.0);
+    let span_ns = (w.t1 - w.t0).max(1e-9);
+    let xof = |ns: f64| LABEL_W + (ns - w.t0) / span_ns * plot_w;
+    axis(ctx, width, w, &xof);
+    let mut y = AXIS_H;
+    let mut bars = Batches::new(PALETTE);
+    let mut arrows: Vec<[f64; 4]> = Vec::new();
+    let mut too_many = false;
+    let mut cursors = Vec::new();
+    let mut outline = None;
+    ctx.set_font("11px sans-serif");
+    for tr in tracks {
+        let t = tr.trace;
+        let unit = t.header.time_unit_ns.max(1) as f64;
+        let to_ns = |time: u64| (time - t.start) as f64 * unit;
+        let to_time = |ns: f64| t.start + (ns.max(0.0) / unit) as u64;
+        let lh = lane_height(t.lanes.len());
+        ctx.set_fill_style_str("#333");
+        let _ = ctx.fill_text(
+            &format!(
+                "{} ({} {} w{})",
+                t.name,
+                t.header.request.collective.name(),
+                t.header.request.algorithm.name(),
+                t.header.world
+            ),
+            4.0,
+            y + 12.0,
+        );
+        y += HEAD_H;
+        let now = to_time(tr.now_ns);
+        let (lo, hi) = (to_time(w.t0), to_time(w.t1) + 1);
+        let mut lane_y = Vec::with_capacity(t.lanes.len());
+        for lane in &t.lanes {
+            lane_y.push(y);
+            if lh >= 8.0 {
+                ctx.set_fill_style_str("#333");
+                let _ = ctx.fill_text(
+                    &format!("r{} c{}", lane.rank, lane.channel),
+                    4.0,
+                    y + lh - 5.0,
+                );
+            }
+            let mut k = t.lane_first_ending_after(lane, lo);
+            while k < lane.spans.len() {
+                let si = lane.spans[k] as usize;
+                let s = &t.spans[si];
+                if s.begin > hi {
+                    break;
+                }
+                let end = s.end.unwrap_or(t.end).max(s.begin);
+                let played = s.begin <= now;
+                let c = if played { colour(t, s) } else { 10 };
+                let shown_end = if played {
+                    end.min(now.max(s.begin))
+                } else {
+                    end
+                };
+                let x0 = xof(to_ns(s.begin)).max(LABEL_W);
+                let x1 = xof(to_ns(shown_end)).min(width);
+                let bw = (x1 - x0).max(1.0);
+                bars.rect(c, x0, y + 1.0, bw, lh - 2.0);
+                if played && end > now && s.end.is_some() {
+                    let gx = xof(to_ns(now)).max(LABEL_W);
+                    bars.rect(10, gx, y + 1.0, (xof(to_ns(end)) - gx).max(0.0), lh - 2.0);
+                }
+                if tr.selected == Some(si) {
+                    outline = Some([x0, y, bw, lh]);
+                }
+                k += 1;
+                if x1 - x0 < 1.0 {
+                    // Skip what else falls in this pixel column.
+                    let next_t = to_time(w.t0 + (x0.floor() + 1.0 - LABEL_W) / plot_w * span_ns);
+                    let rest = &lane.spans[k..];
+                    let skip = rest.partition_point(|s| {
+                        let sp = &t.spans[*s as usize];
+                        sp.end.unwrap_or(u64::MAX) < next_t
+                    });
+                    k += skip;
+                }
+            }
+            y += lh;
+        }
+        // Arrows of the pairs whose signal has played.
+        let lane_of = |rank: u16, ch: u16| {
+            t.lanes
+                .binary_search_by_key(&(rank, ch), |l| (l.rank, l.channel))
+                .ok()
+        };
+        for p in &t.pairs {
+            let (s, wt) = (&t.spans[p.signal], &t.spans[p.wait]);
+            let (Some(se), Some(we)) = (s.end, wt.end) else {
+                continue;
+            };
+            if se > now || we < lo || se > hi {
+                continue;
+            }
+            if arrows.len() >= MAX_ARROWS {
+                too_many = true;
+                break;
+            }
+            let (Some(ls), Some(lw)) = (lane_of(s.rank, s.channel), lane_of(wt.rank, wt.channel))
+            else {
+                continue;
+            };
+            arrows.push([
+                xof(to_ns(se)),
+                lane_y[ls] + lh / 2.0,
+                xof(to_ns(we.min(now.max(se)))),
+                lane_y[lw] + lh / 2.0,
+            ]);
+        }
+        cursors.push((xof(tr.now_ns), lane_y.first().copied().unwrap_or(y), y));
+    }
+    bars.fill(ctx);
+    if !arrows.is_empty() {
+        ctx.begin_path();
+        for [x0, y0, x1, y1] in &arrows {
+            ctx.move_to(*x0, *y0);
+            ctx.line_to(*x1, *y1);
+            // Arrow head.
+            let (dx, dy) = (x1 - x0, y1 - y0);
+            let len = (dx * dx + dy * dy).sqrt().max(1e-6);
+            let (ux, uy) = (dx / len, dy / len);
+            ctx.move_to(*x1, *y1);
+            ctx.line_to(x1 - 6.0 * ux + 3.0 * uy, y1 - 6.0 * uy - 3.0 * ux);
+            ctx.move_to(*x1, *y1);
+            ctx.line_to(x1 - 6.0 * ux - 3.0 * uy, y1 - 6.0 * uy + 3.0 * ux);
+        }
+        ctx.set_stroke_style_str("rgba(90, 40, 120, 0.7)");
+        ctx.set_line_width(1.0);
+        ctx.stroke();
+    }
+    if too_many {
+        ctx.set_fill_style_str("#7a2");
+        let _ = ctx.fill_text(
+            "zoom in to see every Signal -> Wait arrow",
+            width - 260.0,
+            12.0,
+        );
+    }
+    if let Some([x, y, w, h]) = outline {
+        ctx.set_stroke_style_str("#000");
+        ctx.set_line_width(2.0);
+        ctx.stroke_rect(x, y, w, h);
+    }
+    ctx.set_stroke_style_str("#d62728");
+    ctx.set_line_width(1.5);
+    for (x, y0, y1) in cursors {
+        if x >= LABEL_W {
+            ctx.begin_path();
+            ctx.move_to(x, y0);
+            ctx.line_to(x, y1);
+            ctx.stroke();
+        }
+    }
+}
+
+fn axis(ctx: &CanvasRenderingContext2d, width: f64, w: Window, xof: &dyn Fn(f64) -> f64) {
+    let span = (w.t1 - w.t0).max(1e-9);
+    let raw = span / 8.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
+    ctx.set_fill_style_str("#555");
+    ctx.set_font("10px sans-serif");
+    let mut t = (w.t0 / step).ceil() * step;
+    while t <= w.t1 {
+        let x = xof(t);
+        ctx.fill_rect(x, AXIS_H - 4.0, 1.0, 4.0);
+        let label = if step >= 1e6 {
+            format!("{:.1} ms", t / 1e6)
+        } else if step >= 1e3 {
+            format!("{:.1} us", t / 1e3)
+        } else {
+            format!("{t:.0} ns")
+        };
+        let _ = ctx.fill_text(&label, x + 2.0, 10.0);
+        t += step;
+    }
+    ctx.fill_rect(LABEL_W, AXIS_H - 1.0, width - LABEL_W, 1.0);
+}
+
+/// The span under a point: (track, span).
+pub fn hit(tracks: &[&Trace], width: f64, w: Window, x: f64, y: f64) -> Option<(usize, usize)> {
+    if x < LABEL_W {
+        return None;
+    }
+    let plot_w = (width - LABEL_W).max(10.0);
+    let ns = w.t0 + (x - LABEL_W) / plot_w * (w.t1 - w.t0);
+    let mut top = AXIS_H;
+    for (ti, t) in tracks.iter().enumerate() {
+        top += HEAD_H;
+        let lh = lane_height(t.lanes.len());
+        let bottom = top + lh * t.lanes.len() as f64;
+        if y >= top && y < bottom {
+            let lane = &t.lanes[((y - top) / lh) as usize];
+            let unit = t.header.time_unit_ns.max(1) as f64;
+            let time = t.start + (ns.max(0.0) / unit) as u64;
+            // Accept the op under the pointer or the nearest one within 3 px.
+            let slack = (3.0 / plot_w * (w.t1 - w.t0) / unit) as u64;
+            let s = t.lane_span_at(lane, time.saturating_add(slack))?;
+            let sp = &t.spans[s];
+            return (sp.end.unwrap_or(t.end).saturating_add(slack) >= time).then_some((ti, s));
+        }
+        top = bottom;
+    }
+    None
+}

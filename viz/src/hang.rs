@@ -1,0 +1,156 @@
+//! Hang analysis: the waits that never finished and the chain of waits that blocked them.
+//!
+//! A `Stall` event marks a wait that timed out: it needed its slot to reach `target` and found
+//! `found`. The slot names the rank expected to signal it ([`symm_core::signal::SlotLayout::key`]),
+//! so every stalled wait is an edge "rank p waits for rank q" of a *wait-for graph*. Following the
+//! edges from any stalled rank ends either at a rank that is not itself stuck in a wait (the
+//! *root*: it crashed, finished without signalling, or is slow) or in a cycle (a deadlock).
+
+use crate::model::Trace;
+use symm_core::op::Op;
+
+/// One wait that never finished.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// The wait's span.
+    pub span: usize,
+    /// The waiting rank.
+    pub rank: u16,
+    /// Its channel.
+    pub channel: u16,
+    /// The rank expected to signal.
+    pub waits_for: Option<u16>,
+    /// The slot value it needed.
+    pub target: u64,
+    /// The value it found.
+    pub found: u64,
+}
+
+/// What the chains of waits end in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Root {
+    /// A rank that is not stuck in a wait.
+    Rank(u16),
+    /// A cycle of ranks each waiting for the next.
+    Cycle(Vec<u16>),
+    /// The slot of the first stalled wait names no rank.
+    Unknown,
+}
+
+/// The hang report of a trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hang {
+    /// Every stalled wait.
+    pub stalls: Vec<Stall>,
+    /// The chain from the first stalled rank: ranks in wait-for order.
+    pub chain: Vec<u16>,
+    /// Where the chain ends.
+    pub root: Root,
+}
+
+/// Analyses the stalls of a trace; `None` when nothing stalled.
+pub fn analyse(t: &Trace) -> Option<Hang> {
+    let layout = t.header.request.layout();
+    let stalls: Vec<Stall> = t
+        .stalls()
+        .map(|(i, s)| {
+            let waits_for = match s.op {
+                Op::Wait { slot, .. } => layout.key(slot).map(|k| k.peer),
+                _ => None,
+            };
+            let (target, found) = s.stall.unwrap_or((0, 0));
+            Stall {
+                span: i,
+                rank: s.rank,
+                channel: s.channel,
+                waits_for,
+                target,
+                found,
+            }
+        })
+        .collect();
+    let first = stalls.first()?;
+    let next = |r: u16| {
+        stalls
+            .iter()
+            .find(|s| s.rank == r)
+            .and_then(|s| s.waits_for)
+    };
+    let mut chain = vec![first.rank];
+    let mut cur = first.rank;
+    let root = loop {
+        let Some(q) = next(cur) else {
+            break if chain.len() == 1 {
+                Root::Unknown
+            } else {
+                Root::Rank(cur)
+            };
+        };
+        if let Some(at) = chain.iter().position(|r| *r == q) {
+            break Root::Cycle(chain[at..].to_vec());
+        }
+        chain.push(q);
+        if !stalls.iter().any(|s| s.rank == q) {
+            break Root::Rank(q);
+        }
+        cur = q;
+    };
+    Some(Hang {
+        stalls,
+        chain,
+        root,
+    })
+}
+
+/// The root in words.
+pub fn describe_root(t: &Trace, root: &Root) -> String {
+    match root {
+        Root::Rank(r) => {
+            let last = t
+                .lanes
+                .iter()
+                .filter(|l| l.rank == *r)
+                .filter_map(|l| l.spans.last())
+                .map(|s| &t.spans[*s as usize])
+                .max_by_key(|s| s.begin);
+            match last {
+                Some(s) => format!(
+                    "root: rank {r} is not waiting; its last recorded op is #{} ({}) on channel {}, so it stopped before sending the signal",
+                    s.index,
+                    s.op.kind_name(),
+                    s.channel
+                ),
+                None => format!("root: rank {r} recorded no ops at all"),
+            }
+        }
+        Root::Cycle(c) => {
+            let names: Vec<String> = c.iter().map(|r| format!("rank {r}")).collect();
+            format!(
+                "root: a deadlock cycle {} -> {}",
+                names.join(" -> "),
+                names[0]
+            )
+        }
+        Root::Unknown => "root: unknown (the stalled slot names no rank)".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests::small;
+
+    #[test]
+    fn names_the_rank_that_never_signalled() {
+        let t = Trace::decode("hang", &small(true)).unwrap();
+        let h = analyse(&t).unwrap();
+        assert_eq!(h.stalls.len(), 1);
+        assert_eq!(h.stalls[0].waits_for, Some(0));
+        assert_eq!((h.stalls[0].target, h.stalls[0].found), (1, 0));
+        assert_eq!(h.chain, vec![1, 0]);
+        assert_eq!(h.root, Root::Rank(0));
+        assert!(describe_root(&t, &h.root).contains("rank 0 is not waiting"));
+        let ok = Trace::decode("ok", &small(false)).unwrap();
+        assert!(analyse(&ok).is_none());
+    }
+}

@@ -1,0 +1,420 @@
+//! A decoded trace, indexed for playback.
+//!
+//! Decoding uses core's [`trace::Reader`]; the events are sorted by time and folded into op spans
+//! with core's [`perfetto::spans_indexed`], so the viewer and the Perfetto export agree on what an
+//! op and a Signal -> Wait pair are. The *playback position* is a count of applied events
+//! (`0..=events.len()`): every view draws the state after the first `pos` events.
+
+use crate::buffers::Cells;
+use std::fmt;
+use symm_core::op::Op;
+use symm_core::perfetto::{self, Pair, Span};
+use symm_core::trace::{self, Event, EventKind, Header, TraceError};
+
+/// Why a trace could not be opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The bytes are not a valid trace.
+    Decode {
+        /// What was opened.
+        name: String,
+        /// What the decoder found.
+        error: TraceError,
+    },
+    /// The trace has a header but no events.
+    Empty {
+        /// What was opened.
+        name: String,
+    },
+    /// The bytes could not be fetched or read.
+    Io {
+        /// What was opened.
+        name: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Decode { name, error } => write!(f, "cannot open {name}: {error}"),
+            LoadError::Empty { name } => write!(f, "cannot open {name}: the trace has no events"),
+            LoadError::Io { name, reason } => write!(f, "cannot open {name}: {reason}"),
+        }
+    }
+}
+
+/// One (rank, channel) stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lane {
+    /// Rank.
+    pub rank: u16,
+    /// Channel.
+    pub channel: u16,
+    /// Its spans, by begin time (the ops of one stream never overlap).
+    pub spans: Vec<u32>,
+}
+
+/// A decoded, indexed trace.
+pub struct Trace {
+    /// Where it came from (file name or URL).
+    pub name: String,
+    /// The header.
+    pub header: Header,
+    /// Events sorted by time (stable).
+    pub events: Vec<Event>,
+    /// Op spans.
+    pub spans: Vec<Span>,
+    /// The span of every event.
+    pub owner: Vec<u32>,
+    /// Lanes sorted by (rank, channel).
+    pub lanes: Vec<Lane>,
+    /// Signal -> Wait pairs.
+    pub pairs: Vec<Pair>,
+    /// For every span: the pair it is part of (`u32::MAX`: none).
+    pub pair_of: Vec<u32>,
+    /// For every wait span: the slot value it waited for (cumulative count); 0 otherwise.
+    pub wait_target: Vec<u64>,
+    /// First and last event time.
+    pub start: u64,
+    /// Last event time.
+    pub end: u64,
+    /// Positions just after the begin of every stall (long or unfinished wait), ascending.
+    pub stall_marks: Vec<u32>,
+    /// A finished wait that lasted at least this long counts as a stall.
+    pub stall_threshold: u64,
+    /// Longest finished wait.
+    pub wait_max: u64,
+    /// Buffer contents over time.
+    pub cells: Cells,
+}
+
+impl Trace {
+    /// Decodes and indexes a trace.
+    pub fn decode(name: &str, bytes: &[u8]) -> Result<Trace, LoadError> {
+        let decode_err = |error| LoadError::Decode {
+            name: name.to_string(),
+            error,
+        };
+        let reader = trace::Reader::new(bytes).map_err(decode_err)?;
+        let header = reader.header().clone();
+        let mut events = Vec::with_capacity(bytes.len() / 24);
+        for e in reader {
+            events.push(e.map_err(decode_err)?);
+        }
+        if events.is_empty() {
+            return Err(LoadError::Empty {
+                name: name.to_string(),
+            });
+        }
+        Ok(Trace::index(name, header, events))
+    }
+
+    /// Indexes decoded events.
+    pub fn index(name: &str, header: Header, mut events: Vec<Event>) -> Trace {
+        if !events.windows(2).all(|w| w[0].time <= w[1].time) {
+            events.sort_by_key(|e| e.time);
+        }
+        let (spans, owner) = perfetto::spans_indexed(&events);
+        let pairs = perfetto::pairs(&spans);
+        let mut pair_of = vec![u32::MAX; spans.len()];
+        for (k, p) in pairs.iter().enumerate() {
+            pair_of[p.signal] = k as u32;
+            pair_of[p.wait] = k as u32;
+        }
+        let lanes = lanes(&spans);
+        let wait_target = wait_targets(&spans);
+        let start = events.first().map_or(0, |e| e.time);
+        let end = events.last().map_or(0, |e| e.time);
+        let (stall_threshold, wait_max) = stall_threshold(&spans);
+        let mut stall_marks = Vec::new();
+        let mut seen = vec![false; spans.len()];
+        for (i, e) in events.iter().enumerate() {
+            let s = owner[i] as usize;
+            let sp = &spans[s];
+            let long = matches!(sp.op, Op::Wait { .. })
+                && (sp.stall.is_some()
+                    || sp.end.is_none()
+                    || sp.end.unwrap_or(0) - sp.begin >= stall_threshold);
+            if long && !seen[s] {
+                seen[s] = true;
+                stall_marks.push(i as u32 + 1);
+            }
+            let _ = e;
+        }
+        let cells = Cells::build(&header, &events);
+        Trace {
+            name: name.to_string(),
+            header,
+            events,
+            spans,
+            owner,
+            lanes,
+            pairs,
+            pair_of,
+            wait_target,
+            start,
+            end,
+            stall_marks,
+            stall_threshold,
+            wait_max,
+            cells,
+        }
+    }
+
+    /// Time after the first `pos` events.
+    pub fn time_at(&self, pos: usize) -> u64 {
+        match pos.min(self.events.len()) {
+            0 => self.start,
+            p => self.events[p - 1].time,
+        }
+    }
+
+    /// The largest position whose time is at most `t`.
+    pub fn pos_at(&self, t: u64) -> usize {
+        self.events.partition_point(|e| e.time <= t)
+    }
+
+    /// The span the `pos`-th event belongs to (the op just applied), if any.
+    pub fn current_span(&self, pos: usize) -> Option<usize> {
+        pos.checked_sub(1)
+            .and_then(|i| self.owner.get(i))
+            .map(|s| *s as usize)
+    }
+
+    /// Duration in nanoseconds.
+    pub fn duration_ns(&self) -> f64 {
+        (self.end - self.start) as f64 * self.header.time_unit_ns.max(1) as f64
+    }
+
+    /// Whether a span counts as a stall.
+    pub fn is_stall(&self, s: &Span) -> bool {
+        matches!(s.op, Op::Wait { .. })
+            && (s.stall.is_some() || s.end.is_some_and(|e| e - s.begin >= self.stall_threshold))
+    }
+
+    /// In a lane, the span in progress or last finished at time `t`.
+    pub fn lane_span_at(&self, lane: &Lane, t: u64) -> Option<usize> {
+        let i = lane
+            .spans
+            .partition_point(|s| self.spans[*s as usize].begin <= t);
+        i.checked_sub(1).map(|i| lane.spans[i] as usize)
+    }
+
+    /// Index of the first span of a lane that ends at or after `t`.
+    pub fn lane_first_ending_after(&self, lane: &Lane, t: u64) -> usize {
+        lane.spans.partition_point(|s| {
+            let sp = &self.spans[*s as usize];
+            sp.end.unwrap_or(u64::MAX) < t
+        })
+    }
+
+    /// Number of Begin, End and Stall events.
+    pub fn event_count(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Number of events of a kind (for summaries).
+    pub fn stalls(&self) -> impl Iterator<Item = (usize, &Span)> {
+        self.spans
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.stall.is_some())
+    }
+
+    /// Whether an event ends its op.
+    pub fn is_end(&self, i: usize) -> bool {
+        matches!(self.events.get(i).map(|e| e.kind), Some(EventKind::End))
+    }
+}
+
+fn lanes(spans: &[Span]) -> Vec<Lane> {
+    let mut keys: Vec<(u16, u16)> = spans.iter().map(|s| (s.rank, s.channel)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut lanes: Vec<Lane> = keys
+        .iter()
+        .map(|&(rank, channel)| Lane {
+            rank,
+            channel,
+            spans: Vec::new(),
+        })
+        .collect();
+    for (i, s) in spans.iter().enumerate() {
+        if let Ok(l) = keys.binary_search(&(s.rank, s.channel)) {
+            lanes[l].spans.push(i as u32);
+        }
+    }
+    for l in &mut lanes {
+        l.spans
+            .sort_by_key(|s| (spans[*s as usize].begin, spans[*s as usize].index));
+    }
+    lanes
+}
+
+fn wait_targets(spans: &[Span]) -> Vec<u64> {
+    let mut waits: Vec<(u16, u32, u32, usize)> = Vec::new();
+    for (i, s) in spans.iter().enumerate() {
+        if let Op::Wait { slot, .. } = s.op {
+            waits.push((s.rank, slot, s.index, i));
+        }
+    }
+    waits.sort_unstable();
+    let mut out = vec![0u64; spans.len()];
+    let mut key = None;
+    let mut acc = 0u64;
+    for (rank, slot, _, i) in waits {
+        if key != Some((rank, slot)) {
+            key = Some((rank, slot));
+            acc = 0;
+        }
+        if let Op::Wait { count, .. } = spans[i].op {
+            acc = acc.saturating_add(count);
+        }
+        out[i] = acc;
+    }
+    out
+}
+
+/// A wait is a stall when it lasted at least 4x the median op duration (and at least 1 unit).
+fn stall_threshold(spans: &[Span]) -> (u64, u64) {
+    let mut d: Vec<u64> = spans
+        .iter()
+        .filter_map(|s| s.end.map(|e| e - s.begin))
+        .collect();
+    let wait_max = spans
+        .iter()
+        .filter(|s| matches!(s.op, Op::Wait { .. }))
+        .filter_map(|s| s.end.map(|e| e - s.begin))
+        .max()
+        .unwrap_or(0);
+    if d.is_empty() {
+        return (u64::MAX, wait_max);
+    }
+    let mid = d.len() / 2;
+    let (_, m, _) = d.select_nth_unstable(mid);
+    ((*m).max(1).saturating_mul(4), wait_max)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use symm_core::dtype::{DType, ReduceOp};
+    use symm_core::op::{Buf, Loc, SignalOp};
+    use symm_core::sched::{Algorithm, Collective, Request};
+    use symm_core::signal::SlotKind;
+    use symm_core::trace::{Source, Writer};
+
+    pub fn header(world: u16) -> Header {
+        Header {
+            world,
+            channels: 1,
+            request: Request::new(
+                Collective::AllReduce,
+                Algorithm::Ring,
+                world,
+                256,
+                DType::F32,
+                ReduceOp::Sum,
+            ),
+            source: Source::Host { simulated: true },
+            time_unit_ns: 1,
+        }
+    }
+
+    /// Rank 0 copies into rank 1 and signals; rank 1 waits then reduces. With `hang`, rank 0
+    /// never signals and rank 1's wait stalls.
+    pub fn small(hang: bool) -> Vec<u8> {
+        let h = header(2);
+        let slot = h.request.layout().index_unchecked(0, 0, SlotKind::Data, 0);
+        let copy = Op::Copy {
+            src: Loc::new(0, Buf::Input, 0),
+            dst: Loc::new(1, Buf::Scratch, 0),
+            bytes: 128,
+        };
+        let sig = Op::Signal {
+            peer: 1,
+            slot,
+            op: SignalOp::Add,
+            value: 1,
+        };
+        let wait = Op::Wait { slot, count: 1 };
+        let red = Op::Reduce {
+            a: Loc::new(1, Buf::Input, 0),
+            b: Loc::new(1, Buf::Scratch, 0),
+            dst: Loc::new(1, Buf::Output, 0),
+            elems: 32,
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+            div: 1,
+        };
+        let ev = |time, rank, index, kind, op, contents| Event {
+            time,
+            rank,
+            channel: 0,
+            index,
+            kind,
+            op,
+            contents,
+        };
+        let mut w = Writer::new(Vec::new(), &h).unwrap();
+        let mut evs = vec![
+            ev(0, 0, 0, EventKind::Begin, copy, None),
+            ev(10, 0, 0, EventKind::End, copy, Some(1)),
+            ev(0, 1, 0, EventKind::Begin, wait, None),
+        ];
+        if hang {
+            evs.push(ev(
+                50,
+                1,
+                0,
+                EventKind::Stall {
+                    target: 1,
+                    found: 0,
+                },
+                wait,
+                None,
+            ));
+        } else {
+            evs.extend([
+                ev(10, 0, 1, EventKind::Begin, sig, None),
+                ev(11, 0, 1, EventKind::End, sig, None),
+                ev(12, 1, 0, EventKind::End, wait, None),
+                ev(12, 1, 1, EventKind::Begin, red, None),
+                ev(20, 1, 1, EventKind::End, red, Some(3)),
+            ]);
+        }
+        for e in &evs {
+            w.event(e).unwrap();
+        }
+        w.finish()
+    }
+
+    #[test]
+    fn decodes_indexes_and_pairs() {
+        let t = Trace::decode("small", &small(false)).unwrap();
+        assert_eq!(t.events.len(), 8);
+        assert_eq!(t.spans.len(), 4);
+        assert_eq!(t.lanes.len(), 2);
+        assert_eq!(t.pairs.len(), 1);
+        assert_eq!(t.time_at(0), 0);
+        assert_eq!(t.time_at(8), 20);
+        assert_eq!(t.pos_at(10), 4);
+        assert!(t.stall_marks.is_empty());
+        let hung = Trace::decode("hang", &small(true)).unwrap();
+        assert_eq!(hung.stall_marks, vec![3]);
+    }
+
+    #[test]
+    fn bad_bytes_name_the_offset() {
+        let mut b = small(false);
+        let n = b.len();
+        b.truncate(n - 2);
+        let e = Trace::decode("cut.trace", &b).err().unwrap();
+        assert!(e.to_string().contains("at byte"), "{e}");
+        let e = Trace::decode("x", b"garbage!garbage").err().unwrap();
+        assert!(e.to_string().contains("bad magic"), "{e}");
+    }
+}

@@ -1,0 +1,312 @@
+//! The browser tests of the viz, in real headless Chromium driven over WebDriver.
+//!
+//! Each check drives the page the way a person does (menus, buttons, keys, the file picker, a
+//! dropped file) and reads the state the app publishes on its root element (`data-state`,
+//! `data-pos`, `data-events`, `data-load-ms`, `data-ready-at`).
+
+use super::examples;
+use super::http;
+use super::json::Json;
+use super::webdriver::Browser;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use symm_core::perfetto;
+use symm_core::trace::Reader;
+
+const RING4: &str = "all_reduce-ring-w4.trace";
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
+
+/// Chromium and chromedriver, installed with apt-get when missing.
+pub fn install() -> Result<(PathBuf, PathBuf), String> {
+    let find = || Some((which("chromium")?, which("chromedriver")?));
+    if let Some(found) = find() {
+        return Ok(found);
+    }
+    eprintln!("viz: installing chromium and chromium-driver with apt-get");
+    let apt = |args: &[&str]| -> Result<(), String> {
+        let st = Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|e| format!("apt-get: {e}"))?;
+        st.success()
+            .then_some(())
+            .ok_or_else(|| format!("apt-get {args:?} failed: {st}"))
+    };
+    apt(&["update", "-qq"])?;
+    apt(&[
+        "install",
+        "-y",
+        "-qq",
+        "--no-install-recommends",
+        "chromium",
+        "chromium-driver",
+    ])?;
+    find().ok_or_else(|| "chromium or chromedriver is still missing after apt-get install".into())
+}
+
+fn attr(b: &Browser, name: &str) -> Result<String, String> {
+    let v = b.js(&format!(
+        "return document.getElementById('app').getAttribute('{name}') || '';"
+    ))?;
+    Ok(v.as_str().unwrap_or("").to_string())
+}
+
+fn num(b: &Browser, name: &str) -> Result<f64, String> {
+    attr(b, name)?
+        .parse::<f64>()
+        .map_err(|e| format!("{name}: {e}"))
+}
+
+fn ready(b: &Browser, timeout_s: u64) -> Result<(), String> {
+    b.wait_for(
+        "the trace to open",
+        "var a = document.getElementById('app'); return !!a && a.getAttribute('data-state') === 'ready';",
+        Duration::from_secs(timeout_s),
+    )
+    .map_err(|e| {
+        let err = b.js("var e = document.getElementById('error'); return e ? e.textContent : '';");
+        format!("{e} (page error: {err:?})")
+    })
+}
+
+fn check(ok: bool, what: &str) -> Result<(), String> {
+    ok.then_some(())
+        .ok_or_else(|| format!("browser check failed: {what}"))
+}
+
+fn select(b: &Browser, id: &str, value: &str) -> Result<(), String> {
+    b.js(&format!(
+        "var s = document.getElementById('{id}'); s.value = '{value}'; s.dispatchEvent(new Event('change', {{bubbles: true}})); return true;"
+    ))
+    .map(|_| ())
+}
+
+fn painted(b: &Browser, id: &str) -> Result<bool, String> {
+    let v = b.js(&format!(
+        "var c = document.getElementById('{id}'); var d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;\
+         var n = 0; for (var i = 0; i < d.length; i += 4) {{ if (d[i] < 200 || d[i+1] < 200 || d[i+2] < 200) n++; }} return n > 50;"
+    ))?;
+    Ok(v == Json::Bool(true))
+}
+
+/// Runs every check and returns the one-line summary.
+pub fn run_all(
+    dist: &Path,
+    scratch: &Path,
+    chromium: &Path,
+    driver: &Path,
+    screenshots: Option<&Path>,
+) -> Result<String, String> {
+    let traces = scratch.join("traces");
+    std::fs::create_dir_all(&traces).map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let big = examples::big(1_000_000)?;
+    let big_events = Reader::new(&big).map_err(|e| e.to_string())?.count();
+    std::fs::write(traces.join("big.trace"), &big).map_err(|e| e.to_string())?;
+    eprintln!(
+        "viz: generated a {big_events}-event trace ({:.1} MB) in {:.1} s",
+        big.len() as f64 / 1e6,
+        t0.elapsed().as_secs_f64()
+    );
+    let ring = std::fs::read(dist.join("examples").join(RING4)).map_err(|e| e.to_string())?;
+    let corrupt = scratch.join("corrupt.trace");
+    std::fs::write(&corrupt, &ring[..ring.len() * 2 / 3]).map_err(|e| e.to_string())?;
+    let addr = http::start(dist, &traces, 0)?;
+    let base = format!("http://{addr}/");
+    let b = Browser::start(chromium, driver, scratch)?;
+    let mut passed = 0;
+
+    // 1. An example from ?trace=, at the end of the run, every view painted.
+    b.goto(&format!("{base}?trace=examples/{RING4}"))?;
+    ready(&b, 30)?;
+    let n = num(&b, "data-events")? as usize;
+    check(
+        n > 0 && num(&b, "data-pos")? as usize == n,
+        "the example opens at its last event",
+    )?;
+    for id in ["timeline", "topology", "buffers"] {
+        check(painted(&b, id)?, &format!("the {id} view is drawn"))?;
+    }
+    passed += 1;
+
+    // Screenshots of each view at the end of the ring all-reduce of world 4.
+    let shots = scratch.join("img");
+    std::fs::create_dir_all(&shots).map_err(|e| e.to_string())?;
+    for (file, css) in [
+        ("viz-topology.png", ".row > .panel:nth-child(1)"),
+        ("viz-buffers.png", ".row > .panel:nth-child(2)"),
+        ("viz-timeline.png", "#timeline"),
+        ("viz-details.png", "#details"),
+    ] {
+        let png = b.screenshot(css)?;
+        check(png.starts_with(b"\x89PNG"), "screenshots are PNG")?;
+        std::fs::write(shots.join(file), &png).map_err(|e| e.to_string())?;
+        if let Some(dir) = screenshots {
+            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+            std::fs::write(dir.join(file), &png).map_err(|e| e.to_string())?;
+        }
+    }
+
+    // 2. Step with the buttons and the keyboard, scrub, play.
+    b.click("#step-back")?;
+    check(
+        num(&b, "data-pos")? as usize == n - 1,
+        "step back one event",
+    )?;
+    b.keys("body", "\u{E012}")?; // left arrow
+    check(
+        num(&b, "data-pos")? as usize == n - 2,
+        "left arrow steps back",
+    )?;
+    b.keys("body", "\u{E011}")?; // home
+    check(num(&b, "data-pos")? as usize == 0, "home goes to the start")?;
+    b.click("#step-fwd")?;
+    check(num(&b, "data-pos")? as usize == 1, "step forward one event")?;
+    let mid = n / 2;
+    b.js(&format!(
+        "var s = document.getElementById('scrub'); s.value = '{mid}'; s.dispatchEvent(new Event('input', {{bubbles: true}})); return true;"
+    ))?;
+    check(
+        num(&b, "data-pos")? as usize == mid,
+        "scrubbing moves the position",
+    )?;
+    let words = b.js("return document.querySelector('#details .op').textContent;")?;
+    check(
+        words.as_str().is_some_and(|w| w.starts_with("rank ")),
+        "the details name the op in words",
+    )?;
+    b.click("#play")?;
+    std::thread::sleep(Duration::from_millis(400));
+    b.click("#play")?;
+    check(num(&b, "data-pos")? as usize > mid, "play advances")?;
+    passed += 1;
+
+    // 3. A corrupted file from the file picker: a clear error with the byte offset, app still works.
+    b.keys("#file", &corrupt.display().to_string())?;
+    b.wait_for(
+        "the error",
+        "return !!document.getElementById('error');",
+        Duration::from_secs(10),
+    )?;
+    let err = b.js("return document.getElementById('error').textContent;")?;
+    let err = err.as_str().unwrap_or("").to_string();
+    check(
+        err.contains("corrupt.trace") && err.contains("at byte"),
+        &format!("error names the file and byte: {err}"),
+    )?;
+    check(
+        num(&b, "data-events")? as usize == n,
+        "the previous trace stays open",
+    )?;
+    let before = num(&b, "data-pos")?;
+    b.click("#step-fwd")?;
+    check(
+        num(&b, "data-pos")? == before + 1.0,
+        "the app keeps working after a bad file",
+    )?;
+    passed += 1;
+
+    // 4. A dropped file opens.
+    b.js_async(&format!(
+        "var done = arguments[0]; fetch('examples/{RING4}').then(r => r.arrayBuffer()).then(buf => {{\
+           var dt = new DataTransfer(); dt.items.add(new File([buf], 'dropped.trace'));\
+           document.getElementById('app').dispatchEvent(new DragEvent('drop', {{dataTransfer: dt, bubbles: true, cancelable: true}}));\
+           done(true); }});"
+    ))?;
+    ready(&b, 20)?;
+    check(
+        b.js("return !document.getElementById('error');")? == Json::Bool(true),
+        "a dropped trace clears the error",
+    )?;
+    passed += 1;
+
+    // 5. Export to Perfetto: valid JSON, a process per rank, a flow per Signal -> Wait pair.
+    let (spans, _) = perfetto::spans_indexed(
+        &Reader::new(&ring)
+            .map_err(|e| e.to_string())?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?,
+    );
+    let pairs = perfetto::pairs(&spans).len();
+    b.click("#export")?;
+    b.wait_for(
+        "the export",
+        "return !!document.getElementById('perfetto-link');",
+        Duration::from_secs(10),
+    )?;
+    let v = b.js_async(
+        "var done = arguments[0]; fetch(document.getElementById('perfetto-link').href).then(r => r.text()).then(t => {\
+           var j; try { j = JSON.parse(t); } catch (e) { done('parse error: ' + e); return; }\
+           var procs = new Set(), outs = {}, ins = {}, nout = 0, nin = 0, ints = true;\
+           for (var e of j.traceEvents) {\
+             if (e.ph === 'M' && e.name === 'process_name') procs.add(e.pid);\
+             if (e.bind_id !== undefined) { if (!Number.isInteger(e.bind_id)) ints = false;\
+               if (e.flow_out) { outs[e.bind_id] = 1; nout++; } if (e.flow_in) { ins[e.bind_id] = 1; nin++; } } }\
+           var matched = Object.keys(outs).filter(k => ins[k]).length;\
+           done(procs.size + ' ' + nout + ' ' + nin + ' ' + matched + ' ' + ints); });",
+    )?;
+    let got = v.as_str().unwrap_or("").to_string();
+    let want = format!("4 {pairs} {pairs} {pairs} true");
+    check(pairs > 0 && got == want, &format!("perfetto export: got {got:?}, want {want:?} (processes, flow_out, flow_in, matched, integer ids)"))?;
+    passed += 1;
+
+    // 6. The example menu, compare with the cost model, a hang with its wait-for chain.
+    select(&b, "example", "all_reduce-ring-w8.trace")?;
+    b.wait_for("the w8 example", "return document.querySelectorAll('#compare tr').length === 2 && document.getElementById('app').getAttribute('data-state') === 'ready' && document.querySelector('#compare td').textContent.indexOf('w8') >= 0;", Duration::from_secs(20))?;
+    select(&b, "compare-example", "all_reduce-tree-w8.trace")?;
+    b.wait_for(
+        "compare",
+        "return document.querySelectorAll('#compare tr').length === 3;",
+        Duration::from_secs(20),
+    )?;
+    check(
+        attr(&b, "data-compare")? == "true",
+        "compare mode holds two traces",
+    )?;
+    select(&b, "example", "hang-all_reduce-ring-w4.trace")?;
+    b.wait_for(
+        "the hang report",
+        "return !!document.getElementById('hang');",
+        Duration::from_secs(20),
+    )?;
+    let hang = b.js("return document.getElementById('hang').textContent;")?;
+    let hang = hang.as_str().unwrap_or("");
+    check(
+        hang.contains("expected") && hang.contains("found") && hang.contains("root: rank 2"),
+        &format!("hang report names rank 2 as the root: {hang}"),
+    )?;
+    b.click("#close-compare")?;
+    b.keys("body", "\u{E011}")?;
+    b.click("#next-stall")?;
+    check(num(&b, "data-pos")? > 0.0, "next stall jumps forward")?;
+    passed += 1;
+
+    // 7. One million events open in under 2 s.
+    b.goto(&format!("{base}?trace=traces/big.trace"))?;
+    ready(&b, 120)?;
+    let events = num(&b, "data-events")? as usize;
+    let open_ms = num(&b, "data-ready-at")?;
+    let load_ms = num(&b, "data-load-ms")?;
+    check(events == big_events, "the large trace opens whole")?;
+    check(painted(&b, "timeline")?, "the large trace is drawn")?;
+    check(
+        open_ms < 2000.0,
+        &format!("a {events}-event trace must open in under 2 s, took {open_ms:.0} ms"),
+    )?;
+    passed += 1;
+
+    Ok(format!(
+        "viz: {passed} browser checks passed in headless Chromium; a {events}-event trace ({:.1} MB) opened in {open_ms:.0} ms from navigation (fetch + decode + index + first draw {load_ms:.0} ms); screenshots in {}",
+        big.len() as f64 / 1e6,
+        screenshots.unwrap_or(&shots).display()
+    ))
+}
