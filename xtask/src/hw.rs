@@ -6,7 +6,13 @@ use std::time::Instant;
 
 use symm_driver::cuda::compile::Compiler;
 
+use symm_core::dtype::{DType, ReduceOp};
+
 use crate::{codegen, util};
+
+mod bench;
+mod checks;
+mod data;
 
 /// The NVRTC wheel CI compiles with (known to work on a CPU machine).
 const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc-cu12==12.9.86";
@@ -45,22 +51,258 @@ fn nvrtc_from_wheel() -> Result<PathBuf, String> {
     let mut last = String::new();
     for py in ["python3", "python"] {
         let out = Command::new(py)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--upgrade", "--target"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--upgrade",
+                "--target",
+            ])
             .arg(&dir)
             .arg(NVRTC_WHEEL)
             .output();
         match out {
             Ok(o) if o.status.success() && lib.exists() => return Ok(lib),
-            Ok(o) => last = format!("{py} -m pip install {NVRTC_WHEEL}: {}", String::from_utf8_lossy(&o.stderr)),
+            Ok(o) => {
+                last = format!(
+                    "{py} -m pip install {NVRTC_WHEEL}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            }
             Err(e) => last = format!("{py}: {e}"),
         }
     }
-    Err(format!("could not install NVRTC for the kernel check: {last}"))
+    Err(format!(
+        "could not install NVRTC for the kernel check: {last}"
+    ))
 }
 
+/// One line of the final table.
+pub struct Row {
+    /// What was checked.
+    pub check: String,
+    /// World size.
+    pub world: u16,
+    /// Cases run.
+    pub cases: usize,
+    /// Cases failed.
+    pub failed: usize,
+    /// Wall seconds.
+    pub seconds: f64,
+    /// A remark.
+    pub note: String,
+}
+
+impl Row {
+    fn new(check: &str, world: u16) -> Row {
+        Row {
+            check: check.into(),
+            world,
+            cases: 0,
+            failed: 0,
+            seconds: 0.0,
+            note: String::new(),
+        }
+    }
+
+    fn fail(&mut self, why: String) {
+        self.failed += 1;
+        if self.failed <= 10 {
+            eprintln!("FAIL [{} w{}] {why}", self.check, self.world);
+        }
+        if self.note.is_empty() {
+            self.note = why.chars().take(100).collect();
+        }
+    }
+}
+
+const USAGE: &str = "usage: cargo xtask hw [--worlds 2,4] [--max-bytes N] [--out DIR] [--leak-cycles N]
+                     [--bench-quick] [--selftest-timeout] [--all] [--ci-checks]
+  (no flag)            correctness: every collective x algorithm (multicast skipped) x size x dtype x op,
+                       dtype semantics, CUDA graph replay, trace diff against the host, VMM leak check
+  --bench-quick        all-reduce 1 KiB / 1 MiB / 256 MiB beside NCCL (nccl-tests columns)
+  --selftest-timeout   a Wait with no Signal must fail within the deadline, naming the slot
+  --all                all of the above in one run";
+
+/// `cargo xtask hw`.
 pub fn run(args: &[String]) -> Result<(), String> {
     if util::flag(args, "--ci-checks") {
         return ci_checks();
     }
-    Err("`cargo xtask hw` is not available in this build yet".into())
+    if util::flag(args, "--help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    for (k, v) in [
+        ("NCCL_NVLS_ENABLE", "0"),
+        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+        ("NVSHMEM_DISABLE_NVLS", "1"),
+    ] {
+        if std::env::var(k).as_deref() != Ok(v) {
+            eprintln!("note: {k}={v} is not set; symm never creates multicast objects either way");
+        }
+    }
+    let all = util::flag(args, "--all");
+    let bench_only = util::flag(args, "--bench-quick") && !all;
+    let selftest_only = util::flag(args, "--selftest-timeout") && !all;
+    let correctness = all || (!bench_only && !selftest_only);
+    let max_bytes: u64 = util::value(args, "--max-bytes")
+        .map_or(Ok(u64::MAX), |v| v.parse())
+        .map_err(|e| format!("--max-bytes: {e}"))?;
+    let cycles: u32 = util::value(args, "--leak-cycles")
+        .map_or(Ok(10_000), |v| v.parse())
+        .map_err(|e| format!("--leak-cycles: {e}"))?;
+    let out = PathBuf::from(util::value(args, "--out").unwrap_or("hw-out"));
+    let count = symm_driver::cuda::device::device_count().map_err(|e| e.to_string())?;
+    let worlds: Vec<u16> = match util::value(args, "--worlds") {
+        Some(v) => v
+            .split(',')
+            .map(|x| x.parse().map_err(|e| format!("--worlds: {e}")))
+            .collect::<Result<_, _>>()?,
+        None => vec![2, 4],
+    };
+    let worlds: Vec<u16> = worlds
+        .into_iter()
+        .filter(|&w| w as i32 <= count && w >= 2)
+        .collect();
+    if worlds.is_empty() {
+        return Err(format!("{count} GPU(s) visible: need at least 2"));
+    }
+    println!("hw: {count} GPUs visible, worlds {worlds:?}");
+    let mut rows = Vec::new();
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let mut bench_lines = Vec::new();
+    {
+        let mut r = Row::new("multicast refused (guard)", 0);
+        r.cases = 1;
+        match symm_driver::cuda::multicast::guard() {
+            Err(e) => r.note = e.to_string(),
+            Ok(()) => r.fail("the multicast guard allowed multicast".into()),
+        }
+        rows.push(r);
+    }
+    for &w in &worlds {
+        let devices: Vec<i32> = (0..w as i32).collect();
+        if correctness || bench_only {
+            let sizes: Vec<u64> = MATRIX_SIZES
+                .iter()
+                .copied()
+                .filter(|&b| b <= max_bytes)
+                .collect();
+            let heap = if correctness {
+                heap_for(w, &sizes)
+            } else {
+                1 << 30
+            };
+            let t = Instant::now();
+            let opts = symm_driver::cuda::Options {
+                heap_bytes: heap,
+                ..Default::default()
+            };
+            let world = match symm_driver::cuda::World::open(&devices, opts) {
+                Ok(x) => x,
+                Err(e) => {
+                    let mut r = Row::new("open world", w);
+                    r.cases = 1;
+                    r.fail(e.to_string());
+                    rows.push(r);
+                    continue;
+                }
+            };
+            let c = &world.compile;
+            println!(
+                "world {w}: {:?}; heap {} MiB/rank; NVRTC {}.{} sm_{} driver {} ({} of 2 kernels cached, {:.1} s)",
+                world.device_names(),
+                world.stride() >> 20,
+                c.nvrtc.0,
+                c.nvrtc.1,
+                c.arch,
+                c.driver,
+                c.cached,
+                t.elapsed().as_secs_f64()
+            );
+            if correctness {
+                rows.push(checks::dtype_semantics(&world, &mut seed));
+                rows.push(checks::matrix(
+                    &world,
+                    &sizes,
+                    &[DType::F32, DType::Bf16, DType::I32],
+                    &[ReduceOp::Sum, ReduceOp::Max],
+                    &mut seed,
+                ));
+                rows.push(checks::graph_replay(&world, 100, &mut seed));
+                rows.push(checks::trace_diff(&world, &out, &mut seed));
+            }
+            if all || bench_only {
+                bench_lines.push((w, bench::run(&world, &mut seed)));
+            }
+        }
+        if correctness {
+            rows.push(checks::leak_check(&devices, cycles));
+        }
+        if all || selftest_only {
+            rows.push(checks::selftest_timeout(
+                &devices,
+                std::time::Duration::from_secs(2),
+            ));
+        }
+    }
+    for (w, lines) in &bench_lines {
+        bench::print(*w, lines);
+    }
+    println!("\n| check | world | cases | failed | seconds | note |");
+    println!("|---|---|---|---|---|---|");
+    let mut failed = 0;
+    for r in &rows {
+        failed += r.failed;
+        println!(
+            "| {} | {} | {} | {} | {:.1} | {} |",
+            r.check,
+            if r.world == 0 {
+                "-".to_string()
+            } else {
+                r.world.to_string()
+            },
+            r.cases,
+            r.failed,
+            r.seconds,
+            r.note.replace('|', "/")
+        );
+    }
+    if failed > 0 {
+        return Err(format!("{failed} failure(s)"));
+    }
+    println!("hw: all checks passed");
+    Ok(())
+}
+
+/// Sizes of the correctness matrix (64 KiB + 2 B is rounded up to the element size).
+const MATRIX_SIZES: [u64; 6] = [4, 1024, 65538, 1 << 20, 64 << 20, 256 << 20];
+
+/// Heap bytes per rank for the largest request of the matrix at world `w`.
+fn heap_for(w: u16, sizes: &[u64]) -> u64 {
+    let mut most = 1u64 << 20;
+    for c in checks::collectives(w) {
+        for &a in symm_core::sched::algorithms(c) {
+            for &b in sizes {
+                let req = symm_core::sched::Request::new(
+                    c,
+                    a,
+                    w,
+                    b.div_ceil(8) * 8,
+                    DType::F32,
+                    ReduceOp::Sum,
+                )
+                .with_channels(checks::channels_for(b));
+                let s = req.buffer_sizes();
+                most = most.max(s.input + s.output + s.scratch + 3 * 4096);
+            }
+        }
+    }
+    most + (8 << 20)
 }

@@ -35,10 +35,14 @@ impl Device {
         let api = driver()?;
         let mut dev = 0;
         // SAFETY: valid out-pointer; the ordinal is checked by the driver.
-        check("cuDeviceGet", unsafe { (api.device_get)(&mut dev, ordinal) })?;
+        check("cuDeviceGet", unsafe {
+            (api.device_get)(&mut dev, ordinal)
+        })?;
         let mut name = [0 as c_char; 128];
         // SAFETY: the buffer holds the 128 bytes passed.
-        check("cuDeviceGetName", unsafe { (api.device_get_name)(name.as_mut_ptr(), 128, dev) })?;
+        check("cuDeviceGetName", unsafe {
+            (api.device_get_name)(name.as_mut_ptr(), 128, dev)
+        })?;
         // SAFETY: the driver NUL-terminates within the buffer.
         let name = unsafe { core::ffi::CStr::from_ptr(name.as_ptr()) }
             .to_string_lossy()
@@ -47,7 +51,9 @@ impl Device {
         let minor = attribute(dev, ffi::ATTR_CC_MINOR)?;
         let mut ctx: Handle = core::ptr::null_mut();
         // SAFETY: valid out-pointer and device handle.
-        check("cuDevicePrimaryCtxRetain", unsafe { (api.primary_ctx_retain)(&mut ctx, dev) })?;
+        check("cuDevicePrimaryCtxRetain", unsafe {
+            (api.primary_ctx_retain)(&mut ctx, dev)
+        })?;
         Ok(Device {
             ordinal,
             dev,
@@ -61,7 +67,9 @@ impl Device {
     pub fn bind(&self) -> Result<()> {
         let api = driver()?;
         // SAFETY: `ctx` is a retained primary context, alive until Drop.
-        check("cuCtxSetCurrent", unsafe { (api.ctx_set_current)(self.ctx) })
+        check("cuCtxSetCurrent", unsafe {
+            (api.ctx_set_current)(self.ctx)
+        })
     }
 
     /// Integer attribute of the device.
@@ -74,7 +82,9 @@ impl Device {
         let api = driver()?;
         let mut v = 0;
         // SAFETY: valid out-pointer and device handles.
-        check("cuDeviceCanAccessPeer", unsafe { (api.device_can_access_peer)(&mut v, self.dev, other.dev) })?;
+        check("cuDeviceCanAccessPeer", unsafe {
+            (api.device_can_access_peer)(&mut v, self.dev, other.dev)
+        })?;
         Ok(v != 0)
     }
 
@@ -84,7 +94,9 @@ impl Device {
         let api = driver()?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: context bound above; valid out-pointers.
-        check("cuMemGetInfo", unsafe { (api.mem_get_info)(&mut free, &mut total) })?;
+        check("cuMemGetInfo", unsafe {
+            (api.mem_get_info)(&mut free, &mut total)
+        })?;
         Ok((free, total))
     }
 
@@ -110,7 +122,9 @@ fn attribute(dev: ffi::Device, attr: i32) -> Result<i32> {
     let api = driver()?;
     let mut v = 0;
     // SAFETY: valid out-pointer; unknown attributes are reported as an error code.
-    check("cuDeviceGetAttribute", unsafe { (api.device_get_attribute)(&mut v, attr, dev) })?;
+    check("cuDeviceGetAttribute", unsafe {
+        (api.device_get_attribute)(&mut v, attr, dev)
+    })?;
     Ok(v)
 }
 
@@ -119,7 +133,9 @@ pub fn driver_version() -> Result<i32> {
     let api = driver()?;
     let mut v = 0;
     // SAFETY: valid out-pointer.
-    check("cuDriverGetVersion", unsafe { (api.driver_get_version)(&mut v) })?;
+    check("cuDriverGetVersion", unsafe {
+        (api.driver_get_version)(&mut v)
+    })?;
     Ok(v)
 }
 
@@ -128,7 +144,9 @@ pub fn device_count() -> Result<i32> {
     let api = driver()?;
     let mut n = 0;
     // SAFETY: valid out-pointer.
-    check("cuDeviceGetCount", unsafe { (api.device_get_count)(&mut n) })?;
+    check("cuDeviceGetCount", unsafe {
+        (api.device_get_count)(&mut n)
+    })?;
     Ok(n)
 }
 
@@ -153,7 +171,9 @@ impl DevBuf {
         let api = driver()?;
         let mut ptr = 0;
         // SAFETY: context bound; valid out-pointer.
-        check("cuMemAlloc", unsafe { (api.mem_alloc)(&mut ptr, len.max(1)) })?;
+        check("cuMemAlloc", unsafe {
+            (api.mem_alloc)(&mut ptr, len.max(1))
+        })?;
         let b = DevBuf {
             ptr,
             len: len.max(1),
@@ -185,7 +205,9 @@ pub fn htod(dst: DevPtr, src: &[u8]) -> Result<()> {
     }
     let api = driver()?;
     // SAFETY: `src` is valid for its length; the caller guarantees `dst` has room.
-    check("cuMemcpyHtoD", unsafe { (api.memcpy_htod)(dst, src.as_ptr().cast(), src.len()) })
+    check("cuMemcpyHtoD", unsafe {
+        (api.memcpy_htod)(dst, src.as_ptr().cast(), src.len())
+    })
 }
 
 /// Copies device bytes to host (context bound by the caller).
@@ -195,7 +217,9 @@ pub fn dtoh(dst: &mut [u8], src: DevPtr) -> Result<()> {
     }
     let api = driver()?;
     // SAFETY: `dst` is valid for its length; the caller guarantees `src` has as many bytes.
-    check("cuMemcpyDtoH", unsafe { (api.memcpy_dtoh)(dst.as_mut_ptr().cast(), src, dst.len()) })
+    check("cuMemcpyDtoH", unsafe {
+        (api.memcpy_dtoh)(dst.as_mut_ptr().cast(), src, dst.len())
+    })
 }
 
 /// Fills device bytes (context bound by the caller).
@@ -227,7 +251,9 @@ impl Stream {
         let api = driver()?;
         let mut raw = core::ptr::null_mut();
         // SAFETY: context bound; valid out-pointer.
-        check("cuStreamCreate", unsafe { (api.stream_create)(&mut raw, ffi::STREAM_NON_BLOCKING) })?;
+        check("cuStreamCreate", unsafe {
+            (api.stream_create)(&mut raw, ffi::STREAM_NON_BLOCKING)
+        })?;
         Ok(Stream { raw, ctx: dev.ctx })
     }
 
@@ -267,7 +293,9 @@ impl Event {
         let api = driver()?;
         let mut raw = core::ptr::null_mut();
         // SAFETY: context bound; valid out-pointer.
-        check("cuEventCreate", unsafe { (api.event_create)(&mut raw, ffi::EVENT_DEFAULT) })?;
+        check("cuEventCreate", unsafe {
+            (api.event_create)(&mut raw, ffi::EVENT_DEFAULT)
+        })?;
         Ok(Event { raw, ctx: dev.ctx })
     }
 
@@ -291,7 +319,9 @@ impl Event {
             (api.event_synchronize)(end.raw)
         })?;
         // SAFETY: as above.
-        check("cuEventElapsedTime", unsafe { (api.event_elapsed_time)(&mut ms, self.raw, end.raw) })?;
+        check("cuEventElapsedTime", unsafe {
+            (api.event_elapsed_time)(&mut ms, self.raw, end.raw)
+        })?;
         Ok(ms)
     }
 }

@@ -132,7 +132,9 @@ pub fn error_name(code: i32) -> String {
         return "unknown".into();
     }
     // SAFETY: on success `p` points to a NUL-terminated static string owned by the driver.
-    unsafe { core::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    unsafe { core::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The loaded driver or [`CudaError::Unavailable`].

@@ -27,7 +27,9 @@ impl Kernel {
         let api = driver()?;
         let mut module = core::ptr::null_mut();
         // SAFETY: `cubin` is a complete ELF image that outlives the call (the driver copies it).
-        check("cuModuleLoadData", unsafe { (api.module_load_data)(&mut module, cubin.as_ptr().cast()) })?;
+        check("cuModuleLoadData", unsafe {
+            (api.module_load_data)(&mut module, cubin.as_ptr().cast())
+        })?;
         let name = CString::new(entry).map_err(|_| CudaError::Invalid("entry name".into()))?;
         let mut func = core::ptr::null_mut();
         // SAFETY: valid module and NUL-terminated name.
@@ -49,7 +51,13 @@ impl Kernel {
     /// # Safety
     /// `P` must match the kernel's parameter list exactly (one struct parameter), and every
     /// address in it must be valid for what the kernel does with it.
-    pub unsafe fn launch<P>(&self, stream: &Stream, grid: u32, block: u32, params: &P) -> Result<()> {
+    pub unsafe fn launch<P>(
+        &self,
+        stream: &Stream,
+        grid: u32,
+        block: u32,
+        params: &P,
+    ) -> Result<()> {
         let api = driver()?;
         let mut args = [params as *const P as *mut c_void];
         // SAFETY: the caller guarantees the parameter block; the array outlives the call.
@@ -74,7 +82,13 @@ impl Kernel {
     ///
     /// # Safety
     /// `args` must point to values matching the kernel's parameter list, in order.
-    pub unsafe fn launch_args(&self, stream: &Stream, grid: u32, block: u32, args: &mut [*mut c_void]) -> Result<()> {
+    pub unsafe fn launch_args(
+        &self,
+        stream: &Stream,
+        grid: u32,
+        block: u32,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
         let api = driver()?;
         // SAFETY: forwarded from the caller.
         check("cuLaunchKernel", unsafe {
@@ -166,7 +180,11 @@ unsafe impl Send for Graph {}
 
 impl Graph {
     /// Captures what `body` enqueues on `stream` (context of `dev` bound) into a graph.
-    pub fn capture(dev: &Device, stream: &Stream, body: impl FnOnce() -> Result<()>) -> Result<Graph> {
+    pub fn capture(
+        dev: &Device,
+        stream: &Stream,
+        body: impl FnOnce() -> Result<()>,
+    ) -> Result<Graph> {
         dev.bind()?;
         let api = driver()?;
         // SAFETY: valid stream of the bound context.

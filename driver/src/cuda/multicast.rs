@@ -16,14 +16,22 @@ pub fn guard() -> Result<()> {
 /// [`guard`] over an arbitrary environment lookup (for tests).
 pub fn guard_with(env: impl Fn(&str) -> Option<String>) -> Result<()> {
     if !cfg!(feature = "multicast") {
-        return Err(CudaError::MulticastRefused("this build has no `multicast` feature"));
+        return Err(CudaError::MulticastRefused(
+            "this build has no `multicast` feature",
+        ));
     }
     if env("SYMM_ENABLE_MULTICAST").as_deref() != Some("1") {
-        return Err(CudaError::MulticastRefused("SYMM_ENABLE_MULTICAST=1 is not set"));
+        return Err(CudaError::MulticastRefused(
+            "SYMM_ENABLE_MULTICAST=1 is not set",
+        ));
     }
     for (k, v, why) in [
         ("NCCL_NVLS_ENABLE", "0", "NCCL_NVLS_ENABLE=0 is set"),
-        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1 is set"),
+        (
+            "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+            "1",
+            "TORCH_SYMM_MEM_DISABLE_MULTICAST=1 is set",
+        ),
         ("NVSHMEM_DISABLE_NVLS", "1", "NVSHMEM_DISABLE_NVLS=1 is set"),
     ] {
         if env(k).as_deref() == Some(v) {
@@ -47,6 +55,9 @@ mod tests {
             "NVSHMEM_DISABLE_NVLS" => Some("1".to_string()),
             _ => None,
         };
-        assert!(matches!(guard_with(env), Err(CudaError::MulticastRefused(_))));
+        assert!(matches!(
+            guard_with(env),
+            Err(CudaError::MulticastRefused(_))
+        ));
     }
 }

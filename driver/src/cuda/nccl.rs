@@ -1,9 +1,9 @@
 //! NCCL in the same process, on the same streams and buffers, for side-by-side timing.
 
+use super::device::Event;
 use super::error::{CudaError, Result};
 use super::ffi::nccl::{self as ffi, Comm};
 use super::world::World;
-use super::device::Event;
 
 /// One communicator per rank of a [`World`] (ncclCommInitAll).
 pub struct Nccl {
@@ -66,7 +66,15 @@ impl Nccl {
                     let (i, o) = ptrs[r];
                     check(
                         "ncclAllReduce",
-                        (api.all_reduce)(i as *const _, o as *mut _, count, dtype, op, *c, world.stream(r as u16)?.raw),
+                        (api.all_reduce)(
+                            i as *const _,
+                            o as *mut _,
+                            count,
+                            dtype,
+                            op,
+                            *c,
+                            world.stream(r as u16)?.raw,
+                        ),
                     )?;
                 }
                 check("ncclGroupEnd", (api.group_end)())

@@ -30,7 +30,8 @@ impl RankPlan {
         };
         for ops in channels {
             p.ops.extend(ops.iter().map(PlanOp::encode));
-            let n = u32::try_from(p.ops.len()).map_err(|_| CudaError::Invalid("plan has over 2^32 ops".into()))?;
+            let n = u32::try_from(p.ops.len())
+                .map_err(|_| CudaError::Invalid("plan has over 2^32 ops".into()))?;
             p.chan_start.push(n);
         }
         Ok(p)
@@ -73,7 +74,14 @@ impl RankPlan {
 
     /// Checks every op: decodable, no multicast (unless allowed), ranks in the world, byte ranges
     /// inside the buffers, slots inside the pad.
-    pub fn validate(&self, rank: u16, world: u16, sizes: &BufferSizes, pad_slots: u32, multicast: bool) -> Result<()> {
+    pub fn validate(
+        &self,
+        rank: u16,
+        world: u16,
+        sizes: &BufferSizes,
+        pad_slots: u32,
+        multicast: bool,
+    ) -> Result<()> {
         if self.chan_start.first() != Some(&0)
             || self.chan_start.windows(2).any(|w| w[0] > w[1])
             || self.chan_start.last().copied() != Some(self.ops.len() as u32)
@@ -87,14 +95,26 @@ impl RankPlan {
         };
         for (c, w) in self.chan_start.windows(2).enumerate() {
             for (i, p) in self.ops[w[0] as usize..w[1] as usize].iter().enumerate() {
-                let bad = |why: &str| CudaError::Invalid(format!("rank {rank} channel {c} op {i}: {why}"));
+                let bad = |why: &str| {
+                    CudaError::Invalid(format!("rank {rank} channel {c} op {i}: {why}"))
+                };
                 let op = p.decode().map_err(|e| bad(&format!("{e:?}")))?;
                 let in_buf = |l: symm_core::op::Loc, len: u64| {
-                    l.rank < world && l.offset.checked_add(len).is_some_and(|end| end <= size(l.buf))
+                    l.rank < world
+                        && l.offset
+                            .checked_add(len)
+                            .is_some_and(|end| end <= size(l.buf))
                 };
                 let ok = match op {
                     Op::Copy { src, dst, bytes } => in_buf(src, bytes) && in_buf(dst, bytes),
-                    Op::Reduce { a, b, dst, elems, dtype, .. } => {
+                    Op::Reduce {
+                        a,
+                        b,
+                        dst,
+                        elems,
+                        dtype,
+                        ..
+                    } => {
                         let n = elems.saturating_mul(dtype.size());
                         in_buf(a, n) && in_buf(b, n) && in_buf(dst, n)
                     }
@@ -124,12 +144,20 @@ mod tests {
 
     #[test]
     fn schedules_encode_and_validate() {
-        let req = Request::new(Collective::AllReduce, Algorithm::Ring, 4, 1 << 20, DType::Bf16, ReduceOp::Sum)
-            .with_channels(3);
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            4,
+            1 << 20,
+            DType::Bf16,
+            ReduceOp::Sum,
+        )
+        .with_channels(3);
         for r in 0..4 {
             let p = RankPlan::schedule(&req, r).unwrap();
             assert_eq!(p.channels(), 3);
-            p.validate(r, 4, &req.buffer_sizes(), req.layout().slots(), false).unwrap();
+            p.validate(r, 4, &req.buffer_sizes(), req.layout().slots(), false)
+                .unwrap();
             let n: usize = (0..3).map(|c| p.channel_ops(c).len()).sum();
             assert_eq!(n, p.ops.len());
         }
@@ -137,7 +165,14 @@ mod tests {
 
     #[test]
     fn out_of_bounds_ops_are_refused() {
-        let req = Request::new(Collective::AllReduce, Algorithm::OneShot, 2, 64, DType::F32, ReduceOp::Sum);
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::OneShot,
+            2,
+            64,
+            DType::F32,
+            ReduceOp::Sum,
+        );
         let bad = Op::Copy {
             src: symm_core::op::Loc::new(0, Buf::Input, 32),
             dst: symm_core::op::Loc::new(1, Buf::Output, 0),

@@ -68,7 +68,10 @@ impl Bootstrap for ThreadBootstrap {
 
     fn all_gather(&self, rank: u16, data: &[u8]) -> Result<Arc<Vec<Vec<u8>>>> {
         if rank >= self.world {
-            return Err(CudaError::Invalid(format!("rank {rank} in a world of {}", self.world)));
+            return Err(CudaError::Invalid(format!(
+                "rank {rank} in a world of {}",
+                self.world
+            )));
         }
         let poisoned = || CudaError::Rendezvous("a rank panicked during the exchange".into());
         let mut st = self.state.lock().map_err(|_| poisoned())?;
@@ -79,7 +82,10 @@ impl Bootstrap for ThreadBootstrap {
         st.slots[rank as usize] = data.to_vec();
         st.arrived += 1;
         if st.arrived == self.world {
-            st.result = Arc::new(std::mem::replace(&mut st.slots, vec![Vec::new(); self.world as usize]));
+            st.result = Arc::new(std::mem::replace(
+                &mut st.slots,
+                vec![Vec::new(); self.world as usize],
+            ));
             st.arrived = 0;
             st.generation += 1;
             self.cv.notify_all();
@@ -100,7 +106,11 @@ impl Bootstrap for ThreadBootstrap {
                 self.cv.notify_all();
                 return Err(CudaError::Rendezvous(why));
             }
-            st = self.cv.wait_timeout(st, end - now).map_err(|_| poisoned())?.0;
+            st = self
+                .cv
+                .wait_timeout(st, end - now)
+                .map_err(|_| poisoned())?
+                .0;
         }
         Ok(st.result.clone())
     }
@@ -142,6 +152,9 @@ mod tests {
     #[test]
     fn a_missing_rank_is_a_deadline_error() {
         let b = ThreadBootstrap::new(2, Duration::from_millis(50));
-        assert!(matches!(b.all_gather(0, b"x"), Err(CudaError::Rendezvous(_))));
+        assert!(matches!(
+            b.all_gather(0, b"x"),
+            Err(CudaError::Rendezvous(_))
+        ));
     }
 }

@@ -26,14 +26,21 @@ pub fn read(world: &World, req: &Request, plans: &[DevicePlan]) -> Result<Vec<u8
             let start = plan.chan_start[c] as usize;
             let end = plan.chan_start[c + 1] as usize;
             for &(t, i, k) in evs {
-                let Some(p) = plan.ops.get(start + i as usize).filter(|_| start + (i as usize) < end) else {
+                let Some(p) = plan
+                    .ops
+                    .get(start + i as usize)
+                    .filter(|_| start + (i as usize) < end)
+                else {
                     continue;
                 };
                 let Ok(op) = p.decode() else { continue };
                 let kind = match k {
                     0 => EventKind::Begin,
                     1 => EventKind::End,
-                    _ => EventKind::Stall { target: 0, found: 0 },
+                    _ => EventKind::Stall {
+                        target: 0,
+                        found: 0,
+                    },
                 };
                 all.push(Event {
                     time: t,

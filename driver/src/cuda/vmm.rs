@@ -37,7 +37,10 @@ fn prop(dev: &Device) -> ffi::MemAllocationProp {
     ffi::MemAllocationProp {
         kind: 1, // CU_MEM_ALLOCATION_TYPE_PINNED
         handle_types: ffi::HANDLE_POSIX_FD,
-        location: ffi::MemLocation { kind: 1, id: dev.ordinal },
+        location: ffi::MemLocation {
+            kind: 1,
+            id: dev.ordinal,
+        },
         win32_meta: core::ptr::null_mut(),
         alloc_flags: [0; 8],
     }
@@ -67,7 +70,9 @@ impl Physical {
         let p = prop(dev);
         let mut handle = 0;
         // SAFETY: context bound by the caller; valid out-pointer and property struct.
-        check("cuMemCreate", unsafe { (api.mem_create)(&mut handle, size, &p, 0) })?;
+        check("cuMemCreate", unsafe {
+            (api.mem_create)(&mut handle, size, &p, 0)
+        })?;
         LIVE_HANDLES.fetch_add(1, Ordering::Relaxed);
         Ok(Physical { handle })
     }
@@ -77,10 +82,17 @@ impl Physical {
         let mut fd: i32 = -1;
         // SAFETY: for POSIX-fd handles the driver writes an int descriptor to the out-pointer.
         check("cuMemExportToShareableHandle", unsafe {
-            (api.mem_export)((&mut fd as *mut i32).cast(), self.handle, ffi::HANDLE_POSIX_FD, 0)
+            (api.mem_export)(
+                (&mut fd as *mut i32).cast(),
+                self.handle,
+                ffi::HANDLE_POSIX_FD,
+                0,
+            )
         })?;
         if fd < 0 {
-            return Err(CudaError::Unsupported("export returned no descriptor".into()));
+            return Err(CudaError::Unsupported(
+                "export returned no descriptor".into(),
+            ));
         }
         // SAFETY: the driver handed us a fresh descriptor that nothing else owns.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -91,7 +103,11 @@ impl Physical {
         let mut handle = 0;
         // SAFETY: for POSIX-fd handles the "pointer" argument carries the descriptor value.
         check("cuMemImportFromShareableHandle", unsafe {
-            (api.mem_import)(&mut handle, fd as isize as *mut core::ffi::c_void, ffi::HANDLE_POSIX_FD)
+            (api.mem_import)(
+                &mut handle,
+                fd as isize as *mut core::ffi::c_void,
+                ffi::HANDLE_POSIX_FD,
+            )
         })?;
         LIVE_HANDLES.fetch_add(1, Ordering::Relaxed);
         Ok(Physical { handle })
@@ -165,7 +181,12 @@ unsafe impl Sync for SymmetricHeap {}
 impl SymmetricHeap {
     /// Collective: every rank of `boot` calls this with the same `bytes`; returns when every
     /// rank has mapped every peer. `bytes` is rounded up to the granularity.
-    pub fn create(dev: &Device, rank: u16, bytes: u64, boot: &dyn Bootstrap) -> Result<SymmetricHeap> {
+    pub fn create(
+        dev: &Device,
+        rank: u16,
+        bytes: u64,
+        boot: &dyn Bootstrap,
+    ) -> Result<SymmetricHeap> {
         let r = Self::create_inner(dev, rank, bytes, boot);
         if let Err(e) = &r {
             boot.abort(rank, &e.to_string());
@@ -173,7 +194,12 @@ impl SymmetricHeap {
         r
     }
 
-    fn create_inner(dev: &Device, rank: u16, bytes: u64, boot: &dyn Bootstrap) -> Result<SymmetricHeap> {
+    fn create_inner(
+        dev: &Device,
+        rank: u16,
+        bytes: u64,
+        boot: &dyn Bootstrap,
+    ) -> Result<SymmetricHeap> {
         if !boot.shares_fds() {
             return Err(CudaError::Unsupported(
                 "this bootstrap cannot pass file descriptors between ranks".into(),
@@ -213,18 +239,20 @@ impl SymmetricHeap {
         let mut own = Some(own);
         for (p, bytes) in fds.iter().enumerate() {
             let phys = if p == rank as usize {
-                own.take().ok_or_else(|| CudaError::Invalid("own handle used twice".into()))?
+                own.take()
+                    .ok_or_else(|| CudaError::Invalid("own handle used twice".into()))?
             } else {
-                let raw: [u8; 4] = bytes
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| CudaError::Rendezvous(format!("rank {p} sent a malformed handle")))?;
+                let raw: [u8; 4] = bytes.as_slice().try_into().map_err(|_| {
+                    CudaError::Rendezvous(format!("rank {p} sent a malformed handle"))
+                })?;
                 Physical::import(i32::from_le_bytes(raw))?
             };
             let at = base + p as u64 * stride;
             // SAFETY: `at .. at + stride` lies inside the range reserved above and is unmapped;
             // the handle has exactly `stride` bytes.
-            check("cuMemMap", unsafe { (api.mem_map)(at, stride as usize, 0, phys.handle, 0) })?;
+            check("cuMemMap", unsafe {
+                (api.mem_map)(at, stride as usize, 0, phys.handle, 0)
+            })?;
             LIVE_MAPS.fetch_add(1, Ordering::Relaxed);
             heap.handles.push(phys);
             heap.maps.push(Mapping {
@@ -233,13 +261,20 @@ impl SymmetricHeap {
             });
         }
         let access = ffi::MemAccessDesc {
-            location: ffi::MemLocation { kind: 1, id: dev.ordinal },
+            location: ffi::MemLocation {
+                kind: 1,
+                id: dev.ordinal,
+            },
             flags: 3, // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
         };
         // SAFETY: the whole range is mapped; one access descriptor.
-        check("cuMemSetAccess", unsafe { (api.mem_set_access)(base, span as usize, &access, 1) })?;
+        check("cuMemSetAccess", unsafe {
+            (api.mem_set_access)(base, span as usize, &access, 1)
+        })?;
         // SAFETY: the own heap is mapped and accessible; zero it (signal pads start at 0).
-        check("cuMemsetD8", unsafe { (api.memset_d8)(base + rank as u64 * stride, 0, stride as usize) })?;
+        check("cuMemsetD8", unsafe {
+            (api.memset_d8)(base + rank as u64 * stride, 0, stride as usize)
+        })?;
         check("cuCtxSynchronize", unsafe { (api.ctx_synchronize)() })?;
         // Every peer has imported (and zeroed) before any descriptor is closed.
         boot.barrier(rank)?;

@@ -130,7 +130,10 @@ impl World {
             .ok()
             .filter(|&w| w > 0 && w as usize <= 64)
             .ok_or_else(|| CudaError::Invalid(format!("{} devices", devices.len())))?;
-        let devs: Vec<Device> = devices.iter().map(|&d| Device::open(d)).collect::<Result<_>>()?;
+        let devs: Vec<Device> = devices
+            .iter()
+            .map(|&d| Device::open(d))
+            .collect::<Result<_>>()?;
         for d in &devs {
             if d.attribute(ffi::ATTR_VMM)? == 0 || d.attribute(ffi::ATTR_POSIX_FD)? == 0 {
                 return Err(CudaError::Unsupported(format!(
@@ -139,7 +142,9 @@ impl World {
                 )));
             }
             if d.arch != devs[0].arch {
-                return Err(CudaError::Unsupported("devices of different architectures".into()));
+                return Err(CudaError::Unsupported(
+                    "devices of different architectures".into(),
+                ));
             }
             for o in &devs {
                 if o.ordinal != d.ordinal && !d.can_access_peer(o)? {
@@ -193,12 +198,19 @@ impl World {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(CudaError::Rendezvous("a rank thread panicked".into()))))
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(CudaError::Rendezvous("a rank thread panicked".into()))
+                    })
+                })
                 .collect()
         });
         let ranks: Vec<Rank> = results.into_iter().collect::<Result<_>>()?;
         let stride = ranks[0].heap.stride;
-        let host = HostMapped::new(&ranks[0].dev, ABORT_BYTES + world as usize * MAX_CHANNELS as usize * RECORD_BYTES)?;
+        let host = HostMapped::new(
+            &ranks[0].dev,
+            ABORT_BYTES + world as usize * MAX_CHANNELS as usize * RECORD_BYTES,
+        )?;
         Ok(World {
             plans: Mutex::new(HashMap::new()),
             host,
@@ -263,8 +275,15 @@ impl World {
 
     /// Places a request's buffers in the heap (collective in spirit: same offsets on all ranks).
     pub fn alloc(&self, req: &Request) -> Result<Buffers> {
-        let sizes = req.buffer_sizes();
-        let mut h = self.alloc.lock().map_err(|_| CudaError::Invalid("heap lock poisoned".into()))?;
+        self.alloc_sizes(req.buffer_sizes())
+    }
+
+    /// Places buffers of the given sizes in the heap.
+    pub fn alloc_sizes(&self, sizes: BufferSizes) -> Result<Buffers> {
+        let mut h = self
+            .alloc
+            .lock()
+            .map_err(|_| CudaError::Invalid("heap lock poisoned".into()))?;
         let mut one = |n: u64| {
             h.alloc(n.max(16), 4096)
                 .map(|o| o + self.data_off)
@@ -283,7 +302,10 @@ impl World {
 
     /// Returns a request's buffers to the heap.
     pub fn free(&self, b: &Buffers) -> Result<()> {
-        let mut h = self.alloc.lock().map_err(|_| CudaError::Invalid("heap lock poisoned".into()))?;
+        let mut h = self
+            .alloc
+            .lock()
+            .map_err(|_| CudaError::Invalid("heap lock poisoned".into()))?;
         for o in [b.input, b.output, b.scratch] {
             h.free(o - self.data_off)
                 .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))?;
@@ -320,7 +342,9 @@ impl World {
 
     fn check_range(&self, off: u64, len: u64) -> Result<()> {
         if off < self.data_off || off.checked_add(len).is_none_or(|e| e > self.stride()) {
-            return Err(CudaError::Invalid(format!("bytes {off}..+{len} are outside the buffer area")));
+            return Err(CudaError::Invalid(format!(
+                "bytes {off}..+{len} are outside the buffer area"
+            )));
         }
         Ok(())
     }
@@ -330,16 +354,27 @@ impl World {
         let bytes = plan.op_bytes();
         let ops = DevBuf::zeroed(&k.dev, bytes.len())?;
         device::htod(ops.ptr, &bytes)?;
-        let cs: Vec<u8> = plan.chan_start.iter().flat_map(|c| c.to_le_bytes()).collect();
+        let cs: Vec<u8> = plan
+            .chan_start
+            .iter()
+            .flat_map(|c| c.to_le_bytes())
+            .collect();
         let chan = DevBuf::zeroed(&k.dev, cs.len())?;
         device::htod(chan.ptr, &cs)?;
-        Ok(DevicePlan { host: plan, ops, chan })
+        Ok(DevicePlan {
+            host: plan,
+            ops,
+            chan,
+        })
     }
 
     /// The uploaded plans of a collective request (built from its schedules once, then cached).
     pub fn plans(&self, req: &Request) -> Result<Arc<Vec<DevicePlan>>> {
         if req.world != self.world {
-            return Err(CudaError::Invalid(format!("request for {} ranks on a world of {}", req.world, self.world)));
+            return Err(CudaError::Invalid(format!(
+                "request for {} ranks on a world of {}",
+                req.world, self.world
+            )));
         }
         if let Some(p) = self.plans.lock().ok().and_then(|m| m.get(req).cloned()) {
             return Ok(p);
@@ -361,7 +396,11 @@ impl World {
     /// Checks and uploads user-written plans (one per rank), uncached.
     pub fn user_plans(&self, plans: Vec<RankPlan>, sizes: &BufferSizes) -> Result<Vec<DevicePlan>> {
         if plans.len() != self.world as usize {
-            return Err(CudaError::Invalid(format!("{} plans for {} ranks", plans.len(), self.world)));
+            return Err(CudaError::Invalid(format!(
+                "{} plans for {} ranks",
+                plans.len(),
+                self.world
+            )));
         }
         let mut v = Vec::with_capacity(plans.len());
         for (r, p) in plans.into_iter().enumerate() {
@@ -385,7 +424,8 @@ impl World {
             pad_off: 0,
             expected: k.expected.ptr,
             mc_base: 0,
-            records: self.host.dev + (ABORT_BYTES + r as usize * MAX_CHANNELS as usize * RECORD_BYTES) as u64,
+            records: self.host.dev
+                + (ABORT_BYTES + r as usize * MAX_CHANNELS as usize * RECORD_BYTES) as u64,
             abort_word: self.host.dev,
             trace: if trace { k.trace.ptr } else { 0 },
             trace_len: if trace { k.trace_len.ptr } else { 0 },
@@ -501,7 +541,9 @@ impl World {
         let mut v = Vec::with_capacity(self.ranks.len());
         for (r, p) in plans.iter().enumerate() {
             let k = &self.ranks[r];
-            v.push(Graph::capture(&k.dev, &k.stream, || self.enqueue(r as u16, p, b, false))?);
+            v.push(Graph::capture(&k.dev, &k.stream, || {
+                self.enqueue(r as u16, p, b, false)
+            })?);
         }
         Ok(v)
     }
@@ -548,7 +590,10 @@ impl World {
 
     /// Reads the trace events of the last traced launch of `plans`: per rank, per channel,
     /// (time ns, op index, kind 0 begin / 1 end / 2 stall), plus whether a buffer overflowed.
-    pub fn trace_events(&self, plans: &[DevicePlan]) -> Result<(Vec<Vec<Vec<(u64, u32, u32)>>>, bool)> {
+    pub fn trace_events(
+        &self,
+        plans: &[DevicePlan],
+    ) -> Result<(Vec<Vec<Vec<(u64, u32, u32)>>>, bool)> {
         let cap = self.opts.trace_cap as usize;
         let mut out = Vec::with_capacity(plans.len());
         let mut overflow = false;
@@ -560,7 +605,12 @@ impl World {
             device::dtoh(&mut lens, k.trace_len.ptr)?;
             let mut per = Vec::with_capacity(ch);
             for c in 0..ch {
-                let n = u32::from_le_bytes([lens[4 * c], lens[4 * c + 1], lens[4 * c + 2], lens[4 * c + 3]]) as usize;
+                let n = u32::from_le_bytes([
+                    lens[4 * c],
+                    lens[4 * c + 1],
+                    lens[4 * c + 2],
+                    lens[4 * c + 3],
+                ]) as usize;
                 overflow |= n > cap;
                 let n = n.min(cap);
                 let mut raw = vec![0u8; n * EVENT_BYTES];

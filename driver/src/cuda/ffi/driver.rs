@@ -77,7 +77,9 @@ pub struct MemAccessDesc {
 // The layouts above must match cudarc's bindings of the same structs.
 const _: () = {
     use cudarc::driver::sys as s;
-    assert!(core::mem::size_of::<MemAllocationProp>() == core::mem::size_of::<s::CUmemAllocationProp>());
+    assert!(
+        core::mem::size_of::<MemAllocationProp>() == core::mem::size_of::<s::CUmemAllocationProp>()
+    );
     assert!(core::mem::size_of::<MemAccessDesc>() == core::mem::size_of::<s::CUmemAccessDesc>());
     assert!(core::mem::size_of::<MemLocation>() == core::mem::size_of::<s::CUmemLocation>());
 };

@@ -32,19 +32,38 @@ api_table! {
     }
 }
 
-/// The loaded NCCL; `Err` names why it is unavailable.
+struct Loaded {
+    api: NcclApi,
+    _lib: libloading::Library,
+}
+
+/// The loaded NCCL; `Err` names why it is unavailable. Looked up as `$SYMM_NCCL` (a path), then
+/// libnccl.so.2 and cudarc's candidate names on the loader path.
 pub fn api() -> Result<&'static NcclApi, &'static str> {
-    static API: OnceLock<Result<NcclApi, &'static str>> = OnceLock::new();
+    static API: OnceLock<Result<Loaded, &'static str>> = OnceLock::new();
     API.get_or_init(|| {
-        // SAFETY: probing only dlopens candidate names.
-        if !unsafe { cudarc::nccl::sys::is_culib_present() } {
-            return Err("libnccl not found on the loader path");
+        let mut names: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(p) = std::env::var_os("SYMM_NCCL") {
+            names.push(p);
         }
-        // SAFETY: presence was checked, so cudarc's loader does not panic; it keeps the library.
-        let lib = unsafe { cudarc::nccl::sys::culib() };
-        // SAFETY: `lib` is libnccl with the declared signatures.
-        unsafe { NcclApi::load(lib) }
+        names.push("libnccl.so.2".into());
+        names.extend(
+            cudarc::get_lib_name_candidates("nccl")
+                .into_iter()
+                .map(Into::into),
+        );
+        for n in names {
+            // SAFETY: loading libnccl runs only its initialisers, which have no preconditions.
+            if let Ok(lib) = unsafe { libloading::Library::new(&n) } {
+                // SAFETY: `lib` is libnccl with the declared signatures; the table is kept beside
+                // the library in a static, so the library outlives it.
+                let api = unsafe { NcclApi::load(&lib)? };
+                return Ok(Loaded { api, _lib: lib });
+            }
+        }
+        Err("libnccl not found (set SYMM_NCCL or LD_LIBRARY_PATH)")
     })
     .as_ref()
+    .map(|l| &l.api)
     .map_err(|e| *e)
 }

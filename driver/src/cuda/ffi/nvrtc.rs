@@ -32,15 +32,25 @@ pub struct Nvrtc {
 }
 
 impl Nvrtc {
-    /// Loads NVRTC from `path`, or when `None` by the names cudarc searches (libnvrtc.so.13,
-    /// .so.12, ...) through the dynamic loader's path.
+    /// Loads NVRTC from `path`, or when `None` from `$SYMM_NVRTC` or by the names cudarc searches
+    /// (libnvrtc.so.13, .so.12, ...) through the dynamic loader's path.
     pub fn load(path: Option<&Path>) -> Result<Nvrtc, String> {
         let lib = match path {
             // SAFETY: loading NVRTC runs only its initialisers, which have no preconditions.
-            Some(p) => unsafe { libloading::Library::new(p) }.map_err(|e| format!("{}: {e}", p.display()))?,
+            Some(p) => unsafe { libloading::Library::new(p) }
+                .map_err(|e| format!("{}: {e}", p.display()))?,
             None => {
                 let mut found = None;
-                for name in cudarc::get_lib_name_candidates("nvrtc") {
+                let mut names: Vec<std::ffi::OsString> = Vec::new();
+                if let Some(p) = std::env::var_os("SYMM_NVRTC") {
+                    names.push(p);
+                }
+                names.extend(
+                    cudarc::get_lib_name_candidates("nvrtc")
+                        .into_iter()
+                        .map(Into::into),
+                );
+                for name in names {
                     // SAFETY: as above.
                     if let Ok(l) = unsafe { libloading::Library::new(&name) } {
                         found = Some(l);
