@@ -348,7 +348,8 @@ pub fn combine(dtype: DType, op: ReduceOp, div: u32, a: &[u8], b: &[u8], out: &m
             out[..8].copy_from_slice(&r.to_le_bytes());
         }
         DType::F16 | DType::Bf16 => {
-            let (to, from): (fn(u16) -> f32, fn(f32) -> u16) = if dtype == DType::F16 {
+            type Conv = (fn(u16) -> f32, fn(f32) -> u16);
+            let (to, from): Conv = if dtype == DType::F16 {
                 (f16_to_f32, f32_to_f16)
             } else {
                 (bf16_to_f32, f32_to_bf16)

@@ -164,7 +164,7 @@ impl SymWorld {
     fn range(&self, rank: u16, l: Loc, elems: u64) -> Result<(usize, usize, usize), SymError> {
         let es = self.req.dtype.size();
         let oob = SymError::OutOfBounds { rank, loc: l };
-        if l.rank >= self.req.world || l.offset % es != 0 {
+        if l.rank >= self.req.world || !l.offset.is_multiple_of(es) {
             return Err(oob);
         }
         let start = l.offset / es;

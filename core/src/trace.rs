@@ -34,6 +34,7 @@ pub const MAX_EVENT: usize = 128;
 pub const MAX_DEVICES: usize = 16;
 
 /// Where a trace was recorded.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Source {
     /// The host simulator or the host thread backend.

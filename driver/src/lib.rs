@@ -7,4 +7,7 @@
 //! * `cuda` (feature `cuda`): the CUDA VMM symmetric heap, rendezvous and plan-interpreter launch.
 #![deny(missing_docs)]
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod host;
+pub mod sync;

@@ -38,3 +38,5 @@ pub fn request(
 ) -> Request {
     Request::new(c, a, world, elems * dtype.size(), dtype, op)
 }
+
+pub mod fuzz;

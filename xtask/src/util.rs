@@ -5,12 +5,17 @@ use std::process::Command;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is in the workspace")
+        .to_path_buf()
 }
 
 /// Runs a command in the workspace root, failing with its name when it fails.
 pub fn run(cmd: &mut Command) -> Result<(), String> {
-    cmd.current_dir(root());
+    if cmd.get_current_dir().is_none() {
+        cmd.current_dir(root());
+    }
     let shown = format!("{cmd:?}");
     eprintln!("$ {shown}");
     let st = cmd.status().map_err(|e| format!("{shown}: {e}"))?;
@@ -33,5 +38,8 @@ pub fn flag(args: &[String], flag: &str) -> bool {
 
 /// The value after `name` among the arguments.
 pub fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(|s| s.as_str())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|s| s.as_str())
 }

@@ -285,7 +285,7 @@ impl Request {
                 channels: self.channels,
             });
         }
-        if self.bytes % self.dtype.size() != 0 {
+        if !self.bytes.is_multiple_of(self.dtype.size()) {
             return Err(SchedError::UnalignedBytes {
                 bytes: self.bytes,
                 elem: self.dtype.size(),
@@ -294,26 +294,16 @@ impl Request {
         if self.bytes > (1u64 << 48) {
             return Err(SchedError::TooLarge { bytes: self.bytes });
         }
-        let w = self.world;
-        let root_ok = |r: u16| r < w;
-        match self.collective {
+        let bad = match self.collective {
             Collective::Broadcast { root }
             | Collective::Reduce { root }
             | Collective::Scatter { root }
-            | Collective::Gather { root } => {
-                if !root_ok(root) {
-                    return Err(SchedError::BadRank { rank: root });
-                }
-            }
-            Collective::SendRecv { src, dst } => {
-                if !root_ok(src) {
-                    return Err(SchedError::BadRank { rank: src });
-                }
-                if !root_ok(dst) {
-                    return Err(SchedError::BadRank { rank: dst });
-                }
-            }
-            _ => {}
+            | Collective::Gather { root } => [root, 0],
+            Collective::SendRecv { src, dst } => [src, dst],
+            _ => [0, 0],
+        };
+        if let Some(&rank) = bad.iter().find(|&&r| r >= self.world) {
+            return Err(SchedError::BadRank { rank });
         }
         if !algorithms(self.collective).contains(&self.algorithm) {
             return Err(SchedError::Unsupported {

@@ -68,7 +68,7 @@ impl Rhd {
     fn role(&self, rank: u16) -> Role {
         let r = rank as u64;
         if r < 2 * self.e {
-            if r % 2 == 0 {
+            if r.is_multiple_of(2) {
                 Role::Extra { partner: rank + 1 }
             } else {
                 Role::Active {

@@ -6,16 +6,16 @@
 //! so aliasing operands (`dst == a`) behave as on a GPU that loads before it stores. Signals are
 //! `fetch_add` / `swap` with `Release`; slot loads are `Acquire`.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use super::pad::{Orderings, Pad};
+use crate::sync::{AtomicU8, Ordering};
 use symm_core::dtype::combine;
 use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::Request;
-use symm_core::signal::apply;
 
 /// One rank's memory.
 pub(crate) struct RankMem {
     bufs: [Vec<AtomicU8>; 3],
-    pub pad: Vec<AtomicU64>,
+    pub pad: Pad,
 }
 
 /// All ranks' memory.
@@ -43,7 +43,7 @@ impl WorldMem {
                     bytes(sz.output, poison),
                     bytes(sz.scratch, poison),
                 ],
-                pad: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+                pad: Pad::new(slots),
             })
             .collect();
         WorldMem { ranks }
@@ -80,8 +80,7 @@ impl WorldMem {
     pub fn load_slot(&self, rank: u16, slot: u32) -> Result<u64, Oob> {
         self.ranks
             .get(rank as usize)
-            .and_then(|r| r.pad.get(slot as usize))
-            .map(|s| s.load(Ordering::Acquire))
+            .and_then(|r| r.pad.load(slot, Orderings::PROTOCOL))
             .ok_or(Oob(None))
     }
 
@@ -137,22 +136,11 @@ impl WorldMem {
                 slot,
                 op,
                 value,
-            } => {
-                let s = self
-                    .ranks
-                    .get(peer as usize)
-                    .and_then(|r| r.pad.get(slot as usize))
-                    .ok_or(Oob(None))?;
-                match op {
-                    symm_core::op::SignalOp::Add => {
-                        s.fetch_add(value, Ordering::Release);
-                    }
-                    symm_core::op::SignalOp::Set => {
-                        s.swap(apply(op, 0, value), Ordering::Release);
-                    }
-                }
-                Ok(())
-            }
+            } => self
+                .ranks
+                .get(peer as usize)
+                .and_then(|r| r.pad.signal(slot, op, value, Orderings::PROTOCOL))
+                .ok_or(Oob(None)),
             Op::Wait { .. } => Ok(()),
         }
     }

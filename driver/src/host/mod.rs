@@ -15,6 +15,7 @@
 //! produces wrong bytes (which the tests catch), never undefined behaviour.
 
 mod mem;
+pub mod pad;
 mod reference;
 mod sim;
 mod threads;

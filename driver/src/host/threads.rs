@@ -8,7 +8,7 @@
 use super::mem::{Oob, Temps, WorldMem};
 use super::sim::check_inputs;
 use super::{HostError, Run};
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use symm_core::exec::{ExecError, Executor, Fabric, Step};
 use symm_core::op::Op;

@@ -1,0 +1,131 @@
+//! The fuzz targets' bodies, shared by `fuzz/` (cargo-fuzz) and the corpus-replay test.
+//!
+//! Each function takes arbitrary bytes and panics only when an oracle is violated.
+
+use symm_core::dtype::{DType, ReduceOp};
+use symm_core::heap::{check, Heap, HeapError};
+use symm_core::sched::{Algorithm, Collective, Request, SchedError};
+use symm_core::symbolic::{self, SymError};
+use symm_core::trace::Reader;
+
+/// The trace decoder never panics; it either yields events or a typed error, and stops.
+pub fn trace_decode(data: &[u8]) {
+    if let Ok(r) = Reader::new(data) {
+        let mut n = 0usize;
+        for e in r {
+            n += 1;
+            if e.is_err() {
+                break;
+            }
+            assert!(n <= data.len(), "more events than bytes");
+        }
+    }
+}
+
+/// Heap operation sequences: the allocator's invariants hold after every call, live blocks are
+/// aligned and disjoint, and a second heap replaying the same calls agrees.
+pub fn heap_ops(data: &[u8]) {
+    let cap = 1 << 16;
+    let mut a = Heap::new(cap);
+    let mut b = Heap::new(cap);
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    for w in data.chunks(3) {
+        let (k, x, y) = (
+            w[0],
+            *w.get(1).unwrap_or(&0) as u64,
+            *w.get(2).unwrap_or(&0) as u64,
+        );
+        if k % 3 != 0 || live.is_empty() {
+            let size = (x << 4) | (y & 0xf);
+            let align = 1u64 << (y % 13);
+            let r = a.alloc(size, align);
+            assert_eq!(r, b.alloc(size, align));
+            match r {
+                Ok(off) => {
+                    assert_eq!(off % align, 0);
+                    assert!(off + size <= cap);
+                    for &(o, s) in &live {
+                        assert!(off + size <= o || o + s <= off, "overlap");
+                    }
+                    live.push((off, size));
+                }
+                Err(
+                    HeapError::OutOfMemory { .. } | HeapError::ZeroSize | HeapError::TooManyBlocks,
+                ) => {}
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        } else {
+            let i = (x as usize) % live.len();
+            let (off, _) = live.swap_remove(i);
+            assert_eq!(a.free(off), Ok(()));
+            assert_eq!(b.free(off), Ok(()));
+            if y % 2 == 0 {
+                assert!(matches!(
+                    a.free(off),
+                    Err(HeapError::DoubleFree { .. } | HeapError::UnknownBlock { .. })
+                ));
+                assert!(b.free(off).is_err());
+            }
+        }
+        assert!(a.invariants_hold());
+        assert_eq!(a.used(), live.iter().map(|l| l.1).sum::<u64>());
+    }
+    assert_eq!(check(&a, &b), Ok(()));
+}
+
+/// A request from bytes (any request, valid or not).
+pub fn request_from(data: &[u8]) -> Option<(Request, u64)> {
+    if data.len() < 8 {
+        return None;
+    }
+    let world = 1 + (data[0] as u16 % 24);
+    let cs = [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast {
+            root: data[2] as u16 % (world + 1),
+        },
+        Collective::Reduce {
+            root: data[2] as u16 % world,
+        },
+        Collective::Scatter {
+            root: data[2] as u16 % world,
+        },
+        Collective::Gather {
+            root: data[2] as u16 % world,
+        },
+        Collective::AllToAll,
+        Collective::SendRecv {
+            src: data[2] as u16 % world,
+            dst: data[3] as u16 % world,
+        },
+    ];
+    let c = cs[data[1] as usize % cs.len()];
+    let a = Algorithm::ALL[data[4] as usize % Algorithm::ALL.len()];
+    let dt = DType::ALL[data[5] as usize % DType::ALL.len()];
+    let op = ReduceOp::ALL[data[6] as usize % ReduceOp::ALL.len()];
+    let elems = data[7] as u64 % 97;
+    let extra = u64::from(data.get(8).is_some_and(|b| b % 7 == 0));
+    let channels = 1 + *data.get(9).unwrap_or(&0) as u16 % 3;
+    let chunk = *data.get(10).unwrap_or(&0) as u64 % 9;
+    let slots = 1 + *data.get(11).unwrap_or(&1) % 3;
+    let req = Request::new(c, a, world, elems * dt.size() + extra, dt, op)
+        .with_channels(channels)
+        .with_pipeline(chunk * dt.size(), slots);
+    Some((req, *data.get(12).unwrap_or(&0) as u64))
+}
+
+/// Schedule requests: a valid request passes the symbolic check under the interleaving the
+/// input picks; an invalid one is a typed scheduling error.
+pub fn sched_request(data: &[u8]) {
+    let Some((req, seed)) = request_from(data) else {
+        return;
+    };
+    match (req.validate(), symbolic::check(&req, seed)) {
+        (Ok(()), Ok(_)) => {}
+        (Err(e), Err(SymError::Sched(f))) => assert_eq!(e, f),
+        (v, r) => panic!("{req:?}: validate {v:?}, check {r:?}"),
+    }
+    let _: Option<SchedError> = req.validate().err();
+}

@@ -1,0 +1,127 @@
+//! `cargo xtask demo` and `cargo xtask bench`.
+//!
+//! The demo runs every collective x algorithm on the host backend's simulator (world 4 and 8,
+//! 256 KiB of f32, two channels), checks each result against the sequential reference, writes one
+//! trace per run under `target/symm/traces/`, prints a table, then builds the viz and serves it
+//! with those traces on 127.0.0.1 (skipped with `--no-serve`).
+
+use crate::util;
+use std::fmt::Write as _;
+use std::time::Instant;
+use symm_core::cost::{predict, Link};
+use symm_core::dtype::{DType, ReduceOp};
+use symm_core::sched::{algorithms, Algorithm, Collective, Request, Schedule};
+use symm_driver::host::{compare, random_inputs, reference, simulate, SimOptions};
+
+fn collectives(world: u16) -> Vec<Collective> {
+    vec![
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast { root: 0 },
+        Collective::Reduce { root: 0 },
+        Collective::Scatter { root: 0 },
+        Collective::Gather { root: 0 },
+        Collective::AllToAll,
+        Collective::SendRecv {
+            src: 0,
+            dst: world - 1,
+        },
+    ]
+}
+
+/// `cargo xtask demo [--no-serve]`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let dir = util::root().join("target/symm/traces");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let t0 = Instant::now();
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "{:<15} {:<10} {:>5} {:>9} {:>7} {:>11} {:>11}  check",
+        "collective", "algorithm", "world", "bytes", "ops", "model us", "sim us"
+    );
+    let (mut passed, mut failed) = (0, 0);
+    for world in [4u16, 8] {
+        for c in collectives(world) {
+            for &a in algorithms(c) {
+                let req = Request::new(c, a, world, 256 << 10, DType::F32, ReduceOp::Sum)
+                    .with_channels(2)
+                    .with_pipeline(32 << 10, 2);
+                let inputs = random_inputs(&req, 7);
+                let opts = SimOptions {
+                    contents: true,
+                    ..Default::default()
+                };
+                let run = simulate(&req, &inputs, &opts).map_err(|e| format!("{req:?}: {e}"))?;
+                let ok = compare(&req, &run.outputs, &reference(&req, &inputs)).is_ok();
+                if ok {
+                    passed += 1;
+                } else {
+                    failed += 1;
+                }
+                let name = format!("{}-{}-w{world}.symmtrace", c.name(), a.name());
+                std::fs::write(dir.join(&name), &run.trace).map_err(|e| format!("{name}: {e}"))?;
+                let _ = writeln!(
+                    table,
+                    "{:<15} {:<10} {:>5} {:>9} {:>7} {:>11.1} {:>11.1}  {}",
+                    c.name(),
+                    a.name(),
+                    world,
+                    req.bytes,
+                    run.ops,
+                    predict(&req, &Link::NVLINK4),
+                    run.time_us,
+                    if ok { "pass" } else { "FAIL" }
+                );
+            }
+        }
+    }
+    print!("{table}");
+    println!(
+        "{passed} passed, {failed} failed ({:.1?}); traces in {}",
+        t0.elapsed(),
+        dir.display()
+    );
+    println!("model us: cost::predict on NVLink 4; sim us: the simulator's virtual time on the same link model");
+    if failed > 0 {
+        return Err(format!("{failed} runs did not match the reference"));
+    }
+    if util::flag(args, "--no-serve") {
+        return Ok(());
+    }
+    let dist = crate::viz::build()?;
+    crate::viz::serve(&dist, &dir)
+}
+
+/// `cargo xtask bench`: schedule-building cost per op and host-backend throughput, side by side.
+pub fn bench(_args: &[String]) -> Result<(), String> {
+    let req = Request::new(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        8,
+        1 << 30,
+        DType::Bf16,
+        ReduceOp::Sum,
+    )
+    .with_channels(8)
+    .with_pipeline(512 << 10, 2);
+    let t = Instant::now();
+    let mut ops = 0u64;
+    for rank in 0..req.world {
+        for ch in 0..req.channels {
+            let s = Schedule::new(req, rank, ch).map_err(|e| e.to_string())?;
+            for op in s {
+                std::hint::black_box(op);
+                ops += 1;
+            }
+        }
+    }
+    let dt = t.elapsed();
+    let per_op_ns = dt.as_nanos() as f64 / ops as f64;
+    println!("ring all-reduce plan, 8 ranks x 8 channels, 1 GiB bf16: {ops} ops in {dt:.2?} = {per_op_ns:.1} ns/op (goal < 1000 ns/op)");
+    if per_op_ns >= 1000.0 {
+        return Err(format!("{per_op_ns:.1} ns per op is above 1 us"));
+    }
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! `cargo xtask test`: everything CI runs, in order, failing on the first failure.
+//!
+//! 1. `cargo fmt --check` and `cargo clippy --all-targets -D warnings`;
+//! 2. every workspace test in release mode (unit, conformance, symbolic, fuzz-corpus replay);
+//! 3. the loom models (`--cfg loom`, release, own target directory);
+//! 4. symm-core for `thumbv7em-none-eabihf` with no default features (installs the target);
+//! 5. the schedule-building benchmark;
+//! 6. the kernels' generated-header check and NVRTC compile of every kernel variant;
+//! 7. the viz in headless Chromium.
+
+use crate::util::{self, cargo, run as sh};
+use std::time::Instant;
+
+fn step(
+    name: &str,
+    times: &mut Vec<(String, f64)>,
+    f: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
+    eprintln!("==> {name}");
+    let t = Instant::now();
+    f().map_err(|e| format!("{name}: {e}"))?;
+    times.push((name.to_string(), t.elapsed().as_secs_f64()));
+    Ok(())
+}
+
+fn rustup_target(t: &str) -> Result<(), String> {
+    let out = std::process::Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map_err(|e| format!("rustup: {e}"))?;
+    if String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == t)
+    {
+        return Ok(());
+    }
+    sh(std::process::Command::new("rustup").args(["target", "add", t]))
+}
+
+/// Runs the whole suite.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let skip_browser = util::flag(args, "--no-browser");
+    let mut times = Vec::new();
+    step("fmt", &mut times, || {
+        sh(cargo().args(["fmt", "--all", "--check"]))
+    })?;
+    step("clippy", &mut times, || {
+        sh(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    })?;
+    step("tests", &mut times, || {
+        sh(cargo().args(["test", "--release", "--workspace", "--", "--nocapture"]))
+    })?;
+    step("loom", &mut times, || {
+        let dir = util::root().join("target/loom");
+        sh(cargo()
+            .args(["test", "--release", "-p", "symm-driver", "--test", "loom"])
+            .env("RUSTFLAGS", "--cfg loom")
+            .env("CARGO_TARGET_DIR", dir))
+    })?;
+    step("no_std (thumbv7em-none-eabihf)", &mut times, || {
+        rustup_target("thumbv7em-none-eabihf")?;
+        sh(cargo().args([
+            "build",
+            "-p",
+            "symm-core",
+            "--no-default-features",
+            "--target",
+            "thumbv7em-none-eabihf",
+        ]))
+    })?;
+    step("bench (plan building)", &mut times, || {
+        crate::demo::bench(&[])
+    })?;
+    step("kernels", &mut times, crate::hw::ci_checks)?;
+    if !skip_browser {
+        step("viz (headless chromium)", &mut times, crate::viz::ci_checks)?;
+    }
+    println!("\ncargo xtask test: all steps passed");
+    for (name, secs) in &times {
+        println!("  {name:<32} {secs:>7.1} s");
+    }
+    Ok(())
+}
