@@ -194,11 +194,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 .copied()
                 .filter(|&b| b <= max_bytes)
                 .collect();
-            let heap = if correctness {
-                heap_for(w, &sizes)
-            } else {
-                1 << 30
-            };
+            let mut heap = if correctness { heap_for(w, &sizes) } else { 0 };
+            if all || bench_only {
+                // 256 MiB in and out plus the largest scratch of the timed algorithms.
+                heap = heap.max((512 << 20) + (64 << 20));
+            }
             let t = Instant::now();
             let opts = symm_driver::cuda::Options {
                 heap_bytes: heap,

@@ -8,12 +8,50 @@
 use symm_core::sched::Request;
 use symm_core::trace::{Event, EventKind, Header, Source, Writer, MAX_DEVICES};
 
+use super::device;
 use super::error::{CudaError, Result};
+use super::launch::EVENT_BYTES;
 use super::world::{DevicePlan, World};
+
+/// One raw GPU event: (globaltimer ns, op index, kind 0 begin / 1 end / 2 stall).
+pub type RawEvent = (u64, u32, u32);
+
+/// Raw events per rank, per channel, and whether any buffer overflowed.
+pub fn events(world: &World, plans: &[DevicePlan]) -> Result<(Vec<Vec<Vec<RawEvent>>>, bool)> {
+    let cap = world.options().trace_cap as usize;
+    let mut out = Vec::with_capacity(plans.len());
+    let mut overflow = false;
+    for (r, p) in plans.iter().enumerate() {
+        let (trace, lens_ptr) = world.trace_buffers(r as u16)?;
+        let ch = p.host.channels();
+        let mut lens = vec![0u8; ch * 4];
+        device::dtoh(&mut lens, lens_ptr)?;
+        let mut per = Vec::with_capacity(ch);
+        for (c, l) in lens.chunks_exact(4).enumerate() {
+            let n = u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize;
+            overflow |= n > cap;
+            let mut raw = vec![0u8; n.min(cap) * EVENT_BYTES];
+            device::dtoh(&mut raw, trace + (c * cap * EVENT_BYTES) as u64)?;
+            per.push(
+                raw.chunks_exact(EVENT_BYTES)
+                    .map(|e| {
+                        let mut t = [0u8; 8];
+                        t.copy_from_slice(&e[0..8]);
+                        let i = u32::from_le_bytes([e[8], e[9], e[10], e[11]]);
+                        let k = u32::from_le_bytes([e[12], e[13], e[14], e[15]]);
+                        (u64::from_le_bytes(t), i, k)
+                    })
+                    .collect(),
+            );
+        }
+        out.push(per);
+    }
+    Ok((out, overflow))
+}
 
 /// Reads the last traced launch of `plans` and encodes it (format v1).
 pub fn read(world: &World, req: &Request, plans: &[DevicePlan]) -> Result<Vec<u8>> {
-    let (events, overflow) = world.trace_events(plans)?;
+    let (events, overflow) = events(world, plans)?;
     if overflow {
         return Err(CudaError::Invalid(
             "trace buffer overflowed: raise Options::trace_cap".into(),

@@ -588,46 +588,11 @@ impl World {
         Ok(worst * 1000.0 / iters.max(1) as f64)
     }
 
-    /// Reads the trace events of the last traced launch of `plans`: per rank, per channel,
-    /// (time ns, op index, kind 0 begin / 1 end / 2 stall), plus whether a buffer overflowed.
-    pub fn trace_events(
-        &self,
-        plans: &[DevicePlan],
-    ) -> Result<(Vec<Vec<Vec<(u64, u32, u32)>>>, bool)> {
-        let cap = self.opts.trace_cap as usize;
-        let mut out = Vec::with_capacity(plans.len());
-        let mut overflow = false;
-        for (r, p) in plans.iter().enumerate() {
-            let k = &self.ranks[r];
-            k.dev.bind()?;
-            let ch = p.host.channels();
-            let mut lens = vec![0u8; ch * 4];
-            device::dtoh(&mut lens, k.trace_len.ptr)?;
-            let mut per = Vec::with_capacity(ch);
-            for c in 0..ch {
-                let n = u32::from_le_bytes([
-                    lens[4 * c],
-                    lens[4 * c + 1],
-                    lens[4 * c + 2],
-                    lens[4 * c + 3],
-                ]) as usize;
-                overflow |= n > cap;
-                let n = n.min(cap);
-                let mut raw = vec![0u8; n * EVENT_BYTES];
-                device::dtoh(&mut raw, k.trace.ptr + (c * cap * EVENT_BYTES) as u64)?;
-                per.push(
-                    raw.chunks_exact(EVENT_BYTES)
-                        .map(|e| {
-                            let t = u64::from_le_bytes(e[0..8].try_into().unwrap_or([0; 8]));
-                            let i = u32::from_le_bytes(e[8..12].try_into().unwrap_or([0; 4]));
-                            let kd = u32::from_le_bytes(e[12..16].try_into().unwrap_or([0; 4]));
-                            (t, i, kd)
-                        })
-                        .collect(),
-                );
-            }
-            out.push(per);
-        }
-        Ok((out, overflow))
+    /// Rank `r`'s trace buffer and per-channel trace lengths (device addresses), with the
+    /// device bound.
+    pub(crate) fn trace_buffers(&self, r: u16) -> Result<(u64, u64)> {
+        let k = self.rank(r)?;
+        k.dev.bind()?;
+        Ok((k.trace.ptr, k.trace_len.ptr))
     }
 }

@@ -276,10 +276,11 @@ pub fn graph_replay(world: &World, n: u32, seed: &mut u64) -> Row {
     row
 }
 
+/// Ops of each (rank, channel) with their indices.
+type Streams = std::collections::BTreeMap<(u16, u16), Vec<(u32, Op)>>;
+
 /// Ops of each (rank, channel) in index order, from the End events of a trace.
-fn op_streams(
-    bytes: &[u8],
-) -> Result<std::collections::BTreeMap<(u16, u16), Vec<(u32, Op)>>, String> {
+fn op_streams(bytes: &[u8]) -> Result<Streams, String> {
     let rd = Reader::new(bytes).map_err(|e| e.to_string())?;
     let mut m = std::collections::BTreeMap::<(u16, u16), Vec<(u32, Op)>>::new();
     for ev in rd {
