@@ -236,6 +236,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     &mut seed,
                 ));
                 rows.push(checks::graph_replay(&world, 100, &mut seed));
+                rows.push(checks::device_api(&world, 10, &mut seed));
                 rows.push(checks::trace_diff(&world, &out, &mut seed));
             }
             if all || bench_only {

@@ -13,6 +13,7 @@
 //! * [`compile`]: NVRTC to a cubin for the device's architecture, cached on disk.
 //! * [`plan`]: encoded plans from schedules (or user ops), checked before upload.
 //! * [`launch`]: modules, the interpreter's parameter block, launches and CUDA graphs.
+//! * [`examples`]: runs the device-API examples (a check of `symm/device.cuh` on GPUs).
 //! * [`world`]: a world of GPUs: heap, plan cache, runs, graph replay, timing, timeout records.
 //! * [`trace`]: GPU trace readback into symm-core's trace format.
 //! * [`nccl`]: NCCL on the same streams and buffers, for side-by-side timing.
@@ -21,6 +22,7 @@
 pub mod compile;
 pub mod device;
 pub mod error;
+pub mod examples;
 pub mod ffi;
 pub mod launch;
 pub mod multicast;

@@ -531,3 +531,54 @@ pub fn leak_check(devices: &[i32], cycles: u32) -> Row {
     row.seconds = t.elapsed().as_secs_f64();
     row
 }
+
+/// The device-API example (put_signal, wait_until, barrier from a user kernel): `passes` ring
+/// passes of fresh data, each checked on every rank.
+pub fn device_api(world: &World, passes: u32, seed: &mut u64) -> Row {
+    let t = Instant::now();
+    let w = world.world();
+    let mut row = Row::new("device API ring pass", w);
+    let bytes = 1u64 << 20;
+    let r = (|| -> Result<(), String> {
+        let e = |e: CudaError| e.to_string();
+        let sizes = BufferSizes {
+            input: bytes,
+            output: bytes,
+            scratch: 4096,
+        };
+        let b = world.alloc_sizes(sizes).map_err(e)?;
+        for r in 0..w {
+            world.fill(r, b.scratch, 4096, 0).map_err(e)?;
+        }
+        let mut ex = cuda::examples::RingPass::new(world).map_err(e)?;
+        for p in 0..passes {
+            row.cases += 1;
+            *seed += 1;
+            let mut rng = symm_core::symbolic::Rng::new(*seed);
+            let data: Vec<Vec<u8>> = (0..w)
+                .map(|_| (0..bytes).map(|_| rng.next_u64() as u8).collect())
+                .collect();
+            for r in 0..w {
+                world.write(r, b.input, &data[r as usize]).map_err(e)?;
+                world.fill(r, b.output, bytes, host::POISON).map_err(e)?;
+            }
+            ex.run(world, b.scratch, b.input, b.output, bytes, 5_000_000_000)
+                .map_err(e)?;
+            for r in 0..w {
+                let got = world.read(r, b.output, bytes).map_err(e)?;
+                if got != data[((r + w - 1) % w) as usize] {
+                    row.fail(format!(
+                        "pass {p}: rank {r} did not receive its predecessor's data"
+                    ));
+                }
+            }
+        }
+        world.free(&b).map_err(e)
+    })();
+    if let Err(m) = r {
+        row.cases += 1;
+        row.fail(m);
+    }
+    row.seconds = t.elapsed().as_secs_f64();
+    row
+}
