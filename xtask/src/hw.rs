@@ -40,7 +40,28 @@ pub fn ci_checks() -> Result<(), String> {
     Ok(())
 }
 
-/// libnvrtc.so.12 from the pip wheel, installed into target/nvrtc-wheel when missing.
+/// Fetches the wheel with Python's standard library alone (no pip): the simple index
+/// (`$PIP_INDEX_URL`, default PyPI) lists the manylinux x86-64 wheel, which is downloaded and
+/// unzipped into the target folder.
+const FETCH_WHEEL_PY: &str = r##"
+import os, re, ssl, sys, urllib.parse, urllib.request, zipfile, io
+name, version, dest = sys.argv[1], sys.argv[2], sys.argv[3]
+index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+cafile = os.environ.get("PIP_CERT")
+ctx = ssl.create_default_context(cafile=cafile) if cafile else None
+page_url = f"{index}/{name}/"
+page = urllib.request.urlopen(page_url, timeout=60, context=ctx).read().decode()
+stem = name.replace("-", "_") + "-" + version + "-"
+links = [h for h in re.findall(r'href="([^"]+)"', page) if stem in h and "manylinux" in h and "x86_64" in h and ".whl" in h]
+if not links:
+    sys.exit(f"no manylinux x86_64 wheel of {name} {version} at {page_url}")
+url = urllib.parse.urljoin(page_url, links[0].split("#")[0])
+data = urllib.request.urlopen(url, timeout=300, context=ctx).read()
+zipfile.ZipFile(io.BytesIO(data)).extractall(dest)
+"##;
+
+/// libnvrtc.so.12 from the pip wheel, installed into target/nvrtc-wheel when missing: with pip
+/// (`--target`, which needs no virtual environment), else with Python's standard library.
 fn nvrtc_from_wheel() -> Result<PathBuf, String> {
     let dir = util::root().join("target/nvrtc-wheel");
     let lib = dir.join("nvidia/cuda_nvrtc/lib/libnvrtc.so.12");
@@ -48,9 +69,9 @@ fn nvrtc_from_wheel() -> Result<PathBuf, String> {
         return Ok(lib);
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut last = String::new();
+    let mut tried = Vec::new();
     for py in ["python3", "python"] {
-        let out = Command::new(py)
+        let pip = Command::new(py)
             .args([
                 "-m",
                 "pip",
@@ -64,19 +85,31 @@ fn nvrtc_from_wheel() -> Result<PathBuf, String> {
             .arg(&dir)
             .arg(NVRTC_WHEEL)
             .output();
-        match out {
+        match pip {
             Ok(o) if o.status.success() && lib.exists() => return Ok(lib),
-            Ok(o) => {
-                last = format!(
-                    "{py} -m pip install {NVRTC_WHEEL}: {}",
-                    String::from_utf8_lossy(&o.stderr)
-                )
-            }
-            Err(e) => last = format!("{py}: {e}"),
+            Ok(o) => tried.push(format!(
+                "{py} -m pip: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Err(e) => tried.push(format!("{py}: {e}")),
+        }
+        let (name, version) = NVRTC_WHEEL.split_once("==").unwrap_or((NVRTC_WHEEL, ""));
+        let fetch = Command::new(py)
+            .args(["-c", FETCH_WHEEL_PY, name, version])
+            .arg(&dir)
+            .output();
+        match fetch {
+            Ok(o) if o.status.success() && lib.exists() => return Ok(lib),
+            Ok(o) => tried.push(format!(
+                "{py} download: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Err(e) => tried.push(format!("{py}: {e}")),
         }
     }
     Err(format!(
-        "could not install NVRTC for the kernel check: {last}"
+        "could not install {NVRTC_WHEEL} for the kernel check:\n  {}",
+        tried.join("\n  ")
     ))
 }
 
