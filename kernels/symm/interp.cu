@@ -81,7 +81,9 @@ struct symm_interp_params {
 // Element semantics (symm_core::dtype::combine).
 // ---------------------------------------------------------------------------------------------
 
-static __device__ __forceinline__ float symm_f16_to_f32(unsigned short h) {
+// Not inlined: the subnormal paths are long and inlining them into every unrolled lane
+// multiplies compile time.
+static __device__ __noinline__ float symm_f16_to_f32(unsigned short h) {
   unsigned sign = ((unsigned)(h >> 15)) << 31;
   unsigned exp = (h >> 10) & 0x1f;
   unsigned man = h & 0x3ff;
@@ -106,7 +108,7 @@ static __device__ __forceinline__ float symm_f16_to_f32(unsigned short h) {
   return __uint_as_float(bits);
 }
 
-static __device__ __forceinline__ unsigned short symm_f32_to_f16(float f) {
+static __device__ __noinline__ unsigned short symm_f32_to_f16(float f) {
   unsigned x = __float_as_uint(f);
   unsigned short sign = (unsigned short)((x >> 16) & 0x8000);
   int exp = (int)((x >> 23) & 0xff);
@@ -267,16 +269,42 @@ static __device__ void symm_reduce_block(char* dst, const char* a, const char* b
   const symm_u64 K = 16 / sizeof(S);
   const bool vec = (((symm_u64)dst | (symm_u64)a | (symm_u64)b) & 15) == 0;
   const symm_u64 nv = vec ? n / K : 0;
-  for (symm_u64 i = t; i < nv; i += lanes) {
-    uint4 va = ((const uint4*)a)[i];
-    uint4 vb = ((const uint4*)b)[i];
+  const uint4* va4 = (const uint4*)a;
+  const uint4* vb4 = (const uint4*)b;
+  uint4* vd4 = (uint4*)dst;
+  symm_u64 i = t;
+  // U vectors in flight per thread: all loads first (remote loads have microsecond latency),
+  // then the arithmetic and the stores. Bytes (16 lanes a vector) stay at one to keep the
+  // unrolled code, and NVRTC's compile time, small.
+  constexpr int U = sizeof(S) == 1 ? 1 : 4;
+  for (; i + (U - 1) * (symm_u64)lanes < nv; i += U * (symm_u64)lanes) {
+    uint4 va[U], vb[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      va[u] = va4[i + u * lanes];
+      vb[u] = vb4[i + u * lanes];
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      uint4 vo;
+      const S* xa = (const S*)&va[u];
+      const S* xb = (const S*)&vb[u];
+      S* xo = (S*)&vo;
+#pragma unroll
+      for (int k = 0; k < (int)(16 / sizeof(S)); k++) xo[k] = symm_elem<DT, S>::combine(xa[k], xb[k], op, d);
+      vd4[i + u * lanes] = vo;
+    }
+  }
+  for (; i < nv; i += lanes) {
+    uint4 va = va4[i];
+    uint4 vb = vb4[i];
     uint4 vo;
     const S* xa = (const S*)&va;
     const S* xb = (const S*)&vb;
     S* xo = (S*)&vo;
 #pragma unroll
     for (int k = 0; k < (int)(16 / sizeof(S)); k++) xo[k] = symm_elem<DT, S>::combine(xa[k], xb[k], op, d);
-    ((uint4*)dst)[i] = vo;
+    vd4[i] = vo;
   }
   const S* sa = (const S*)a;
   const S* sb = (const S*)b;

@@ -27,13 +27,18 @@ fn busbw(bytes: u64, us: f64, w: u16) -> (f64, f64) {
     (alg, alg * 2.0 * (w as f64 - 1.0) / w as f64)
 }
 
-fn channels(bytes: u64, a: Algorithm) -> u16 {
-    match (bytes, a) {
-        (0..=65_536, _) => 1,
-        (_, Algorithm::Ring) if bytes < (64 << 20) => 8,
-        (0..=4_194_304, _) => 8,
-        _ => 32,
-    }
+/// (algorithm, channels) candidates timed for a size.
+fn candidates(bytes: u64) -> Vec<(Algorithm, u16)> {
+    let algos = [Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ring];
+    let chans: &[u16] = match bytes {
+        0..=65_536 => &[1],
+        65_537..=16_777_216 => &[8, 16],
+        _ => &[32, 64],
+    };
+    algos
+        .iter()
+        .flat_map(|&a| chans.iter().map(move |&c| (a, c)))
+        .collect()
 }
 
 /// Times all-reduce at 1 KiB, 1 MiB and 256 MiB.
@@ -55,8 +60,7 @@ pub fn run(world: &World, seed: &mut u64) -> Vec<Line> {
             symm: Vec::new(),
             nccl: Err("not run".into()),
         };
-        for a in [Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ring] {
-            let ch = channels(bytes, a);
+        for (a, ch) in candidates(bytes) {
             let req = Request::new(
                 Collective::AllReduce,
                 a,
