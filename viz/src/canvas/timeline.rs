@@ -265,12 +265,13 @@ fn axis(ctx: &CanvasRenderingContext2d, width: f64, w: Window, xof: &dyn Fn(f64)
     while t <= w.t1 {
         let x = xof(t);
         ctx.fill_rect(x, AXIS_H - 4.0, 1.0, 4.0);
+        let shown = if t.abs() < step * 1e-6 { 0.0 } else { t };
         let label = if step >= 1e6 {
-            format!("{:.1} ms", t / 1e6)
+            format!("{:.1} ms", shown / 1e6)
         } else if step >= 1e3 {
-            format!("{:.1} us", t / 1e3)
+            format!("{:.1} us", shown / 1e3)
         } else {
-            format!("{t:.0} ns")
+            format!("{shown:.0} ns")
         };
         let _ = ctx.fill_text(&label, x + 2.0, 10.0);
         t += step;
