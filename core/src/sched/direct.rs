@@ -297,8 +297,8 @@ impl Program for Direct {
     fn emit(&self, ctx: &Ctx, p: u8, u: u64, out: &mut Batch) {
         let me = ctx.rank;
         let w = ctx.world() as u64;
-        let to = ((me as u64 + u) % w) as u16;
-        let from = ((me as u64 + w - u) % w) as u16;
+        let to = ((me as u64 + u % w) % w) as u16;
+        let from = ((me as u64 + w - u % w) % w) as u16;
         match p {
             0 if self.ready_to.has(me, to) => {
                 let _ = out.push(ctx.signal(to, Ready));
