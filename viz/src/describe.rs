@@ -10,9 +10,9 @@ use symm_core::op::{Loc, McLoc, Op};
 
 /// A byte count in binary units.
 pub fn size(bytes: u64) -> String {
-    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+    if bytes >= 1 << 20 && bytes & ((1 << 20) - 1) == 0 {
         format!("{} MiB", bytes >> 20)
-    } else if bytes >= 1 << 10 && bytes % (1 << 10) == 0 {
+    } else if bytes >= 1 << 10 && bytes & ((1 << 10) - 1) == 0 {
         format!("{} KiB", bytes >> 10)
     } else {
         format!("{bytes} B")

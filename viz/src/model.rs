@@ -418,3 +418,40 @@ pub(crate) mod tests {
         assert!(e.to_string().contains("bad magic"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod timing {
+    use super::*;
+
+    /// `SYMM_VIZ_BIG=path cargo test -p symm-viz --release -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn big_trace_phases() {
+        let Ok(path) = std::env::var("SYMM_VIZ_BIG") else {
+            return;
+        };
+        let bytes = std::fs::read(path).unwrap();
+        let t0 = std::time::Instant::now();
+        let r = trace::Reader::new(&bytes).unwrap();
+        let header = r.header().clone();
+        let events: Vec<Event> = r.map(|e| e.unwrap()).collect();
+        let t1 = t0.elapsed();
+        let (spans, _owner) = perfetto::spans_indexed(&events);
+        let t2 = t0.elapsed();
+        let pairs = perfetto::pairs(&spans);
+        let t3 = t0.elapsed();
+        let l = lanes(&spans);
+        let t4 = t0.elapsed();
+        let w = wait_targets(&spans);
+        let t5 = t0.elapsed();
+        let s = stall_threshold(&spans);
+        let t6 = t0.elapsed();
+        let trace = Trace::index("big", header, events);
+        let t7 = t0.elapsed();
+        println!(
+            "decode {t1:?} spans {:?} pairs {:?} lanes {:?} targets {:?} threshold {:?} full index {:?}; {} {} {} {:?} {}",
+            t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6,
+            pairs.len(), l.len(), w.len(), s, trace.events.len()
+        );
+    }
+}

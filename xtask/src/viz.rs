@@ -10,6 +10,7 @@
 
 mod browser;
 mod examples;
+mod export_check;
 mod http;
 mod json;
 mod webdriver;
@@ -182,7 +183,8 @@ fn checks(screenshots: Option<&Path>) -> Result<(), String> {
     let (chromium, driver) = browser::install()?;
     let scratch = target_dir().join("viz-test");
     std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+    let cli = export_check::check(&dist.join("examples/all_reduce-ring-w4.trace"), &scratch)?;
     let summary = browser::run_all(&dist, &scratch, &chromium, &driver, screenshots)?;
-    println!("{summary}");
+    println!("{summary}; {cli}");
     Ok(())
 }

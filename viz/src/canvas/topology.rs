@@ -108,7 +108,7 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
     // Chunks in flight and rank states at the playback time.
     let now = t.time_at(pos);
     let mut state = vec![0u8; world]; // 0 idle, 1 waiting, 2 stalled
-    let mut dots: Vec<(f64, f64, usize)> = Vec::new();
+    let mut dots: Vec<((f64, f64), (f64, f64), usize)> = Vec::new();
     let at = |r: u16| pts.get(r as usize).copied();
     let lerp =
         |a: (f64, f64), b: (f64, f64), f: f64| (a.0 + (b.0 - a.0) * f, a.1 + (b.1 - a.1) * f);
@@ -134,38 +134,30 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
             }
             Op::Copy { src, dst, .. } if src.rank != dst.rank => {
                 if let (Some(a), Some(b)) = (at(src.rank), at(dst.rank)) {
-                    let p = lerp(a, b, f);
-                    dots.push((p.0, p.1, src.rank as usize));
+                    dots.push((a, lerp(a, b, f), src.rank as usize));
                 }
             }
             Op::Reduce { a, b, .. } => {
                 for l in [a, b] {
                     if l.rank != me {
                         if let (Some(x), Some(y)) = (at(l.rank), at(me)) {
-                            let p = lerp(x, y, f);
-                            dots.push((p.0, p.1, l.rank as usize));
+                            dots.push((x, lerp(x, y, f), l.rank as usize));
                         }
                     }
                 }
             }
             Op::McReduce { .. } => {
                 if let Some(y) = at(me) {
-                    let p = lerp(switch, y, f);
-                    dots.push((p.0, p.1, me as usize));
+                    dots.push((switch, lerp(switch, y, f), me as usize));
                 }
             }
             Op::McStore { .. } => {
                 if let Some(x) = at(me) {
-                    let p = if f < 0.5 {
-                        lerp(x, switch, f * 2.0)
+                    if f < 0.5 {
+                        dots.push((x, lerp(x, switch, f * 2.0), me as usize));
                     } else {
-                        switch
-                    };
-                    dots.push((p.0, p.1, me as usize));
-                    if f >= 0.5 {
                         for q in &pts {
-                            let p = lerp(switch, *q, (f - 0.5) * 2.0);
-                            dots.push((p.0, p.1, me as usize));
+                            dots.push((switch, lerp(switch, *q, (f - 0.5) * 2.0), me as usize));
                         }
                     }
                 }
@@ -191,15 +183,23 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
         ctx.set_fill_style_str("#fff");
         let _ = ctx.fill_text(&format!("r{r}"), p.0 - 8.0, p.1 + 4.0);
     }
-    ctx.set_line_width(1.0);
-    for (x, y, r) in dots {
+    for (from, (x, y), r) in dots {
+        let colour = rank_colour(r, world);
+        ctx.set_stroke_style_str(&colour);
+        ctx.set_line_width(4.0);
+        ctx.begin_path();
+        ctx.move_to(from.0, from.1);
+        ctx.line_to(x, y);
+        ctx.stroke();
         ctx.begin_path();
         let _ = ctx.arc(x, y, 6.0, 0.0, 2.0 * PI);
-        ctx.set_fill_style_str(&rank_colour(r, world));
+        ctx.set_fill_style_str(&colour);
         ctx.fill();
+        ctx.set_line_width(1.5);
         ctx.set_stroke_style_str("#000");
         ctx.stroke();
     }
+    ctx.set_line_width(1.0);
     ctx.set_fill_style_str("#333");
     ctx.set_font("11px sans-serif");
     let _ = ctx.fill_text(
