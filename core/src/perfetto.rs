@@ -22,6 +22,7 @@
 //! names generated here, so no escaping beyond the basics is needed.
 
 use crate::op::{Loc, McLoc, Op};
+use crate::sched::{MAX_CHANNELS, MAX_WORLD};
 use crate::signal::SlotLayout;
 use crate::trace::{Event, EventKind, Header};
 use alloc::collections::BTreeMap;
@@ -62,7 +63,9 @@ pub fn spans(events: &[Event]) -> Vec<Span> {
 pub fn spans_indexed(events: &[Event]) -> (Vec<Span>, Vec<u32>) {
     let mut owner: Vec<u32> = Vec::with_capacity(events.len());
     let mut out: Vec<Span> = Vec::with_capacity(events.len() / 2 + 1);
-    // (rank, channel) -> lane number; per lane a dense index -> span table.
+    // (rank, channel) -> lane number (a direct table for in-range keys); per lane a dense
+    // op index -> span table.
+    let mut direct: Vec<u32> = Vec::new();
     let mut lanes: BTreeMap<(u16, u16), usize> = BTreeMap::new();
     let mut dense: Vec<Vec<u32>> = Vec::new();
     let mut sparse: BTreeMap<(u16, u16, u32), usize> = BTreeMap::new();
@@ -72,11 +75,35 @@ pub fn spans_indexed(events: &[Event]) -> (Vec<Span>, Vec<u32>) {
         let lane = match last_lane {
             Some((k, l)) if k == key => l,
             _ => {
-                let next = dense.len();
-                let l = *lanes.entry(key).or_insert(next);
-                if l == next {
-                    dense.push(Vec::new());
-                }
+                let slot = (e.channel < MAX_CHANNELS && e.rank < MAX_WORLD)
+                    .then(|| e.rank as usize * MAX_CHANNELS as usize + e.channel as usize);
+                let known = match slot {
+                    Some(i) => direct
+                        .get(i)
+                        .copied()
+                        .filter(|l| *l != u32::MAX)
+                        .map(|l| l as usize),
+                    None => lanes.get(&key).copied(),
+                };
+                let l = match known {
+                    Some(l) => l,
+                    None => {
+                        let l = dense.len();
+                        dense.push(Vec::new());
+                        match slot {
+                            Some(i) => {
+                                if direct.len() <= i {
+                                    direct.resize(i + 1, u32::MAX);
+                                }
+                                direct[i] = l as u32;
+                            }
+                            None => {
+                                lanes.insert(key, l);
+                            }
+                        }
+                        l
+                    }
+                };
                 last_lane = Some((key, l));
                 l
             }

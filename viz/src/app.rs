@@ -81,6 +81,8 @@ pub struct App {
     pub(crate) buffers_ref: NodeRef,
     pub(crate) root_ref: NodeRef,
     load_started: Option<f64>,
+    phases: String,
+    draw_started: f64,
     ready_at: Option<f64>,
     drag: Option<(f64, timeline::Window, bool)>,
     ticker: Option<Interval>,
@@ -200,6 +202,9 @@ impl App {
         if let Some(ms) = self.load_ms {
             set("data-load-ms", format!("{ms:.1}"));
         }
+        if !self.phases.is_empty() {
+            set("data-load-phases", self.phases.clone());
+        }
         if let Some(at) = self.ready_at {
             set("data-ready-at", format!("{at:.1}"));
         }
@@ -242,6 +247,8 @@ impl Component for App {
             buffers_ref: NodeRef::default(),
             root_ref: NodeRef::default(),
             load_started: None,
+            phases: String::new(),
+            draw_started: 0.0,
             ready_at: None,
             drag: None,
             ticker: None,
@@ -280,10 +287,22 @@ impl Component for App {
                     }
                 });
             }
-            Msg::Loaded(slot, name, bytes, _) => {
+            Msg::Loaded(slot, name, bytes, started) => {
                 self.loading = None;
                 let short = name.rsplit('/').next().unwrap_or(&name).to_string();
-                match Trace::decode(&short, &bytes) {
+                let t0 = io::now_ms();
+                let decoded = crate::model::decode_events(&short, &bytes);
+                let t1 = io::now_ms();
+                let indexed = decoded.map(|(h, e)| Trace::index(&short, h, e));
+                let t2 = io::now_ms();
+                self.phases = format!(
+                    "read {:.0} ms, decode {:.0} ms, index {:.0} ms",
+                    t0 - started,
+                    t1 - t0,
+                    t2 - t1
+                );
+                self.draw_started = t2;
+                match indexed {
                     Ok(t) => {
                         self.error = None;
                         match slot {
@@ -432,6 +451,10 @@ impl Component for App {
             if let Some(started) = self.load_started.take() {
                 let now = io::now_ms();
                 self.load_ms = Some(now - started);
+                self.phases.push_str(&format!(
+                    ", render and draw {:.0} ms",
+                    now - self.draw_started
+                ));
                 self.ready_at = Some(now);
             }
         }
