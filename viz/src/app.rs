@@ -35,6 +35,8 @@ pub enum Msg {
     Failed(LoadError),
     /// Drop the compared trace.
     CloseCompare,
+    /// Swap the main and the compared trace.
+    Swap,
     /// Play or pause.
     TogglePlay,
     /// A playback tick.
@@ -202,6 +204,8 @@ impl App {
         if let Some(ms) = self.load_ms {
             set("data-load-ms", format!("{ms:.1}"));
         }
+        let w = self.window();
+        set("data-window", format!("{:.0} {:.0}", w.t0, w.t1));
         if !self.phases.is_empty() {
             set("data-load-phases", self.phases.clone());
         }
@@ -332,6 +336,13 @@ impl Component for App {
             Msg::CloseCompare => {
                 self.compare = None;
                 self.window = None;
+            }
+            Msg::Swap => {
+                if self.compare.is_some() {
+                    std::mem::swap(&mut self.main, &mut self.compare);
+                    let n = self.main.as_ref().map_or(0, |t| t.events.len());
+                    self.set_pos(n);
+                }
             }
             Msg::TogglePlay => {
                 let n = self.main.as_ref().map_or(0, |t| t.events.len());

@@ -146,6 +146,7 @@ pub fn view(app: &App, ctx: &Context<App>) -> Html {
                 { example_menu(ctx, "compare-example", Slot::Compare, "compare with...") }
                 <label>{ "compare file " }{ file_input(ctx, "compare-file", Slot::Compare) }</label>
                 if app.compare.is_some() {
+                    <button id="swap" title="play the compared trace instead" onclick={link.callback(|_| Msg::Swap)}>{ "swap" }</button>
                     <button id="close-compare" onclick={link.callback(|_| Msg::CloseCompare)}>{ "close compare" }</button>
                 }
             </header>

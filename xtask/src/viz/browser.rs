@@ -150,12 +150,7 @@ pub fn run_all(
     // Screenshots of each view at the end of the ring all-reduce of world 4.
     let shots = scratch.join("img");
     std::fs::create_dir_all(&shots).map_err(|e| e.to_string())?;
-    for (file, css) in [
-        ("viz-topology.png", ".row > .panel:nth-child(1)"),
-        ("viz-buffers.png", ".row > .panel:nth-child(2)"),
-        ("viz-timeline.png", "#timeline"),
-        ("viz-details.png", "#details"),
-    ] {
+    let shot = |file: &str, css: &str| -> Result<(), String> {
         let png = b.screenshot(css)?;
         check(png.starts_with(b"\x89PNG"), "screenshots are PNG")?;
         std::fs::write(shots.join(file), &png).map_err(|e| e.to_string())?;
@@ -163,7 +158,12 @@ pub fn run_all(
             std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
             std::fs::write(dir.join(file), &png).map_err(|e| e.to_string())?;
         }
-    }
+        Ok(())
+    };
+    shot("viz-topology.png", ".row > .panel:nth-child(1)")?;
+    shot("viz-buffers.png", ".row > .panel:nth-child(2)")?;
+    shot("viz-timeline.png", "#timeline")?;
+    shot("viz-details.png", "#details")?;
 
     // 2. Step with the buttons and the keyboard, scrub, play.
     b.click("#step-back")?;
@@ -197,6 +197,24 @@ pub fn run_all(
     std::thread::sleep(Duration::from_millis(400));
     b.click("#play")?;
     check(num(&b, "data-pos")? as usize > mid, "play advances")?;
+    // Zoom with the wheel, then select the op under the pointer.
+    let w0 = attr(&b, "data-window")?;
+    b.js("var c = document.getElementById('timeline'); var r = c.getBoundingClientRect();\
+          c.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: r.left + r.width / 2, clientY: r.top + 40, bubbles: true, cancelable: true})); return true;")?;
+    check(
+        attr(&b, "data-window")? != w0,
+        "the wheel zooms the timeline",
+    )?;
+    b.click("#fit")?;
+    check(attr(&b, "data-window")? == w0, "fit shows the whole trace")?;
+    b.js("var c = document.getElementById('timeline'); var r = c.getBoundingClientRect();\
+          var o = {clientX: r.left + 120, clientY: r.top + 18 + 16 + 2 * 20 + 10, bubbles: true};\
+          c.dispatchEvent(new MouseEvent('mousedown', o)); c.dispatchEvent(new MouseEvent('mouseup', o)); return true;")?;
+    let picked = b.js("return document.querySelector('#details .op').textContent;")?;
+    check(
+        picked.as_str().is_some_and(|w| w.starts_with("rank 2 ")),
+        &format!("clicking rank 2's lane selects its op: {picked:?}"),
+    )?;
     passed += 1;
 
     // 3. A corrupted file from the file picker: a clear error with the byte offset, app still works.
@@ -281,6 +299,9 @@ pub fn run_all(
         attr(&b, "data-compare")? == "true",
         "compare mode holds two traces",
     )?;
+    shot("viz-compare.png", "#timeline")?;
+    b.click("#close-compare")?;
+    check(attr(&b, "data-compare")? == "false", "compare closes")?;
     select(&b, "example", "hang-all_reduce-ring-w4.trace")?;
     b.wait_for(
         "the hang report",
@@ -293,7 +314,7 @@ pub fn run_all(
         hang.contains("expected") && hang.contains("found") && hang.contains("root: rank 2"),
         &format!("hang report names rank 2 as the root: {hang}"),
     )?;
-    b.click("#close-compare")?;
+    shot("viz-hang.png", "#hang")?;
     b.keys("body", "\u{E011}")?;
     b.click("#next-stall")?;
     check(num(&b, "data-pos")? > 0.0, "next stall jumps forward")?;
