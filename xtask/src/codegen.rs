@@ -202,4 +202,18 @@ mod tests {
     fn header_is_fresh() {
         super::check().unwrap();
     }
+
+    #[test]
+    fn header_carries_the_encoding() {
+        let h = super::generate();
+        for needle in [
+            "#define SYMM_OP_BYTES 64",
+            "#define SYMM_PLANOP_COUNT_OFFSET 48",
+            "#define SYMM_DTYPE_BF16 2",
+            "#define SYMM_SLOT_KINDS 8",
+            "#define SYMM_SIGNAL_ADD 1",
+        ] {
+            assert!(h.contains(needle), "missing {needle}");
+        }
+    }
 }

@@ -200,3 +200,29 @@ pub fn cubin(compiler: &Compiler, v: &Variant, arch: u32, driver: i32) -> Result
     }
     Ok((bin, false))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_key_changes_with_variant_arch_compiler_and_driver() {
+        let base = cache_key(&symm_kernels::INTERP, 90, (12, 9), 13000);
+        assert_ne!(
+            base,
+            cache_key(&symm_kernels::INTERP_TRACE, 90, (12, 9), 13000)
+        );
+        assert_ne!(base, cache_key(&symm_kernels::INTERP, 100, (12, 9), 13000));
+        assert_ne!(base, cache_key(&symm_kernels::INTERP, 90, (13, 0), 13000));
+        assert_ne!(base, cache_key(&symm_kernels::INTERP, 90, (12, 9), 13010));
+        assert_eq!(base, cache_key(&symm_kernels::INTERP, 90, (12, 9), 13000));
+    }
+
+    #[test]
+    fn options_name_a_real_architecture_and_the_defines() {
+        let o = Compiler::options(&symm_kernels::INTERP_TRACE, 90);
+        assert!(o.iter().any(|x| x == "--gpu-architecture=sm_90"));
+        assert!(o.iter().any(|x| x == "-DSYMM_TRACE=1"));
+        assert!(o.iter().any(|x| x == "--fmad=false"));
+    }
+}
