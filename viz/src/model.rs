@@ -412,7 +412,7 @@ pub(crate) mod tests {
         assert_eq!(t.pos_at(10), 4);
         assert!(t.stall_marks.is_empty());
         let hung = Trace::decode("hang", &small(true)).unwrap();
-        assert_eq!(hung.stall_marks, vec![3]);
+        assert_eq!(hung.stall_marks, vec![2]);
     }
 
     #[test]

@@ -10,6 +10,9 @@ use symm_core::op::Op;
 use symm_core::sched::Algorithm;
 use web_sys::CanvasRenderingContext2d;
 
+/// A chunk in flight: where it left, where it is now, whose colour it has.
+type Flight = ((f64, f64), (f64, f64), usize);
+
 /// Canvas height of the view.
 pub const HEIGHT: u32 = 300;
 
@@ -108,7 +111,7 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
     // Chunks in flight and rank states at the playback time.
     let now = t.time_at(pos);
     let mut state = vec![0u8; world]; // 0 idle, 1 waiting, 2 stalled
-    let mut dots: Vec<((f64, f64), (f64, f64), usize)> = Vec::new();
+    let mut dots: Vec<Flight> = Vec::new();
     let at = |r: u16| pts.get(r as usize).copied();
     let lerp =
         |a: (f64, f64), b: (f64, f64), f: f64| (a.0 + (b.0 - a.0) * f, a.1 + (b.1 - a.1) * f);
