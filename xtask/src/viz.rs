@@ -179,6 +179,8 @@ pub fn ci_checks() -> Result<(), String> {
 }
 
 fn checks(screenshots: Option<&Path>) -> Result<(), String> {
+    // The viewer's model (decoding, pairing, buffers, hang analysis, words) natively first.
+    util::run(util::cargo().args(["test", "-q", "-p", "symm-viz", "--lib"]))?;
     let dist = build()?;
     let (chromium, driver) = browser::install()?;
     let scratch = target_dir().join("viz-test");
