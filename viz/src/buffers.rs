@@ -46,6 +46,12 @@ impl Cells {
     /// Builds the history of every output cell.
     pub fn build(header: &Header, events: &[Event]) -> Cells {
         let world = header.world.min(64);
+        if header.request.validate().is_err() {
+            return Cells {
+                world,
+                ..Cells::default()
+            };
+        }
         let out_bytes = header.request.buffer_sizes().output.max(1);
         let recorded = events.iter().any(|e| e.contents.is_some());
         if !recorded || world == 0 {

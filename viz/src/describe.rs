@@ -152,8 +152,8 @@ pub fn op(t: &Trace, span: usize) -> String {
         )),
         (Some(e), None) => text.push_str(&format!(
             "{} from {}]",
-            duration(t, e - s.begin),
-            duration(t, s.begin - t.start)
+            duration(t, e.saturating_sub(s.begin)),
+            duration(t, s.begin.saturating_sub(t.start))
         )),
         (None, None) => text.push_str("unfinished]"),
     }

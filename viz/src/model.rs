@@ -123,7 +123,7 @@ impl Trace {
             let long = matches!(sp.op, Op::Wait { .. })
                 && (sp.stall.is_some()
                     || sp.end.is_none()
-                    || sp.end.unwrap_or(0) - sp.begin >= stall_threshold);
+                    || sp.end.unwrap_or(0).saturating_sub(sp.begin) >= stall_threshold);
             if long && !seen[s] {
                 seen[s] = true;
                 stall_marks.push(i as u32 + 1);
@@ -178,7 +178,9 @@ impl Trace {
     /// Whether a span counts as a stall.
     pub fn is_stall(&self, s: &Span) -> bool {
         matches!(s.op, Op::Wait { .. })
-            && (s.stall.is_some() || s.end.is_some_and(|e| e - s.begin >= self.stall_threshold))
+            && (s.stall.is_some()
+                || s.end
+                    .is_some_and(|e| e.saturating_sub(s.begin) >= self.stall_threshold))
     }
 
     /// In a lane, the span in progress or last finished at time `t`.
@@ -290,12 +292,12 @@ fn wait_targets(spans: &[Span]) -> Vec<u64> {
 fn stall_threshold(spans: &[Span]) -> (u64, u64) {
     let mut d: Vec<u64> = spans
         .iter()
-        .filter_map(|s| s.end.map(|e| e - s.begin))
+        .filter_map(|s| s.end.map(|e| e.saturating_sub(s.begin)))
         .collect();
     let wait_max = spans
         .iter()
         .filter(|s| matches!(s.op, Op::Wait { .. }))
-        .filter_map(|s| s.end.map(|e| e - s.begin))
+        .filter_map(|s| s.end.map(|e| e.saturating_sub(s.begin)))
         .max()
         .unwrap_or(0);
     if d.is_empty() {
@@ -413,6 +415,28 @@ pub(crate) mod tests {
         assert!(t.stall_marks.is_empty());
         let hung = Trace::decode("hang", &small(true)).unwrap();
         assert_eq!(hung.stall_marks, vec![2]);
+    }
+
+    #[test]
+    fn mangled_traces_never_panic() {
+        let good = small(false);
+        for i in 0..good.len() {
+            for v in [0u8, 1, 0x7f, 0x80, 0xff] {
+                let mut b = good.clone();
+                b[i] = v;
+                if let Ok(t) = Trace::decode("m", &b) {
+                    for s in 0..t.spans.len() {
+                        let _ = crate::describe::op(&t, s);
+                    }
+                    let _ = crate::hang::analyse(&t);
+                    for p in 0..=t.events.len() {
+                        for r in 0..t.cells.world as usize {
+                            let _ = t.cells.at(r, 0, p);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

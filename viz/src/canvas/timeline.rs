@@ -81,7 +81,7 @@ fn colour(t: &Trace, s: &symm_core::perfetto::Span) -> usize {
         Op::Wait { .. } => match s.end {
             None => 8,
             Some(e) => {
-                let f = (e - s.begin) as f64 / t.wait_max.max(1) as f64;
+                let f = e.saturating_sub(s.begin) as f64 / t.wait_max.max(1) as f64;
                 3 + ((f * 4.0).floor() as usize).min(4)
             }
         },

@@ -206,7 +206,10 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
     ctx.set_fill_style_str("#333");
     ctx.set_font("11px sans-serif");
     let _ = ctx.fill_text(
-        &format!("t = {}", crate::describe::duration(t, now - t.start)),
+        &format!(
+            "t = {}",
+            crate::describe::duration(t, now.saturating_sub(t.start))
+        ),
         6.0,
         14.0,
     );
