@@ -11,7 +11,49 @@ use std::time::Instant;
 use symm_core::cost::{predict, Link};
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{algorithms, Algorithm, Collective, Request, Schedule};
-use symm_driver::host::{compare, random_inputs, reference, simulate, SimOptions};
+use symm_driver::host::{
+    alltoallv_reference, compare, random_inputs, reference, simulate, simulate_streams, HostError,
+    Run, SimOptions,
+};
+
+/// An all-to-allv with uneven counts: rank r sends `((r + 2q) % 5) * 2048` f32 to rank q.
+fn alltoallv_run(world: u16) -> Result<(Request, Run, bool), String> {
+    let w = world as u64;
+    let counts: Vec<u64> = (0..w * w)
+        .map(|i| ((i / w + 2 * (i % w)) % 5) * 2048)
+        .collect();
+    let cap = (0..w)
+        .map(|i| {
+            let row: u64 = (0..w).map(|q| counts[(i * w + q) as usize]).sum();
+            let col: u64 = (0..w).map(|k| counts[(k * w + i) as usize]).sum();
+            row.max(col)
+        })
+        .max()
+        .unwrap_or(0);
+    let req = Request::new(
+        Collective::AllToAllV,
+        Algorithm::Pairwise,
+        world,
+        cap * 4,
+        DType::F32,
+        ReduceOp::Sum,
+    )
+    .with_channels(2);
+    let inputs = random_inputs(&req, 7);
+    let opts = SimOptions {
+        contents: false,
+        ..Default::default()
+    };
+    let make = |r, c| symm_core::sched::alltoallv(req, r, c, &counts).map_err(HostError::Sched);
+    let run = simulate_streams(&req, &inputs, &opts, make).map_err(|e| format!("{req:?}: {e}"))?;
+    let ok = compare(
+        &req,
+        &run.outputs,
+        &alltoallv_reference(&req, &inputs, &counts),
+    )
+    .is_ok();
+    Ok((req, run, ok))
+}
 
 fn collectives(world: u16) -> Vec<Collective> {
     vec![
@@ -23,6 +65,7 @@ fn collectives(world: u16) -> Vec<Collective> {
         Collective::Scatter { root: 0 },
         Collective::Gather { root: 0 },
         Collective::AllToAll,
+        Collective::AllToAllV,
         Collective::SendRecv {
             src: 0,
             dst: world - 1,
@@ -45,16 +88,22 @@ pub fn run(args: &[String]) -> Result<(), String> {
     for world in [4u16, 8] {
         for c in collectives(world) {
             for &a in algorithms(c) {
-                let req = Request::new(c, a, world, 256 << 10, DType::F32, ReduceOp::Sum)
-                    .with_channels(2)
-                    .with_pipeline(32 << 10, 2);
-                let inputs = random_inputs(&req, 7);
-                let opts = SimOptions {
-                    contents: true,
-                    ..Default::default()
+                let (req, run, ok) = if c == Collective::AllToAllV {
+                    alltoallv_run(world)?
+                } else {
+                    let req = Request::new(c, a, world, 256 << 10, DType::F32, ReduceOp::Sum)
+                        .with_channels(2)
+                        .with_pipeline(32 << 10, 2);
+                    let inputs = random_inputs(&req, 7);
+                    let opts = SimOptions {
+                        contents: true,
+                        ..Default::default()
+                    };
+                    let run =
+                        simulate(&req, &inputs, &opts).map_err(|e| format!("{req:?}: {e}"))?;
+                    let ok = compare(&req, &run.outputs, &reference(&req, &inputs)).is_ok();
+                    (req, run, ok)
                 };
-                let run = simulate(&req, &inputs, &opts).map_err(|e| format!("{req:?}: {e}"))?;
-                let ok = compare(&req, &run.outputs, &reference(&req, &inputs)).is_ok();
                 if ok {
                     passed += 1;
                 } else {

@@ -3,12 +3,13 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The workspace root.
+/// The workspace root: the parent of xtask's manifest directory as cargo reports it when it
+/// runs xtask (so a binary built in one checkout and run from another finds the right tree).
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask is in the workspace")
-        .to_path_buf()
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    dir.parent().map(PathBuf::from).unwrap_or(dir)
 }
 
 /// Runs a command in the workspace root, failing with its name when it fails.

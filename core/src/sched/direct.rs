@@ -241,7 +241,7 @@ impl Direct {
                     own: ctx.rank == root,
                 };
             }
-            (Collective::AllToAll, _) => {
+            (Collective::AllToAll | Collective::AllToAllV, _) => {
                 d.body = Body::Send {
                     src: p.start,
                     dst: me * n + p.start,

@@ -24,12 +24,14 @@
 //!   `Avg` divides by the world size.
 //! * Outputs are written exactly once per element per collective.
 
+mod alltoallv;
 mod direct;
 mod part;
 mod rhd;
 mod ring;
 mod tree;
 
+pub use alltoallv::{alltoallv, AllToAllV};
 pub use part::{part, Part};
 
 use crate::dtype::{DType, ReduceOp};
@@ -84,6 +86,9 @@ pub enum Collective {
     },
     /// Rank r's input block q ends in rank q's output block r (`bytes` per block).
     AllToAll,
+    /// All-to-all with per-pair element counts given to [`alltoallv()`]; `bytes` is the size of
+    /// every rank's (symmetric) input and output buffer.
+    AllToAllV,
     /// `src`'s input ends in `dst`'s output; other ranks do nothing.
     SendRecv {
         /// Sender.
@@ -105,6 +110,7 @@ impl Collective {
             Collective::Scatter { .. } => "scatter",
             Collective::Gather { .. } => "gather",
             Collective::AllToAll => "all_to_all",
+            Collective::AllToAllV => "all_to_allv",
             Collective::SendRecv { .. } => "send_recv",
         }
     }
@@ -178,7 +184,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
         Collective::Broadcast { .. } => &[Ring, Tree, Direct, Multicast],
         Collective::Reduce { .. } => &[Tree, Direct],
         Collective::Scatter { .. } | Collective::Gather { .. } => &[Direct],
-        Collective::AllToAll => &[Pairwise],
+        Collective::AllToAll | Collective::AllToAllV => &[Pairwise],
         Collective::SendRecv { .. } => &[Direct],
     }
 }
@@ -327,7 +333,7 @@ impl Request {
             Collective::Scatter { .. } => (b * w, b),
             Collective::Gather { .. } => (b, b * w),
             Collective::AllToAll => (b * w, b * w),
-            Collective::SendRecv { .. } => (b, b),
+            Collective::SendRecv { .. } | Collective::AllToAllV => (b, b),
         };
         let per_stream = self.slot_count() * self.chunk_elems() * self.dtype.size();
         let streams = match (self.collective, self.algorithm) {
@@ -392,6 +398,18 @@ pub enum SchedError {
         /// Bytes asked for.
         bytes: u64,
     },
+    /// An all-to-allv needs its counts: build it with [`alltoallv()`].
+    NeedsCounts,
+    /// The counts of an all-to-allv are not `world * world` long.
+    BadCounts {
+        /// Length given.
+        len: u64,
+    },
+    /// A rank's send or receive total of an all-to-allv exceeds the buffer.
+    CountsExceedBuffer {
+        /// The rank.
+        rank: u16,
+    },
     /// The algorithm does not implement the collective.
     Unsupported {
         /// The collective.
@@ -421,6 +439,15 @@ impl core::fmt::Display for SchedError {
                 )
             }
             SchedError::TooLarge { bytes } => write!(f, "{bytes} bytes is above 2^48"),
+            SchedError::NeedsCounts => {
+                write!(f, "all_to_allv needs per-pair counts (sched::alltoallv)")
+            }
+            SchedError::BadCounts { len } => {
+                write!(f, "all_to_allv counts have {len} entries, not world^2")
+            }
+            SchedError::CountsExceedBuffer { rank } => {
+                write!(f, "rank {rank}'s all_to_allv total exceeds the buffer")
+            }
             SchedError::Unsupported {
                 collective,
                 algorithm,
@@ -560,6 +587,9 @@ impl Schedule {
             esize: req.dtype.size(),
             layout: req.layout(),
         };
+        if req.collective == Collective::AllToAllV {
+            return Err(SchedError::NeedsCounts);
+        }
         let algo = if req.bytes == 0 {
             Algo::Empty
         } else {

@@ -20,8 +20,8 @@ mod reference;
 mod sim;
 mod threads;
 
-pub use reference::{compare, random_inputs, reference, Mismatch, POISON};
-pub use sim::{simulate, SimOptions};
+pub use reference::{alltoallv_reference, compare, random_inputs, reference, Mismatch, POISON};
+pub use sim::{simulate, simulate_streams, SimOptions};
 pub use threads::{run_streams, run_threads, ThreadOptions};
 
 use symm_core::cost::Link;

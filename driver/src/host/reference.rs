@@ -116,6 +116,23 @@ pub fn reference(req: &Request, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
     outs
 }
 
+/// The outputs of an all-to-allv with `counts[r * world + q]` elements from r to q.
+pub fn alltoallv_reference(req: &Request, inputs: &[Vec<u8>], counts: &[u64]) -> Vec<Vec<u8>> {
+    let w = req.world as usize;
+    let es = req.dtype.size() as usize;
+    let mut outs = vec![vec![POISON; req.bytes as usize]; w];
+    for (q, out) in outs.iter_mut().enumerate() {
+        let mut at = 0;
+        for (r, inp) in inputs.iter().enumerate() {
+            let n = counts[r * w + q] as usize * es;
+            let from: usize = (0..q).map(|k| counts[r * w + k] as usize * es).sum();
+            out[at..at + n].copy_from_slice(&inp[from..from + n]);
+            at += n;
+        }
+    }
+    outs
+}
+
 /// The first element where two results differ beyond tolerance.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mismatch {

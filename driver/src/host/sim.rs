@@ -99,6 +99,23 @@ fn cost_ns(op: &Op, me: u16, link: &Link) -> u64 {
 
 /// Runs `req` over `inputs` (one buffer per rank) in the simulator.
 pub fn simulate(req: &Request, inputs: &[Vec<u8>], opts: &SimOptions) -> Result<Run, HostError> {
+    simulate_streams(req, inputs, opts, |r, c| {
+        Schedule::new(*req, r, c).map_err(HostError::Sched)
+    })
+}
+
+/// Runs arbitrary per-(rank, channel) op streams (an all-to-allv, a user-written plan) over the
+/// memory `req` describes, in the simulator.
+pub fn simulate_streams<I, F>(
+    req: &Request,
+    inputs: &[Vec<u8>],
+    opts: &SimOptions,
+    make: F,
+) -> Result<Run, HostError>
+where
+    I: Iterator<Item = Op>,
+    F: Fn(u16, u16) -> Result<I, HostError>,
+{
     check_inputs(req, inputs)?;
     let mem = WorldMem::new(req, inputs, super::POISON);
     let slots = req.layout().slots() as usize;
@@ -114,7 +131,7 @@ pub fn simulate(req: &Request, inputs: &[Vec<u8>], opts: &SimOptions) -> Result<
     let mut streams = Vec::new();
     for r in 0..req.world {
         for c in 0..req.channels {
-            streams.push((r, c, Schedule::new(*req, r, c).map_err(HostError::Sched)?));
+            streams.push((r, c, make(r, c)?));
         }
     }
     let mut expected = vec![vec![0u64; slots]; streams.len()];
