@@ -85,6 +85,8 @@ pub struct App {
     load_started: Option<f64>,
     phases: String,
     draw_started: f64,
+    frame_ms: f64,
+    frame_parts: String,
     ready_at: Option<f64>,
     drag: Option<(f64, timeline::Window, bool)>,
     ticker: Option<Interval>,
@@ -141,10 +143,11 @@ impl App {
         self.load_started = Some(io::now_ms());
     }
 
-    fn draw(&self) {
+    fn draw(&self) -> String {
         let Some(t) = self.main.as_ref() else {
-            return;
+            return String::new();
         };
+        let t0 = io::now_ms();
         let now_ns = self.now_ns();
         if let Some(c) = self.timeline_ref.cast::<HtmlCanvasElement>() {
             let tracks = self.tracks();
@@ -165,16 +168,24 @@ impl App {
                 timeline::draw(&ctx, c.width() as f64, &parts, self.window());
             }
         }
+        let t1 = io::now_ms();
         if let Some(c) = self.topology_ref.cast::<HtmlCanvasElement>() {
             if let Some(ctx) = canvas::context(&c, canvas::topology::HEIGHT) {
                 canvas::topology::draw(&ctx, c.width() as f64, t, self.pos);
             }
         }
+        let t2 = io::now_ms();
         if let Some(c) = self.buffers_ref.cast::<HtmlCanvasElement>() {
             if let Some(ctx) = canvas::context(&c, canvas::buffers::height(t)) {
                 canvas::buffers::draw(&ctx, c.width() as f64, t, self.pos);
             }
         }
+        format!(
+            "timeline {:.1} ms, topology {:.1} ms, buffers {:.1} ms",
+            t1 - t0,
+            t2 - t1,
+            io::now_ms() - t2
+        )
     }
 
     /// State the browser tests read.
@@ -204,6 +215,8 @@ impl App {
         if let Some(ms) = self.load_ms {
             set("data-load-ms", format!("{ms:.1}"));
         }
+        set("data-frame-ms", format!("{:.1}", self.frame_ms));
+        set("data-frame-parts", self.frame_parts.clone());
         let w = self.window();
         set("data-window", format!("{:.0} {:.0}", w.t0, w.t1));
         if !self.phases.is_empty() {
@@ -253,6 +266,8 @@ impl Component for App {
             load_started: None,
             phases: String::new(),
             draw_started: 0.0,
+            frame_ms: 0.0,
+            frame_parts: String::new(),
             ready_at: None,
             drag: None,
             ticker: None,
@@ -457,7 +472,9 @@ impl Component for App {
     }
 
     fn rendered(&mut self, _ctx: &Context<Self>, _first: bool) {
-        self.draw();
+        let t0 = io::now_ms();
+        self.frame_parts = self.draw();
+        self.frame_ms = io::now_ms() - t0;
         if self.main.is_some() && self.loading.is_none() {
             if let Some(started) = self.load_started.take() {
                 let now = io::now_ms();

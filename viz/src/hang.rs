@@ -50,6 +50,9 @@ pub struct Hang {
 
 /// Analyses the stalls of a trace; `None` when nothing stalled.
 pub fn analyse(t: &Trace) -> Option<Hang> {
+    if t.stalled == 0 {
+        return None;
+    }
     let layout = t.header.request.layout();
     let stalls: Vec<Stall> = t
         .stalls()

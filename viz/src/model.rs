@@ -55,6 +55,10 @@ pub struct Lane {
     pub channel: u16,
     /// Its spans, by begin time (the ops of one stream never overlap).
     pub spans: Vec<u32>,
+    /// Begin time of each span (contiguous, for fast search while drawing).
+    pub begins: Vec<u64>,
+    /// End time of each span, `u64::MAX` when it never finished.
+    pub ends: Vec<u64>,
 }
 
 /// A decoded, indexed trace.
@@ -89,6 +93,8 @@ pub struct Trace {
     pub wait_max: u64,
     /// Buffer contents over time.
     pub cells: Cells,
+    /// Number of waits that never finished (`Stall` events).
+    pub stalled: usize,
 }
 
 impl Trace {
@@ -131,6 +137,7 @@ impl Trace {
             let _ = e;
         }
         let cells = Cells::build(&header, &events);
+        let stalled = spans.iter().filter(|s| s.stall.is_some()).count();
         Trace {
             name: name.to_string(),
             header,
@@ -147,6 +154,7 @@ impl Trace {
             stall_threshold,
             wait_max,
             cells,
+            stalled,
         }
     }
 
@@ -185,18 +193,13 @@ impl Trace {
 
     /// In a lane, the span in progress or last finished at time `t`.
     pub fn lane_span_at(&self, lane: &Lane, t: u64) -> Option<usize> {
-        let i = lane
-            .spans
-            .partition_point(|s| self.spans[*s as usize].begin <= t);
+        let i = lane.begins.partition_point(|b| *b <= t);
         i.checked_sub(1).map(|i| lane.spans[i] as usize)
     }
 
     /// Index of the first span of a lane that ends at or after `t`.
     pub fn lane_first_ending_after(&self, lane: &Lane, t: u64) -> usize {
-        lane.spans.partition_point(|s| {
-            let sp = &self.spans[*s as usize];
-            sp.end.unwrap_or(u64::MAX) < t
-        })
+        lane.ends.partition_point(|e| *e < t)
     }
 
     /// Number of Begin, End and Stall events.
@@ -255,6 +258,8 @@ fn lanes(spans: &[Span]) -> Vec<Lane> {
                         rank: s.rank,
                         channel: s.channel,
                         spans: Vec::new(),
+                        begins: Vec::new(),
+                        ends: Vec::new(),
                     });
                 }
                 last = Some((key, l));
@@ -268,6 +273,12 @@ fn lanes(spans: &[Span]) -> Vec<Lane> {
         if !l.spans.windows(2).all(|w| begin(&w[0]) <= begin(&w[1])) {
             l.spans.sort_by_key(begin);
         }
+        l.begins = l.spans.iter().map(|s| spans[*s as usize].begin).collect();
+        l.ends = l
+            .spans
+            .iter()
+            .map(|s| spans[*s as usize].end.unwrap_or(u64::MAX))
+            .collect();
     }
     lanes.sort_by_key(|l| (l.rank, l.channel));
     lanes

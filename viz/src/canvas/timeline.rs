@@ -7,7 +7,7 @@
 //! fall on one pixel column the rest of the column is skipped with another binary search, so a
 //! frame costs O(width x lanes x log n) whatever the trace size.
 
-use super::Batches;
+use super::Pixels;
 use crate::model::Trace;
 use symm_core::op::Op;
 use web_sys::CanvasRenderingContext2d;
@@ -19,20 +19,20 @@ pub const AXIS_H: f64 = 18.0;
 /// Height of the header row of each trace.
 pub const HEAD_H: f64 = 16.0;
 /// Most arrows drawn; beyond that, zoom in to see them.
-pub const MAX_ARROWS: usize = 4000;
+pub const MAX_ARROWS: usize = 1500;
 
-const PALETTE: &[&str] = &[
-    "#4e79a7", // 0 copy
-    "#59a14f", // 1 reduce
-    "#b07aa1", // 2 signal
-    "#f1e3a0", // 3 wait, short
-    "#f3c26b", // 4
-    "#ef8a3c", // 5
-    "#e4572e", // 6
-    "#b3001b", // 7 wait, longest
-    "#000000", // 8 never finished
-    "#17becf", // 9 multicast
-    "#dde3ea", // 10 ghost (not yet played)
+const PALETTE: [[u8; 4]; 11] = [
+    [0x4e, 0x79, 0xa7, 255], // 0 copy
+    [0x59, 0xa1, 0x4f, 255], // 1 reduce
+    [0xb0, 0x7a, 0xa1, 255], // 2 signal
+    [0xf1, 0xe3, 0xa0, 255], // 3 wait, short
+    [0xf3, 0xc2, 0x6b, 255], // 4
+    [0xef, 0x8a, 0x3c, 255], // 5
+    [0xe4, 0x57, 0x2e, 255], // 6
+    [0xb3, 0x00, 0x1b, 255], // 7 wait, longest
+    [0x00, 0x00, 0x00, 255], // 8 never finished
+    [0x17, 0xbe, 0xcf, 255], // 9 multicast
+    [0xdd, 0xe3, 0xea, 255], // 10 ghost (not yet played)
 ];
 
 /// The visible window, in nanoseconds from the start of the traces.
@@ -90,14 +90,14 @@ fn colour(t: &Trace, s: &symm_core::perfetto::Span) -> usize {
 
 /// Draws a frame.
 pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, tracks: &[Track], w: Window) {
-    ctx.set_fill_style_str("#ffffff");
-    ctx.fill_rect(0.0, 0.0, width, 4000.0);
+    let height = ctx.canvas().map_or(1, |c| c.height());
+    let mut bars = Pixels::new(width as u32, height);
+    let mut labels: Vec<(String, f64, f64)> = Vec::new();
     let plot_w = (width - LABEL_W).max(10.0);
     let span_ns = (w.t1 - w.t0).max(1e-9);
     let xof = |ns: f64| LABEL_W + (ns - w.t0) / span_ns * plot_w;
-    axis(ctx, width, w, &xof);
     let mut y = AXIS_H;
-    let mut bars = Batches::new(PALETTE);
+
     let mut arrows: Vec<[f64; 4]> = Vec::new();
     let mut too_many = false;
     let mut cursors = Vec::new();
@@ -109,9 +109,8 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, tracks: &[Track], w: Win
         let to_ns = |time: u64| (time - t.start) as f64 * unit;
         let to_time = |ns: f64| t.start + (ns.max(0.0) / unit) as u64;
         let lh = lane_height(t.lanes.len());
-        ctx.set_fill_style_str("#333");
-        let _ = ctx.fill_text(
-            &format!(
+        labels.push((
+            format!(
                 "{} ({} {} w{})",
                 t.name,
                 t.header.request.collective.name(),
@@ -120,7 +119,7 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, tracks: &[Track], w: Win
             ),
             4.0,
             y + 12.0,
-        );
+        ));
         y += HEAD_H;
         let now = to_time(tr.now_ns);
         let (lo, hi) = (to_time(w.t0), to_time(w.t1) + 1);
@@ -128,49 +127,48 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, tracks: &[Track], w: Win
         for lane in &t.lanes {
             lane_y.push(y);
             if lh >= 8.0 {
-                ctx.set_fill_style_str("#333");
-                let _ = ctx.fill_text(
-                    &format!("r{} c{}", lane.rank, lane.channel),
+                labels.push((
+                    format!("r{} c{}", lane.rank, lane.channel),
                     4.0,
                     y + lh - 5.0,
-                );
+                ));
             }
-            let mut k = t.lane_first_ending_after(lane, lo);
-            while k < lane.spans.len() {
-                let si = lane.spans[k] as usize;
-                let s = &t.spans[si];
-                if s.begin > hi {
+            let n = lane.spans.len();
+            let mut k = lane.ends.partition_point(|e| *e < lo);
+            while k < n {
+                let begin = lane.begins[k];
+                if begin > hi {
                     break;
                 }
-                let end = s.end.unwrap_or(t.end).max(s.begin);
-                let played = s.begin <= now;
+                let si = lane.spans[k] as usize;
+                let s = &t.spans[si];
+                let end = lane.ends[k].min(t.end).max(begin);
+                let played = begin <= now;
                 let c = if played { colour(t, s) } else { 10 };
-                let shown_end = if played {
-                    end.min(now.max(s.begin))
-                } else {
-                    end
-                };
-                let x0 = xof(to_ns(s.begin)).max(LABEL_W);
+                let shown_end = if played { end.min(now) } else { end };
+                let x0 = xof(to_ns(begin)).max(LABEL_W);
                 let x1 = xof(to_ns(shown_end)).min(width);
                 let bw = (x1 - x0).max(1.0);
-                bars.rect(c, x0, y + 1.0, bw, lh - 2.0);
+                bars.rect(x0, y + 1.0, bw, lh - 2.0, PALETTE[c]);
                 if played && end > now && s.end.is_some() {
                     let gx = xof(to_ns(now)).max(LABEL_W);
-                    bars.rect(10, gx, y + 1.0, (xof(to_ns(end)) - gx).max(0.0), lh - 2.0);
+                    let gw = (xof(to_ns(end)) - gx).max(0.0);
+                    bars.rect(gx, y + 1.0, gw, lh - 2.0, PALETTE[10]);
                 }
                 if tr.selected == Some(si) {
                     outline = Some([x0, y, bw, lh]);
                 }
                 k += 1;
-                if x1 - x0 < 1.0 {
-                    // Skip what else falls in this pixel column.
+                if x1 - x0 < 1.0 && k < n {
+                    // Skip what else ends in this pixel column: gallop, then bisect, over the
+                    // lane's contiguous end times.
                     let next_t = to_time(w.t0 + (x0.floor() + 1.0 - LABEL_W) / plot_w * span_ns);
-                    let rest = &lane.spans[k..];
-                    let skip = rest.partition_point(|s| {
-                        let sp = &t.spans[*s as usize];
-                        sp.end.unwrap_or(u64::MAX) < next_t
-                    });
-                    k += skip;
+                    let mut step = 1;
+                    while k + step < n && lane.ends[k + step] < next_t {
+                        step *= 2;
+                    }
+                    let hi_k = (k + step).min(n);
+                    k += lane.ends[k..hi_k].partition_point(|e| *e < next_t);
                 }
             }
             y += lh;
@@ -181,7 +179,11 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, tracks: &[Track], w: Win
                 .binary_search_by_key(&(rank, ch), |l| (l.rank, l.channel))
                 .ok()
         };
-        for p in &t.pairs {
+        let visible = t.pairs.len() as f64 * (w.t1 - w.t0) / t.duration_ns().max(1.0);
+        if visible > MAX_ARROWS as f64 {
+            too_many = true;
+        }
+        for p in t.pairs.iter().take(if too_many { 0 } else { usize::MAX }) {
             let (s, wt) = (&t.spans[p.signal], &t.spans[p.wait]);
             let (Some(se), Some(we)) = (s.end, wt.end) else {
                 continue;
@@ -206,7 +208,13 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, tracks: &[Track], w: Win
         }
         cursors.push((xof(tr.now_ns), lane_y.first().copied().unwrap_or(y), y));
     }
-    bars.fill(ctx);
+    bars.put(ctx);
+    axis(ctx, width, w, &xof);
+    ctx.set_font("11px sans-serif");
+    ctx.set_fill_style_str("#333");
+    for (text, x, y) in &labels {
+        let _ = ctx.fill_text(text, *x, *y);
+    }
     if !arrows.is_empty() {
         ctx.begin_path();
         for [x0, y0, x1, y1] in &arrows {

@@ -7,7 +7,7 @@ use super::rank_colour;
 use crate::model::Trace;
 use std::f64::consts::PI;
 use symm_core::op::Op;
-use symm_core::sched::Algorithm;
+use symm_core::sched::{Algorithm, Collective};
 use web_sys::CanvasRenderingContext2d;
 
 /// A chunk in flight: where it left, where it is now, whose colour it has.
@@ -86,6 +86,7 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
             }
         }
         Shape::Tree => {
+            // Tree 0 is heap ordered by rank: parent (r - 1) / 2.
             for i in 1..world {
                 let p = (i - 1) / 2;
                 ctx.move_to(pts[p].0, pts[p].1);
@@ -101,6 +102,24 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
         Shape::Circle => {}
     }
     ctx.stroke();
+    if shape == Shape::Tree && t.header.request.collective == Collective::AllReduce {
+        // The all-reduce's second tree is the mirror: rank r sits at position world - 1 - r.
+        ctx.set_stroke_style_str("#f0b27a");
+        let _ = ctx.set_line_dash(&js_sys::Array::of2(&4.0.into(), &4.0.into()));
+        ctx.begin_path();
+        for pos in 1..world {
+            let (child, parent) = (world - 1 - pos, world - 1 - (pos - 1) / 2);
+            let (a, b) = (pts[parent], pts[child]);
+            let mid = ((a.0 + b.0) / 2.0 + 18.0, (a.1 + b.1) / 2.0);
+            ctx.move_to(a.0, a.1);
+            ctx.quadratic_curve_to(mid.0, mid.1, b.0, b.1);
+        }
+        ctx.stroke();
+        let _ = ctx.set_line_dash(&js_sys::Array::new());
+        ctx.set_fill_style_str("#888");
+        ctx.set_font("10px sans-serif");
+        let _ = ctx.fill_text("solid: tree 0, dashed: tree 1 (mirrored)", 6.0, h - 8.0);
+    }
     if shape == Shape::Switch {
         ctx.set_fill_style_str("#444");
         ctx.fill_rect(switch.0 - 26.0, switch.1 - 12.0, 52.0, 24.0);

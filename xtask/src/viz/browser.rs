@@ -286,6 +286,23 @@ pub fn run_all(
     check(pairs > 0 && got == want, &format!("perfetto export: got {got:?}, want {want:?} (processes, flow_out, flow_in, matched, integer ids)"))?;
     passed += 1;
 
+    // A look at other schedules mid-run (kept under target/ only).
+    for ex in [
+        "all_reduce-tree-w8.trace",
+        "all_reduce-multicast-w8.trace",
+        "all_to_all-pairwise-w8.trace",
+    ] {
+        select(&b, "example", ex)?;
+        b.wait_for(
+            ex,
+            &format!("return document.getElementById('app').getAttribute('data-state') === 'ready' && document.querySelector('#compare td').textContent === '{ex}';"),
+            Duration::from_secs(20),
+        )?;
+        b.js("var s = document.getElementById('scrub'); s.value = '' + Math.floor(s.max * 0.4); s.dispatchEvent(new Event('input', {bubbles: true})); return true;")?;
+        let png = b.screenshot(".row")?;
+        std::fs::write(shots.join(format!("mid-{ex}.png")), png).map_err(|e| e.to_string())?;
+    }
+
     // 6. The example menu, compare with the cost model, a hang with its wait-for chain.
     select(&b, "example", "all_reduce-ring-w8.trace")?;
     b.wait_for("the w8 example", "return document.querySelectorAll('#compare tr').length === 2 && document.getElementById('app').getAttribute('data-state') === 'ready' && document.querySelector('#compare td').textContent.indexOf('w8') >= 0;", Duration::from_secs(20))?;
@@ -329,6 +346,20 @@ pub fn run_all(
     let phases = attr(&b, "data-load-phases")?;
     check(events == big_events, "the large trace opens whole")?;
     check(painted(&b, "timeline")?, "the large trace is drawn")?;
+    // Playback frames: the time to redraw every view after a step, at full zoom and zoomed in.
+    let mut frames = Vec::new();
+    for _ in 0..5 {
+        b.click("#step-back")?;
+        frames.push(num(&b, "data-frame-ms")?);
+    }
+    b.js("var c = document.getElementById('timeline'); var r = c.getBoundingClientRect();\
+          for (var i = 0; i < 12; i++) c.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: r.left + r.width / 2, clientY: r.top + 40, bubbles: true, cancelable: true})); return true;")?;
+    for _ in 0..5 {
+        b.click("#step-back")?;
+        frames.push(num(&b, "data-frame-ms")?);
+    }
+    let frame = frames.iter().cloned().fold(0.0, f64::max);
+    let parts = attr(&b, "data-frame-parts")?;
     check(
         open_ms < 2000.0,
         &format!("a {events}-event trace must open in under 2 s, took {open_ms:.0} ms"),
@@ -336,7 +367,7 @@ pub fn run_all(
     passed += 1;
 
     Ok(format!(
-        "viz: {passed} browser checks passed in headless Chromium; a {events}-event trace ({:.1} MB) opened in {open_ms:.0} ms from navigation (file to first frame {load_ms:.0} ms: {phases}); screenshots in {}",
+        "viz: {passed} browser checks passed in headless Chromium; a {events}-event trace ({:.1} MB) opened in {open_ms:.0} ms from navigation (file to first frame {load_ms:.0} ms: {phases}); slowest playback frame {frame:.0} ms (last: {parts}); screenshots in {}",
         big.len() as f64 / 1e6,
         screenshots.unwrap_or(&shots).display()
     ))
