@@ -170,3 +170,43 @@ fn ring_credits_never_overwrite_unread_scratch() {
 fn relaxed_ring_credits_overwrite_unread_scratch() {
     ring_credits(Orderings::RELAXED);
 }
+
+/// Three ranks: two producers write their data and signal the consumer's per-peer slots; the
+/// consumer waits for each and reads both (the first step of a one-shot or direct reduce).
+fn fan_in(o: Orderings) {
+    model(move || {
+        let pads: Arc<[Pad; 3]> = Arc::new([Pad::new(3), Pad::new(3), Pad::new(3)]);
+        let data: Arc<[UnsafeCell<u64>; 2]> = Arc::new([UnsafeCell::new(0), UnsafeCell::new(0)]);
+        let producers: Vec<_> = (0..2u32)
+            .map(|me| {
+                let (p, d) = (pads.clone(), data.clone());
+                thread::spawn(move || {
+                    // SAFETY (model): written before the signal; loom checks the claim.
+                    d[me as usize].with_mut(|x| unsafe { *x = 10 + me as u64 });
+                    p[2].signal(me, SignalOp::Add, 1, o).unwrap();
+                })
+            })
+            .collect();
+        let mut expected = [0u64; 2];
+        for (q, e) in expected.iter_mut().enumerate() {
+            wait(&pads[2], q as u32, e, 1, o);
+        }
+        // SAFETY (model): read after both waits; loom checks the claim.
+        let sum: u64 = data.iter().map(|c| c.with(|x| unsafe { *x })).sum();
+        assert_eq!(sum, 21);
+        for h in producers {
+            h.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn fan_in_of_three_ranks_sees_every_contribution() {
+    fan_in(Orderings::PROTOCOL);
+}
+
+#[test]
+#[should_panic]
+fn relaxed_fan_in_misses_a_contribution() {
+    fan_in(Orderings::RELAXED);
+}
