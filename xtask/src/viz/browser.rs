@@ -242,7 +242,20 @@ pub fn run_all(
     )?;
     passed += 1;
 
-    // 4. A dropped file opens.
+    // 4. A dropped file that is not a trace at all is refused; a dropped trace opens.
+    b.js("var dt = new DataTransfer(); dt.items.add(new File(['hello, world'], 'notes.txt'));\
+          document.getElementById('app').dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true})); return true;")?;
+    b.wait_for(
+        "the bad-magic error",
+        "var e = document.getElementById('error'); return !!e && e.textContent.indexOf('notes.txt') >= 0;",
+        Duration::from_secs(10),
+    )?;
+    let err = b.js("return document.getElementById('error').textContent;")?;
+    check(
+        err.as_str()
+            .is_some_and(|e| e.contains("not a symm trace") && e.contains("byte 0")),
+        &format!("a text file is refused by name and byte: {err:?}"),
+    )?;
     b.js_async(&format!(
         "var done = arguments[0]; fetch('examples/{RING4}').then(r => r.arrayBuffer()).then(buf => {{\
            var dt = new DataTransfer(); dt.items.add(new File([buf], 'dropped.trace'));\
