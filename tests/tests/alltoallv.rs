@@ -3,7 +3,7 @@
 //! bad counts are typed errors.
 
 use symm_core::dtype::{DType, ReduceOp};
-use symm_core::sched::{alltoallv, Algorithm, Collective, Request, SchedError};
+use symm_core::sched::{alltoallv, alltoallv_capacity, Algorithm, Collective, Request, SchedError};
 use symm_core::symbolic::Rng;
 use symm_driver::host::{
     alltoallv_reference, compare, random_inputs, run_streams, simulate_streams, HostError,
@@ -25,15 +25,7 @@ fn alltoallv_matches_the_reference() {
         for dt in DType::ALL {
             for channels in [1u16, 2] {
                 let c = counts(world, &mut rng);
-                let w = world as usize;
-                let cap = (0..w)
-                    .map(|i| {
-                        let row: u64 = c[i * w..(i + 1) * w].iter().sum();
-                        let col: u64 = (0..w).map(|k| c[k * w + i]).sum();
-                        row.max(col)
-                    })
-                    .max()
-                    .unwrap_or(0);
+                let cap = alltoallv_capacity(world, &c).unwrap_or(0);
                 let req = Request::new(
                     Collective::AllToAllV,
                     Algorithm::Pairwise,

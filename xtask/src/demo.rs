@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 use symm_core::cost::{predict, Link};
 use symm_core::dtype::{DType, ReduceOp};
-use symm_core::sched::{algorithms, Algorithm, Collective, Request, Schedule};
+use symm_core::sched::{algorithms, alltoallv_capacity, Algorithm, Collective, Request, Schedule};
 use symm_driver::host::{
     alltoallv_reference, compare, random_inputs, reference, simulate, simulate_streams, HostError,
     Run, SimOptions,
@@ -22,14 +22,7 @@ fn alltoallv_run(world: u16) -> Result<(Request, Run, bool), String> {
     let counts: Vec<u64> = (0..w * w)
         .map(|i| ((i / w + 2 * (i % w)) % 5) * 2048)
         .collect();
-    let cap = (0..w)
-        .map(|i| {
-            let row: u64 = (0..w).map(|q| counts[(i * w + q) as usize]).sum();
-            let col: u64 = (0..w).map(|k| counts[(k * w + i) as usize]).sum();
-            row.max(col)
-        })
-        .max()
-        .unwrap_or(0);
+    let cap = alltoallv_capacity(world, &counts).unwrap_or(0);
     let req = Request::new(
         Collective::AllToAllV,
         Algorithm::Pairwise,

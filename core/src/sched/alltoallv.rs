@@ -27,6 +27,28 @@ pub struct AllToAllV<'a> {
     pos: usize,
 }
 
+/// Rank i's send (row) and receive (column) totals, `None` on overflow.
+fn totals(w: usize, counts: &[u64], i: usize) -> Option<(u64, u64)> {
+    let row = counts[i * w..(i + 1) * w]
+        .iter()
+        .try_fold(0u64, |a, &c| a.checked_add(c))?;
+    let col = (0..w).try_fold(0u64, |a, k| a.checked_add(counts[k * w + i]))?;
+    Some((row, col))
+}
+
+/// The buffer size in elements an all-to-allv with these counts needs on every rank: the largest
+/// row (send) or column (receive) total; `None` when `counts` is not `world * world` long or a
+/// total overflows.
+pub fn capacity(world: u16, counts: &[u64]) -> Option<u64> {
+    let w = world as usize;
+    if counts.len() != w * w {
+        return None;
+    }
+    (0..w).try_fold(0u64, |m, i| {
+        totals(w, counts, i).map(|(r, c)| m.max(r).max(c))
+    })
+}
+
 /// Checks `counts` against `req` (an `AllToAllV` request) and returns the schedule of
 /// (`rank`, `channel`).
 pub fn alltoallv(
@@ -56,11 +78,7 @@ pub fn alltoallv(
     }
     let cap = req.elems();
     for i in 0..w {
-        let row = counts[i * w..(i + 1) * w]
-            .iter()
-            .try_fold(0u64, |a, &c| a.checked_add(c));
-        let col = (0..w).try_fold(0u64, |a, k| a.checked_add(counts[k * w + i]));
-        if row.is_none_or(|s| s > cap) || col.is_none_or(|s| s > cap) {
+        if !totals(w, counts, i).is_some_and(|(r, c)| r <= cap && c <= cap) {
             return Err(SchedError::CountsExceedBuffer { rank: i as u16 });
         }
     }

@@ -31,7 +31,7 @@ mod rhd;
 mod ring;
 mod tree;
 
-pub use alltoallv::{alltoallv, AllToAllV};
+pub use alltoallv::{alltoallv, capacity as alltoallv_capacity, AllToAllV};
 pub use part::{part, Part};
 
 use crate::dtype::{DType, ReduceOp};

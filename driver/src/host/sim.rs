@@ -14,7 +14,7 @@ use symm_core::exec::{ExecError, Executor, Fabric, Step};
 use symm_core::op::{Op, SignalOp};
 use symm_core::sched::{Request, Schedule};
 use symm_core::symbolic::SymWorld;
-use symm_core::trace::{Event, EventKind, Header, Source, Writer};
+use symm_core::trace::{Event, EventKind};
 
 /// Options of [`simulate`].
 #[derive(Clone, Copy, Debug)]
@@ -280,22 +280,11 @@ where
     }
     let end = st.iter().map(|s| s.3).max().unwrap_or(0);
     drop(st);
-    let mut trace = Vec::new();
-    if opts.trace {
-        events.sort_by_key(|e| (e.time, e.rank, e.channel, e.index));
-        let header = Header {
-            world: req.world,
-            channels: req.channels,
-            request: *req,
-            source: Source::Host { simulated: true },
-            time_unit_ns: 1,
-        };
-        let mut wr = Writer::new(Vec::new(), &header).map_err(HostError::Trace)?;
-        for e in &events {
-            wr.event(e).map_err(HostError::Trace)?;
-        }
-        trace = wr.finish();
-    }
+    let trace = if opts.trace {
+        super::write_trace(req, true, &mut events)?
+    } else {
+        Vec::new()
+    };
     Ok(Run {
         outputs: (0..w).map(|r| mem.output(r)).collect(),
         trace,

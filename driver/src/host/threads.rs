@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use symm_core::exec::{ExecError, Executor, Fabric, Step};
 use symm_core::op::Op;
 use symm_core::sched::{Request, Schedule};
-use symm_core::trace::{Event, EventKind, Header, Source, Writer};
+use symm_core::trace::{Event, EventKind};
 
 /// Options of [`run_threads`].
 #[derive(Clone, Copy, Debug)]
@@ -205,22 +205,11 @@ where
         ops += n;
         events.extend(ev);
     }
-    let mut trace = Vec::new();
-    if opts.trace {
-        events.sort_by_key(|e| (e.time, e.rank, e.channel, e.index));
-        let header = Header {
-            world: req.world,
-            channels: req.channels,
-            request: *req,
-            source: Source::Host { simulated: false },
-            time_unit_ns: 1,
-        };
-        let mut wr = Writer::new(Vec::new(), &header).map_err(HostError::Trace)?;
-        for e in &events {
-            wr.event(e).map_err(HostError::Trace)?;
-        }
-        trace = wr.finish();
-    }
+    let trace = if opts.trace {
+        super::write_trace(req, false, &mut events)?
+    } else {
+        Vec::new()
+    };
     Ok(Run {
         outputs: (0..req.world as usize).map(|r| mem.output(r)).collect(),
         trace,
