@@ -389,6 +389,14 @@ impl Component for App {
                 let unit = t.header.time_unit_ns.max(1) as f64;
                 let pos = t.pos_at(t.start + (self.play_ns / unit) as u64);
                 self.pos = pos;
+                // Keep the cursor in view while playing zoomed in.
+                if let Some(w) = self.window {
+                    let span = w.t1 - w.t0;
+                    if self.play_ns > w.t1 || self.play_ns < w.t0 {
+                        let t0 = self.play_ns - span * 0.1;
+                        self.window = Some(timeline::Window { t0, t1: t0 + span });
+                    }
+                }
                 self.selected = None;
                 if pos >= t.events.len() {
                     self.playing = false;

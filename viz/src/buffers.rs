@@ -1,5 +1,5 @@
-//! The buffers view: for every rank a grid of its output chunks, each coloured by the ranks whose
-//! contributions it holds.
+//! The buffers view: for every rank a grid of its output (and scratch) chunks, each coloured by
+//! the ranks whose contributions it holds.
 //!
 //! Contents come from the trace (`Event::contents`, recorded by the simulator for worlds up to
 //! 64): after an op ends, its destination holds exactly the set of ranks it names. The chunks are
@@ -24,18 +24,20 @@ pub struct Cells {
     pub history: Vec<Vec<Vec<(u32, u64)>>>,
     /// Whether the trace records contents at all.
     pub recorded: bool,
+    /// Whether any op wrote into the buffer.
+    pub written: bool,
 }
 
-/// A write into an output buffer: (rank, offset, bytes).
-fn output_writes(op: &Op, world: u16) -> Vec<(u16, u64, u64)> {
+/// A write into buffer `buf`: (rank, offset, bytes).
+fn writes(op: &Op, world: u16, buf: Buf) -> Vec<(u16, u64, u64)> {
     match *op {
-        Op::Copy { dst, bytes, .. } if dst.buf == Buf::Output => {
+        Op::Copy { dst, bytes, .. } if dst.buf == buf => {
             vec![(dst.rank, dst.offset, bytes)]
         }
-        Op::Reduce { dst, .. } | Op::McReduce { dst, .. } if dst.buf == Buf::Output => {
+        Op::Reduce { dst, .. } | Op::McReduce { dst, .. } if dst.buf == buf => {
             vec![(dst.rank, dst.offset, op.bytes())]
         }
-        Op::McStore { dst, bytes, .. } if dst.buf == Buf::Output => {
+        Op::McStore { dst, bytes, .. } if dst.buf == buf => {
             (0..world).map(|r| (r, dst.offset, bytes)).collect()
         }
         _ => Vec::new(),
@@ -43,8 +45,8 @@ fn output_writes(op: &Op, world: u16) -> Vec<(u16, u64, u64)> {
 }
 
 impl Cells {
-    /// Builds the history of every output cell.
-    pub fn build(header: &Header, events: &[Event]) -> Cells {
+    /// Builds the history of every cell of buffer `buf` (output or scratch).
+    pub fn build(header: &Header, events: &[Event], buf: Buf) -> Cells {
         let world = header.world.min(64);
         if header.request.validate().is_err() {
             return Cells {
@@ -52,7 +54,13 @@ impl Cells {
                 ..Cells::default()
             };
         }
-        let out_bytes = header.request.buffer_sizes().output.max(1);
+        let sizes = header.request.buffer_sizes();
+        let out_bytes = match buf {
+            Buf::Input => sizes.input,
+            Buf::Output => sizes.output,
+            Buf::Scratch => sizes.scratch,
+        }
+        .max(1);
         let recorded = events.iter().any(|e| e.contents.is_some());
         if !recorded || world == 0 {
             return Cells {
@@ -66,7 +74,7 @@ impl Cells {
             if e.contents.is_none() || e.kind != EventKind::End {
                 continue;
             }
-            for (_, off, bytes) in output_writes(&e.op, world) {
+            for (_, off, bytes) in writes(&e.op, world, buf) {
                 bounds.push(off.min(out_bytes));
                 bounds.push(off.saturating_add(bytes).min(out_bytes));
             }
@@ -87,11 +95,12 @@ impl Cells {
         }
         let cells = bounds.len().saturating_sub(1);
         let mut history = vec![vec![Vec::new(); cells]; world as usize];
+        let mut any = false;
         for (i, e) in events.iter().enumerate() {
             let (Some(c), EventKind::End) = (e.contents, e.kind) else {
                 continue;
             };
-            for (rank, off, bytes) in output_writes(&e.op, world) {
+            for (rank, off, bytes) in writes(&e.op, world, buf) {
                 let Some(h) = history.get_mut(rank as usize) else {
                     continue;
                 };
@@ -102,6 +111,7 @@ impl Cells {
                         break;
                     }
                     hist.push((i as u32 + 1, c));
+                    any = true;
                 }
             }
         }
@@ -110,6 +120,7 @@ impl Cells {
             bounds,
             history,
             recorded,
+            written: any,
         }
     }
 

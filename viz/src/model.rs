@@ -91,8 +91,10 @@ pub struct Trace {
     pub stall_threshold: u64,
     /// Longest finished wait.
     pub wait_max: u64,
-    /// Buffer contents over time.
+    /// Output buffer contents over time.
     pub cells: Cells,
+    /// Scratch (staging) buffer contents over time.
+    pub scratch: Cells,
     /// Number of waits that never finished (`Stall` events).
     pub stalled: usize,
 }
@@ -136,7 +138,8 @@ impl Trace {
             }
             let _ = e;
         }
-        let cells = Cells::build(&header, &events);
+        let cells = Cells::build(&header, &events, symm_core::op::Buf::Output);
+        let scratch = Cells::build(&header, &events, symm_core::op::Buf::Scratch);
         let stalled = spans.iter().filter(|s| s.stall.is_some()).count();
         Trace {
             name: name.to_string(),
@@ -154,6 +157,7 @@ impl Trace {
             stall_threshold,
             wait_max,
             cells,
+            scratch,
             stalled,
         }
     }

@@ -1,21 +1,29 @@
-//! The buffers view: per rank a row of output chunks; each chunk is split into one stripe per
-//! rank, filled in that rank's colour when the chunk holds its contribution. A correct all-reduce
-//! ends with every chunk of every rank fully striped.
+//! The buffers view: per rank a row of output chunks and, when the schedule stages data, a row
+//! of scratch chunks; each chunk is split into one stripe per rank, filled in that rank's colour
+//! when the chunk holds its contribution. A correct all-reduce ends with every output chunk of
+//! every rank fully striped; the scratch rows show partial results travelling through staging.
 
 use super::rank_colour;
+use crate::buffers::Cells;
 use crate::model::Trace;
 use web_sys::CanvasRenderingContext2d;
 
+const TITLE_H: f64 = 22.0;
+
 /// Canvas height for a trace.
 pub fn height(t: &Trace) -> u32 {
-    (24.0 + row_h(t) * t.cells.world as f64).ceil() as u32 + 4
+    let mut h = TITLE_H + row_h(&t.cells) * t.cells.world as f64;
+    if t.scratch.written {
+        h += TITLE_H + row_h(&t.scratch) * t.scratch.world as f64;
+    }
+    h.ceil() as u32 + 4
 }
 
-fn row_h(t: &Trace) -> f64 {
-    if t.cells.world <= 16 {
-        30.0
+fn row_h(c: &Cells) -> f64 {
+    if c.world <= 16 {
+        26.0
     } else {
-        (480.0 / t.cells.world as f64).max(4.0)
+        (400.0 / c.world as f64).max(3.0)
     }
 }
 
@@ -26,8 +34,7 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
     ctx.fill_rect(0.0, 0.0, width, hgt.max(40.0));
     ctx.set_font("11px sans-serif");
     ctx.set_fill_style_str("#333");
-    let c = &t.cells;
-    if !c.recorded || c.cells() == 0 {
+    if !t.cells.recorded {
         let _ = ctx.fill_text(
             "this trace records no chunk contents (simulator runs with contents on do)",
             6.0,
@@ -35,25 +42,53 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
         );
         return;
     }
-    let _ = ctx.fill_text(
+    let mut y = grid(
+        ctx,
+        width,
+        &t.cells,
+        pos,
+        0.0,
         &format!(
-            "output buffers: {} chunks per rank, stripes = ranks contained",
-            c.cells()
+            "output: {} chunks per rank; a stripe per rank whose contribution the chunk holds",
+            t.cells.cells()
         ),
-        6.0,
-        14.0,
     );
+    if t.scratch.written {
+        y = grid(
+            ctx,
+            width,
+            &t.scratch,
+            pos,
+            y,
+            &format!("scratch (staging): {} slots per rank", t.scratch.cells()),
+        );
+    }
+    let _ = y;
+}
+
+fn grid(
+    ctx: &CanvasRenderingContext2d,
+    width: f64,
+    c: &Cells,
+    pos: usize,
+    top: f64,
+    title: &str,
+) -> f64 {
+    ctx.set_fill_style_str("#333");
+    let _ = ctx.fill_text(title, 6.0, top + 14.0);
     let world = c.world as usize;
-    let rh = row_h(t);
+    let rh = row_h(c);
     let label = 34.0;
-    let cw = ((width - label - 6.0) / c.cells() as f64).max(1.0);
-    let stripe = ((cw - 2.0) / world as f64).max(0.25);
+    let cells = c.cells().max(1);
+    let cw = ((width - label - 6.0) / cells as f64).max(1.0);
+    let stripe = ((cw - 2.0) / world.max(1) as f64).max(0.25);
     // One path per rank colour.
     let mut per_colour: Vec<Vec<[f64; 4]>> = vec![Vec::new(); world];
     let mut empty: Vec<[f64; 4]> = Vec::new();
     for r in 0..world {
-        let y = 22.0 + r as f64 * rh;
+        let y = top + TITLE_H + r as f64 * rh;
         if rh >= 10.0 {
+            ctx.set_fill_style_str("#333");
             let _ = ctx.fill_text(&format!("r{r}"), 6.0, y + rh / 2.0 + 4.0);
         }
         for cell in 0..c.cells() {
@@ -84,4 +119,5 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
         ctx.set_fill_style_str(&rank_colour(q, world));
         ctx.fill();
     }
+    top + TITLE_H + rh * world as f64
 }

@@ -188,6 +188,7 @@ pub fn run_all(
         num(&b, "data-pos")? as usize == mid,
         "scrubbing moves the position",
     )?;
+    std::fs::write(shots.join("mid-page.png"), b.screenshot("#app")?).map_err(|e| e.to_string())?;
     let words = b.js("return document.querySelector('#details .op').textContent;")?;
     check(
         words.as_str().is_some_and(|w| w.starts_with("rank ")),
