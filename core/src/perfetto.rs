@@ -61,55 +61,75 @@ pub fn spans(events: &[Event]) -> Vec<Span> {
 
 /// [`spans`], with the span of every event (`owner[i]` is the span of `events[i]`).
 pub fn spans_indexed(events: &[Event]) -> (Vec<Span>, Vec<u32>) {
-    let mut owner: Vec<u32> = Vec::with_capacity(events.len());
-    let mut out: Vec<Span> = Vec::with_capacity(events.len() / 2 + 1);
+    let mut b = SpanBuilder::with_capacity(events.len() / 2 + 1);
+    let owner = events.iter().map(|e| b.push(e)).collect();
+    (b.finish(), owner)
+}
+
+/// Builds spans one event at a time, so a reader can fold a trace without keeping its events.
+#[derive(Default)]
+pub struct SpanBuilder {
+    out: Vec<Span>,
     // (rank, channel) -> lane number (a direct table for in-range keys); per lane a dense
     // op index -> span table.
-    let mut direct: Vec<u32> = Vec::new();
-    let mut lanes: BTreeMap<(u16, u16), usize> = BTreeMap::new();
-    let mut dense: Vec<Vec<u32>> = Vec::new();
-    let mut sparse: BTreeMap<(u16, u16, u32), usize> = BTreeMap::new();
-    let mut last_lane: Option<((u16, u16), usize)> = None;
-    for e in events {
+    direct: Vec<u32>,
+    lanes: BTreeMap<(u16, u16), usize>,
+    dense: Vec<Vec<u32>>,
+    sparse: BTreeMap<(u16, u16, u32), usize>,
+    last_lane: Option<((u16, u16), usize)>,
+}
+
+impl SpanBuilder {
+    /// A builder expecting about `spans` spans.
+    pub fn with_capacity(spans: usize) -> SpanBuilder {
+        SpanBuilder {
+            out: Vec::with_capacity(spans),
+            ..SpanBuilder::default()
+        }
+    }
+
+    /// Folds in one event and returns the number of its span.
+    pub fn push(&mut self, e: &Event) -> u32 {
         let key = (e.rank, e.channel);
-        let lane = match last_lane {
+        let lane = match self.last_lane {
             Some((k, l)) if k == key => l,
             _ => {
                 let slot = (e.channel < MAX_CHANNELS && e.rank < MAX_WORLD)
                     .then(|| e.rank as usize * MAX_CHANNELS as usize + e.channel as usize);
                 let known = match slot {
-                    Some(i) => direct
+                    Some(i) => self
+                        .direct
                         .get(i)
                         .copied()
                         .filter(|l| *l != u32::MAX)
                         .map(|l| l as usize),
-                    None => lanes.get(&key).copied(),
+                    None => self.lanes.get(&key).copied(),
                 };
                 let l = match known {
                     Some(l) => l,
                     None => {
-                        let l = dense.len();
-                        dense.push(Vec::new());
+                        let l = self.dense.len();
+                        self.dense.push(Vec::new());
                         match slot {
                             Some(i) => {
-                                if direct.len() <= i {
-                                    direct.resize(i + 1, u32::MAX);
+                                if self.direct.len() <= i {
+                                    self.direct.resize(i + 1, u32::MAX);
                                 }
-                                direct[i] = l as u32;
+                                self.direct[i] = l as u32;
                             }
                             None => {
-                                lanes.insert(key, l);
+                                self.lanes.insert(key, l);
                             }
                         }
                         l
                     }
                 };
-                last_lane = Some((key, l));
+                self.last_lane = Some((key, l));
                 l
             }
         };
         let idx = e.index as usize;
-        let table = &mut dense[lane];
+        let table = &mut self.dense[lane];
         let slot = if idx < table.len() {
             match table[idx] {
                 u32::MAX => None,
@@ -118,13 +138,13 @@ pub fn spans_indexed(events: &[Event]) -> (Vec<Span>, Vec<u32>) {
         } else if idx <= table.len() + DENSE_GAP {
             None
         } else {
-            sparse.get(&(e.rank, e.channel, e.index)).copied()
+            self.sparse.get(&(e.rank, e.channel, e.index)).copied()
         };
         let span = match slot {
             Some(s) => s,
             None => {
-                let s = out.len();
-                out.push(Span {
+                let s = self.out.len();
+                self.out.push(Span {
                     rank: e.rank,
                     channel: e.channel,
                     index: e.index,
@@ -140,13 +160,12 @@ pub fn spans_indexed(events: &[Event]) -> (Vec<Span>, Vec<u32>) {
                     }
                     table[idx] = s as u32;
                 } else {
-                    sparse.insert((e.rank, e.channel, e.index), s);
+                    self.sparse.insert((e.rank, e.channel, e.index), s);
                 }
                 s
             }
         };
-        owner.push(span as u32);
-        let sp = &mut out[span];
+        let sp = &mut self.out[span];
         match e.kind {
             EventKind::Begin => sp.begin = sp.begin.min(e.time),
             EventKind::End => {
@@ -157,8 +176,13 @@ pub fn spans_indexed(events: &[Event]) -> (Vec<Span>, Vec<u32>) {
             }
             EventKind::Stall { target, found } => sp.stall = Some((target, found)),
         }
+        span as u32
     }
-    (out, owner)
+
+    /// The spans, in order of first appearance.
+    pub fn finish(self) -> Vec<Span> {
+        self.out
+    }
 }
 
 /// A Signal -> Wait pair: indices into the span list.

@@ -310,17 +310,14 @@ impl Component for App {
                 self.loading = None;
                 let short = name.rsplit('/').next().unwrap_or(&name).to_string();
                 let t0 = io::now_ms();
-                let decoded = crate::model::decode_events(&short, &bytes);
+                let indexed = Trace::decode(&short, bytes);
                 let t1 = io::now_ms();
-                let indexed = decoded.map(|(h, e)| Trace::index(&short, h, e));
-                let t2 = io::now_ms();
                 self.phases = format!(
-                    "read {:.0} ms, decode {:.0} ms, index {:.0} ms",
+                    "read {:.0} ms, decode and index {:.0} ms",
                     t0 - started,
-                    t1 - t0,
-                    t2 - t1
+                    t1 - t0
                 );
-                self.draw_started = t2;
+                self.draw_started = t1;
                 match indexed {
                     Ok(t) => {
                         self.error = None;
@@ -461,7 +458,7 @@ impl Component for App {
                 let Some(t) = self.main.as_ref() else {
                     return false;
                 };
-                let json = symm_core::perfetto::to_json(&t.header, &t.events);
+                let json = symm_core::perfetto::to_json(&t.header, &t.full_events());
                 if let Some(old) = self.export_url.take() {
                     io::revoke(&old);
                 }

@@ -8,7 +8,8 @@
 //! (position, contents), so any playback position is a binary search away.
 
 use symm_core::op::{Buf, Op};
-use symm_core::trace::{Event, EventKind, Header};
+use symm_core::perfetto::Span;
+use symm_core::trace::Header;
 
 /// Most cells per rank.
 pub const MAX_CELLS: usize = 64;
@@ -46,7 +47,9 @@ fn writes(op: &Op, world: u16, buf: Buf) -> Vec<(u16, u64, u64)> {
 
 impl Cells {
     /// Builds the history of every cell of buffer `buf` (output or scratch).
-    pub fn build(header: &Header, events: &[Event], buf: Buf) -> Cells {
+    ///
+    /// `end_pos[s]` is the playback position just after span `s` ended (0: it never did).
+    pub fn build(header: &Header, spans: &[Span], end_pos: &[u32], buf: Buf) -> Cells {
         let world = header.world.min(64);
         if header.request.validate().is_err() {
             return Cells {
@@ -61,7 +64,7 @@ impl Cells {
             Buf::Scratch => sizes.scratch,
         }
         .max(1);
-        let recorded = events.iter().any(|e| e.contents.is_some());
+        let recorded = spans.iter().any(|s| s.contents.is_some());
         if !recorded || world == 0 {
             return Cells {
                 world,
@@ -70,11 +73,11 @@ impl Cells {
             };
         }
         let mut bounds: Vec<u64> = vec![0, out_bytes];
-        for e in events {
-            if e.contents.is_none() || e.kind != EventKind::End {
+        for (s, sp) in spans.iter().enumerate() {
+            if sp.contents.is_none() || end_pos.get(s).is_none_or(|p| *p == 0) {
                 continue;
             }
-            for (_, off, bytes) in writes(&e.op, world, buf) {
+            for (_, off, bytes) in writes(&sp.op, world, buf) {
                 bounds.push(off.min(out_bytes));
                 bounds.push(off.saturating_add(bytes).min(out_bytes));
             }
@@ -96,11 +99,14 @@ impl Cells {
         let cells = bounds.len().saturating_sub(1);
         let mut history = vec![vec![Vec::new(); cells]; world as usize];
         let mut any = false;
-        for (i, e) in events.iter().enumerate() {
-            let (Some(c), EventKind::End) = (e.contents, e.kind) else {
+        for (s, sp) in spans.iter().enumerate() {
+            let (Some(c), Some(&pos)) = (sp.contents, end_pos.get(s)) else {
                 continue;
             };
-            for (rank, off, bytes) in writes(&e.op, world, buf) {
+            if pos == 0 {
+                continue;
+            }
+            for (rank, off, bytes) in writes(&sp.op, world, buf) {
                 let Some(h) = history.get_mut(rank as usize) else {
                     continue;
                 };
@@ -110,9 +116,14 @@ impl Cells {
                     if bounds[cell] >= end {
                         break;
                     }
-                    hist.push((i as u32 + 1, c));
+                    hist.push((pos, c));
                     any = true;
                 }
+            }
+        }
+        for rank in &mut history {
+            for hist in rank.iter_mut() {
+                hist.sort_by_key(|(p, _)| *p);
             }
         }
         Cells {
@@ -145,7 +156,7 @@ mod tests {
 
     #[test]
     fn output_cell_fills_when_the_reduce_ends() {
-        let t = Trace::decode("small", &small(false)).unwrap();
+        let t = Trace::decode("small", small(false)).unwrap();
         assert!(t.cells.recorded);
         assert_eq!(t.cells.cells(), 2);
         assert_eq!(t.cells.at(1, 0, 0), 0);

@@ -177,7 +177,7 @@ mod tests {
 
     #[test]
     fn words() {
-        let t = Trace::decode("small", &small(false)).unwrap();
+        let t = Trace::decode("small", small(false)).unwrap();
         let texts: Vec<String> = (0..t.spans.len()).map(|s| op(&t, s)).collect();
         assert!(
             texts[0].starts_with(

@@ -145,7 +145,7 @@ mod tests {
 
     #[test]
     fn names_the_rank_that_never_signalled() {
-        let t = Trace::decode("hang", &small(true)).unwrap();
+        let t = Trace::decode("hang", small(true)).unwrap();
         let h = analyse(&t).unwrap();
         assert_eq!(h.stalls.len(), 1);
         assert_eq!(h.stalls[0].waits_for, Some(0));
@@ -153,7 +153,7 @@ mod tests {
         assert_eq!(h.chain, vec![1, 0]);
         assert_eq!(h.root, Root::Rank(0));
         assert!(describe_root(&t, &h.root).contains("rank 0 is not waiting"));
-        let ok = Trace::decode("ok", &small(false)).unwrap();
+        let ok = Trace::decode("ok", small(false)).unwrap();
         assert!(analyse(&ok).is_none());
     }
 }

@@ -67,12 +67,12 @@ pub struct Trace {
     pub name: String,
     /// The header.
     pub header: Header,
-    /// Events sorted by time (stable).
-    pub events: Vec<Event>,
+    /// Events sorted by time (stable), reduced to what playback needs.
+    pub events: Vec<Ev>,
     /// Op spans.
     pub spans: Vec<Span>,
-    /// The span of every event.
-    pub owner: Vec<u32>,
+    /// The trace as it was read (the Perfetto export decodes it again).
+    pub bytes: Vec<u8>,
     /// Lanes sorted by (rank, channel).
     pub lanes: Vec<Lane>,
     /// Signal -> Wait pairs.
@@ -99,19 +99,102 @@ pub struct Trace {
     pub stalled: usize,
 }
 
+/// What an event marks, in a byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// An op began.
+    Begin,
+    /// An op ended.
+    End,
+    /// A wait gave up (the run timed out).
+    Stall,
+}
+
+/// An event as playback needs it: 16 bytes instead of a whole [`Event`], so a million-event
+/// trace stays small in the page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ev {
+    /// Time.
+    pub time: u64,
+    /// Its span.
+    pub span: u32,
+    /// Begin, end or stall.
+    pub mark: Mark,
+}
+
+fn fold(events: impl Iterator<Item = Event>, capacity: usize) -> (Vec<Span>, Vec<Ev>, bool) {
+    let mut b = perfetto::SpanBuilder::with_capacity(capacity / 2 + 1);
+    let mut evs = Vec::with_capacity(capacity);
+    let mut sorted = true;
+    let mut last = 0;
+    for e in events {
+        sorted &= e.time >= last;
+        last = e.time;
+        let mark = match e.kind {
+            EventKind::Begin => Mark::Begin,
+            EventKind::End => Mark::End,
+            EventKind::Stall { .. } => Mark::Stall,
+        };
+        evs.push(Ev {
+            time: e.time,
+            span: b.push(&e),
+            mark,
+        });
+    }
+    (b.finish(), evs, sorted)
+}
+
 impl Trace {
     /// Decodes and indexes a trace.
-    pub fn decode(name: &str, bytes: &[u8]) -> Result<Trace, LoadError> {
-        let (header, events) = decode_events(name, bytes)?;
-        Ok(Trace::index(name, header, events))
+    pub fn decode(name: &str, bytes: Vec<u8>) -> Result<Trace, LoadError> {
+        let decode_err = |error| LoadError::Decode {
+            name: name.to_string(),
+            error,
+        };
+        let reader = trace::Reader::new(&bytes).map_err(decode_err)?;
+        let header = reader.header().clone();
+        // Events average 17 bytes or more.
+        let capacity = bytes.len() / 16 + 16;
+        let mut failed = None;
+        let (mut spans, mut events, sorted) = fold(
+            reader.map_while(|e| e.map_err(|err| failed = Some(err)).ok()),
+            capacity,
+        );
+        if let Some(error) = failed {
+            return Err(decode_err(error));
+        }
+        if events.is_empty() {
+            return Err(LoadError::Empty {
+                name: name.to_string(),
+            });
+        }
+        if !sorted {
+            // Spans are numbered in order of first appearance: fold the events again in time
+            // order.
+            let mut full = decode_events(name, &bytes)?.1;
+            full.sort_by_key(|e| e.time);
+            (spans, events, _) = fold(full.into_iter(), capacity);
+        }
+        Ok(Trace::index(name, header, spans, events, bytes))
     }
 
-    /// Indexes decoded events.
-    pub fn index(name: &str, header: Header, mut events: Vec<Event>) -> Trace {
-        if !events.windows(2).all(|w| w[0].time <= w[1].time) {
-            events.sort_by_key(|e| e.time);
-        }
-        let (spans, owner) = perfetto::spans_indexed(&events);
+    /// Every event of the trace in time order (for the export).
+    pub fn full_events(&self) -> Vec<Event> {
+        let mut v = decode_events(&self.name, &self.bytes)
+            .map(|(_, e)| e)
+            .unwrap_or_default();
+        v.sort_by_key(|e| e.time);
+        v
+    }
+
+    /// Indexes folded events.
+    fn index(
+        name: &str,
+        header: Header,
+        spans: Vec<Span>,
+        events: Vec<Ev>,
+        bytes: Vec<u8>,
+    ) -> Trace {
         let pairs = perfetto::pairs(&spans);
         let mut pair_of = vec![u32::MAX; spans.len()];
         for (k, p) in pairs.iter().enumerate() {
@@ -125,8 +208,13 @@ impl Trace {
         let (stall_threshold, wait_max) = stall_threshold(&spans);
         let mut stall_marks = Vec::new();
         let mut seen = vec![false; spans.len()];
+        // Position just after each span's end event (0: it never ended).
+        let mut end_pos = vec![0u32; spans.len()];
         for (i, e) in events.iter().enumerate() {
-            let s = owner[i] as usize;
+            let s = e.span as usize;
+            if e.mark == Mark::End {
+                end_pos[s] = i as u32 + 1;
+            }
             let sp = &spans[s];
             let long = matches!(sp.op, Op::Wait { .. })
                 && (sp.stall.is_some()
@@ -136,17 +224,16 @@ impl Trace {
                 seen[s] = true;
                 stall_marks.push(i as u32 + 1);
             }
-            let _ = e;
         }
-        let cells = Cells::build(&header, &events, symm_core::op::Buf::Output);
-        let scratch = Cells::build(&header, &events, symm_core::op::Buf::Scratch);
+        let cells = Cells::build(&header, &spans, &end_pos, symm_core::op::Buf::Output);
+        let scratch = Cells::build(&header, &spans, &end_pos, symm_core::op::Buf::Scratch);
         let stalled = spans.iter().filter(|s| s.stall.is_some()).count();
         Trace {
             name: name.to_string(),
             header,
             events,
             spans,
-            owner,
+            bytes,
             lanes,
             pairs,
             pair_of,
@@ -178,8 +265,8 @@ impl Trace {
     /// The span the `pos`-th event belongs to (the op just applied), if any.
     pub fn current_span(&self, pos: usize) -> Option<usize> {
         pos.checked_sub(1)
-            .and_then(|i| self.owner.get(i))
-            .map(|s| *s as usize)
+            .and_then(|i| self.events.get(i))
+            .map(|e| e.span as usize)
     }
 
     /// Duration in nanoseconds.
@@ -221,7 +308,7 @@ impl Trace {
 
     /// Whether an event ends its op.
     pub fn is_end(&self, i: usize) -> bool {
-        matches!(self.events.get(i).map(|e| e.kind), Some(EventKind::End))
+        matches!(self.events.get(i).map(|e| e.mark), Some(Mark::End))
     }
 }
 
@@ -419,7 +506,7 @@ pub(crate) mod tests {
 
     #[test]
     fn decodes_indexes_and_pairs() {
-        let t = Trace::decode("small", &small(false)).unwrap();
+        let t = Trace::decode("small", small(false)).unwrap();
         assert_eq!(t.events.len(), 8);
         assert_eq!(t.spans.len(), 4);
         assert_eq!(t.lanes.len(), 2);
@@ -428,7 +515,7 @@ pub(crate) mod tests {
         assert_eq!(t.time_at(8), 20);
         assert_eq!(t.pos_at(10), 4);
         assert!(t.stall_marks.is_empty());
-        let hung = Trace::decode("hang", &small(true)).unwrap();
+        let hung = Trace::decode("hang", small(true)).unwrap();
         assert_eq!(hung.stall_marks, vec![2]);
     }
 
@@ -439,7 +526,7 @@ pub(crate) mod tests {
             for v in [0u8, 1, 0x7f, 0x80, 0xff] {
                 let mut b = good.clone();
                 b[i] = v;
-                if let Ok(t) = Trace::decode("m", &b) {
+                if let Ok(t) = Trace::decode("m", b) {
                     for s in 0..t.spans.len() {
                         let _ = crate::describe::op(&t, s);
                     }
@@ -459,46 +546,11 @@ pub(crate) mod tests {
         let mut b = small(false);
         let n = b.len();
         b.truncate(n - 2);
-        let e = Trace::decode("cut.trace", &b).err().unwrap();
+        let e = Trace::decode("cut.trace", b).err().unwrap();
         assert!(e.to_string().contains("at byte"), "{e}");
-        let e = Trace::decode("x", b"garbage!garbage").err().unwrap();
+        let e = Trace::decode("x", b"garbage!garbage".to_vec())
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("bad magic"), "{e}");
-    }
-}
-
-#[cfg(test)]
-mod timing {
-    use super::*;
-
-    /// `SYMM_VIZ_BIG=path cargo test -p symm-viz --release -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn big_trace_phases() {
-        let Ok(path) = std::env::var("SYMM_VIZ_BIG") else {
-            return;
-        };
-        let bytes = std::fs::read(path).unwrap();
-        let t0 = std::time::Instant::now();
-        let r = trace::Reader::new(&bytes).unwrap();
-        let header = r.header().clone();
-        let events: Vec<Event> = r.map(|e| e.unwrap()).collect();
-        let t1 = t0.elapsed();
-        let (spans, _owner) = perfetto::spans_indexed(&events);
-        let t2 = t0.elapsed();
-        let pairs = perfetto::pairs(&spans);
-        let t3 = t0.elapsed();
-        let l = lanes(&spans);
-        let t4 = t0.elapsed();
-        let w = wait_targets(&spans);
-        let t5 = t0.elapsed();
-        let s = stall_threshold(&spans);
-        let t6 = t0.elapsed();
-        let trace = Trace::index("big", header, events);
-        let t7 = t0.elapsed();
-        println!(
-            "decode {t1:?} spans {:?} pairs {:?} lanes {:?} targets {:?} threshold {:?} full index {:?}; {} {} {} {:?} {}",
-            t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6,
-            pairs.len(), l.len(), w.len(), s, trace.events.len()
-        );
     }
 }

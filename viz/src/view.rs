@@ -119,10 +119,10 @@ pub fn view(app: &App, ctx: &Context<App>) -> Html {
             None => t.current_span(app.pos).map(|s| (t, s)),
         };
         let ev = app.pos.checked_sub(1).and_then(|i| t.events.get(i));
-        let what = ev.map(|e| match e.kind {
-            symm_core::trace::EventKind::Begin => "begins",
-            symm_core::trace::EventKind::End => "ends",
-            symm_core::trace::EventKind::Stall { .. } => "stalls",
+        let what = ev.map(|e| match e.mark {
+            crate::model::Mark::Begin => "begins",
+            crate::model::Mark::End => "ends",
+            crate::model::Mark::Stall => "stalls",
         });
         (
             sel.map(|(tr, s)| describe::op(tr, s)).unwrap_or_default(),
