@@ -1,0 +1,414 @@
+//! What a collective asks for: the collective, the algorithm and the request's parameters,
+//! their validation, the buffer sizes they imply, and the typed scheduling errors.
+
+use super::{rhd, DEFAULT_CHUNK, DEFAULT_SLOTS, MAX_CHANNELS, MAX_WORLD};
+use crate::dtype::{DType, ReduceOp};
+use crate::signal::SlotLayout;
+use serde::{Deserialize, Serialize};
+
+/// A collective operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Collective {
+    /// Every rank ends with the reduction of every rank's input (`bytes` per rank).
+    AllReduce,
+    /// Rank r ends with block r of the reduction (`bytes` is the block size; input is world blocks).
+    ReduceScatter,
+    /// Every rank ends with every rank's input block (`bytes` per block; output is world blocks).
+    AllGather,
+    /// Every rank ends with the root's input.
+    Broadcast {
+        /// The rank whose input is broadcast.
+        root: u16,
+    },
+    /// The root ends with the reduction of every rank's input.
+    Reduce {
+        /// The rank that receives the result.
+        root: u16,
+    },
+    /// Rank r ends with block r of the root's input (`bytes` per block).
+    Scatter {
+        /// The rank that owns the data.
+        root: u16,
+    },
+    /// The root ends with every rank's input, block r from rank r (`bytes` per block).
+    Gather {
+        /// The rank that receives the data.
+        root: u16,
+    },
+    /// Rank r's input block q ends in rank q's output block r (`bytes` per block).
+    AllToAll,
+    /// All-to-all with per-pair element counts given to [`alltoallv()`]; `bytes` is the size of
+    /// every rank's (symmetric) input and output buffer.
+    AllToAllV,
+    /// `src`'s input ends in `dst`'s output; other ranks do nothing.
+    SendRecv {
+        /// Sender.
+        src: u16,
+        /// Receiver.
+        dst: u16,
+    },
+}
+
+impl Collective {
+    /// Short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::AllGather => "all_gather",
+            Collective::Broadcast { .. } => "broadcast",
+            Collective::Reduce { .. } => "reduce",
+            Collective::Scatter { .. } => "scatter",
+            Collective::Gather { .. } => "gather",
+            Collective::AllToAll => "all_to_all",
+            Collective::AllToAllV => "all_to_allv",
+            Collective::SendRecv { .. } => "send_recv",
+        }
+    }
+
+    /// Whether the collective combines data with a reduction operator.
+    pub fn reduces(&self) -> bool {
+        matches!(
+            self,
+            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
+        )
+    }
+}
+
+/// An algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Ring (pipelined, credit flow control); for broadcast a pipelined chain.
+    Ring,
+    /// Double binary tree (all-reduce) or binary tree (broadcast, reduce), pipelined.
+    Tree,
+    /// Recursive halving (reduce-scatter) then doubling (all-gather), any world size.
+    Rhd,
+    /// Every rank reads every input and reduces the whole buffer.
+    OneShot,
+    /// Direct reduce-scatter then direct all-gather.
+    TwoShot,
+    /// NVLink multicast: load-reduce and multicast store.
+    Multicast,
+    /// Each rank reads or writes its peers directly.
+    Direct,
+    /// All-to-all in world - 1 pairwise steps.
+    Pairwise,
+}
+
+impl Algorithm {
+    /// Every algorithm.
+    pub const ALL: [Algorithm; 8] = [
+        Algorithm::Ring,
+        Algorithm::Tree,
+        Algorithm::Rhd,
+        Algorithm::OneShot,
+        Algorithm::TwoShot,
+        Algorithm::Multicast,
+        Algorithm::Direct,
+        Algorithm::Pairwise,
+    ];
+
+    /// Short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "tree",
+            Algorithm::Rhd => "rhd",
+            Algorithm::OneShot => "one_shot",
+            Algorithm::TwoShot => "two_shot",
+            Algorithm::Multicast => "multicast",
+            Algorithm::Direct => "direct",
+            Algorithm::Pairwise => "pairwise",
+        }
+    }
+}
+
+/// Which algorithms each collective supports.
+pub fn algorithms(c: Collective) -> &'static [Algorithm] {
+    use Algorithm::*;
+    match c {
+        Collective::AllReduce => &[Ring, Tree, Rhd, OneShot, TwoShot, Multicast],
+        Collective::ReduceScatter => &[Ring, Direct, Multicast],
+        Collective::AllGather => &[Ring, Direct, Multicast],
+        Collective::Broadcast { .. } => &[Ring, Tree, Direct, Multicast],
+        Collective::Reduce { .. } => &[Tree, Direct],
+        Collective::Scatter { .. } | Collective::Gather { .. } => &[Direct],
+        Collective::AllToAll | Collective::AllToAllV => &[Pairwise],
+        Collective::SendRecv { .. } => &[Direct],
+    }
+}
+
+/// A collective request: everything a schedule depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Request {
+    /// The collective.
+    pub collective: Collective,
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Ranks in the world.
+    pub world: u16,
+    /// Channels (independent lanes; a GPU runs one thread block per channel).
+    pub channels: u16,
+    /// Byte count (see [`Collective`] for what it counts).
+    pub bytes: u64,
+    /// Element type.
+    pub dtype: DType,
+    /// Reduction operator (ignored by collectives that do not reduce).
+    pub op: ReduceOp,
+    /// Pipelining chunk in bytes (0: [`DEFAULT_CHUNK`]).
+    pub chunk_bytes: u64,
+    /// Scratch slots per stream (0: [`DEFAULT_SLOTS`]).
+    pub slots: u8,
+}
+
+impl Request {
+    /// A request with one channel and default pipelining.
+    pub fn new(
+        collective: Collective,
+        algorithm: Algorithm,
+        world: u16,
+        bytes: u64,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Request {
+        Request {
+            collective,
+            algorithm,
+            world,
+            channels: 1,
+            bytes,
+            dtype,
+            op,
+            chunk_bytes: 0,
+            slots: 0,
+        }
+    }
+
+    /// With `channels` channels.
+    pub fn with_channels(mut self, channels: u16) -> Request {
+        self.channels = channels;
+        self
+    }
+
+    /// With a pipelining chunk and slot count.
+    pub fn with_pipeline(mut self, chunk_bytes: u64, slots: u8) -> Request {
+        self.chunk_bytes = chunk_bytes;
+        self.slots = slots;
+        self
+    }
+
+    /// Elements per rank-level unit (`bytes / dtype size`).
+    pub fn elems(&self) -> u64 {
+        self.bytes / self.dtype.size()
+    }
+
+    /// The pipelining chunk in elements (at least one).
+    pub fn chunk_elems(&self) -> u64 {
+        let b = if self.chunk_bytes == 0 {
+            DEFAULT_CHUNK
+        } else {
+            self.chunk_bytes
+        };
+        (b / self.dtype.size()).max(1)
+    }
+
+    /// Scratch slots per stream.
+    pub fn slot_count(&self) -> u64 {
+        if self.slots == 0 {
+            DEFAULT_SLOTS as u64
+        } else {
+            self.slots as u64
+        }
+    }
+
+    /// The signal-pad layout the schedule uses (one team).
+    pub fn layout(&self) -> SlotLayout {
+        SlotLayout {
+            teams: 1,
+            channels: self.channels,
+            world: self.world,
+        }
+    }
+
+    /// Checks the request; every schedule constructor calls this first.
+    pub fn validate(&self) -> Result<(), SchedError> {
+        if self.world == 0 || self.world > MAX_WORLD {
+            return Err(SchedError::BadWorld { world: self.world });
+        }
+        if self.channels == 0 || self.channels > MAX_CHANNELS {
+            return Err(SchedError::BadChannels {
+                channels: self.channels,
+            });
+        }
+        if !self.bytes.is_multiple_of(self.dtype.size()) {
+            return Err(SchedError::UnalignedBytes {
+                bytes: self.bytes,
+                elem: self.dtype.size(),
+            });
+        }
+        if self.bytes > (1u64 << 48) {
+            return Err(SchedError::TooLarge { bytes: self.bytes });
+        }
+        let bad = match self.collective {
+            Collective::Broadcast { root }
+            | Collective::Reduce { root }
+            | Collective::Scatter { root }
+            | Collective::Gather { root } => [root, 0],
+            Collective::SendRecv { src, dst } => [src, dst],
+            _ => [0, 0],
+        };
+        if let Some(&rank) = bad.iter().find(|&&r| r >= self.world) {
+            return Err(SchedError::BadRank { rank });
+        }
+        if !algorithms(self.collective).contains(&self.algorithm) {
+            return Err(SchedError::Unsupported {
+                collective: self.collective,
+                algorithm: self.algorithm,
+            });
+        }
+        Ok(())
+    }
+
+    /// Input, output and scratch bytes each rank needs.
+    pub fn buffer_sizes(&self) -> BufferSizes {
+        let b = self.bytes;
+        let w = self.world as u64;
+        let (input, output) = match self.collective {
+            Collective::AllReduce | Collective::Broadcast { .. } | Collective::Reduce { .. } => {
+                (b, b)
+            }
+            Collective::ReduceScatter => (b * w, b),
+            Collective::AllGather => (b, b * w),
+            Collective::Scatter { .. } => (b * w, b),
+            Collective::Gather { .. } => (b, b * w),
+            Collective::AllToAll => (b * w, b * w),
+            Collective::SendRecv { .. } | Collective::AllToAllV => (b, b),
+        };
+        let per_stream = self.slot_count() * self.chunk_elems() * self.dtype.size();
+        let streams = match (self.collective, self.algorithm) {
+            (Collective::AllReduce | Collective::ReduceScatter, Algorithm::Ring) => 1,
+            (Collective::AllReduce, Algorithm::Tree) => 4,
+            (Collective::Reduce { .. }, Algorithm::Tree) => 2,
+            (Collective::AllReduce, Algorithm::Rhd) => rhd::regions(self.world) as u64,
+            _ => 0,
+        };
+        BufferSizes {
+            input,
+            output,
+            scratch: streams * per_stream * self.channels as u64,
+        }
+    }
+}
+
+/// What each rank must provide for a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferSizes {
+    /// Input bytes.
+    pub input: u64,
+    /// Output bytes.
+    pub output: u64,
+    /// Scratch bytes.
+    pub scratch: u64,
+}
+
+/// Why a request cannot be scheduled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SchedError {
+    /// The world size is 0 or above [`MAX_WORLD`].
+    BadWorld {
+        /// The world size asked for.
+        world: u16,
+    },
+    /// The channel count is 0 or above [`MAX_CHANNELS`].
+    BadChannels {
+        /// The channel count asked for.
+        channels: u16,
+    },
+    /// A rank (the caller, a root, a sender or receiver) is not in the world.
+    BadRank {
+        /// The rank.
+        rank: u16,
+    },
+    /// The channel index is not below the request's channel count.
+    BadChannel {
+        /// The channel.
+        channel: u16,
+    },
+    /// The byte count is not a multiple of the element size.
+    UnalignedBytes {
+        /// Bytes asked for.
+        bytes: u64,
+        /// Element size.
+        elem: u64,
+    },
+    /// The byte count exceeds 2^48.
+    TooLarge {
+        /// Bytes asked for.
+        bytes: u64,
+    },
+    /// An all-to-allv needs its counts: build it with [`alltoallv()`].
+    NeedsCounts,
+    /// The counts of an all-to-allv are not `world * world` long.
+    BadCounts {
+        /// Length given.
+        len: u64,
+    },
+    /// A rank's send or receive total of an all-to-allv exceeds the buffer.
+    CountsExceedBuffer {
+        /// The rank.
+        rank: u16,
+    },
+    /// The algorithm does not implement the collective.
+    Unsupported {
+        /// The collective.
+        collective: Collective,
+        /// The algorithm.
+        algorithm: Algorithm,
+    },
+}
+
+impl core::fmt::Display for SchedError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SchedError::BadWorld { world } => {
+                write!(f, "world size {world} is not in 1..={MAX_WORLD}")
+            }
+            SchedError::BadChannels { channels } => {
+                write!(f, "channel count {channels} is not in 1..={MAX_CHANNELS}")
+            }
+            SchedError::BadRank { rank } => write!(f, "rank {rank} is not in the world"),
+            SchedError::BadChannel { channel } => {
+                write!(f, "channel {channel} is not in the request")
+            }
+            SchedError::UnalignedBytes { bytes, elem } => {
+                write!(
+                    f,
+                    "{bytes} bytes is not a multiple of the element size {elem}"
+                )
+            }
+            SchedError::TooLarge { bytes } => write!(f, "{bytes} bytes is above 2^48"),
+            SchedError::NeedsCounts => {
+                write!(f, "all_to_allv needs per-pair counts (sched::alltoallv)")
+            }
+            SchedError::BadCounts { len } => {
+                write!(f, "all_to_allv counts have {len} entries, not world^2")
+            }
+            SchedError::CountsExceedBuffer { rank } => {
+                write!(f, "rank {rank}'s all_to_allv total exceeds the buffer")
+            }
+            SchedError::Unsupported {
+                collective,
+                algorithm,
+            } => write!(
+                f,
+                "{} has no {} algorithm",
+                collective.name(),
+                algorithm.name()
+            ),
+        }
+    }
+}
