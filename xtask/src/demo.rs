@@ -102,7 +102,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 } else {
                     failed += 1;
                 }
-                let name = format!("{}-{}-w{world}.symmtrace", c.name(), a.name());
+                let name = format!("{}-{}-w{world}.trace", c.name(), a.name());
                 std::fs::write(dir.join(&name), &run.trace).map_err(|e| format!("{name}: {e}"))?;
                 let _ = writeln!(
                     table,
