@@ -196,6 +196,18 @@ impl<S: Sink> Writer<S> {
     }
 }
 
+/// Encodes a whole trace: sorts `events` by (time, rank, channel, index), the order every reader
+/// expects, and writes them after `header`.
+#[cfg(feature = "alloc")]
+pub fn encode(header: &Header, events: &mut [Event]) -> Result<alloc::vec::Vec<u8>, TraceError> {
+    events.sort_by_key(|e| (e.time, e.rank, e.channel, e.index));
+    let mut w = Writer::new(alloc::vec::Vec::new(), header)?;
+    for e in events.iter() {
+        w.event(e)?;
+    }
+    Ok(w.finish())
+}
+
 /// A streaming trace decoder over a byte slice.
 pub struct Reader<'a> {
     header: Header,

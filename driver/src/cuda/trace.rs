@@ -6,7 +6,7 @@
 //! earliest event, and the header says the source is the GPUs by name.
 
 use symm_core::sched::Request;
-use symm_core::trace::{Event, EventKind, Header, Source, Writer, MAX_DEVICES};
+use symm_core::trace::{Event, EventKind, Header, Source, MAX_DEVICES};
 
 use super::device;
 use super::error::{CudaError, Result};
@@ -96,7 +96,6 @@ pub fn read(world: &World, req: &Request, plans: &[DevicePlan]) -> Result<Vec<u8
     for e in &mut all {
         e.time -= t0;
     }
-    all.sort_by_key(|e| (e.time, e.rank, e.channel, e.index));
     let mut devices = heapless::Vec::<heapless::String<64>, MAX_DEVICES>::new();
     for n in world.device_names() {
         let mut s = heapless::String::<64>::new();
@@ -114,10 +113,6 @@ pub fn read(world: &World, req: &Request, plans: &[DevicePlan]) -> Result<Vec<u8
         source: Source::Gpu { devices },
         time_unit_ns: 1,
     };
-    let enc = |e: symm_core::trace::TraceError| CudaError::Invalid(format!("trace: {e}"));
-    let mut w = Writer::new(Vec::new(), &header).map_err(enc)?;
-    for e in &all {
-        w.event(e).map_err(enc)?;
-    }
-    Ok(w.finish())
+    symm_core::trace::encode(&header, &mut all)
+        .map_err(|e| CudaError::Invalid(format!("trace: {e}")))
 }

@@ -27,7 +27,7 @@ pub use threads::{run_streams, run_threads, ThreadOptions};
 use symm_core::cost::Link;
 use symm_core::op::Loc;
 use symm_core::sched::SchedError;
-use symm_core::trace::{Event, Header, Source, TraceError, Writer};
+use symm_core::trace::{Event, Header, Source, TraceError};
 
 /// The result of a run.
 #[derive(Clone, Debug)]
@@ -143,13 +143,12 @@ impl std::fmt::Display for HostError {
 
 impl std::error::Error for HostError {}
 
-/// Sorts events by (time, rank, channel, index) and encodes them after a host header.
+/// Encodes a host trace (events sorted by `symm_core::trace::encode`).
 fn write_trace(
     req: &symm_core::sched::Request,
     simulated: bool,
     events: &mut [Event],
 ) -> Result<Vec<u8>, HostError> {
-    events.sort_by_key(|e| (e.time, e.rank, e.channel, e.index));
     let header = Header {
         world: req.world,
         channels: req.channels,
@@ -157,11 +156,7 @@ fn write_trace(
         source: Source::Host { simulated },
         time_unit_ns: 1,
     };
-    let mut wr = Writer::new(Vec::new(), &header).map_err(HostError::Trace)?;
-    for e in events.iter() {
-        wr.event(e).map_err(HostError::Trace)?;
-    }
-    Ok(wr.finish())
+    symm_core::trace::encode(&header, events).map_err(HostError::Trace)
 }
 
 /// The default link model for simulated time.
