@@ -12,7 +12,7 @@
 //! recomputed from the counts (O(world) per block), so the iterator holds no tables.
 
 use super::part::part;
-use super::{Batch, Collective, Ctx, Request, SchedError, BATCH};
+use super::{Batch, Collective, Ctx, Cursor, Request, SchedError};
 use crate::op::{Buf, Op};
 use crate::signal::SlotKind::{Data, Ready};
 
@@ -21,10 +21,7 @@ use crate::signal::SlotKind::{Data, Ready};
 pub struct AllToAllV<'a> {
     ctx: Ctx,
     counts: &'a [u64],
-    phase: u8,
-    unit: u64,
-    batch: Batch,
-    pos: usize,
+    cursor: Cursor,
 }
 
 /// Rank i's send (row) and receive (column) totals, `None` on overflow.
@@ -57,19 +54,13 @@ pub fn alltoallv(
     channel: u16,
     counts: &[u64],
 ) -> Result<AllToAllV<'_>, SchedError> {
-    req.validate()?;
     if req.collective != Collective::AllToAllV {
         return Err(SchedError::Unsupported {
             collective: req.collective,
             algorithm: req.algorithm,
         });
     }
-    if rank >= req.world {
-        return Err(SchedError::BadRank { rank });
-    }
-    if channel >= req.channels {
-        return Err(SchedError::BadChannel { channel });
-    }
+    let ctx = Ctx::new(req, rank, channel)?;
     let w = req.world as usize;
     if counts.len() != w * w {
         return Err(SchedError::BadCounts {
@@ -82,68 +73,48 @@ pub fn alltoallv(
             return Err(SchedError::CountsExceedBuffer { rank: i as u16 });
         }
     }
-    let ctx = Ctx {
-        req,
-        rank,
-        channel,
-        esize: req.dtype.size(),
-        layout: req.layout(),
-    };
     Ok(AllToAllV {
         ctx,
         counts,
-        phase: 0,
-        unit: 0,
-        batch: Batch::new(),
-        pos: 0,
+        cursor: Cursor::default(),
     })
 }
 
-impl AllToAllV<'_> {
-    fn n(&self, from: u64, to: u64) -> u64 {
-        self.counts[(from * self.ctx.req.world as u64 + to) as usize]
-    }
+/// Elements `from` sends to `to`.
+fn n(ctx: &Ctx, counts: &[u64], from: u64, to: u64) -> u64 {
+    counts[(from * ctx.req.world as u64 + to) as usize]
+}
 
-    fn send_displ(&self, from: u64, to: u64) -> u64 {
-        (0..to).map(|k| self.n(from, k)).sum()
-    }
-
-    fn recv_displ(&self, to: u64, from: u64) -> u64 {
-        (0..from).map(|k| self.n(k, to)).sum()
-    }
-
-    fn emit(&mut self, p: u8, u: u64) {
-        self.batch.clear();
-        self.pos = 0;
-        let c = &self.ctx;
-        let me = c.rank;
-        let w = c.req.world as u64;
-        let to = ((me as u64 + u) % w) as u16;
-        let from = ((me as u64 + w - u) % w) as u16;
-        let mut ops: heapless::Vec<Op, BATCH> = heapless::Vec::new();
-        match p {
-            0 if to != me => {
-                let _ = ops.push(c.signal(to, Ready));
-            }
-            1 if from != me => {
-                let _ = ops.push(c.wait(from, Ready, 1));
-            }
-            2 => {
-                let (r, q) = (me as u64, to as u64);
-                let blk = part(self.n(r, q), c.channel as u64, c.req.channels as u64);
-                let src = c.loc(me, Buf::Input, self.send_displ(r, q) + blk.start);
-                let dst = c.loc(to, Buf::Output, self.recv_displ(q, r) + blk.start);
-                let _ = ops.push(c.copy(src, dst, blk.len));
-                if to != me {
-                    let _ = ops.push(c.signal(to, Data));
-                }
-            }
-            3 if from != me => {
-                let _ = ops.push(c.wait(from, Data, 1));
-            }
-            _ => {}
+/// Emits unit `u` of phase `p`: 0 `Ready` to peer +u, 1 `Ready` from peer -u, 2 the block for
+/// peer +u and its `Data`, 3 `Data` from peer -u.
+fn emit(c: &Ctx, counts: &[u64], p: u8, u: u64, out: &mut Batch) {
+    let me = c.rank;
+    let w = c.req.world as u64;
+    let to = ((me as u64 + u) % w) as u16;
+    let from = ((me as u64 + w - u) % w) as u16;
+    match p {
+        0 if to != me => {
+            let _ = out.push(c.signal(to, Ready));
         }
-        self.batch = ops;
+        1 if from != me => {
+            let _ = out.push(c.wait(from, Ready, 1));
+        }
+        2 => {
+            let (r, q) = (me as u64, to as u64);
+            let send_displ: u64 = (0..q).map(|k| n(c, counts, r, k)).sum();
+            let recv_displ: u64 = (0..r).map(|k| n(c, counts, k, q)).sum();
+            let blk = part(n(c, counts, r, q), c.channel as u64, c.req.channels as u64);
+            let src = c.loc(me, Buf::Input, send_displ + blk.start);
+            let dst = c.loc(to, Buf::Output, recv_displ + blk.start);
+            let _ = out.push(c.copy(src, dst, blk.len));
+            if to != me {
+                let _ = out.push(c.signal(to, Data));
+            }
+        }
+        3 if from != me => {
+            let _ = out.push(c.wait(from, Data, 1));
+        }
+        _ => {}
     }
 }
 
@@ -151,22 +122,12 @@ impl Iterator for AllToAllV<'_> {
     type Item = Op;
 
     fn next(&mut self) -> Option<Op> {
-        loop {
-            if let Some(op) = self.batch.get(self.pos) {
-                self.pos += 1;
-                return Some(*op);
-            }
-            if self.phase >= 4 {
-                return None;
-            }
-            if self.unit >= self.ctx.req.world as u64 {
-                self.phase += 1;
-                self.unit = 0;
-                continue;
-            }
-            let (p, u) = (self.phase, self.unit);
-            self.unit += 1;
-            self.emit(p, u);
-        }
+        let (c, counts) = (&self.ctx, self.counts);
+        let world = c.req.world as u64;
+        self.cursor.next(
+            4,
+            |p| if p < 4 { world } else { 0 },
+            |p, u, out| emit(c, counts, p, u, out),
+        )
     }
 }

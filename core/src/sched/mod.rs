@@ -69,6 +69,24 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// The context of (`rank`, `channel`) after validating the request and both indices.
+    pub fn new(req: Request, rank: u16, channel: u16) -> Result<Ctx, SchedError> {
+        req.validate()?;
+        if rank >= req.world {
+            return Err(SchedError::BadRank { rank });
+        }
+        if channel >= req.channels {
+            return Err(SchedError::BadChannel { channel });
+        }
+        Ok(Ctx {
+            req,
+            rank,
+            channel,
+            esize: req.dtype.size(),
+            layout: req.layout(),
+        })
+    }
+
     pub fn world(&self) -> u16 {
         self.req.world
     }
@@ -158,29 +176,13 @@ enum Algo {
 pub struct Schedule {
     ctx: Ctx,
     algo: Algo,
-    phase: u8,
-    unit: u64,
-    batch: Batch,
-    pos: usize,
+    cursor: Cursor,
 }
 
 impl Schedule {
     /// The schedule of `rank` on `channel`.
     pub fn new(req: Request, rank: u16, channel: u16) -> Result<Schedule, SchedError> {
-        req.validate()?;
-        if rank >= req.world {
-            return Err(SchedError::BadRank { rank });
-        }
-        if channel >= req.channels {
-            return Err(SchedError::BadChannel { channel });
-        }
-        let ctx = Ctx {
-            req,
-            rank,
-            channel,
-            esize: req.dtype.size(),
-            layout: req.layout(),
-        };
+        let ctx = Ctx::new(req, rank, channel)?;
         if req.collective == Collective::AllToAllV {
             return Err(SchedError::NeedsCounts);
         }
@@ -209,10 +211,7 @@ impl Schedule {
         Ok(Schedule {
             ctx,
             algo,
-            phase: 0,
-            unit: 0,
-            batch: Batch::new(),
-            pos: 0,
+            cursor: Cursor::default(),
         })
     }
 
@@ -231,19 +230,17 @@ impl Schedule {
         self.ctx.channel
     }
 
-    fn units(&self, p: u8) -> u64 {
-        let c = &self.ctx;
-        match &self.algo {
-            Algo::Ring(a) => a.units(c, p),
-            Algo::Tree(a) => a.units(c, p),
-            Algo::Rhd(a) => a.units(c, p),
-            Algo::Direct(a) => a.units(c, p),
-            Algo::Empty => 0,
-        }
+    /// Total number of ops (walks a fresh copy of the schedule; each unit is O(1)).
+    pub fn count(&self) -> u64 {
+        let mut s = self.clone();
+        s.cursor = Cursor::default();
+        s.fold(0, |n, _| n + 1)
     }
+}
 
+impl Algo {
     fn phases(&self) -> u8 {
-        match &self.algo {
+        match self {
             Algo::Ring(_) => ring::Ring::PHASES,
             Algo::Tree(_) => tree::Tree::PHASES,
             Algo::Rhd(_) => rhd::Rhd::PHASES,
@@ -252,32 +249,64 @@ impl Schedule {
         }
     }
 
-    fn emit(&mut self, p: u8, u: u64) {
-        self.batch.clear();
-        let c = &self.ctx;
-        match &self.algo {
-            Algo::Ring(a) => a.emit(c, p, u, &mut self.batch),
-            Algo::Tree(a) => a.emit(c, p, u, &mut self.batch),
-            Algo::Rhd(a) => a.emit(c, p, u, &mut self.batch),
-            Algo::Direct(a) => a.emit(c, p, u, &mut self.batch),
-            Algo::Empty => {}
+    fn units(&self, c: &Ctx, p: u8) -> u64 {
+        match self {
+            Algo::Ring(a) => a.units(c, p),
+            Algo::Tree(a) => a.units(c, p),
+            Algo::Rhd(a) => a.units(c, p),
+            Algo::Direct(a) => a.units(c, p),
+            Algo::Empty => 0,
         }
-        self.pos = 0;
     }
 
-    /// Total number of ops, counted without emitting them one by one where units have fixed
-    /// sizes (this walks the units, each O(1)).
-    pub fn count(&self) -> u64 {
-        let mut s = self.clone();
-        s.phase = 0;
-        s.unit = 0;
-        s.batch.clear();
-        s.pos = 0;
-        let mut n = 0;
-        for _ in s {
-            n += 1;
+    fn emit(&self, c: &Ctx, p: u8, u: u64, out: &mut Batch) {
+        match self {
+            Algo::Ring(a) => a.emit(c, p, u, out),
+            Algo::Tree(a) => a.emit(c, p, u, out),
+            Algo::Rhd(a) => a.emit(c, p, u, out),
+            Algo::Direct(a) => a.emit(c, p, u, out),
+            Algo::Empty => {}
         }
-        n
+    }
+}
+
+/// Where an iterator over phases of units stands: the unit to emit next and the ops of the
+/// current unit not yet returned. Every schedule iterator walks its phases with one.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Cursor {
+    phase: u8,
+    unit: u64,
+    batch: Batch,
+    pos: usize,
+}
+
+impl Cursor {
+    /// The next op of a program with `phases` phases, `units(p)` units in phase `p`, and
+    /// `emit(p, u, out)` writing unit `u`'s ops.
+    pub fn next(
+        &mut self,
+        phases: u8,
+        units: impl Fn(u8) -> u64,
+        emit: impl Fn(u8, u64, &mut Batch),
+    ) -> Option<Op> {
+        loop {
+            if let Some(op) = self.batch.get(self.pos) {
+                self.pos += 1;
+                return Some(*op);
+            }
+            if self.phase >= phases {
+                return None;
+            }
+            if self.unit >= units(self.phase) {
+                self.phase += 1;
+                self.unit = 0;
+                continue;
+            }
+            self.batch.clear();
+            self.pos = 0;
+            emit(self.phase, self.unit, &mut self.batch);
+            self.unit += 1;
+        }
     }
 }
 
@@ -285,22 +314,11 @@ impl Iterator for Schedule {
     type Item = Op;
 
     fn next(&mut self) -> Option<Op> {
-        loop {
-            if let Some(op) = self.batch.get(self.pos) {
-                self.pos += 1;
-                return Some(*op);
-            }
-            if self.phase >= self.phases() {
-                return None;
-            }
-            if self.unit >= self.units(self.phase) {
-                self.phase += 1;
-                self.unit = 0;
-                continue;
-            }
-            let (p, u) = (self.phase, self.unit);
-            self.unit += 1;
-            self.emit(p, u);
-        }
+        let (c, a) = (&self.ctx, &self.algo);
+        self.cursor.next(
+            a.phases(),
+            |p| a.units(c, p),
+            |p, u, out| a.emit(c, p, u, out),
+        )
     }
 }

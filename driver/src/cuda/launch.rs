@@ -58,24 +58,10 @@ impl Kernel {
         block: u32,
         params: &P,
     ) -> Result<()> {
-        let api = driver()?;
         let mut args = [params as *const P as *mut c_void];
-        // SAFETY: the caller guarantees the parameter block; the array outlives the call.
-        check("cuLaunchKernel", unsafe {
-            (api.launch_kernel)(
-                self.func,
-                grid,
-                1,
-                1,
-                block,
-                1,
-                1,
-                0,
-                stream.raw,
-                args.as_mut_ptr(),
-                core::ptr::null_mut(),
-            )
-        })
+        // SAFETY: the caller guarantees that `params` is the kernel's parameter block; the
+        // pointer array outlives the call.
+        unsafe { self.launch_args(stream, grid, block, &mut args) }
     }
 
     /// Launches with an argument list of pointers to each parameter.
