@@ -73,47 +73,59 @@ pub fn heap_ops(data: &[u8]) {
     assert_eq!(check(&a, &b), Ok(()));
 }
 
-/// A request from bytes (any request, valid or not).
+/// A request from bytes (any request, valid or not): worlds 1..=128, every collective and
+/// algorithm, any chunk (up to 2^64 - 1 bytes), any slot count, channels 0..=66 (0 and above
+/// the limit are invalid on purpose).
 pub fn request_from(data: &[u8]) -> Option<(Request, u64)> {
     if data.len() < 8 {
         return None;
     }
-    let world = 1 + (data[0] as u16 % 24);
+    let byte = |i: usize| *data.get(i).unwrap_or(&0);
+    let world = 1 + (byte(0) as u16 % 128);
     let cs = [
         Collective::AllReduce,
         Collective::ReduceScatter,
         Collective::AllGather,
         Collective::Broadcast {
-            root: data[2] as u16 % (world + 1),
+            root: byte(2) as u16 % (world + 1),
         },
         Collective::Reduce {
-            root: data[2] as u16 % world,
+            root: byte(2) as u16 % world,
         },
         Collective::Scatter {
-            root: data[2] as u16 % world,
+            root: byte(2) as u16 % world,
         },
         Collective::Gather {
-            root: data[2] as u16 % world,
+            root: byte(2) as u16 % world,
         },
         Collective::AllToAll,
         Collective::SendRecv {
-            src: data[2] as u16 % world,
-            dst: data[3] as u16 % world,
+            src: byte(2) as u16 % world,
+            dst: byte(3) as u16 % world,
         },
     ];
-    let c = cs[data[1] as usize % cs.len()];
-    let a = Algorithm::ALL[data[4] as usize % Algorithm::ALL.len()];
-    let dt = DType::ALL[data[5] as usize % DType::ALL.len()];
-    let op = ReduceOp::ALL[data[6] as usize % ReduceOp::ALL.len()];
-    let elems = data[7] as u64 % 97;
-    let extra = u64::from(data.get(8).is_some_and(|b| b % 7 == 0));
-    let channels = 1 + *data.get(9).unwrap_or(&0) as u16 % 3;
-    let chunk = *data.get(10).unwrap_or(&0) as u64 % 9;
-    let slots = 1 + *data.get(11).unwrap_or(&1) % 3;
+    let c = cs[byte(1) as usize % cs.len()];
+    let a = Algorithm::ALL[byte(4) as usize % Algorithm::ALL.len()];
+    let dt = DType::ALL[byte(5) as usize % DType::ALL.len()];
+    let op = ReduceOp::ALL[byte(6) as usize % ReduceOp::ALL.len()];
+    let elems = byte(7) as u64 % 97;
+    let extra = u64::from(byte(8) % 7 == 0);
+    let channels = byte(9) as u16 % 67;
+    // Chunk: a small element count most of the time, any 64-bit byte count otherwise.
+    let chunk = if byte(10) & 0x80 == 0 {
+        (byte(10) as u64 % 9) * dt.size()
+    } else {
+        let mut b = [0u8; 8];
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = byte(13 + i);
+        }
+        u64::from_le_bytes(b)
+    };
+    let slots = byte(11);
     let req = Request::new(c, a, world, elems * dt.size() + extra, dt, op)
         .with_channels(channels)
-        .with_pipeline(chunk * dt.size(), slots);
-    Some((req, *data.get(12).unwrap_or(&0) as u64))
+        .with_pipeline(chunk, slots);
+    Some((req, byte(12) as u64))
 }
 
 /// Schedule requests: a valid request passes the symbolic check under the interleaving the

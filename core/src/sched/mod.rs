@@ -34,7 +34,9 @@ mod tree;
 
 pub use alltoallv::{alltoallv, capacity as alltoallv_capacity, AllToAllV};
 pub use part::{part, Part};
-pub use request::{algorithms, Algorithm, BufferSizes, Collective, Request, SchedError};
+pub use request::{
+    algorithms, Algorithm, BufferSizes, Collective, Request, SchedError, MAX_BUFFER,
+};
 
 use crate::dtype::ReduceOp;
 use crate::op::{Buf, Loc, Op, SignalOp};

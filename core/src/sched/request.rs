@@ -205,14 +205,34 @@ impl Request {
         self.bytes / self.dtype.size()
     }
 
-    /// The pipelining chunk in elements (at least one).
+    /// The pipelining chunk in elements: at least one, and at most the whole buffer (a chunk
+    /// larger than the data is the data, so scratch never grows past it).
     pub fn chunk_elems(&self) -> u64 {
         let b = if self.chunk_bytes == 0 {
             DEFAULT_CHUNK
         } else {
             self.chunk_bytes
         };
-        (b / self.dtype.size()).max(1)
+        (b / self.dtype.size()).min(self.elems()).max(1)
+    }
+
+    /// The fewest scratch slots per stream the request's schedule can run with.
+    ///
+    /// Ring reduce-scatter (and the reduce-scatter half of ring all-reduce) receives, combines
+    /// and forwards in one op: a rank frees its slot only after it wrote into its successor's.
+    /// With one slot per rank and three or more ranks, every slot of the ring fills at the first
+    /// step and every rank then waits for its successor's credit, so they need two.
+    pub fn min_slots(&self) -> u8 {
+        let fused_ring = self.algorithm == Algorithm::Ring
+            && matches!(
+                self.collective,
+                Collective::AllReduce | Collective::ReduceScatter
+            );
+        if fused_ring && self.world >= 3 {
+            2
+        } else {
+            1
+        }
     }
 
     /// Scratch slots per stream.
@@ -269,25 +289,42 @@ impl Request {
                 algorithm: self.algorithm,
             });
         }
+        let sz = self.buffer_sizes();
+        let largest = sz.input.max(sz.output).max(sz.scratch);
+        if largest > MAX_BUFFER {
+            return Err(SchedError::TooLarge { bytes: largest });
+        }
+        let min = self.min_slots();
+        if self.slot_count() < min as u64 {
+            return Err(SchedError::TooFewSlots {
+                slots: self.slots,
+                min,
+            });
+        }
         Ok(())
     }
 
     /// Input, output and scratch bytes each rank needs.
     pub fn buffer_sizes(&self) -> BufferSizes {
+        // Saturating: a request whose buffers do not fit in u64 is refused by `validate`
+        // (`TooLarge`), and saturated sizes can never be allocated.
         let b = self.bytes;
-        let w = self.world as u64;
+        let bw = b.saturating_mul(self.world as u64);
         let (input, output) = match self.collective {
             Collective::AllReduce | Collective::Broadcast { .. } | Collective::Reduce { .. } => {
                 (b, b)
             }
-            Collective::ReduceScatter => (b * w, b),
-            Collective::AllGather => (b, b * w),
-            Collective::Scatter { .. } => (b * w, b),
-            Collective::Gather { .. } => (b, b * w),
-            Collective::AllToAll => (b * w, b * w),
+            Collective::ReduceScatter => (bw, b),
+            Collective::AllGather => (b, bw),
+            Collective::Scatter { .. } => (bw, b),
+            Collective::Gather { .. } => (b, bw),
+            Collective::AllToAll => (bw, bw),
             Collective::SendRecv { .. } | Collective::AllToAllV => (b, b),
         };
-        let per_stream = self.slot_count() * self.chunk_elems() * self.dtype.size();
+        let per_stream = self
+            .slot_count()
+            .saturating_mul(self.chunk_elems())
+            .saturating_mul(self.dtype.size());
         let streams = match (self.collective, self.algorithm) {
             (Collective::AllReduce | Collective::ReduceScatter, Algorithm::Ring) => 1,
             (Collective::AllReduce, Algorithm::Tree) => 4,
@@ -298,7 +335,9 @@ impl Request {
         BufferSizes {
             input,
             output,
-            scratch: streams * per_stream * self.channels as u64,
+            scratch: per_stream
+                .saturating_mul(streams)
+                .saturating_mul(self.channels as u64),
         }
     }
 }
@@ -313,6 +352,9 @@ pub struct BufferSizes {
     /// Scratch bytes.
     pub scratch: u64,
 }
+
+/// Largest input, output or scratch buffer a valid request needs per rank (2^56 bytes).
+pub const MAX_BUFFER: u64 = 1 << 56;
 
 /// Why a request cannot be scheduled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -345,9 +387,10 @@ pub enum SchedError {
         /// Element size.
         elem: u64,
     },
-    /// The byte count exceeds 2^48.
+    /// The byte count exceeds 2^48, or a buffer the request needs (input, output or scratch)
+    /// exceeds 2^56 bytes.
     TooLarge {
-        /// Bytes asked for.
+        /// The byte count, or the size of the buffer that is too large.
         bytes: u64,
     },
     /// An all-to-allv needs its counts: build it with [`alltoallv()`].
@@ -361,6 +404,14 @@ pub enum SchedError {
     CountsExceedBuffer {
         /// The rank.
         rank: u16,
+    },
+    /// The pipeline has fewer scratch slots per stream than the schedule needs to make
+    /// progress (see [`Request::min_slots`]): it would deadlock.
+    TooFewSlots {
+        /// Slots asked for.
+        slots: u8,
+        /// Slots the schedule needs.
+        min: u8,
     },
     /// The algorithm does not implement the collective.
     Unsupported {
@@ -390,7 +441,9 @@ impl core::fmt::Display for SchedError {
                     "{bytes} bytes is not a multiple of the element size {elem}"
                 )
             }
-            SchedError::TooLarge { bytes } => write!(f, "{bytes} bytes is above 2^48"),
+            SchedError::TooLarge { bytes } => {
+                write!(f, "{bytes} bytes is above what a request may use")
+            }
             SchedError::NeedsCounts => {
                 write!(f, "all_to_allv needs per-pair counts (sched::alltoallv)")
             }
@@ -400,6 +453,10 @@ impl core::fmt::Display for SchedError {
             SchedError::CountsExceedBuffer { rank } => {
                 write!(f, "rank {rank}'s all_to_allv total exceeds the buffer")
             }
+            SchedError::TooFewSlots { slots, min } => write!(
+                f,
+                "{slots} scratch slot(s) per stream deadlock this schedule; it needs at least {min}"
+            ),
             SchedError::Unsupported {
                 collective,
                 algorithm,
