@@ -5,9 +5,15 @@
 //! * [`host`]: ranks are threads (or simulated streams) over host memory. The embedded default:
 //!   tests, labs and `cargo xtask demo` run on it, no GPU needed.
 //! * `cuda` (feature `cuda`): the CUDA VMM symmetric heap, rendezvous and plan-interpreter launch.
+//! * [`kernel_cache`]: the private, hash-checked disk cache of compiled kernels the CUDA backend
+//!   uses (plain files and bytes, so it builds and is tested without CUDA).
+//! * [`sha256`]: SHA-256, for the cache and for checking downloads.
 #![deny(missing_docs)]
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;
+#[cfg(unix)]
+pub mod kernel_cache;
+pub mod sha256;
 pub mod sync;

@@ -259,6 +259,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 c.cached,
                 t.elapsed().as_secs_f64()
             );
+            if let Some(why) = &c.uncached {
+                println!("world {w}: kernel cache not used: {why}");
+            }
             if correctness {
                 rows.push(checks::dtype_semantics(&world, &mut seed));
                 rows.push(checks::matrix(

@@ -2,15 +2,20 @@
 //! cached on disk.
 //!
 //! The sources (`symm-kernels`) are self-contained: NVRTC gets the headers as strings under
-//! their include names, so no CUDA toolkit or include path is needed. The cache key is a hash of
-//! the source, the headers, the options and the NVRTC version, plus the architecture and the
-//! driver version, so a changed kernel, compiler or driver never loads a stale cubin. Cubins (not
-//! PTX) are loaded because a driver rejects PTX from a newer compiler than itself.
+//! their include names, so no CUDA toolkit or include path is needed. The cache key is a SHA-256
+//! of the source, the headers, the options and the NVRTC version, plus the architecture and the
+//! driver version, so a changed kernel, compiler or driver never loads a stale cubin. The cache
+//! itself ([`crate::kernel_cache`]) is a private folder of the user's and every cubin in it is
+//! checked against its stored SHA-256 before it is loaded. Cubins (not PTX) are loaded because a
+//! driver rejects PTX from a newer compiler than itself.
 
 use std::ffi::{CStr, CString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use symm_kernels::Variant;
+
+use crate::kernel_cache::{self, KernelCache, Origin};
+use crate::sha256::{self, Sha256};
 
 use super::error::{CudaError, Result};
 use super::ffi::nvrtc::{Nvrtc, Program};
@@ -141,64 +146,40 @@ impl Compiler {
     }
 }
 
-/// FNV-1a, 64 bit (stable across builds, unlike std's hasher).
-fn fnv(h: &mut u64, bytes: &[u8]) {
-    for &b in bytes {
-        *h ^= b as u64;
-        *h = h.wrapping_mul(0x100_0000_01b3);
-    }
-}
-
-/// The cache key of a variant for an architecture, compiler and driver.
+/// The cache key of a variant for an architecture, compiler and driver: the name, the
+/// architecture, the driver and a SHA-256 prefix of source, headers, options and NVRTC version.
 pub fn cache_key(v: &Variant, arch: u32, nvrtc: (i32, i32), driver: i32) -> String {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    fnv(&mut h, v.source.as_bytes());
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update(&(bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(v.source.as_bytes());
     for (n, s) in symm_kernels::HEADERS {
-        fnv(&mut h, n.as_bytes());
-        fnv(&mut h, s.as_bytes());
+        field(n.as_bytes());
+        field(s.as_bytes());
     }
     for o in Compiler::options(v, arch) {
-        fnv(&mut h, o.as_bytes());
+        field(o.as_bytes());
     }
-    fnv(&mut h, &nvrtc.0.to_le_bytes());
-    fnv(&mut h, &nvrtc.1.to_le_bytes());
-    format!("{}-sm{arch}-drv{driver}-{h:016x}.cubin", v.name)
+    field(&nvrtc.0.to_le_bytes());
+    field(&nvrtc.1.to_le_bytes());
+    let hash = sha256::hex(&h.finish()[..8]);
+    format!("{}-sm{arch}-drv{driver}-{hash}.cubin", v.name)
 }
 
-/// The kernel cache folder: `$SYMM_KERNEL_CACHE`, else `$XDG_CACHE_HOME/symm/kernels`, else
-/// `$HOME/.cache/symm/kernels`, else a folder under the system temp dir.
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SYMM_KERNEL_CACHE") {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("symm/kernels");
-    }
-    if let Some(d) = std::env::var_os("HOME") {
-        return PathBuf::from(d).join(".cache/symm/kernels");
-    }
-    std::env::temp_dir().join("symm-kernels")
-}
-
-/// A cubin for the variant: from the cache when present, else compiled and stored. Returns the
-/// cubin and whether it came from the cache.
-pub fn cubin(compiler: &Compiler, v: &Variant, arch: u32, driver: i32) -> Result<(Vec<u8>, bool)> {
-    let dir = cache_dir();
-    let path = dir.join(cache_key(v, arch, compiler.version(), driver));
-    if let Ok(bytes) = std::fs::read(&path) {
-        if !bytes.is_empty() {
-            return Ok((bytes, true));
-        }
-    }
-    let bin = compiler.compile(v, arch)?;
-    // A cache that cannot be written only costs a recompile next time.
-    if std::fs::create_dir_all(&dir).is_ok() {
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, &bin).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
-    }
-    Ok((bin, false))
+/// A cubin for the variant: from the private disk cache (see [`crate::kernel_cache`]) when it
+/// holds one whose hash matches, else compiled and stored. The [`Origin`] says which, or why the
+/// cache was not used (then the cubin is compiled every time).
+pub fn cubin(
+    compiler: &Compiler,
+    v: &Variant,
+    arch: u32,
+    driver: i32,
+) -> Result<(Vec<u8>, Origin)> {
+    let key = cache_key(v, arch, compiler.version(), driver);
+    let cache = KernelCache::open_default();
+    kernel_cache::fetch(cache.as_ref(), &key, || compiler.compile(v, arch))
 }
 
 #[cfg(test)]

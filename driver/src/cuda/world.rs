@@ -32,6 +32,7 @@ use super::launch::{Graph, InterpParams, Kernel, EVENT_BYTES, RECORD_BYTES};
 use super::plan::RankPlan;
 use super::rendezvous::ThreadBootstrap;
 use super::vmm::SymmetricHeap;
+use crate::kernel_cache::{CacheError, Origin};
 
 /// How a world is set up.
 #[derive(Clone, Debug)]
@@ -103,6 +104,8 @@ pub struct CompileInfo {
     pub arch: u32,
     /// Variants that came from the disk cache.
     pub cached: usize,
+    /// Why the disk cache was not used, when it was not (the kernels were compiled then).
+    pub uncached: Option<CacheError>,
     /// Seconds spent compiling.
     pub seconds: f64,
 }
@@ -159,13 +162,15 @@ impl World {
         let compiler = Compiler::load(opts.nvrtc.as_deref())?;
         let drv = device::driver_version()?;
         let arch = devs[0].arch;
-        let (plain, c1) = compile::cubin(&compiler, &symm_kernels::INTERP, arch, drv)?;
-        let (traced, c2) = compile::cubin(&compiler, &symm_kernels::INTERP_TRACE, arch, drv)?;
+        let (plain, o1) = compile::cubin(&compiler, &symm_kernels::INTERP, arch, drv)?;
+        let (traced, o2) = compile::cubin(&compiler, &symm_kernels::INTERP_TRACE, arch, drv)?;
+        let origins = [o1, o2];
         let info = CompileInfo {
             nvrtc: compiler.version(),
             driver: drv,
             arch,
-            cached: c1 as usize + c2 as usize,
+            cached: origins.iter().filter(|o| **o == Origin::Cache).count(),
+            uncached: origins.iter().find_map(|o| o.uncached().cloned()),
             seconds: t.elapsed().as_secs_f64(),
         };
 
