@@ -1,7 +1,6 @@
 //! `cargo xtask hw`.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Instant;
 
 use symm_driver::cuda::compile::Compiler;
@@ -13,15 +12,14 @@ use crate::{codegen, util};
 mod bench;
 mod checks;
 mod data;
-
-/// The NVRTC wheel CI compiles with (known to work on a CPU machine).
-const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc-cu12==12.9.86";
+mod wheel;
 
 /// Checks for `cargo xtask test`: the generated header is fresh and every kernel variant compiles
-/// for sm_90 with NVRTC from the pip wheel (installed under target/ when missing).
+/// for sm_90 with NVRTC from the pinned pip wheel (installed under target/ when missing, checked
+/// by SHA-256, see [`wheel`]).
 pub fn ci_checks() -> Result<(), String> {
     codegen::check()?;
-    let lib = nvrtc_from_wheel()?;
+    let lib = wheel::nvrtc()?;
     let t = Instant::now();
     let compiler = Compiler::load(Some(&lib)).map_err(|e| e.to_string())?;
     let (maj, min) = compiler.version();
@@ -38,79 +36,6 @@ pub fn ci_checks() -> Result<(), String> {
         t.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// Fetches the wheel with Python's standard library alone (no pip): the simple index
-/// (`$PIP_INDEX_URL`, default PyPI) lists the manylinux x86-64 wheel, which is downloaded and
-/// unzipped into the target folder.
-const FETCH_WHEEL_PY: &str = r##"
-import os, re, ssl, sys, urllib.parse, urllib.request, zipfile, io
-name, version, dest = sys.argv[1], sys.argv[2], sys.argv[3]
-index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
-cafile = os.environ.get("PIP_CERT")
-ctx = ssl.create_default_context(cafile=cafile) if cafile else None
-page_url = f"{index}/{name}/"
-page = urllib.request.urlopen(page_url, timeout=60, context=ctx).read().decode()
-stem = name.replace("-", "_") + "-" + version + "-"
-links = [h for h in re.findall(r'href="([^"]+)"', page) if stem in h and "manylinux" in h and "x86_64" in h and ".whl" in h]
-if not links:
-    sys.exit(f"no manylinux x86_64 wheel of {name} {version} at {page_url}")
-url = urllib.parse.urljoin(page_url, links[0].split("#")[0])
-data = urllib.request.urlopen(url, timeout=300, context=ctx).read()
-zipfile.ZipFile(io.BytesIO(data)).extractall(dest)
-"##;
-
-/// libnvrtc.so.12 from the pip wheel, installed into target/nvrtc-wheel when missing: with pip
-/// (`--target`, which needs no virtual environment), else with Python's standard library.
-fn nvrtc_from_wheel() -> Result<PathBuf, String> {
-    let dir = util::root().join("target/nvrtc-wheel");
-    let lib = dir.join("nvidia/cuda_nvrtc/lib/libnvrtc.so.12");
-    if lib.exists() {
-        return Ok(lib);
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut tried = Vec::new();
-    for py in ["python3", "python"] {
-        let pip = Command::new(py)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-deps",
-                "--upgrade",
-                "--target",
-            ])
-            .arg(&dir)
-            .arg(NVRTC_WHEEL)
-            .output();
-        match pip {
-            Ok(o) if o.status.success() && lib.exists() => return Ok(lib),
-            Ok(o) => tried.push(format!(
-                "{py} -m pip: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            )),
-            Err(e) => tried.push(format!("{py}: {e}")),
-        }
-        let (name, version) = NVRTC_WHEEL.split_once("==").unwrap_or((NVRTC_WHEEL, ""));
-        let fetch = Command::new(py)
-            .args(["-c", FETCH_WHEEL_PY, name, version])
-            .arg(&dir)
-            .output();
-        match fetch {
-            Ok(o) if o.status.success() && lib.exists() => return Ok(lib),
-            Ok(o) => tried.push(format!(
-                "{py} download: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            )),
-            Err(e) => tried.push(format!("{py}: {e}")),
-        }
-    }
-    Err(format!(
-        "could not install {NVRTC_WHEEL} for the kernel check:\n  {}",
-        tried.join("\n  ")
-    ))
 }
 
 /// One line of the final table.
