@@ -4,7 +4,9 @@
 //!   (the CLI pinned to the exact `wasm-bindgen` version of `Cargo.lock`, installed with
 //!   `cargo install --locked` when missing), copies the static `index.html` and generates the
 //!   example traces with the host simulator into `viz/dist/`.
-//! * [`serve`]: a std-only HTTP server on 127.0.0.1 for the app and a folder of traces.
+//! * [`serve`]: a std-only HTTP server on 127.0.0.1 for the app and a folder of traces, and
+//!   nothing outside those two folders; it answers only requests that name its loopback address
+//!   in `Host` (see [`http`]).
 //! * [`ci_checks`]: the browser tests in real headless Chromium (Debian's `chromium` and
 //!   `chromium-driver`, installed with apt-get when missing), see [`browser`].
 
