@@ -19,6 +19,35 @@
 use crate::op::{Op, SignalOp};
 use serde::{Deserialize, Serialize};
 
+/// The memory orderings of the protocol: the one definition that the host pads, the loom models
+/// and the GPU kernels (through the generated `plan.cuh`) all use.
+///
+/// A signal publishes everything its sender wrote before it (release); a wait that observes the
+/// signalled value sees all of it (acquire). Data accesses themselves are relaxed: every ordering
+/// edge between ranks is one of these. `cargo xtask mutants` weakens each of them to `Relaxed`, one
+/// at a time, and the loom models must catch every one.
+pub mod order {
+    use core::sync::atomic::Ordering;
+
+    /// The read-modify-write of a [`SignalOp::Add`](crate::op::SignalOp::Add) signal.
+    pub const SIGNAL_ADD: Ordering = Ordering::Release;
+    /// The store of a [`SignalOp::Set`](crate::op::SignalOp::Set) signal.
+    pub const SIGNAL_SET: Ordering = Ordering::Release;
+    /// The load a wait spins on.
+    pub const WAIT: Ordering = Ordering::Acquire;
+
+    /// The PTX memory-ordering qualifier of `o` (`relaxed`, `acquire`, `release`, `acq_rel`;
+    /// `SeqCst` has no single qualifier and maps to the strongest, `acq_rel`).
+    pub const fn ptx(o: Ordering) -> &'static str {
+        match o {
+            Ordering::Relaxed => "relaxed",
+            Ordering::Acquire => "acquire",
+            Ordering::Release => "release",
+            _ => "acq_rel",
+        }
+    }
+}
+
 /// What a slot is used for. The kind is part of the key so that two protocols between the same
 /// pair of ranks on the same channel never share a counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -125,9 +154,11 @@ impl SlotLayout {
         Ok(l)
     }
 
-    /// Number of slots in each rank's pad.
+    /// Number of slots in each rank's pad (saturated at `u32::MAX` for a layout that
+    /// [`SlotLayout::new`] would refuse).
     pub fn slots(&self) -> u32 {
-        self.teams as u32 * self.channels as u32 * KINDS * self.world as u32
+        let n = self.teams as u64 * self.channels as u64 * KINDS as u64 * self.world as u64;
+        u32::try_from(n).unwrap_or(u32::MAX)
     }
 
     /// The pad index of a key.
@@ -135,7 +166,11 @@ impl SlotLayout {
         if k.team >= self.teams || k.channel >= self.channels || k.peer >= self.world {
             return Err(SignalError::KeyOutOfRange);
         }
-        Ok(self.index_unchecked(k.team, k.channel, k.kind, k.peer))
+        let i = ((k.team as u64 * self.channels as u64 + k.channel as u64) * KINDS as u64
+            + k.kind as u64)
+            * self.world as u64
+            + k.peer as u64;
+        u32::try_from(i).map_err(|_| SignalError::LayoutTooLarge)
     }
 
     /// The pad index for in-range parts (schedules use this after validating the request).
@@ -304,6 +339,21 @@ mod tests {
             peer: 0,
         };
         assert_eq!(l.index(bad), Err(SignalError::KeyOutOfRange));
+        // A layout built without `new` never overflows.
+        let huge = SlotLayout {
+            teams: 1,
+            channels: u16::MAX,
+            world: u16::MAX,
+        };
+        assert_eq!(huge.slots(), u32::MAX);
+        assert!(huge.key(u32::MAX - 1).is_some());
+        let last = SlotKey {
+            team: 0,
+            channel: u16::MAX - 1,
+            kind: SlotKind::User,
+            peer: u16::MAX - 1,
+        };
+        assert_eq!(huge.index(last), Err(SignalError::LayoutTooLarge));
     }
 
     #[test]

@@ -1,212 +1,285 @@
-//! loom models of the signal protocol, over the host backend's own pad code.
+//! loom models of the signal protocol, over the host backend's real path.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p symm-driver --test loom` (what
-//! `cargo xtask test` does). Each model runs with the protocol's orderings (release signal,
-//! acquire wait) and must pass, and again with both weakened to relaxed, where loom must find an
-//! execution that breaks it (those tests expect the failure).
+//! `cargo xtask test` does). Every model builds a [`WorldMem`] (buffers of relaxed atomics, signal
+//! pads with the orderings of `symm_core::signal::order`) and runs each rank's ops on the generic
+//! [`Executor`] over a [`RankFabric`], exactly as the simulator and the thread backend do: the
+//! code under test is the code that runs, and the ops are core's (schedules, barriers) or written
+//! like a user's plan. Only the driving loop is the model's: a blocked wait yields to loom.
+//!
+//! `cargo xtask mutants` weakens each ordering of the protocol to `Relaxed`, one at a time, and
+//! runs these models: each weakening must make at least one of them fail.
 #![cfg(loom)]
 
-use loom::cell::UnsafeCell;
-use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
+use symm_core::dtype::{DType, ReduceOp};
+use symm_core::exec::{Executor, Step};
+use symm_core::op::{Buf, Loc, Op, SignalOp};
+use symm_core::sched::{Algorithm, Collective, Request, Schedule};
+use symm_core::signal::{Barrier, SlotKind};
+use symm_driver::host::{compare, random_inputs, reference, RankFabric, Temps, WorldMem, POISON};
 
 /// Bounded exploration: at most two preemptions per execution (as tokio's loom CI runs), which
-/// keeps every model to seconds while still finding each relaxed-ordering failure below.
+/// keeps every model to seconds while still finding each weakened ordering.
 fn model<F: Fn() + Sync + Send + 'static>(f: F) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);
     b.check(f);
 }
-use symm_core::op::SignalOp;
-use symm_core::signal::wait_satisfied;
-use symm_driver::host::pad::{Orderings, Pad};
 
-/// Spins (yielding to loom) until `slot` of `pad` reaches `expected + count`, then advances
-/// `expected`, exactly as the executor's `Wait` does.
-fn wait(pad: &Pad, slot: u32, expected: &mut u64, count: u64, o: Orderings) {
-    loop {
-        let v = pad.load(slot, o).expect("slot exists");
-        if wait_satisfied(v, *expected, count) {
-            *expected += count;
-            return;
-        }
-        thread::yield_now();
+/// Runs one op stream per rank (stream i on rank `ranks[i]`), one loom thread each, on the
+/// executor over the world's memory; a blocked wait yields. Returns the memory after all joined.
+fn run(req: Request, inputs: Vec<Vec<u8>>, streams: Vec<(u16, Vec<Op>)>) -> Arc<WorldMem> {
+    let mem = Arc::new(WorldMem::new(&req, &inputs, POISON).expect("model request is valid"));
+    let slots = req.layout().slots() as usize;
+    let handles: Vec<_> = streams
+        .into_iter()
+        .map(|(rank, ops)| {
+            let mem = mem.clone();
+            thread::spawn(move || {
+                let mut temps = Temps::default();
+                let mut fabric = RankFabric::new(&mem, rank, &mut temps);
+                let mut expected = vec![0u64; slots];
+                let mut ex = Executor::new(ops.into_iter(), &mut expected);
+                loop {
+                    match ex.step(&mut fabric).expect("model ops are in bounds") {
+                        Step::Ran { .. } => {}
+                        Step::Blocked { .. } => thread::yield_now(),
+                        Step::Done => break,
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
     }
+    mem
 }
 
-/// Data written before a signal is visible after the matching wait.
-fn signal_then_wait(o: Orderings) {
+/// A two-rank world with 2-byte inputs and 4-byte outputs (an all-gather's buffers).
+fn small_world() -> (Request, Vec<Vec<u8>>) {
+    let req = Request::new(
+        Collective::AllGather,
+        Algorithm::Direct,
+        2,
+        2,
+        DType::U8,
+        ReduceOp::Sum,
+    );
+    (req, vec![vec![11, 12], vec![21, 22]])
+}
+
+fn slot(req: &Request, kind: SlotKind, peer: u16) -> u32 {
+    req.layout().index_unchecked(0, 0, kind, peer)
+}
+
+/// Rank 0 puts its input into rank 1's output and signals (with `op`); rank 1 waits, then
+/// copies what arrived to the second half of its output. The copy must see the put.
+fn put_signal_wait(op: SignalOp) {
     model(move || {
-        let pads: Arc<[Pad; 2]> = Arc::new([Pad::new(1), Pad::new(1)]);
-        let data = Arc::new(UnsafeCell::new(0u64));
-        let (p, d) = (pads.clone(), data.clone());
-        let t = thread::spawn(move || {
-            // SAFETY (model): the write happens before the signal; loom checks the claim.
-            d.with_mut(|x| unsafe { *x = 42 });
-            p[1].signal(0, SignalOp::Add, 1, o).unwrap();
-        });
-        let mut expected = 0;
-        wait(&pads[1], 0, &mut expected, 1, o);
-        // SAFETY (model): the read happens after the matching wait; loom checks the claim.
-        let v = data.with(|x| unsafe { *x });
-        assert_eq!(v, 42);
-        t.join().unwrap();
+        let (req, inputs) = small_world();
+        let s = slot(&req, SlotKind::User, 0);
+        let sender = vec![
+            Op::Copy {
+                src: Loc::new(0, Buf::Input, 0),
+                dst: Loc::new(1, Buf::Output, 0),
+                bytes: 2,
+            },
+            Op::Signal {
+                peer: 1,
+                slot: s,
+                op,
+                value: 1,
+            },
+        ];
+        let receiver = vec![
+            Op::Wait { slot: s, count: 1 },
+            Op::Copy {
+                src: Loc::new(1, Buf::Output, 0),
+                dst: Loc::new(1, Buf::Output, 2),
+                bytes: 2,
+            },
+        ];
+        let mem = run(req, inputs, vec![(0, sender), (1, receiver)]);
+        assert_eq!(
+            mem.output(1),
+            vec![11, 12, 11, 12],
+            "the wait passed before the put was visible"
+        );
     });
 }
 
 #[test]
-fn signal_makes_prior_writes_visible() {
-    signal_then_wait(Orderings::PROTOCOL);
+fn signal_add_publishes_prior_writes() {
+    put_signal_wait(SignalOp::Add);
 }
 
 #[test]
-#[should_panic]
-fn relaxed_signal_loses_prior_writes() {
-    signal_then_wait(Orderings::RELAXED);
+fn signal_set_publishes_prior_writes() {
+    put_signal_wait(SignalOp::Set);
 }
 
-/// Repeated barriers (whole, or split with work between arrive and wait) over per-peer monotone
-/// counters: no rank passes generation g before every rank entered it, and generations never mix.
-fn barriers(ranks: usize, gens: u64, split: bool, o: Orderings) {
+/// Repeated whole or split barriers from `symm_core::signal::Barrier`, two ranks, three
+/// generations: at generation g each rank writes g into its output byte, passes the barrier, and
+/// copies its peer's byte into its scratch byte g. A rank can never see its peer before
+/// generation g (the barrier held it) nor beyond g + 1 (the peer cannot pass g + 1 without it).
+fn barriers(split: bool) {
+    const GENS: u8 = 3;
     model(move || {
-        let pads: Arc<Vec<Pad>> = Arc::new((0..ranks).map(|_| Pad::new(ranks)).collect());
-        let entered: Arc<Vec<AtomicU64>> =
-            Arc::new((0..ranks).map(|_| AtomicU64::new(0)).collect());
-        let handles: Vec<_> = (0..ranks)
+        // Only the buffers of this request are used: 4-byte inputs and outputs and (one slot of
+        // a 3-byte chunk) 3 bytes of scratch, one per generation.
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            2,
+            GENS as u64 + 1,
+            DType::U8,
+            ReduceOp::Sum,
+        )
+        .with_pipeline(GENS as u64, 1);
+        let inputs: Vec<Vec<u8>> = (0..2).map(|_| (0..=GENS).collect()).collect();
+        let streams = (0..2u16)
             .map(|me| {
-                let (pads, entered) = (pads.clone(), entered.clone());
-                thread::spawn(move || {
-                    let mut expected = vec![0u64; ranks];
-                    for g in 1..=gens {
-                        entered[me].store(g, Ordering::Relaxed);
-                        for (q, pad) in pads.iter().enumerate() {
-                            if q != me {
-                                pad.signal(me as u32, SignalOp::Add, 1, o).unwrap();
-                            }
-                        }
-                        if split {
-                            thread::yield_now();
-                        }
-                        for (q, e) in expected.iter_mut().enumerate() {
-                            if q != me {
-                                wait(&pads[me], q as u32, e, 1, o);
-                            }
-                        }
-                        for (q, e) in entered.iter().enumerate() {
-                            let seen = e.load(Ordering::Relaxed);
-                            assert!(seen >= g, "rank {me} passed generation {g} before rank {q} entered it (saw {seen})");
-                            assert!(seen <= g + 1, "rank {q} is two generations ahead");
-                        }
+                let b = Barrier::new(req.layout(), 0, 0, me).unwrap();
+                let peer = 1 - me;
+                let mut ops = Vec::new();
+                for g in 1..=GENS as u64 {
+                    // Input byte g holds g: publish "I entered generation g".
+                    ops.push(Op::Copy {
+                        src: Loc::new(me, Buf::Input, g),
+                        dst: Loc::new(me, Buf::Output, 0),
+                        bytes: 1,
+                    });
+                    ops.extend(b.arrive());
+                    if split {
+                        // Work between arrive and wait touches only own memory.
+                        ops.push(Op::Copy {
+                            src: Loc::new(me, Buf::Input, 0),
+                            dst: Loc::new(me, Buf::Output, 1),
+                            bytes: 1,
+                        });
                     }
-                })
+                    ops.extend(b.wait());
+                    ops.push(Op::Copy {
+                        src: Loc::new(peer, Buf::Output, 0),
+                        dst: Loc::new(me, Buf::Scratch, g - 1),
+                        bytes: 1,
+                    });
+                }
+                (me, ops)
             })
             .collect();
-        for h in handles {
-            h.join().unwrap();
+        let mem = run(req, inputs, streams);
+        for me in 0..2 {
+            let seen = mem.buffer(me, Buf::Scratch);
+            for g in 1..=GENS {
+                let s = seen[g as usize - 1];
+                assert!(
+                    s >= g && s <= g + 1,
+                    "rank {me} at generation {g} saw its peer at generation {s}"
+                );
+            }
         }
     });
 }
 
 #[test]
 fn whole_barriers_never_pass_early_2_ranks_3_generations() {
-    barriers(2, 3, false, Orderings::PROTOCOL);
+    barriers(false);
 }
 
 #[test]
 fn split_barriers_never_pass_early_2_ranks_3_generations() {
-    barriers(2, 3, true, Orderings::PROTOCOL);
+    barriers(true);
 }
 
-#[test]
-#[should_panic]
-fn relaxed_barriers_pass_early() {
-    barriers(2, 2, false, Orderings::RELAXED);
-}
-
-/// A ring step with credits: the sender streams 3 chunks through 2 scratch slots of the
-/// receiver, reusing a slot only after the receiver's credit for the chunk that used it.
-fn ring_credits(o: Orderings) {
-    const CHUNKS: u64 = 3;
-    const SLOTS: u64 = 2;
+/// Runs core's schedule for `req` on every rank and checks the outputs against the reference.
+fn schedule(req: Request) {
     model(move || {
-        // Pad slot 0: data (receiver's pad), slot 1: credit (sender's pad).
-        let pads: Arc<[Pad; 2]> = Arc::new([Pad::new(2), Pad::new(2)]);
-        let scratch: Arc<Vec<UnsafeCell<u64>>> =
-            Arc::new((0..SLOTS).map(|_| UnsafeCell::new(0)).collect());
-        let (p, s) = (pads.clone(), scratch.clone());
-        let sender = thread::spawn(move || {
-            let mut credits = 0;
-            for j in 0..CHUNKS {
-                if j >= SLOTS {
-                    wait(&p[0], 1, &mut credits, 1, o);
-                }
-                // SAFETY (model): the slot is free once its credit arrived; loom checks it.
-                s[(j % SLOTS) as usize].with_mut(|x| unsafe { *x = 100 + j });
-                p[1].signal(0, SignalOp::Add, 1, o).unwrap();
-            }
-        });
-        let mut data = 0;
-        for j in 0..CHUNKS {
-            wait(&pads[1], 0, &mut data, 1, o);
-            // SAFETY (model): the chunk was signalled; loom checks it.
-            let v = scratch[(j % SLOTS) as usize].with(|x| unsafe { *x });
-            assert_eq!(v, 100 + j, "chunk {j} was overwritten before it was read");
-            if j + SLOTS < CHUNKS {
-                pads[0].signal(1, SignalOp::Add, 1, o).unwrap();
-            }
-        }
-        sender.join().unwrap();
-    });
-}
-
-#[test]
-fn ring_credits_never_overwrite_unread_scratch() {
-    ring_credits(Orderings::PROTOCOL);
-}
-
-#[test]
-#[should_panic]
-fn relaxed_ring_credits_overwrite_unread_scratch() {
-    ring_credits(Orderings::RELAXED);
-}
-
-/// Three ranks: two producers write their data and signal the consumer's per-peer slots; the
-/// consumer waits for each and reads both (the first step of a one-shot or direct reduce).
-fn fan_in(o: Orderings) {
-    model(move || {
-        let pads: Arc<[Pad; 3]> = Arc::new([Pad::new(3), Pad::new(3), Pad::new(3)]);
-        let data: Arc<[UnsafeCell<u64>; 2]> = Arc::new([UnsafeCell::new(0), UnsafeCell::new(0)]);
-        let producers: Vec<_> = (0..2u32)
-            .map(|me| {
-                let (p, d) = (pads.clone(), data.clone());
-                thread::spawn(move || {
-                    // SAFETY (model): written before the signal; loom checks the claim.
-                    d[me as usize].with_mut(|x| unsafe { *x = 10 + me as u64 });
-                    p[2].signal(me, SignalOp::Add, 1, o).unwrap();
-                })
-            })
+        let inputs = random_inputs(&req, 7);
+        let streams = (0..req.world)
+            .map(|r| (r, Schedule::new(req, r, 0).unwrap().collect()))
             .collect();
-        let mut expected = [0u64; 2];
-        for (q, e) in expected.iter_mut().enumerate() {
-            wait(&pads[2], q as u32, e, 1, o);
-        }
-        // SAFETY (model): read after both waits; loom checks the claim.
-        let sum: u64 = data.iter().map(|c| c.with(|x| unsafe { *x })).sum();
-        assert_eq!(sum, 21);
-        for h in producers {
-            h.join().unwrap();
+        let mem = run(req, inputs.clone(), streams);
+        let outputs: Vec<Vec<u8>> = (0..req.world as usize).map(|r| mem.output(r)).collect();
+        if let Err(m) = compare(&req, &outputs, &reference(&req, &inputs)) {
+            panic!("{m:?}");
         }
     });
 }
 
+/// Ring all-reduce, two ranks, two 1-element chunks per segment through one scratch slot: data,
+/// a credit (the slot is reused only after the receiver freed it) and the ready handshake.
+#[test]
+fn ring_all_reduce_with_credits_2_ranks() {
+    schedule(
+        Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            2,
+            4,
+            DType::U8,
+            ReduceOp::Sum,
+        )
+        .with_pipeline(1, 1),
+    );
+}
+
+/// Three ranks: two put their byte into the third's output and signal its per-peer data slots;
+/// the third waits for each and combines them (the first step of a one-shot or direct reduce).
 #[test]
 fn fan_in_of_three_ranks_sees_every_contribution() {
-    fan_in(Orderings::PROTOCOL);
-}
-
-#[test]
-#[should_panic]
-fn relaxed_fan_in_misses_a_contribution() {
-    fan_in(Orderings::RELAXED);
+    model(|| {
+        let req = Request::new(
+            Collective::Gather { root: 2 },
+            Algorithm::Direct,
+            3,
+            1,
+            DType::U8,
+            ReduceOp::Sum,
+        );
+        let inputs = vec![vec![5], vec![7], vec![0]];
+        let mut streams: Vec<(u16, Vec<Op>)> = (0..2u16)
+            .map(|q| {
+                let ops = vec![
+                    Op::Copy {
+                        src: Loc::new(q, Buf::Input, 0),
+                        dst: Loc::new(2, Buf::Output, q as u64),
+                        bytes: 1,
+                    },
+                    Op::Signal {
+                        peer: 2,
+                        slot: slot(&req, SlotKind::Data, q),
+                        op: SignalOp::Add,
+                        value: 1,
+                    },
+                ];
+                (q, ops)
+            })
+            .collect();
+        let mut root: Vec<Op> = (0..2u16)
+            .map(|q| Op::Wait {
+                slot: slot(&req, SlotKind::Data, q),
+                count: 1,
+            })
+            .collect();
+        root.push(Op::Reduce {
+            a: Loc::new(2, Buf::Output, 0),
+            b: Loc::new(2, Buf::Output, 1),
+            dst: Loc::new(2, Buf::Output, 2),
+            elems: 1,
+            dtype: DType::U8,
+            op: ReduceOp::Sum,
+            div: 1,
+        });
+        streams.push((2, root));
+        let mem = run(req, inputs, streams);
+        assert_eq!(
+            mem.output(2),
+            vec![5, 7, 12],
+            "the root missed a contribution"
+        );
+    });
 }

@@ -62,18 +62,21 @@ static __device__ __forceinline__ void symm_quiet() {
   asm volatile("fence.sc.sys;" ::: "memory");
 }
 
-static __device__ __forceinline__ symm_u64 symm_ld_acquire(const symm_u64* p) {
+// The three accesses of the signal protocol. Their orderings (SYMM_SEM_*, "release" for
+// signals and "acquire" for waits) come from symm_core::signal::order through plan.cuh, the
+// same definition the host backend and its loom models use.
+static __device__ __forceinline__ symm_u64 symm_ld_wait(const symm_u64* p) {
   symm_u64 v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  asm volatile("ld." SYMM_SEM_WAIT ".sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
 
-static __device__ __forceinline__ void symm_st_release(symm_u64* p, symm_u64 v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+static __device__ __forceinline__ void symm_st_signal(symm_u64* p, symm_u64 v) {
+  asm volatile("st." SYMM_SEM_SIGNAL_SET ".sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-static __device__ __forceinline__ void symm_red_add_release(symm_u64* p, symm_u64 v) {
-  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+static __device__ __forceinline__ void symm_red_signal(symm_u64* p, symm_u64 v) {
+  asm volatile("red." SYMM_SEM_SIGNAL_ADD ".sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 static __device__ __forceinline__ symm_u64 symm_atom_add_release(symm_u64* p, symm_u64 v) {
@@ -106,9 +109,9 @@ static __device__ __forceinline__ void symm_signal(const symm_world& w, symm_u64
   symm_u64* p = (symm_u64*)symm_ptr(w, peer, pad + (symm_u64)slot * 8);
   symm_fence();
   if (sigop == SYMM_SIGNAL_SET) {
-    symm_st_release(p, value);
+    symm_st_signal(p, value);
   } else {
-    symm_red_add_release(p, value);
+    symm_red_signal(p, value);
   }
 }
 
@@ -121,7 +124,7 @@ static __device__ __forceinline__ symm_u64 symm_wait_until(const symm_world& w, 
   symm_u64 start = deadline_ns ? symm_globaltimer() : 0;
   unsigned spins = 0;
   for (;;) {
-    symm_u64 v = symm_ld_acquire(p);
+    symm_u64 v = symm_ld_wait(p);
     if (symm_cmp_holds(cmp, v, target)) {
       if (timed_out) *timed_out = false;
       return v;

@@ -460,9 +460,9 @@ extern "C" __global__ void __launch_bounds__(SYMM_THREADS) symm_interp(const sym
           symm_u64* slot = (symm_u64*)(p.base + (symm_u64)op.dst_rank * p.stride + p.pad_off + (symm_u64)op.slot * 8);
           symm_fence();
           if (op.sigop == SYMM_SIGNAL_SET) {
-            symm_st_release(slot, op.count);
+            symm_st_signal(slot, op.count);
           } else {
-            symm_red_add_release(slot, op.count);
+            symm_red_signal(slot, op.count);
           }
         }
         break;
@@ -473,7 +473,7 @@ extern "C" __global__ void __launch_bounds__(SYMM_THREADS) symm_interp(const sym
           const symm_u64 start = symm_globaltimer();
           unsigned spins = 0;
           for (;;) {
-            symm_u64 v = symm_ld_acquire(slot);
+            symm_u64 v = symm_ld_wait(slot);
             if ((long long)(v - target) >= 0) {
               p.expected[op.slot] = target;
               break;

@@ -94,6 +94,11 @@ static_assert(sizeof(symm_plan_op) == SYMM_OP_BYTES, "plan op size");
 // Signal operations and wait comparisons.
 #define SYMM_SIGNAL_SET 0
 #define SYMM_SIGNAL_ADD 1
+
+// Memory orderings of the signal protocol (symm_core::signal::order) as PTX qualifiers.
+#define SYMM_SEM_SIGNAL_ADD "release"
+#define SYMM_SEM_SIGNAL_SET "release"
+#define SYMM_SEM_WAIT "acquire"
 #define SYMM_CMP_EQ 0
 #define SYMM_CMP_NE 1
 #define SYMM_CMP_GT 2

@@ -13,7 +13,7 @@ use symm_core::dtype::{DType, ReduceOp};
 use symm_core::op::{Buf, SignalOp};
 use symm_core::plan::{self, PlanOp};
 use symm_core::sched::MAX_CHANNELS;
-use symm_core::signal::{Cmp, SlotKind, KINDS};
+use symm_core::signal::{order, Cmp, SlotKind, KINDS};
 
 use crate::util;
 
@@ -176,6 +176,17 @@ pub fn generate() -> String {
     let _ = writeln!(w, "\n// Signal operations and wait comparisons.");
     let _ = writeln!(w, "#define SYMM_SIGNAL_SET {}", SignalOp::Set as u8);
     let _ = writeln!(w, "#define SYMM_SIGNAL_ADD {}", SignalOp::Add as u8);
+    let _ = writeln!(
+        w,
+        "\n// Memory orderings of the signal protocol (symm_core::signal::order) as PTX qualifiers."
+    );
+    for (name, o) in [
+        ("SIGNAL_ADD", order::SIGNAL_ADD),
+        ("SIGNAL_SET", order::SIGNAL_SET),
+        ("WAIT", order::WAIT),
+    ] {
+        let _ = writeln!(w, "#define SYMM_SEM_{name} \"{}\"", order::ptx(o));
+    }
     for (c, n) in Cmp::ALL.iter().zip(["EQ", "NE", "GT", "GE", "LT", "LE"]) {
         let _ = writeln!(w, "#define SYMM_CMP_{n} {}", *c as u8);
     }

@@ -4,6 +4,7 @@ mod codegen;
 mod demo;
 mod fuzz;
 mod hw;
+mod mutants;
 mod test;
 mod trace;
 mod util;
@@ -22,6 +23,8 @@ commands:
   viz [--serve]              build the browser replayer into viz/dist
   trace export --perfetto FILE [-o OUT]
                              convert a trace to Chrome/Perfetto JSON
+  mutants                    weaken each ordering of the signal protocol to Relaxed, one at a
+                             time, and check that the loom models catch every one
   codegen [--check]          regenerate (or check) kernels/symm/plan.cuh from symm-core
   hw [--bench-quick] [--selftest-timeout]
                              on a GPU machine: correctness and benchmarks on real GPUs
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         "trace" => trace::run(rest),
         "codegen" => codegen::run(rest),
         "hw" => hw::run(rest),
+        "mutants" => mutants::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

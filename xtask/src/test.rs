@@ -2,7 +2,8 @@
 //!
 //! 1. `cargo fmt --check` and `cargo clippy --all-targets -D warnings`;
 //! 2. every workspace test in release mode (unit, conformance, symbolic, fuzz-corpus replay);
-//! 3. the loom models (`--cfg loom`, release, own target directory);
+//! 3. the loom models (`--cfg loom`, release, own target directory), then `cargo xtask mutants`:
+//!    each ordering of the signal protocol weakened to relaxed must fail a model;
 //! 4. symm-core for `thumbv7em-none-eabihf` with no default features (installs the target);
 //! 5. the schedule-building benchmark;
 //! 6. the kernels' generated-header check and NVRTC compile of every kernel variant;
@@ -63,6 +64,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .args(["test", "--release", "-p", "symm-driver", "--test", "loom"])
             .env("RUSTFLAGS", "--cfg loom")
             .env("CARGO_TARGET_DIR", dir))
+    })?;
+    step("mutants (protocol orderings)", &mut times, || {
+        crate::mutants::run(&[])
     })?;
     step("no_std (thumbv7em-none-eabihf)", &mut times, || {
         rustup_target("thumbv7em-none-eabihf")?;

@@ -3,36 +3,70 @@
 //! Each rank has three buffers (input, output, scratch) of bytes held in `AtomicU8`s and a
 //! signal pad of `AtomicU64`s. Data ops read their operands into temporaries with relaxed
 //! loads, combine them with `symm_core::dtype::combine` and store the result with relaxed stores,
-//! so aliasing operands (`dst == a`) behave as on a GPU that loads before it stores. Signals are
-//! `fetch_add` / `swap` with `Release`; slot loads are `Acquire`.
+//! so aliasing operands (`dst == a`) behave as on a GPU that loads before it stores. Signals and
+//! slot loads go through [`Pad`], with the protocol's orderings (`symm_core::signal::order`).
+//!
+//! [`RankFabric`] is one rank's view of a [`WorldMem`] as an [`exec::Fabric`](Fabric): the
+//! simulator, the thread backend and the loom models all run the generic executor over it.
 
-use super::pad::{Orderings, Pad};
+use super::pad::Pad;
+use super::sim::check_inputs;
+use super::HostError;
 use crate::sync::{AtomicU8, Ordering};
 use symm_core::dtype::combine;
+use symm_core::exec::Fabric;
 use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::Request;
 
 /// One rank's memory.
-pub(crate) struct RankMem {
+struct RankMem {
     bufs: [Vec<AtomicU8>; 3],
-    pub pad: Pad,
+    pad: Pad,
 }
 
-/// All ranks' memory.
-pub(crate) struct WorldMem {
-    pub ranks: Vec<RankMem>,
+/// All ranks' memory: each rank's input, output and scratch bytes and its signal pad.
+pub struct WorldMem {
+    ranks: Vec<RankMem>,
+}
+
+/// One rank's view of a [`WorldMem`]: the fabric its executors run on.
+pub struct RankFabric<'a> {
+    mem: &'a WorldMem,
+    rank: u16,
+    temps: &'a mut Temps,
+}
+
+impl<'a> RankFabric<'a> {
+    /// Rank `rank`'s view, with reusable temporaries.
+    pub fn new(mem: &'a WorldMem, rank: u16, temps: &'a mut Temps) -> Self {
+        RankFabric { mem, rank, temps }
+    }
+}
+
+impl Fabric for RankFabric<'_> {
+    type Error = Oob;
+    fn execute(&mut self, op: &Op) -> Result<(), Oob> {
+        self.mem.apply(op, self.temps)
+    }
+    fn load_slot(&mut self, slot: u32) -> Result<u64, Oob> {
+        self.mem.load_slot(self.rank, slot)
+    }
 }
 
 fn bytes(n: u64, fill: u8) -> Vec<AtomicU8> {
     (0..n).map(|_| AtomicU8::new(fill)).collect()
 }
 
-/// Why an op could not be applied.
-pub(crate) struct Oob(pub Option<Loc>);
+/// Why an op could not be applied: it names a location (or, for `None`, a rank or slot) outside
+/// the world's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Oob(pub Option<Loc>);
 
 impl WorldMem {
-    /// Memory for `req` with the given inputs and poisoned outputs and scratch.
-    pub fn new(req: &Request, inputs: &[Vec<u8>], poison: u8) -> WorldMem {
+    /// Memory for `req` with the given inputs and poisoned outputs and scratch; the request
+    /// must validate and there must be one input of the request's size per rank.
+    pub fn new(req: &Request, inputs: &[Vec<u8>], poison: u8) -> Result<WorldMem, HostError> {
+        check_inputs(req, inputs)?;
         let sz = req.buffer_sizes();
         let slots = req.layout().slots() as usize;
         let ranks = inputs
@@ -46,7 +80,7 @@ impl WorldMem {
                 pad: Pad::new(slots),
             })
             .collect();
-        WorldMem { ranks }
+        Ok(WorldMem { ranks })
     }
 
     fn span(&self, l: Loc, len: u64) -> Result<&[AtomicU8], Oob> {
@@ -68,19 +102,26 @@ impl WorldMem {
         Ok(())
     }
 
-    /// Copies a buffer out.
+    /// A copy of `rank`'s buffer `buf` (empty when the rank does not exist).
+    pub fn buffer(&self, rank: usize, buf: Buf) -> Vec<u8> {
+        self.ranks.get(rank).map_or_else(Vec::new, |r| {
+            r.bufs[buf as usize]
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .collect()
+        })
+    }
+
+    /// A copy of `rank`'s output buffer.
     pub fn output(&self, rank: usize) -> Vec<u8> {
-        self.ranks[rank].bufs[Buf::Output as usize]
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .collect()
+        self.buffer(rank, Buf::Output)
     }
 
     /// Loads a slot of `rank`'s pad (acquire).
     pub fn load_slot(&self, rank: u16, slot: u32) -> Result<u64, Oob> {
         self.ranks
             .get(rank as usize)
-            .and_then(|r| r.pad.load(slot, Orderings::PROTOCOL))
+            .and_then(|r| r.pad.load(slot))
             .ok_or(Oob(None))
     }
 
@@ -139,7 +180,7 @@ impl WorldMem {
             } => self
                 .ranks
                 .get(peer as usize)
-                .and_then(|r| r.pad.signal(slot, op, value, Orderings::PROTOCOL))
+                .and_then(|r| r.pad.signal(slot, op, value))
                 .ok_or(Oob(None)),
             Op::Wait { .. } => Ok(()),
         }
@@ -164,7 +205,7 @@ fn reduce_into(
 
 /// Reusable temporaries of one executor thread.
 #[derive(Default)]
-pub(crate) struct Temps {
+pub struct Temps {
     a: Vec<u8>,
     b: Vec<u8>,
 }

@@ -20,6 +20,7 @@ mod reference;
 mod sim;
 mod threads;
 
+pub use mem::{Oob, RankFabric, Temps, WorldMem};
 pub use reference::{alltoallv_reference, compare, random_inputs, reference, Mismatch, POISON};
 pub use sim::{simulate, simulate_streams, SimOptions};
 pub use threads::{run_streams, run_threads, ThreadOptions};

@@ -7,10 +7,10 @@
 //! stream's clock and the moment the counter reached its target. The result is the time the
 //! schedule would take on a machine described by the [`Link`], with every dependency honoured.
 
-use super::mem::{Oob, Temps, WorldMem};
+use super::mem::{Oob, RankFabric, Temps, WorldMem};
 use super::{HostError, Run, DEFAULT_LINK};
 use symm_core::cost::Link;
-use symm_core::exec::{ExecError, Executor, Fabric, Step};
+use symm_core::exec::{ExecError, Executor, Step};
 use symm_core::op::{Op, SignalOp};
 use symm_core::sched::{Request, Schedule};
 use symm_core::symbolic::SymWorld;
@@ -34,22 +34,6 @@ impl Default for SimOptions {
             contents: false,
             trace: true,
         }
-    }
-}
-
-struct View<'a> {
-    mem: &'a WorldMem,
-    rank: u16,
-    temps: &'a mut Temps,
-}
-
-impl Fabric for View<'_> {
-    type Error = Oob;
-    fn execute(&mut self, op: &Op) -> Result<(), Oob> {
-        self.mem.apply(op, self.temps)
-    }
-    fn load_slot(&mut self, slot: u32) -> Result<u64, Oob> {
-        self.mem.load_slot(self.rank, slot)
     }
 }
 
@@ -117,7 +101,7 @@ where
     F: Fn(u16, u16) -> Result<I, HostError>,
 {
     check_inputs(req, inputs)?;
-    let mem = WorldMem::new(req, inputs, super::POISON);
+    let mem = WorldMem::new(req, inputs, super::POISON)?;
     let slots = req.layout().slots() as usize;
     let w = req.world as usize;
     let elems = req.buffer_sizes().input / req.dtype.size();
@@ -161,11 +145,7 @@ where
                 continue;
             }
             loop {
-                let mut view = View {
-                    mem: &mem,
-                    rank: *rank,
-                    temps: &mut temps,
-                };
+                let mut view = RankFabric::new(&mem, *rank, &mut temps);
                 let oob = |index: u32, loc| HostError::OutOfBounds {
                     rank: *rank,
                     channel: *channel,
@@ -254,11 +234,7 @@ where
                 .iter_mut()
                 .find(|s| !s.5)
                 .ok_or(HostError::ThreadPanicked)?;
-            let mut view = View {
-                mem: &mem,
-                rank: *rank,
-                temps: &mut temps,
-            };
+            let mut view = RankFabric::new(&mem, *rank, &mut temps);
             if let Ok(Step::Blocked {
                 index,
                 slot,

@@ -5,12 +5,12 @@
 //! the deadline passes; then the run returns [`HostError::Timeout`] naming the rank, the peer
 //! expected to signal (from the slot layout), the slot, the value needed and the value found.
 
-use super::mem::{Oob, Temps, WorldMem};
+use super::mem::{Oob, RankFabric, Temps, WorldMem};
 use super::sim::check_inputs;
 use super::{HostError, Run};
 use crate::sync::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use symm_core::exec::{ExecError, Executor, Fabric, Step};
+use symm_core::exec::{ExecError, Executor, Step};
 use symm_core::op::Op;
 use symm_core::sched::{Request, Schedule};
 use symm_core::trace::{Event, EventKind};
@@ -33,22 +33,6 @@ impl Default for ThreadOptions {
     }
 }
 
-struct View<'a> {
-    mem: &'a WorldMem,
-    rank: u16,
-    temps: Temps,
-}
-
-impl Fabric for View<'_> {
-    type Error = Oob;
-    fn execute(&mut self, op: &Op) -> Result<(), Oob> {
-        self.mem.apply(op, &mut self.temps)
-    }
-    fn load_slot(&mut self, slot: u32) -> Result<u64, Oob> {
-        self.mem.load_slot(self.rank, slot)
-    }
-}
-
 fn stream<I: Iterator<Item = Op>>(
     req: &Request,
     mem: &WorldMem,
@@ -60,11 +44,8 @@ fn stream<I: Iterator<Item = Op>>(
 ) -> Result<(u64, Vec<Event>), HostError> {
     let mut expected = vec![0u64; req.layout().slots() as usize];
     let mut ex = Executor::new(ops, &mut expected);
-    let mut view = View {
-        mem,
-        rank,
-        temps: Temps::default(),
-    };
+    let mut temps = Temps::default();
+    let mut view = RankFabric::new(mem, rank, &mut temps);
     let mut events = Vec::new();
     let mut n = 0;
     let now = || t0.elapsed().as_nanos() as u64;
@@ -169,7 +150,7 @@ where
     F: Fn(u16, u16) -> Result<I, HostError>,
 {
     check_inputs(req, inputs)?;
-    let mem = WorldMem::new(req, inputs, super::POISON);
+    let mem = WorldMem::new(req, inputs, super::POISON)?;
     let abort = AtomicBool::new(false);
     let t0 = Instant::now();
     let mut jobs = Vec::new();
