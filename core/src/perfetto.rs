@@ -3,8 +3,9 @@
 //!
 //! The mapping:
 //!
-//! * every rank is a *process* (`pid` = rank, named "rank r"), every channel a *thread* of it
-//!   (`tid` = channel, named "channel c");
+//! * every rank with events is a *process* (`pid` = rank, named "rank r"), every channel with
+//!   events a *thread* of it (`tid` = channel, named "channel c"); the rows come from the events,
+//!   not from the header's world and channel counts;
 //! * every op is a complete slice (`"ph": "X"`) from its `Begin` to its `End` event, named after
 //!   the op kind, with the op's operands in `args`; a wait that never finished (a `Stall` event) is
 //!   a slice named `wait (stalled)` that lasts to the end of the trace and carries what it
@@ -20,11 +21,17 @@
 //!
 //! The JSON is written by hand (the crate has no JSON dependency); strings written are all ASCII
 //! names generated here, so no escaping beyond the basics is needed.
+//!
+//! Everything here is sized by the events given, never by header fields or by values inside an
+//! event, so memory stays a small multiple of the trace's size: an op index far beyond a
+//! stream's last one goes to a sparse map instead of growing the dense index table, and slot
+//! names use the checked [`crate::signal::SlotLayout::new`]. [`fold`] reads a trace file straight
+//! into spans, and [`write_json`] streams the JSON, so an export need not hold either the events or
+//! the JSON.
 
-use crate::op::{Loc, McLoc, Op};
+use crate::op::Op;
 use crate::sched::{MAX_CHANNELS, MAX_WORLD};
-use crate::signal::SlotLayout;
-use crate::trace::{Event, EventKind, Header};
+use crate::trace::{Event, EventKind, Header, Reader, TraceError};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -51,8 +58,12 @@ pub struct Span {
     pub contents: Option<u64>,
 }
 
-/// Most op indices a stream may skip ahead before spans fall back to a slower map.
-const DENSE_GAP: usize = 1 << 16;
+/// Most op indices a stream may skip ahead before spans fall back to a slower map (each event
+/// grows a stream's dense table by at most this many entries).
+const DENSE_GAP: usize = 16;
+
+/// Entries of the direct (rank, channel) -> lane table: ranks below 64 (others use a map).
+const DIRECT_MAX: usize = 64 * MAX_CHANNELS as usize;
 
 /// Folds begin, end and stall events into spans, in order of first appearance.
 pub fn spans(events: &[Event]) -> Vec<Span> {
@@ -95,7 +106,8 @@ impl SpanBuilder {
             Some((k, l)) if k == key => l,
             _ => {
                 let slot = (e.channel < MAX_CHANNELS && e.rank < MAX_WORLD)
-                    .then(|| e.rank as usize * MAX_CHANNELS as usize + e.channel as usize);
+                    .then(|| e.rank as usize * MAX_CHANNELS as usize + e.channel as usize)
+                    .filter(|i| *i < DIRECT_MAX);
                 let known = match slot {
                     Some(i) => self
                         .direct
@@ -233,173 +245,74 @@ pub fn pairs(spans: &[Span]) -> Vec<Pair> {
     out
 }
 
-fn ts(out: &mut String, time: u64, unit_ns: u32) {
-    let ns = (time as u128) * (unit_ns.max(1) as u128);
-    let _ = write!(out, "{}.{:03}", ns / 1000, ns % 1000);
+mod json;
+pub use json::{spans_to_json, to_json, write_json};
+
+/// A trace file folded into spans and pairs as it is decoded, with no copy of its events: what
+/// `cargo xtask trace export --perfetto` exports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Folded {
+    /// The trace's header.
+    pub header: Header,
+    /// Op spans, in order of first appearance.
+    pub spans: Vec<Span>,
+    /// Signal -> Wait pairs.
+    pub pairs: Vec<Pair>,
+    /// The latest event time.
+    pub last: u64,
+    /// Events read.
+    pub events: u64,
+    /// Set when the trace was cut short: the events are those before the offset it names.
+    pub warning: Option<TraceError>,
 }
 
-fn loc(out: &mut String, l: &Loc) {
-    let _ = write!(out, "r{}.{}+{}", l.rank, l.buf.name(), l.offset);
-}
+impl Folded {
+    /// The JSON (see the module docs).
+    pub fn to_json(&self) -> String {
+        spans_to_json(&self.header, &self.spans, &self.pairs, self.last)
+    }
 
-fn mcloc(out: &mut String, l: &McLoc) {
-    let _ = write!(out, "all.{}+{}", l.buf.name(), l.offset);
-}
-
-fn op_args(out: &mut String, op: &Op, layout: &SlotLayout) {
-    match op {
-        Op::Copy { src, dst, bytes } => {
-            out.push_str("\"src\":\"");
-            loc(out, src);
-            out.push_str("\",\"dst\":\"");
-            loc(out, dst);
-            let _ = write!(out, "\",\"bytes\":{bytes}");
-        }
-        Op::Reduce {
-            a, b, dst, elems, ..
-        } => {
-            out.push_str("\"a\":\"");
-            loc(out, a);
-            out.push_str("\",\"b\":\"");
-            loc(out, b);
-            out.push_str("\",\"dst\":\"");
-            loc(out, dst);
-            let _ = write!(out, "\",\"elems\":{elems},\"bytes\":{}", op.bytes());
-        }
-        Op::Signal {
-            peer, slot, value, ..
-        } => {
-            let _ = write!(out, "\"peer\":{peer},\"slot\":{slot},\"value\":{value}");
-            slot_key(out, layout, *slot);
-        }
-        Op::Wait { slot, count } => {
-            let _ = write!(out, "\"slot\":{slot},\"count\":{count}");
-            slot_key(out, layout, *slot);
-        }
-        Op::McReduce {
-            src, dst, elems, ..
-        } => {
-            out.push_str("\"src\":\"");
-            mcloc(out, src);
-            out.push_str("\",\"dst\":\"");
-            loc(out, dst);
-            let _ = write!(out, "\",\"elems\":{elems},\"bytes\":{}", op.bytes());
-        }
-        Op::McStore { src, dst, bytes } => {
-            out.push_str("\"src\":\"");
-            loc(out, src);
-            out.push_str("\",\"dst\":\"");
-            mcloc(out, dst);
-            let _ = write!(out, "\",\"bytes\":{bytes}");
-        }
+    /// Writes the JSON to `out` without holding it in memory.
+    pub fn write_json(&self, out: &mut dyn Write) -> core::fmt::Result {
+        write_json(out, &self.header, &self.spans, &self.pairs, self.last)
     }
 }
 
-fn slot_key(out: &mut String, layout: &SlotLayout, slot: u32) {
-    if let Some(k) = layout.key(slot) {
-        let _ = write!(
-            out,
-            ",\"slot_kind\":\"{}\",\"slot_channel\":{},\"slot_from\":{}",
-            k.kind.name(),
-            k.channel,
-            k.peer
-        );
+/// Decodes a trace and folds its events into spans and pairs. A trace cut short is folded up to
+/// the cut, with a warning; any other problem is an error.
+pub fn fold(bytes: &[u8]) -> Result<Folded, TraceError> {
+    let reader = Reader::new(bytes)?;
+    let header = reader.header().clone();
+    let mut b = SpanBuilder::default();
+    let (mut last, mut events, mut warning) = (0, 0, None);
+    for e in reader {
+        match e {
+            Ok(e) => {
+                last = last.max(e.time);
+                events += 1;
+                b.push(&e);
+            }
+            Err(w) if w.is_truncation() => warning = Some(w),
+            Err(e) => return Err(e),
+        }
     }
-}
-
-/// The trace as Chrome trace JSON (see the module docs).
-pub fn to_json(header: &Header, events: &[Event]) -> String {
-    let spans = spans(events);
+    let spans = b.finish();
     let pairs = pairs(&spans);
-    let mut flow: Vec<(u32, bool)> = alloc::vec![(0, false); spans.len()];
-    for (k, p) in pairs.iter().enumerate() {
-        flow[p.signal] = (k as u32 + 1, true);
-        flow[p.wait] = (k as u32 + 1, false);
-    }
-    let last = events.iter().map(|e| e.time).max().unwrap_or(0);
-    let unit = header.time_unit_ns;
-    let layout = header.request.layout();
-    let mut out = String::with_capacity(256 + spans.len() * 200);
-    let _ = write!(
-        out,
-        "{{\"displayTimeUnit\":\"ns\",\"otherData\":{{\"collective\":\"{}\",\"algorithm\":\"{}\",\"world\":{},\"channels\":{},\"bytes\":{}}},\"traceEvents\":[",
-        header.request.collective.name(),
-        header.request.algorithm.name(),
-        header.world,
-        header.channels,
-        header.request.bytes
-    );
-    let mut first = true;
-    let mut sep = |out: &mut String| {
-        if !first {
-            out.push(',');
-        }
-        first = false;
-        out.push('\n');
-    };
-    for r in 0..header.world {
-        sep(&mut out);
-        let _ = write!(
-            out,
-            "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{r},\"tid\":0,\"args\":{{\"name\":\"rank {r}\"}}}}"
-        );
-        sep(&mut out);
-        let _ = write!(
-            out,
-            "{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{r},\"tid\":0,\"args\":{{\"sort_index\":{r}}}}}"
-        );
-        for c in 0..header.channels {
-            sep(&mut out);
-            let _ = write!(
-                out,
-                "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{r},\"tid\":{c},\"args\":{{\"name\":\"channel {c}\"}}}}"
-            );
-        }
-    }
-    for (i, s) in spans.iter().enumerate() {
-        sep(&mut out);
-        let name = if s.stall.is_some() {
-            "wait (stalled)"
-        } else if s.end.is_none() {
-            "unfinished"
-        } else {
-            s.op.kind_name()
-        };
-        let end = s.end.unwrap_or(last).max(s.begin);
-        let _ = write!(
-            out,
-            "{{\"ph\":\"X\",\"cat\":\"{}\",\"name\":\"{name}\",\"pid\":{},\"tid\":{},\"ts\":",
-            s.op.kind_name(),
-            s.rank,
-            s.channel
-        );
-        ts(&mut out, s.begin, unit);
-        out.push_str(",\"dur\":");
-        ts(&mut out, end - s.begin, unit);
-        let (id, is_out) = flow[i];
-        if id != 0 {
-            let dir = if is_out { "flow_out" } else { "flow_in" };
-            let _ = write!(out, ",\"bind_id\":{id},\"{dir}\":true");
-        }
-        let _ = write!(out, ",\"args\":{{\"index\":{},", s.index);
-        op_args(&mut out, &s.op, &layout);
-        if let Some((target, found)) = s.stall {
-            let _ = write!(out, ",\"expected\":{target},\"found\":{found}");
-        }
-        if let Some(c) = s.contents {
-            let _ = write!(out, ",\"contents\":\"{c:#x}\"");
-        }
-        out.push_str("}}");
-    }
-    out.push_str("\n]}\n");
-    out
+    Ok(Folded {
+        header,
+        spans,
+        pairs,
+        last,
+        events,
+        warning,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dtype::{DType, ReduceOp};
-    use crate::op::{Buf, SignalOp};
+    use crate::op::{Buf, Loc, SignalOp};
     use crate::sched::{Algorithm, Collective, Request};
     use crate::trace::Source;
 
@@ -480,5 +393,36 @@ mod tests {
         assert!(json.contains("\"expected\":3,\"found\":2"));
         assert!(json.contains("\"ts\":5.000,\"dur\":1.000"));
         assert_eq!(json.matches("\"process_name\"").count(), 2);
+    }
+
+    #[test]
+    fn hostile_headers_and_indices_stay_bounded() {
+        // An unvalidated header whose slot layout overflows u32, and a world nobody uses.
+        let mut h = header();
+        h.request.world = u16::MAX;
+        h.request.channels = u16::MAX;
+        h.world = u16::MAX;
+        h.channels = u16::MAX;
+        let wait = Op::Wait {
+            slot: u32::MAX - 1,
+            count: 1,
+        };
+        let mut events = alloc::vec::Vec::new();
+        for i in 0..1000u32 {
+            let index = i.wrapping_mul(1 << 16);
+            events.push(ev(i as u64, 7, index, EventKind::Begin, wait));
+        }
+        let json = to_json(&h, &events);
+        assert_eq!(json.matches("\"process_name\"").count(), 1);
+        assert_eq!(json.matches("\"thread_name\"").count(), 1);
+        assert!(json.len() < 300 * events.len(), "{}", json.len());
+        // Op indices that skip ahead go to the sparse map, not into the dense table.
+        let mut b = SpanBuilder::default();
+        for e in &events {
+            b.push(e);
+        }
+        let dense: usize = b.dense.iter().map(Vec::len).sum();
+        assert!(dense <= 2 * (DENSE_GAP + 1), "{dense}");
+        assert_eq!(b.finish().len(), 1000);
     }
 }

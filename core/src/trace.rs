@@ -1,11 +1,13 @@
-//! The trace format, version 1: one format from the simulator and the GPU alike.
+//! The trace format, version 2: one format from the simulator and the GPU alike.
 //!
 //! ```text
 //! magic    8 bytes  "SYMMTRCE"
-//! version  u16 LE   1
-//! hlen     u32 LE   length of the header
+//! version  u16 LE   2
+//! hlen     u32 LE   length of the header (at most MAX_HEADER)
 //! header   postcard Header { world, channels, request, source, time_unit }
-//! events   postcard Event, back to back, until the end of the input
+//! records  back to back:
+//!   event  b'E', then a postcard Event
+//!   end    b'Z', count u64 LE, checksum u64 LE  (exactly once, last)
 //! ```
 //!
 //! An [`Event`] is (time, rank, channel, op index, kind, op, contents). `kind` is `Begin` or `End`
@@ -14,24 +16,58 @@
 //! destination holds afterwards (bit r for rank r; worlds up to 64), which lets a viewer colour
 //! data by origin.
 //!
-//! Encoding and decoding need no allocation: [`Writer`] encodes each record into a stack buffer and
-//! hands it to a [`Sink`]; [`Reader`] decodes from a byte slice. Truncated, corrupted or
-//! future-version input is a [`TraceError`] that names the byte offset, never a panic.
+//! The end record carries the number of events and a 64-bit FNV-1a checksum of every byte before
+//! the checksum field (magic, version, header, every event record, the end tag and the count).
+//! A trace that stops before its end record was cut short (a crash while writing): readers show
+//! the events it holds with a warning naming the byte offset ([`TraceError::is_truncation`]).
+//! A record that does not decode, an event outside the header's world, a wrong count or checksum
+//! or bytes after the end record are errors.
+//!
+//! Version 1 traces (no record tags, no end record: events until the end of the input) are still
+//! read; they carry no count or checksum, so only undecodable records are detected in them.
+//!
+//! The header is validated before anything uses it ([`Header::validate`]): the request passes
+//! [`Request::validate`] and the header's world and channels are the request's. Every event
+//! names a rank and channel inside that world.
+//!
+//! Encoding and decoding need no allocation: [`Writer`] encodes each record into a stack buffer
+//! and hands it to a [`Sink`]; [`Reader`] decodes from a byte slice. Hostile input is a
+//! [`TraceError`] that names the byte offset, never a panic.
+
+mod read;
+mod write;
+
+pub use read::Reader;
+#[cfg(feature = "alloc")]
+pub use read::{decode, Decoded};
+#[cfg(feature = "alloc")]
+pub use write::encode;
+pub use write::{Sink, Writer};
 
 use crate::op::Op;
-use crate::sched::Request;
+use crate::sched::{Request, SchedError};
 use serde::{Deserialize, Serialize};
 
 /// The magic bytes at the start of every trace.
 pub const MAGIC: [u8; 8] = *b"SYMMTRCE";
-/// The format version this crate writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this crate writes.
+pub const VERSION: u16 = 2;
+/// The oldest format version this crate reads.
+pub const MIN_VERSION: u16 = 1;
 /// Largest encoded header.
 pub const MAX_HEADER: usize = 512;
-/// Largest encoded event.
+/// Largest encoded event (without its tag).
 pub const MAX_EVENT: usize = 128;
 /// Most device names in a header.
 pub const MAX_DEVICES: usize = 16;
+/// The tag of an event record (version 2).
+pub const TAG_EVENT: u8 = b'E';
+/// The tag of the end record (version 2).
+pub const TAG_END: u8 = b'Z';
+/// Length of the end record: tag, count, checksum.
+pub const END_LEN: usize = 17;
+/// Byte offset of the header.
+pub const HEADER_OFFSET: usize = 14;
 
 /// Where a trace was recorded.
 #[allow(clippy::large_enum_variant)]
@@ -62,6 +98,66 @@ pub struct Header {
     pub source: Source,
     /// Nanoseconds per time unit of the events.
     pub time_unit_ns: u32,
+}
+
+impl Header {
+    /// Checks everything a reader relies on: the request validates (so its world, channels,
+    /// slot layout and buffer sizes are in range) and the header's world and channels are the
+    /// request's.
+    pub fn validate(&self) -> Result<(), HeaderError> {
+        let r = &self.request;
+        r.validate().map_err(HeaderError::Request)?;
+        if self.world != r.world {
+            return Err(HeaderError::World {
+                header: self.world,
+                request: r.world,
+            });
+        }
+        if self.channels != r.channels {
+            return Err(HeaderError::Channels {
+                header: self.channels,
+                request: r.channels,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Why a header is not acceptable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeaderError {
+    /// The request does not validate.
+    Request(SchedError),
+    /// The header's world is not the request's.
+    World {
+        /// World in the header.
+        header: u16,
+        /// World in the request.
+        request: u16,
+    },
+    /// The header's channel count is not the request's.
+    Channels {
+        /// Channels in the header.
+        header: u16,
+        /// Channels in the request.
+        request: u16,
+    },
+}
+
+impl core::fmt::Display for HeaderError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            HeaderError::Request(e) => write!(f, "the request is invalid: {e}"),
+            HeaderError::World { header, request } => {
+                write!(f, "the header says {header} ranks, its request {request}")
+            }
+            HeaderError::Channels { header, request } => write!(
+                f,
+                "the header says {header} channels, its request {request}"
+            ),
+        }
+    }
 }
 
 /// What an event marks.
@@ -110,14 +206,56 @@ pub enum TraceError {
         /// The version found.
         found: u16,
     },
-    /// The input ends inside a record that starts at `offset`.
+    /// The input ends inside the record that starts at `offset` (a warning when it is an event
+    /// or the end record: see [`TraceError::is_truncation`]).
     Truncated {
         /// Byte offset of the record.
+        offset: usize,
+    },
+    /// The input ends at `offset`, after whole records but without the end record (a warning:
+    /// see [`TraceError::is_truncation`]).
+    MissingEnd {
+        /// Byte offset where the end record should start.
         offset: usize,
     },
     /// The record at `offset` does not decode.
     Corrupt {
         /// Byte offset of the record.
+        offset: usize,
+    },
+    /// The header decodes but is not acceptable.
+    InvalidHeader {
+        /// Byte offset of the header.
+        offset: usize,
+        /// What is wrong with it.
+        reason: HeaderError,
+    },
+    /// The event at `offset` names a rank or channel outside the header's world.
+    OutOfRange {
+        /// Byte offset of the record.
+        offset: usize,
+        /// The event's rank.
+        rank: u16,
+        /// The event's channel.
+        channel: u16,
+    },
+    /// The end record at `offset` counts a different number of events than were read.
+    BadCount {
+        /// Byte offset of the end record.
+        offset: usize,
+        /// The count in the end record.
+        recorded: u64,
+        /// Events read before it.
+        read: u64,
+    },
+    /// The checksum in the end record at `offset` does not match the bytes before it.
+    BadChecksum {
+        /// Byte offset of the end record.
+        offset: usize,
+    },
+    /// Bytes follow the end record, starting at `offset`.
+    TrailingBytes {
+        /// Byte offset of the first extra byte.
         offset: usize,
     },
     /// A record does not fit the encoder's buffer.
@@ -126,242 +264,87 @@ pub enum TraceError {
     Sink,
 }
 
+impl TraceError {
+    /// Whether the trace was cut short (a crash while writing): the events before the offset are
+    /// whole and may be shown, with this error as a warning. They are unverified, since the
+    /// checksum is in the missing end record.
+    pub fn is_truncation(&self) -> bool {
+        matches!(
+            self,
+            TraceError::MissingEnd { .. } | TraceError::Truncated { .. }
+        )
+    }
+}
+
 impl core::fmt::Display for TraceError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             TraceError::BadMagic => write!(f, "not a symm trace (bad magic at byte 0)"),
             TraceError::UnsupportedVersion { found } => write!(
                 f,
-                "trace version {found} is not supported (this build reads version {VERSION}) at byte 8"
+                "trace version {found} is not supported (this build reads versions {MIN_VERSION} to {VERSION}) at byte 8"
             ),
             TraceError::Truncated { offset } => {
                 write!(f, "trace is truncated: the record at byte {offset} is incomplete")
             }
+            TraceError::MissingEnd { offset } => write!(
+                f,
+                "trace is truncated: it stops at byte {offset} without its end record"
+            ),
             TraceError::Corrupt { offset } => {
                 write!(f, "trace is corrupt: the record at byte {offset} does not decode")
             }
+            TraceError::InvalidHeader { offset, reason } => {
+                write!(f, "trace header at byte {offset} is invalid: {reason}")
+            }
+            TraceError::OutOfRange {
+                offset,
+                rank,
+                channel,
+            } => write!(
+                f,
+                "trace is corrupt: the event at byte {offset} names rank {rank} channel {channel}, outside the header's world"
+            ),
+            TraceError::BadCount {
+                offset,
+                recorded,
+                read,
+            } => write!(
+                f,
+                "trace is corrupt: the end record at byte {offset} counts {recorded} events, {read} were read"
+            ),
+            TraceError::BadChecksum { offset } => write!(
+                f,
+                "trace is corrupt: the checksum in the end record at byte {offset} does not match"
+            ),
+            TraceError::TrailingBytes { offset } => write!(
+                f,
+                "trace is corrupt: unexpected bytes after the end record at byte {offset}"
+            ),
             TraceError::TooLarge => write!(f, "record too large to encode"),
             TraceError::Sink => write!(f, "the output refused the bytes"),
         }
     }
 }
 
-/// Somewhere encoded bytes go.
-pub trait Sink {
-    /// Appends bytes.
-    fn put(&mut self, bytes: &[u8]) -> Result<(), TraceError>;
-}
+/// 64-bit FNV-1a, the checksum of the end record.
+#[derive(Clone, Copy, Debug)]
+struct Fnv(u64);
 
-impl<const N: usize> Sink for heapless::Vec<u8, N> {
-    fn put(&mut self, bytes: &[u8]) -> Result<(), TraceError> {
-        self.extend_from_slice(bytes).map_err(|_| TraceError::Sink)
-    }
-}
-
-#[cfg(feature = "alloc")]
-impl Sink for alloc::vec::Vec<u8> {
-    fn put(&mut self, bytes: &[u8]) -> Result<(), TraceError> {
-        self.extend_from_slice(bytes);
-        Ok(())
-    }
-}
-
-/// A streaming trace encoder.
-pub struct Writer<S> {
-    sink: S,
-}
-
-impl<S: Sink> Writer<S> {
-    /// Writes the magic, version and header.
-    pub fn new(mut sink: S, header: &Header) -> Result<Self, TraceError> {
-        let mut buf = [0u8; MAX_HEADER];
-        let used = postcard::to_slice(header, &mut buf).map_err(|_| TraceError::TooLarge)?;
-        sink.put(&MAGIC)?;
-        sink.put(&VERSION.to_le_bytes())?;
-        sink.put(&(used.len() as u32).to_le_bytes())?;
-        sink.put(used)?;
-        Ok(Writer { sink })
+impl Fnv {
+    const fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
     }
 
-    /// Appends an event.
-    pub fn event(&mut self, e: &Event) -> Result<(), TraceError> {
-        let mut buf = [0u8; MAX_EVENT];
-        let used = postcard::to_slice(e, &mut buf).map_err(|_| TraceError::TooLarge)?;
-        self.sink.put(used)
-    }
-
-    /// The sink back.
-    pub fn finish(self) -> S {
-        self.sink
-    }
-}
-
-/// Encodes a whole trace: sorts `events` by (time, rank, channel, index), the order every reader
-/// expects, and writes them after `header`.
-#[cfg(feature = "alloc")]
-pub fn encode(header: &Header, events: &mut [Event]) -> Result<alloc::vec::Vec<u8>, TraceError> {
-    events.sort_by_key(|e| (e.time, e.rank, e.channel, e.index));
-    let mut w = Writer::new(alloc::vec::Vec::new(), header)?;
-    for e in events.iter() {
-        w.event(e)?;
-    }
-    Ok(w.finish())
-}
-
-/// A streaming trace decoder over a byte slice.
-pub struct Reader<'a> {
-    header: Header,
-    rest: &'a [u8],
-    offset: usize,
-    failed: bool,
-}
-
-impl<'a> Reader<'a> {
-    /// Reads and checks the preamble and header.
-    pub fn new(bytes: &'a [u8]) -> Result<Reader<'a>, TraceError> {
-        if bytes.len() < 8 {
-            return if MAGIC.starts_with(bytes) {
-                Err(TraceError::Truncated { offset: 0 })
-            } else {
-                Err(TraceError::BadMagic)
-            };
+    fn update(&mut self, bytes: &[u8]) {
+        let mut h = self.0;
+        for &b in bytes {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
-        if bytes[..8] != MAGIC {
-            return Err(TraceError::BadMagic);
-        }
-        if bytes.len() < 14 {
-            return Err(TraceError::Truncated { offset: 8 });
-        }
-        let found = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if found != VERSION {
-            return Err(TraceError::UnsupportedVersion { found });
-        }
-        let hlen = u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]) as usize;
-        if hlen > MAX_HEADER {
-            return Err(TraceError::Corrupt { offset: 10 });
-        }
-        let body = &bytes[14..];
-        if body.len() < hlen {
-            return Err(TraceError::Truncated { offset: 14 });
-        }
-        let header: Header = match postcard::from_bytes(&body[..hlen]) {
-            Ok(h) => h,
-            Err(postcard::Error::DeserializeUnexpectedEnd) => {
-                return Err(TraceError::Corrupt { offset: 14 })
-            }
-            Err(_) => return Err(TraceError::Corrupt { offset: 14 }),
-        };
-        Ok(Reader {
-            header,
-            rest: &body[hlen..],
-            offset: 14 + hlen,
-            failed: false,
-        })
-    }
-
-    /// The header.
-    pub fn header(&self) -> &Header {
-        &self.header
-    }
-
-    /// Byte offset of the next event.
-    pub fn offset(&self) -> usize {
-        self.offset
-    }
-}
-
-impl Iterator for Reader<'_> {
-    type Item = Result<Event, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.failed || self.rest.is_empty() {
-            return None;
-        }
-        match postcard::take_from_bytes::<Event>(self.rest) {
-            Ok((e, rest)) => {
-                self.offset += self.rest.len() - rest.len();
-                self.rest = rest;
-                Some(Ok(e))
-            }
-            Err(err) => {
-                self.failed = true;
-                let offset = self.offset;
-                Some(Err(match err {
-                    postcard::Error::DeserializeUnexpectedEnd => TraceError::Truncated { offset },
-                    _ => TraceError::Corrupt { offset },
-                }))
-            }
-        }
+        self.0 = h;
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::dtype::{DType, ReduceOp};
-    use crate::op::{Buf, Loc};
-    use crate::sched::{Algorithm, Collective};
-
-    fn header() -> Header {
-        Header {
-            world: 4,
-            channels: 1,
-            request: Request::new(
-                Collective::AllReduce,
-                Algorithm::Ring,
-                4,
-                1024,
-                DType::F32,
-                ReduceOp::Sum,
-            ),
-            source: Source::Host { simulated: true },
-            time_unit_ns: 1,
-        }
-    }
-
-    fn event(i: u32) -> Event {
-        Event {
-            time: 10 * i as u64,
-            rank: 2,
-            channel: 0,
-            index: i,
-            kind: EventKind::End,
-            op: Op::Copy {
-                src: Loc::new(2, Buf::Input, 64),
-                dst: Loc::new(3, Buf::Scratch, 0),
-                bytes: 256,
-            },
-            contents: Some(0b0100),
-        }
-    }
-
-    #[test]
-    fn round_trip_and_errors() {
-        let mut w = Writer::new(heapless::Vec::<u8, 4096>::new(), &header()).unwrap();
-        for i in 0..20 {
-            w.event(&event(i)).unwrap();
-        }
-        let bytes = w.finish();
-        let r = Reader::new(&bytes).unwrap();
-        assert_eq!(r.header(), &header());
-        let evs: heapless::Vec<Event, 32> = r.map(|e| e.unwrap()).collect();
-        assert_eq!(evs.len(), 20);
-        assert_eq!(evs[7], event(7));
-
-        // Truncation inside an event.
-        let cut = &bytes[..bytes.len() - 3];
-        let last = Reader::new(cut).unwrap().last().unwrap();
-        assert!(
-            matches!(last, Err(TraceError::Truncated { .. })),
-            "{last:?}"
-        );
-        // Future version.
-        let mut future = bytes.clone();
-        future[8] = 2;
-        assert_eq!(
-            Reader::new(&future).err(),
-            Some(TraceError::UnsupportedVersion { found: 2 })
-        );
-        assert_eq!(Reader::new(b"nope").err(), Some(TraceError::BadMagic));
-    }
-}
+mod tests;

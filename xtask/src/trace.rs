@@ -1,10 +1,13 @@
 //! `cargo xtask trace export --perfetto FILE [-o OUT]`: converts a trace to Chrome trace JSON
 //! for Perfetto with symm-core's exporter, the same code the browser viewer runs.
+//!
+//! A damaged trace is an error naming the byte offset (exit status 1). A trace cut short by a
+//! crash is exported up to the cut, with the warning the viewer shows.
 
 use crate::util;
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use symm_core::perfetto;
-use symm_core::trace::Reader;
 
 const USAGE: &str = "usage: cargo xtask trace export --perfetto FILE [-o OUT]";
 
@@ -19,22 +22,115 @@ pub fn run(args: &[String]) -> Result<(), String> {
 fn export(args: &[String]) -> Result<(), String> {
     let input = util::value(args, "--perfetto").ok_or(USAGE)?;
     let bytes = std::fs::read(input).map_err(|e| format!("{input}: {e}"))?;
-    let reader = Reader::new(&bytes).map_err(|e| format!("{input}: {e}"))?;
-    let header = reader.header().clone();
-    let events = reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{input}: {e}"))?;
-    let json = perfetto::to_json(&header, &events);
+    let folded = perfetto::fold(&bytes).map_err(|e| format!("cannot open {input}: {e}"))?;
+    drop(bytes);
+    if let Some(w) = folded.warning {
+        eprintln!(
+            "warning: {input}: {w}; exporting the {} events before it (unverified)",
+            folded.events
+        );
+    }
     let out = util::value(args, "-o")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(format!("{input}.json")));
-    std::fs::write(&out, &json).map_err(|e| format!("{}: {e}", out.display()))?;
-    let flows = json.matches("\"flow_out\":true").count();
+    let failed = |e: std::io::Error| format!("{}: {e}", out.display());
+    let file = std::fs::File::create(&out).map_err(failed)?;
+    let mut w = FmtIo {
+        out: BufWriter::new(file),
+        error: None,
+    };
+    if folded.write_json(&mut w).is_err() {
+        let e = w
+            .error
+            .unwrap_or_else(|| std::io::Error::other("formatting failed"));
+        return Err(failed(e));
+    }
+    w.out.flush().map_err(failed)?;
     println!(
-        "trace: wrote {} ({} events, {} ranks, {flows} signal -> wait flows); open it in https://ui.perfetto.dev",
+        "trace: wrote {} ({} events, {} ranks, {} signal -> wait flows); open it in https://ui.perfetto.dev",
         out.display(),
-        events.len(),
-        header.world
+        folded.events,
+        folded.header.world,
+        folded.pairs.len()
     );
     Ok(())
+}
+
+/// `fmt::Write` over an `io::Write`, keeping the I/O error.
+struct FmtIo<W> {
+    out: W,
+    error: Option<std::io::Error>,
+}
+
+impl<W: Write> std::fmt::Write for FmtIo<W> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.out.write_all(s.as_bytes()).map_err(|e| {
+            self.error = Some(e);
+            std::fmt::Error
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run;
+    use symm_core::dtype::{DType, ReduceOp};
+    use symm_core::sched::{Algorithm, Collective, Request};
+    use symm_core::trace::{Header, Source, Writer};
+    use symm_driver::host::{random_inputs, simulate, SimOptions};
+
+    fn export(dir: &std::path::Path, name: &str, bytes: &[u8]) -> Result<String, String> {
+        let input = dir.join(name);
+        let out = dir.join(format!("{name}.json"));
+        std::fs::write(&input, bytes).unwrap();
+        let args: Vec<String> = ["export", "--perfetto", &input.display().to_string(), "-o"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([out.display().to_string()])
+            .collect();
+        run(&args)?;
+        Ok(std::fs::read_to_string(&out).unwrap())
+    }
+
+    #[test]
+    fn export_refuses_damaged_traces_and_exports_cut_ones() {
+        let dir = std::env::temp_dir().join(format!("symm-trace-export-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            2,
+            256,
+            DType::F32,
+            ReduceOp::Sum,
+        );
+        let good = simulate(&req, &random_inputs(&req, 1), &SimOptions::default())
+            .unwrap()
+            .trace;
+        assert!(export(&dir, "good.trace", &good)
+            .unwrap()
+            .contains("\"traceEvents\""));
+        // A header whose world is not the request's (65535 x 65535 rows if believed).
+        let header = Header {
+            world: u16::MAX,
+            channels: u16::MAX,
+            request: req,
+            source: Source::Host { simulated: true },
+            time_unit_ns: 1,
+        };
+        let crafted = Writer::new(Vec::new(), &header).unwrap().finish().unwrap();
+        let e = export(&dir, "crafted.trace", &crafted).unwrap_err();
+        assert!(
+            e.contains("crafted.trace") && e.contains("header at byte 14 is invalid"),
+            "{e}"
+        );
+        let mut damaged = good.clone();
+        damaged[good.len() / 2] ^= 0x08;
+        let e = export(&dir, "damaged.trace", &damaged).unwrap_err();
+        assert!(e.contains("at byte"), "{e}");
+        // Cut short by a crash: exported up to the cut.
+        let json = export(&dir, "cut.trace", &good[..good.len() / 2]).unwrap();
+        assert!(json.contains("\"ph\":\"X\""));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -204,7 +204,7 @@ pub fn kill_rank(bytes: &[u8], rank: u16, frac: f64) -> Result<Vec<u8>, String> 
     for e in &out {
         w.event(e).map_err(|e| e.to_string())?;
     }
-    Ok(w.finish())
+    w.finish().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

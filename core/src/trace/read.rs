@@ -1,0 +1,232 @@
+//! The decoder: [`Reader`] and, with `alloc`, [`decode`].
+
+use super::{Event, Fnv, Header, TraceError, END_LEN, HEADER_OFFSET, MAGIC, MAX_HEADER};
+use super::{MIN_VERSION, TAG_END, TAG_EVENT};
+
+/// A streaming trace decoder over a byte slice.
+///
+/// [`Reader::new`] checks the preamble and validates the header; iterating yields the events,
+/// then stops. A problem is yielded once, as the last item: when it
+/// [is a truncation](TraceError::is_truncation) the events before it are whole and may be used
+/// (with the error as a warning); any other error means the trace is damaged. For a version 2
+/// trace the count and checksum of the end record are checked before the iteration ends cleanly.
+pub struct Reader<'a> {
+    header: Header,
+    version: u16,
+    bytes: &'a [u8],
+    offset: usize,
+    hash: Fnv,
+    count: u64,
+    done: bool,
+}
+
+impl<'a> Reader<'a> {
+    /// Reads and checks the preamble and header.
+    pub fn new(bytes: &'a [u8]) -> Result<Reader<'a>, TraceError> {
+        if bytes.len() < 8 {
+            return if MAGIC.starts_with(bytes) {
+                Err(TraceError::Truncated { offset: 0 })
+            } else {
+                Err(TraceError::BadMagic)
+            };
+        }
+        if bytes[..8] != MAGIC {
+            return Err(TraceError::BadMagic);
+        }
+        if bytes.len() < HEADER_OFFSET {
+            return Err(TraceError::Truncated { offset: 8 });
+        }
+        let found = u16::from_le_bytes([bytes[8], bytes[9]]);
+        if !(MIN_VERSION..=super::VERSION).contains(&found) {
+            return Err(TraceError::UnsupportedVersion { found });
+        }
+        let hlen = u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]) as usize;
+        if hlen > MAX_HEADER {
+            return Err(TraceError::Corrupt { offset: 10 });
+        }
+        let body = &bytes[HEADER_OFFSET..];
+        if body.len() < hlen {
+            return Err(TraceError::Truncated {
+                offset: HEADER_OFFSET,
+            });
+        }
+        let header: Header = match postcard::take_from_bytes(&body[..hlen]) {
+            Ok((h, [])) => h,
+            _ => {
+                return Err(TraceError::Corrupt {
+                    offset: HEADER_OFFSET,
+                })
+            }
+        };
+        header
+            .validate()
+            .map_err(|reason| TraceError::InvalidHeader {
+                offset: HEADER_OFFSET,
+                reason,
+            })?;
+        let offset = HEADER_OFFSET + hlen;
+        let mut hash = Fnv::new();
+        hash.update(&bytes[..offset]);
+        Ok(Reader {
+            header,
+            version: found,
+            bytes,
+            offset,
+            hash,
+            count: 0,
+            done: false,
+        })
+    }
+
+    /// The header (validated).
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The format version of the input.
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
+    /// Byte offset of the next record.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Events read so far.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    fn fail(&mut self, e: TraceError) -> Option<Result<Event, TraceError>> {
+        self.done = true;
+        Some(Err(e))
+    }
+
+    /// Whether the input ends in something shaped like an end record after `offset`: then a
+    /// record that runs into the end of the input was damaged, not cut short by a crash.
+    fn ends_terminated(&self, offset: usize) -> bool {
+        let n = self.bytes.len();
+        if self.version < 2 || n < END_LEN || n - END_LEN <= offset {
+            return false;
+        }
+        let tail = &self.bytes[n - END_LEN..];
+        let mut count = [0u8; 8];
+        count.copy_from_slice(&tail[1..9]);
+        tail[0] == TAG_END && u64::from_le_bytes(count) <= n as u64
+    }
+
+    fn end_record(&mut self) -> Option<Result<Event, TraceError>> {
+        let offset = self.offset;
+        let rest = &self.bytes[offset..];
+        if rest.len() < END_LEN {
+            return self.fail(TraceError::Truncated { offset });
+        }
+        let mut count = [0u8; 8];
+        count.copy_from_slice(&rest[1..9]);
+        let mut sum = [0u8; 8];
+        sum.copy_from_slice(&rest[9..END_LEN]);
+        let mut hash = self.hash;
+        hash.update(&rest[..9]);
+        if hash.0 != u64::from_le_bytes(sum) {
+            return self.fail(TraceError::BadChecksum { offset });
+        }
+        let recorded = u64::from_le_bytes(count);
+        if recorded != self.count {
+            return self.fail(TraceError::BadCount {
+                offset,
+                recorded,
+                read: self.count,
+            });
+        }
+        if rest.len() > END_LEN {
+            return self.fail(TraceError::TrailingBytes {
+                offset: offset + END_LEN,
+            });
+        }
+        self.done = true;
+        None
+    }
+}
+
+impl Iterator for Reader<'_> {
+    type Item = Result<Event, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let offset = self.offset;
+        let rest = &self.bytes[offset..];
+        if rest.is_empty() {
+            self.done = true;
+            return (self.version >= 2).then_some(Err(TraceError::MissingEnd { offset }));
+        }
+        let skip = if self.version >= 2 {
+            match rest[0] {
+                TAG_EVENT => 1,
+                TAG_END => return self.end_record(),
+                _ => return self.fail(TraceError::Corrupt { offset }),
+            }
+        } else {
+            0
+        };
+        match postcard::take_from_bytes::<Event>(&rest[skip..]) {
+            Ok((e, tail)) => {
+                if e.rank >= self.header.world || e.channel >= self.header.channels {
+                    return self.fail(TraceError::OutOfRange {
+                        offset,
+                        rank: e.rank,
+                        channel: e.channel,
+                    });
+                }
+                let used = rest.len() - tail.len();
+                self.hash.update(&rest[..used]);
+                self.offset += used;
+                self.count += 1;
+                Some(Ok(e))
+            }
+            Err(postcard::Error::DeserializeUnexpectedEnd) if !self.ends_terminated(offset) => {
+                self.fail(TraceError::Truncated { offset })
+            }
+            Err(_) => self.fail(TraceError::Corrupt { offset }),
+        }
+    }
+}
+
+/// A whole trace, read by [`decode`].
+#[cfg(feature = "alloc")]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decoded {
+    /// The header (validated).
+    pub header: Header,
+    /// Every event, in file order.
+    pub events: alloc::vec::Vec<Event>,
+    /// Set when the trace was cut short: the events are those before the offset it names.
+    pub warning: Option<TraceError>,
+}
+
+/// Reads a whole trace. A trace cut short (see [`TraceError::is_truncation`]) is read up to the
+/// cut, with the reason as a warning; any other problem is an error.
+#[cfg(feature = "alloc")]
+pub fn decode(bytes: &[u8]) -> Result<Decoded, TraceError> {
+    let mut reader = Reader::new(bytes)?;
+    let header = reader.header().clone();
+    // Count first: an event takes 120 bytes in memory, so a vector grown by doubling would
+    // hold up to twice that per event.
+    let n = Reader::new(bytes)?.map_while(Result::ok).count();
+    let mut events = alloc::vec::Vec::with_capacity(n);
+    let mut warning = None;
+    for e in &mut reader {
+        match e {
+            Ok(e) => events.push(e),
+            Err(e) if e.is_truncation() => warning = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Decoded {
+        header,
+        events,
+        warning,
+    })
+}
