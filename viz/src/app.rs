@@ -73,6 +73,8 @@ pub struct App {
     pub(crate) playing: bool,
     pub(crate) speed: f64,
     pub(crate) error: Option<String>,
+    /// The last opened trace was cut short: what it holds is shown, with this warning.
+    pub(crate) warning: Option<String>,
     pub(crate) loading: Option<String>,
     pub(crate) window: Option<timeline::Window>,
     pub(crate) selected: Option<(usize, usize)>,
@@ -254,6 +256,7 @@ impl Component for App {
             playing: false,
             speed: 1.0,
             error: None,
+            warning: None,
             loading: None,
             window: None,
             selected: None,
@@ -321,6 +324,7 @@ impl Component for App {
                 match indexed {
                     Ok(t) => {
                         self.error = None;
+                        self.warning = t.warning_text();
                         match slot {
                             Slot::Main => {
                                 self.pos = t.events.len();
@@ -458,7 +462,7 @@ impl Component for App {
                 let Some(t) = self.main.as_ref() else {
                     return false;
                 };
-                let json = symm_core::perfetto::to_json(&t.header, &t.full_events());
+                let json = t.to_json();
                 if let Some(old) = self.export_url.take() {
                     io::revoke(&old);
                 }

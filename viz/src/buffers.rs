@@ -4,8 +4,12 @@
 //! Contents come from the trace (`Event::contents`, recorded by the simulator for worlds up to
 //! 64): after an op ends, its destination holds exactly the set of ranks it names. The chunks are
 //! the natural pieces the schedule writes (the distinct boundaries of every write into an output
-//! buffer) when there are few of them, else equal cells. Per (rank, cell) the history is a list of
-//! (position, contents), so any playback position is a binary search away.
+//! buffer) when there are few of them, else equal cells. Per (rank, cell) the history is a run of
+//! (position, contents) in one flat table, so any playback position is a binary search away.
+//!
+//! A write may cover many cells on many ranks (a multicast store covers every rank), so the
+//! history is capped at [`ENTRIES_PER_SPAN`] entries per span on average (plus one full sweep of
+//! the grid): a trace's buffer history stays a small multiple of its size.
 
 use symm_core::op::{Buf, Op};
 use symm_core::perfetto::Span;
@@ -14,6 +18,9 @@ use symm_core::trace::Header;
 /// Most cells per rank.
 pub const MAX_CELLS: usize = 64;
 
+/// History entries allowed per span, on average over the trace.
+pub const ENTRIES_PER_SPAN: usize = 8;
+
 /// Buffer contents over time.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Cells {
@@ -21,8 +28,11 @@ pub struct Cells {
     pub world: u16,
     /// Cell boundaries in bytes (cells + 1 entries).
     pub bounds: Vec<u64>,
-    /// Per rank, per cell: (position after which it holds, contents), ascending.
-    pub history: Vec<Vec<Vec<(u32, u64)>>>,
+    /// Where the history of (rank, cell) starts in `entries`, at `rank * cells + cell`
+    /// (`world * cells + 1` values; empty when nothing was written).
+    starts: Vec<u32>,
+    /// (rank * cells + cell, position after which it holds, contents), ascending.
+    entries: Vec<(u32, u32, u64)>,
     /// Whether the trace records contents at all.
     pub recorded: bool,
     /// Whether any op wrote into the buffer.
@@ -97,9 +107,13 @@ impl Cells {
             bounds.dedup();
         }
         let cells = bounds.len().saturating_sub(1);
-        let mut history = vec![vec![Vec::new(); cells]; world as usize];
-        let mut any = false;
-        for (s, sp) in spans.iter().enumerate() {
+        let keys = cells * world as usize;
+        let mut entries: Vec<(u32, u32, u64)> = Vec::new();
+        let mut budget = spans
+            .len()
+            .saturating_mul(ENTRIES_PER_SPAN)
+            .saturating_add(keys);
+        'spans: for (s, sp) in spans.iter().enumerate() {
             let (Some(c), Some(&pos)) = (sp.contents, end_pos.get(s)) else {
                 continue;
             };
@@ -107,41 +121,60 @@ impl Cells {
                 continue;
             }
             for (rank, off, bytes) in writes(&sp.op, world, buf) {
-                let Some(h) = history.get_mut(rank as usize) else {
+                if rank >= world {
                     continue;
-                };
+                }
                 let end = off.saturating_add(bytes);
                 let first = bounds.partition_point(|b| *b <= off).saturating_sub(1);
-                for (cell, hist) in h.iter_mut().enumerate().skip(first) {
-                    if bounds[cell] >= end {
+                for (cell, &from) in bounds.iter().enumerate().take(cells).skip(first) {
+                    if from >= end {
                         break;
                     }
-                    hist.push((pos, c));
-                    any = true;
+                    if budget == 0 {
+                        break 'spans;
+                    }
+                    budget -= 1;
+                    // keys <= 64 * 64: fits in u32.
+                    entries.push(((rank as usize * cells + cell) as u32, pos, c));
                 }
             }
         }
-        for rank in &mut history {
-            for hist in rank.iter_mut() {
-                hist.sort_by_key(|(p, _)| *p);
+        entries.sort_unstable_by_key(|&(k, p, _)| (k, p));
+        let mut starts = Vec::new();
+        if !entries.is_empty() {
+            starts = Vec::with_capacity(keys + 1);
+            for k in 0..=keys {
+                starts.push(entries.partition_point(|e| (e.0 as usize) < k) as u32);
             }
         }
         Cells {
             world,
             bounds,
-            history,
+            written: !entries.is_empty(),
+            starts,
+            entries,
             recorded,
-            written: any,
         }
     }
 
     /// Contents of a rank's cell after `pos` events (0: nothing yet).
     pub fn at(&self, rank: usize, cell: usize, pos: usize) -> u64 {
-        let Some(h) = self.history.get(rank).and_then(|r| r.get(cell)) else {
+        let cells = self.cells();
+        if rank >= self.world as usize || cell >= cells {
+            return 0;
+        }
+        let k = rank * cells + cell;
+        let (Some(&a), Some(&b)) = (self.starts.get(k), self.starts.get(k + 1)) else {
             return 0;
         };
-        let i = h.partition_point(|(p, _)| *p as usize <= pos);
-        i.checked_sub(1).map_or(0, |i| h[i].1)
+        let h = self.entries.get(a as usize..b as usize).unwrap_or(&[]);
+        let i = h.partition_point(|e| e.1 as usize <= pos);
+        i.checked_sub(1).map_or(0, |i| h[i].2)
+    }
+
+    /// Number of history entries over every rank and cell.
+    pub fn entries(&self) -> usize {
+        self.entries.len()
     }
 
     /// Number of cells per rank.

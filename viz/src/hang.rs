@@ -73,12 +73,12 @@ pub fn analyse(t: &Trace) -> Option<Hang> {
         })
         .collect();
     let first = stalls.first()?;
-    let next = |r: u16| {
-        stalls
-            .iter()
-            .find(|s| s.rank == r)
-            .and_then(|s| s.waits_for)
-    };
+    // The first stall of each rank: what it waits for.
+    let mut by_rank: std::collections::HashMap<u16, Option<u16>> = std::collections::HashMap::new();
+    for s in &stalls {
+        by_rank.entry(s.rank).or_insert(s.waits_for);
+    }
+    let next = |r: u16| by_rank.get(&r).copied().flatten();
     let mut chain = vec![first.rank];
     let mut cur = first.rank;
     let root = loop {
@@ -93,7 +93,7 @@ pub fn analyse(t: &Trace) -> Option<Hang> {
             break Root::Cycle(chain[at..].to_vec());
         }
         chain.push(q);
-        if !stalls.iter().any(|s| s.rank == q) {
+        if !by_rank.contains_key(&q) {
             break Root::Rank(q);
         }
         cur = q;

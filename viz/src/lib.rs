@@ -7,21 +7,31 @@
 //! wait-for chain ([`hang`]); a second trace can be compared on the same time axis next to the
 //! cost model's prediction; "Export to Perfetto" writes Chrome trace JSON with symm-core's
 //! [`symm_core::perfetto`], the same code as `cargo xtask trace export --perfetto`.
+//!
+//! A trace cut short (no end record, or a partial last record) opens with what it holds and a
+//! warning naming the byte offset; a damaged one is refused with the offset.
+//!
+//! The `app` feature (on by default) is the browser app. Without it the crate is the viewer's
+//! model only ([`model`], [`buffers`], [`hang`], [`describe`]), built natively on symm-core alone,
+//! which the fuzz targets drive from bytes to the Perfetto export.
 
+#[cfg(feature = "app")]
 pub mod app;
 pub mod buffers;
+#[cfg(feature = "app")]
 pub mod canvas;
 pub mod describe;
 pub mod examples;
 pub mod hang;
+#[cfg(feature = "app")]
 pub mod io;
 pub mod model;
+#[cfg(feature = "app")]
 pub mod view;
 
-use wasm_bindgen::prelude::*;
-
 /// Mounts the app on the page's body.
-#[wasm_bindgen(start)]
+#[cfg(feature = "app")]
+#[wasm_bindgen::prelude::wasm_bindgen(start)]
 pub fn start() {
     yew::Renderer::<app::App>::new().render();
 }

@@ -1,9 +1,13 @@
 //! A decoded trace, indexed for playback.
 //!
 //! Decoding uses core's [`trace::Reader`]; the events are sorted by time and folded into op spans
-//! with core's [`perfetto::spans_indexed`], so the viewer and the Perfetto export agree on what an
+//! with core's [`perfetto::SpanBuilder`], so the viewer and the Perfetto export agree on what an
 //! op and a Signal -> Wait pair are. The *playback position* is a count of applied events
 //! (`0..=events.len()`): every view draws the state after the first `pos` events.
+//!
+//! A trace cut short by a crash opens with the events it holds and [`Trace::warning`]; any other
+//! decoding problem is a [`LoadError`]. Every table is sized by the events present, so memory is
+//! a small multiple of the file's size whatever the header or the events claim.
 
 use crate::buffers::Cells;
 use std::fmt;
@@ -26,6 +30,8 @@ pub enum LoadError {
     Empty {
         /// What was opened.
         name: String,
+        /// Why it stops there, when it was cut short.
+        warning: Option<TraceError>,
     },
     /// The bytes could not be fetched or read.
     Io {
@@ -40,7 +46,14 @@ impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LoadError::Decode { name, error } => write!(f, "cannot open {name}: {error}"),
-            LoadError::Empty { name } => write!(f, "cannot open {name}: the trace has no events"),
+            LoadError::Empty {
+                name,
+                warning: None,
+            } => write!(f, "cannot open {name}: the trace has no events"),
+            LoadError::Empty {
+                name,
+                warning: Some(w),
+            } => write!(f, "cannot open {name}: the trace has no events ({w})"),
             LoadError::Io { name, reason } => write!(f, "cannot open {name}: {reason}"),
         }
     }
@@ -97,6 +110,8 @@ pub struct Trace {
     pub scratch: Cells,
     /// Number of waits that never finished (`Stall` events).
     pub stalled: usize,
+    /// Set when the trace was cut short: it holds the events before the offset named.
+    pub warning: Option<TraceError>,
 }
 
 /// What an event marks, in a byte.
@@ -145,7 +160,7 @@ fn fold(events: impl Iterator<Item = Event>, capacity: usize) -> (Vec<Span>, Vec
 }
 
 impl Trace {
-    /// Decodes and indexes a trace.
+    /// Decodes and indexes a trace. A trace cut short opens with [`Trace::warning`] set.
     pub fn decode(name: &str, bytes: Vec<u8>) -> Result<Trace, LoadError> {
         let decode_err = |error| LoadError::Decode {
             name: name.to_string(),
@@ -153,38 +168,62 @@ impl Trace {
         };
         let reader = trace::Reader::new(&bytes).map_err(decode_err)?;
         let header = reader.header().clone();
-        // Events average 17 bytes or more.
+        // Events take 10 bytes or more; most take 17 or more.
         let capacity = bytes.len() / 16 + 16;
         let mut failed = None;
         let (mut spans, mut events, sorted) = fold(
             reader.map_while(|e| e.map_err(|err| failed = Some(err)).ok()),
             capacity,
         );
-        if let Some(error) = failed {
-            return Err(decode_err(error));
-        }
+        let warning = match failed {
+            Some(e) if e.is_truncation() => Some(e),
+            Some(e) => return Err(decode_err(e)),
+            None => None,
+        };
         if events.is_empty() {
             return Err(LoadError::Empty {
                 name: name.to_string(),
+                warning,
             });
         }
         if !sorted {
             // Spans are numbered in order of first appearance: fold the events again in time
             // order.
-            let mut full = decode_events(name, &bytes)?.1;
+            drop((spans, events));
+            let mut full = trace::decode(&bytes).map_err(decode_err)?.events;
             full.sort_by_key(|e| e.time);
             (spans, events, _) = fold(full.into_iter(), capacity);
         }
-        Ok(Trace::index(name, header, spans, events, bytes))
+        let mut t = Trace::index(name, header, spans, events, bytes);
+        t.warning = warning;
+        Ok(t)
     }
 
-    /// Every event of the trace in time order (for the export).
+    /// The trace as Chrome trace JSON for Perfetto, from the spans already indexed (the same
+    /// JSON as [`perfetto::to_json`] of [`Trace::full_events`]).
+    pub fn to_json(&self) -> String {
+        perfetto::spans_to_json(&self.header, &self.spans, &self.pairs, self.end)
+    }
+
+    /// Every event of the trace in time order.
     pub fn full_events(&self) -> Vec<Event> {
-        let mut v = decode_events(&self.name, &self.bytes)
-            .map(|(_, e)| e)
-            .unwrap_or_default();
+        let mut v = Vec::with_capacity(self.events.len());
+        if let Ok(r) = trace::Reader::new(&self.bytes) {
+            v.extend(r.map_while(Result::ok));
+        }
         v.sort_by_key(|e| e.time);
         v
+    }
+
+    /// The warning to show next to the trace, naming the byte offset where it was cut short.
+    pub fn warning_text(&self) -> Option<String> {
+        self.warning.map(|w| {
+            format!(
+                "{}: {w}; showing the {} events before it (unverified)",
+                self.name,
+                self.events.len()
+            )
+        })
     }
 
     /// Indexes folded events.
@@ -212,8 +251,9 @@ impl Trace {
         let mut end_pos = vec![0u32; spans.len()];
         for (i, e) in events.iter().enumerate() {
             let s = e.span as usize;
+            let after = u32::try_from(i + 1).unwrap_or(u32::MAX);
             if e.mark == Mark::End {
-                end_pos[s] = i as u32 + 1;
+                end_pos[s] = after;
             }
             let sp = &spans[s];
             let long = matches!(sp.op, Op::Wait { .. })
@@ -222,7 +262,7 @@ impl Trace {
                     || sp.end.unwrap_or(0).saturating_sub(sp.begin) >= stall_threshold);
             if long && !seen[s] {
                 seen[s] = true;
-                stall_marks.push(i as u32 + 1);
+                stall_marks.push(after);
             }
         }
         let cells = Cells::build(&header, &spans, &end_pos, symm_core::op::Buf::Output);
@@ -246,6 +286,7 @@ impl Trace {
             cells,
             scratch,
             stalled,
+            warning: None,
         }
     }
 
@@ -310,27 +351,6 @@ impl Trace {
     pub fn is_end(&self, i: usize) -> bool {
         matches!(self.events.get(i).map(|e| e.mark), Some(Mark::End))
     }
-}
-
-/// Decodes the header and every event of a trace.
-pub fn decode_events(name: &str, bytes: &[u8]) -> Result<(Header, Vec<Event>), LoadError> {
-    let decode_err = |error| LoadError::Decode {
-        name: name.to_string(),
-        error,
-    };
-    let reader = trace::Reader::new(bytes).map_err(decode_err)?;
-    let header = reader.header().clone();
-    // Events average 17 bytes or more; reserve once rather than grow a 100 MB vector.
-    let mut events = Vec::with_capacity(bytes.len() / 16 + 16);
-    for e in reader {
-        events.push(e.map_err(decode_err)?);
-    }
-    if events.is_empty() {
-        return Err(LoadError::Empty {
-            name: name.to_string(),
-        });
-    }
-    Ok((header, events))
 }
 
 fn lanes(spans: &[Span]) -> Vec<Lane> {
@@ -501,7 +521,7 @@ pub(crate) mod tests {
         for e in &evs {
             w.event(e).unwrap();
         }
-        w.finish()
+        w.finish().unwrap()
     }
 
     #[test]
@@ -543,14 +563,27 @@ pub(crate) mod tests {
 
     #[test]
     fn bad_bytes_name_the_offset() {
-        let mut b = small(false);
-        let n = b.len();
-        b.truncate(n - 2);
-        let e = Trace::decode("cut.trace", b).err().unwrap();
+        let good = small(false);
+        let n = good.len();
+        // Cut short: opens with a warning naming the offset of the incomplete end record.
+        let t = Trace::decode("cut.trace", good[..n - 2].to_vec()).unwrap();
+        assert_eq!(t.events.len(), 8);
+        let w = t.warning_text().unwrap();
+        assert!(w.contains(&format!("at byte {}", n - 17)), "{w}");
+        // Cut inside the header: nothing to show.
+        let e = Trace::decode("cut.trace", good[..20].to_vec())
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("at byte 14"), "{e}");
+        // Damaged: refused, naming the offset.
+        let mut bad = good.clone();
+        bad[n - 20] ^= 0x10;
+        let e = Trace::decode("bad.trace", bad).err().unwrap();
         assert!(e.to_string().contains("at byte"), "{e}");
         let e = Trace::decode("x", b"garbage!garbage".to_vec())
             .err()
             .unwrap();
         assert!(e.to_string().contains("bad magic"), "{e}");
+        assert!(Trace::decode("whole", good).unwrap().warning.is_none());
     }
 }

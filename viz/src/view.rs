@@ -153,6 +153,9 @@ pub fn view(app: &App, ctx: &Context<App>) -> Html {
             if let Some(e) = &app.error {
                 <div id="error" class="error">{ e }</div>
             }
+            if let Some(w) = &app.warning {
+                <div id="warning" class="warning">{ format!("warning: {w}") }</div>
+            }
             if let Some(l) = &app.loading {
                 <div class="loading">{ format!("loading {l}...") }</div>
             }
