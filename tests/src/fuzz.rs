@@ -4,9 +4,12 @@
 
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::heap::{check, Heap, HeapError};
+use symm_core::perfetto;
 use symm_core::sched::{Algorithm, Collective, Request, SchedError};
 use symm_core::symbolic::{self, SymError};
 use symm_core::trace::Reader;
+use symm_viz::model::{LoadError, Trace};
+use symm_viz::{describe, hang};
 
 /// The trace decoder never panics; it either yields events or a typed error, and stops.
 pub fn trace_decode(data: &[u8]) {
@@ -20,6 +23,73 @@ pub fn trace_decode(data: &[u8]) {
             assert!(n <= data.len(), "more events than bytes");
         }
     }
+}
+
+/// Most bytes of Perfetto JSON per byte of trace: a span's slice is a few hundred bytes and
+/// takes at least one 10-byte event.
+pub const JSON_PER_BYTE: usize = 64;
+
+/// The whole path of a trace: bytes -> decode -> the viewer's model (spans, lanes, pairs,
+/// buffers, hang report, words) -> Perfetto export, and the command line's export. Never panics;
+/// the viewer and the command line agree on what opens, what is a warning and what is an error;
+/// the viewer's export is the export of its events; the JSON is a bounded multiple of the input.
+pub fn trace_pipeline(data: &[u8]) {
+    let cli = perfetto::fold(data);
+    let viz = Trace::decode("fuzz.trace", data.to_vec());
+    match (&cli, &viz) {
+        (Ok(x), Ok(t)) => {
+            assert_eq!(x.warning, t.warning);
+            assert_eq!(x.events, t.events.len() as u64);
+            assert_eq!(t.warning.is_some(), t.warning_text().is_some());
+        }
+        (Ok(x), Err(LoadError::Empty { warning, .. })) => {
+            assert_eq!(x.events, 0);
+            assert_eq!(&x.warning, warning);
+        }
+        (Err(e), Err(LoadError::Decode { error, .. })) => {
+            assert_eq!(e, error);
+            assert!(!e.is_truncation() || Reader::new(data).is_err(), "{e:?}");
+        }
+        (c, v) => panic!(
+            "the command line reads {:?}, the viewer {:?}",
+            c.as_ref().err(),
+            v.as_ref().err()
+        ),
+    }
+    if let Ok(x) = &cli {
+        let json = x.to_json();
+        assert!(
+            json.len() <= JSON_PER_BYTE * data.len(),
+            "{} bytes of JSON from {} bytes",
+            json.len(),
+            data.len()
+        );
+    }
+    let Ok(t) = viz else { return };
+    for s in 0..t.spans.len() {
+        let _ = describe::op(&t, s);
+    }
+    if let Some(h) = hang::analyse(&t) {
+        let _ = hang::describe_root(&t, &h.root);
+    }
+    let n = t.events.len();
+    for pos in [0, n / 2, n] {
+        let _ = t.time_at(pos);
+        let _ = t.current_span(pos);
+        for r in 0..t.cells.world as usize {
+            for c in 0..t.cells.cells() {
+                let _ = t.cells.at(r, c, pos);
+                let _ = t.scratch.at(r, c, pos);
+            }
+        }
+    }
+    for lane in &t.lanes {
+        let _ = t.lane_span_at(lane, t.end / 2);
+        let _ = t.lane_first_ending_after(lane, t.start);
+    }
+    let json = t.to_json();
+    assert_eq!(json, perfetto::to_json(&t.header, &t.full_events()));
+    assert!(json.len() <= JSON_PER_BYTE * data.len());
 }
 
 /// Heap operation sequences: the allocator's invariants hold after every call, live blocks are

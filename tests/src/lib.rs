@@ -40,3 +40,4 @@ pub fn request(
 }
 
 pub mod fuzz;
+pub mod hostile;

@@ -6,7 +6,12 @@
 
 use crate::util::{self, cargo, run as sh};
 
-const TARGETS: [&str; 3] = ["trace_decode", "heap_ops", "sched_request"];
+const TARGETS: [&str; 4] = [
+    "trace_decode",
+    "trace_pipeline",
+    "heap_ops",
+    "sched_request",
+];
 
 /// Runs every target.
 pub fn run(args: &[String]) -> Result<(), String> {
