@@ -49,7 +49,7 @@ pub fn events(world: &World, plans: &[DevicePlan]) -> Result<(Vec<Vec<Vec<RawEve
     Ok((out, overflow))
 }
 
-/// Reads the last traced launch of `plans` and encodes it (format v1).
+/// Reads the last traced launch of `plans` and encodes it (with the end record).
 pub fn read(world: &World, req: &Request, plans: &[DevicePlan]) -> Result<Vec<u8>> {
     let (events, overflow) = events(world, plans)?;
     if overflow {

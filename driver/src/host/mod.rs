@@ -35,7 +35,7 @@ use symm_core::trace::{Event, Header, Source, TraceError};
 pub struct Run {
     /// Each rank's output buffer.
     pub outputs: Vec<Vec<u8>>,
-    /// The trace (format v1).
+    /// The trace (`symm_core::trace` format, with its end record).
     pub trace: Vec<u8>,
     /// Ops executed over all ranks and channels.
     pub ops: u64,
