@@ -148,6 +148,23 @@ impl Tree {
         self.part.sub(t, self.trees).sub(k, self.k)
     }
 
+    /// (tree, chunk) of unit `u` of a pass: one tree's chunks, then the other's. Interleaving
+    /// the two trees chunk by chunk in one stream couples them (a rank's next chunk in one tree
+    /// waits behind its previous chunk in the other, whose subtree is deep where this one is
+    /// shallow), which serialises every chunk over both trees' depths; one tree after the other,
+    /// each pipelines on its own. Odd channels take the trees in the other order, so with two or
+    /// more channels both trees are busy at once.
+    fn tree_chunk(&self, ctx: &Ctx, u: u64) -> (u64, u64) {
+        let k = self.k.max(1);
+        let (i, chunk) = (u / k, u % k);
+        let t = if ctx.channel % 2 == 0 {
+            i
+        } else {
+            self.trees.saturating_sub(1 + i)
+        };
+        (t, chunk)
+    }
+
     fn emit_up(&self, ctx: &Ctx, t: u64, k: u64, out: &mut Batch) {
         let me = ctx.rank;
         let (data, credit) = Self::kinds(t);
@@ -245,8 +262,14 @@ impl Program for Tree {
                     let _ = out.push(op);
                 }
             }
-            2 => self.emit_up(ctx, u % self.trees, u / self.trees, out),
-            _ => self.emit_down(ctx, u % self.trees, u / self.trees, out),
+            2 => {
+                let (t, k) = self.tree_chunk(ctx, u);
+                self.emit_up(ctx, t, k, out)
+            }
+            _ => {
+                let (t, k) = self.tree_chunk(ctx, u);
+                self.emit_down(ctx, t, k, out)
+            }
         }
     }
 }

@@ -27,6 +27,8 @@ struct RankMem {
 /// All ranks' memory: each rank's input, output and scratch bytes and its signal pad.
 pub struct WorldMem {
     ranks: Vec<RankMem>,
+    /// Whether data ops move bytes (false: signal pads only, for timing-only simulation).
+    data: bool,
 }
 
 /// One rank's view of a [`WorldMem`]: the fabric its executors run on.
@@ -80,7 +82,21 @@ impl WorldMem {
                 pad: Pad::new(slots),
             })
             .collect();
-        Ok(WorldMem { ranks })
+        Ok(WorldMem { ranks, data: true })
+    }
+
+    /// Signal pads only, no buffers: data ops are accepted and move nothing. What a timing-only
+    /// simulation of a request too large to hold in memory runs on.
+    pub fn pads_only(req: &Request) -> Result<WorldMem, HostError> {
+        req.validate().map_err(HostError::Sched)?;
+        let slots = req.layout().slots() as usize;
+        let ranks = (0..req.world)
+            .map(|_| RankMem {
+                bufs: [Vec::new(), Vec::new(), Vec::new()],
+                pad: Pad::new(slots),
+            })
+            .collect();
+        Ok(WorldMem { ranks, data: false })
     }
 
     fn span(&self, l: Loc, len: u64) -> Result<&[AtomicU8], Oob> {
@@ -127,6 +143,9 @@ impl WorldMem {
 
     /// Applies a data op or a signal; `scratch` holds reusable temporaries.
     pub fn apply(&self, op: &Op, t: &mut Temps) -> Result<(), Oob> {
+        if !self.data && !matches!(op, Op::Signal { .. } | Op::Wait { .. }) {
+            return Ok(());
+        }
         match *op {
             Op::Copy { src, dst, bytes } => {
                 self.read(src, bytes, &mut t.a)?;

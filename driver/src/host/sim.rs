@@ -13,6 +13,7 @@ use symm_core::cost::Link;
 use symm_core::exec::{ExecError, Executor, Step};
 use symm_core::op::{Op, SignalOp};
 use symm_core::sched::{Request, Schedule};
+use symm_core::signal::Cmp;
 use symm_core::symbolic::SymWorld;
 use symm_core::trace::{Event, EventKind};
 
@@ -25,6 +26,9 @@ pub struct SimOptions {
     pub contents: bool,
     /// Record a trace at all.
     pub trace: bool,
+    /// Move the data (`false`: timing only; no buffers are allocated, `inputs` may be empty and
+    /// the outputs are empty, so requests of any size can be timed).
+    pub data: bool,
 }
 
 impl Default for SimOptions {
@@ -33,6 +37,7 @@ impl Default for SimOptions {
             link: DEFAULT_LINK,
             contents: false,
             trace: true,
+            data: true,
         }
     }
 }
@@ -81,6 +86,43 @@ fn cost_ns(op: &Op, me: u16, link: &Link) -> u64 {
     (us * 1000.0).round() as u64
 }
 
+/// The (cumulative value, time) of every signal one slot received.
+#[derive(Clone, Default)]
+struct History {
+    list: Vec<(u64, u64)>,
+    /// No value went down (wrap-safe): true while only adds arrived, or sets that grew.
+    monotone: bool,
+}
+
+impl History {
+    fn push(&mut self, op: SignalOp, value: u64, time: u64) {
+        let prev = self.list.last().map(|&(v, _)| v).unwrap_or(0);
+        let v = match op {
+            SignalOp::Add => prev.wrapping_add(value),
+            SignalOp::Set => value,
+        };
+        if self.list.is_empty() {
+            self.monotone = true;
+        }
+        self.monotone &= Cmp::Ge.holds(v, prev);
+        self.list.push((v, time));
+    }
+
+    /// When the counter first reached `target`: by bisection while the history is monotone,
+    /// by a scan otherwise.
+    fn first_reaching(&self, target: u64) -> Option<u64> {
+        if self.monotone {
+            let i = self.list.partition_point(|(v, _)| !Cmp::Ge.holds(*v, target));
+            self.list.get(i).map(|&(_, t)| t)
+        } else {
+            self.list
+                .iter()
+                .find(|(v, _)| Cmp::Ge.holds(*v, target))
+                .map(|&(_, t)| t)
+        }
+    }
+}
+
 /// Runs `req` over `inputs` (one buffer per rank) in the simulator.
 pub fn simulate(req: &Request, inputs: &[Vec<u8>], opts: &SimOptions) -> Result<Run, HostError> {
     simulate_streams(req, inputs, opts, |r, c| {
@@ -100,18 +142,21 @@ where
     I: Iterator<Item = Op>,
     F: Fn(u16, u16) -> Result<I, HostError>,
 {
-    check_inputs(req, inputs)?;
-    let mem = WorldMem::new(req, inputs, super::POISON)?;
+    let mem = if opts.data {
+        WorldMem::new(req, inputs, super::POISON)?
+    } else {
+        WorldMem::pads_only(req)?
+    };
     let slots = req.layout().slots() as usize;
     let w = req.world as usize;
     let elems = req.buffer_sizes().input / req.dtype.size();
-    let mut shadow = if opts.trace && opts.contents && req.world <= 64 && elems <= (1 << 20) {
+    let contents = opts.data && opts.trace && opts.contents;
+    let mut shadow = if contents && req.world <= 64 && elems <= (1 << 20) {
         SymWorld::new(req).ok()
     } else {
         None
     };
-    // (cumulative value, time) of every signal each slot received.
-    let mut arrivals: Vec<Vec<Vec<(u64, u64)>>> = vec![vec![Vec::new(); slots]; w];
+    let mut arrivals: Vec<Vec<History>> = vec![vec![History::default(); slots]; w];
     let mut streams = Vec::new();
     for r in 0..req.world {
         for c in 0..req.channels {
@@ -180,9 +225,7 @@ where
                     Op::Wait { slot, .. } => {
                         let target = ex.expected()[slot as usize];
                         let arrived = arrivals[*rank as usize][slot as usize]
-                            .iter()
-                            .find(|(v, _)| symm_core::signal::Cmp::Ge.holds(*v, target))
-                            .map(|&(_, t)| t)
+                            .first_reaching(target)
                             .unwrap_or(begin);
                         begin.max(arrived)
                     }
@@ -199,12 +242,7 @@ where
                         .get_mut(peer as usize)
                         .and_then(|p| p.get_mut(slot as usize))
                     {
-                        let prev = list.last().map(|&(v, _)| v).unwrap_or(0);
-                        let v = match sop {
-                            SignalOp::Add => prev.wrapping_add(value),
-                            SignalOp::Set => value,
-                        };
-                        list.push((v, end));
+                        list.push(sop, value, end);
                     }
                 }
                 *clock = end;
