@@ -157,7 +157,7 @@ impl Tree {
     fn tree_chunk(&self, ctx: &Ctx, u: u64) -> (u64, u64) {
         let k = self.k.max(1);
         let (i, chunk) = (u / k, u % k);
-        let t = if ctx.channel % 2 == 0 {
+        let t = if ctx.channel.is_multiple_of(2) {
             i
         } else {
             self.trees.saturating_sub(1 + i)
