@@ -127,8 +127,13 @@ pub fn run_all(
         t0.elapsed().as_secs_f64()
     );
     let ring = std::fs::read(dist.join("examples").join(RING4)).map_err(|e| e.to_string())?;
+    // A flipped byte mid-file (refused) and a file cut short as by a crash (opens with a warning).
     let corrupt = scratch.join("corrupt.trace");
-    std::fs::write(&corrupt, &ring[..ring.len() * 2 / 3]).map_err(|e| e.to_string())?;
+    let mut damaged = ring.clone();
+    damaged[ring.len() / 2] ^= 0x08;
+    std::fs::write(&corrupt, &damaged).map_err(|e| e.to_string())?;
+    let truncated = scratch.join("truncated.trace");
+    std::fs::write(&truncated, &ring[..ring.len() * 2 / 3]).map_err(|e| e.to_string())?;
     let addr = http::start(dist, &traces, 0)?;
     let base = format!("http://{addr}/");
     let b = Browser::start(chromium, driver, scratch)?;
@@ -243,6 +248,27 @@ pub fn run_all(
     )?;
     passed += 1;
 
+    // 3b. A file cut short: opens with what it holds and a warning with the byte offset.
+    b.keys("#file", &truncated.display().to_string())?;
+    b.wait_for(
+        "the truncation warning",
+        "var w = document.getElementById('warning'); return !!w && w.textContent.indexOf('truncated.trace') >= 0;",
+        Duration::from_secs(10),
+    )?;
+    ready(&b, 10)?;
+    let warn = b.js("return document.getElementById('warning').textContent;")?;
+    let warn = warn.as_str().unwrap_or("").to_string();
+    check(
+        warn.contains("truncated") && warn.contains("at byte"),
+        &format!("the warning names the byte: {warn}"),
+    )?;
+    let shown = num(&b, "data-events")? as usize;
+    check(
+        shown > 0 && shown < n,
+        &format!("a cut trace shows the {shown} events it holds (of {n})"),
+    )?;
+    passed += 1;
+
     // 4. A dropped file that is not a trace at all is refused; a dropped trace opens.
     b.js("var dt = new DataTransfer(); dt.items.add(new File(['hello, world'], 'notes.txt'));\
           document.getElementById('app').dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true})); return true;")?;
@@ -265,8 +291,9 @@ pub fn run_all(
     ))?;
     ready(&b, 20)?;
     check(
-        b.js("return !document.getElementById('error');")? == Json::Bool(true),
-        "a dropped trace clears the error",
+        b.js("return !document.getElementById('error') && !document.getElementById('warning');")?
+            == Json::Bool(true),
+        "a dropped trace clears the error and the warning",
     )?;
     passed += 1;
 
