@@ -1,10 +1,19 @@
-//! `cargo xtask fuzz [--seconds N]`: runs every cargo-fuzz target for N seconds each.
+//! `cargo xtask fuzz [--seconds N] [--runs N] [--target NAME] [--jobs N]`: fuzz campaigns.
 //!
-//! Installs `cargo-fuzz` from crates.io when it is missing and runs with `-s none` (no sanitizer),
-//! which works on a stable toolchain. New findings land in `fuzz/artifacts/`; the committed seed
-//! corpora in `fuzz/corpus/` are replayed by `cargo xtask test` (tests/tests/fuzz_corpus.rs).
+//! Runs every cargo-fuzz target (or one, with `--target`) for N seconds each (default 10), or
+//! until `--runs` executions, and prints a table: target, seconds, executions, executions per
+//! second, crashes. Installs `cargo-fuzz` from crates.io when it is missing and runs with `-s none`
+//! (no sanitizer), which works on a stable toolchain. Each campaign fuzzes a scratch copy of the
+//! committed corpus (`target/fuzz-corpus/`), so runs never rewrite the seeds; a crash, timeout or
+//! out-of-memory input lands in `fuzz/artifacts/<target>/` and counts as a crash. The command fails
+//! when any target crashed. The committed seed corpora in `fuzz/corpus/` are replayed by
+//! `cargo xtask test` (tests/tests/fuzz_corpus.rs); `--merge` adds the scratch corpus's new
+//! coverage to them, minimised by libFuzzer's merge.
 
 use crate::util::{self, cargo, run as sh};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Instant;
 
 const TARGETS: [&str; 4] = [
     "trace_decode",
@@ -13,12 +22,48 @@ const TARGETS: [&str; 4] = [
     "sched_request",
 ];
 
+/// Findings in a target's artifact folder.
+fn artifacts(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    ["crash-", "oom-", "timeout-", "leak-"]
+                        .iter()
+                        .any(|p| n.starts_with(p))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The number after `key` in libFuzzer's final statistics (`stat::number_of_executed_units: N`).
+fn stat(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(key))
+        .and_then(|v| v.trim_start_matches(':').trim().parse().ok())
+}
+
 /// Runs every target.
 pub fn run(args: &[String]) -> Result<(), String> {
-    let secs: u64 = util::value(args, "--seconds")
-        .map(|s| s.parse().map_err(|e| format!("--seconds: {e}")))
-        .transpose()?
-        .unwrap_or(10);
+    let num = |name: &str| -> Result<Option<u64>, String> {
+        util::value(args, name)
+            .map(|s| s.parse().map_err(|e| format!("{name}: {e}")))
+            .transpose()
+    };
+    let secs = num("--seconds")?.unwrap_or(10);
+    let runs = num("--runs")?;
+    let jobs = num("--jobs")?.unwrap_or(1).max(1);
+    let only = util::value(args, "--target");
+    if let Some(t) = only {
+        if !TARGETS.contains(&t) {
+            return Err(format!(
+                "unknown target {t:?}; targets: {}",
+                TARGETS.join(", ")
+            ));
+        }
+    }
     let have =
         std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .args(["fuzz", "--version"])
@@ -27,19 +72,104 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if !have {
         sh(cargo().args(["install", "cargo-fuzz", "--locked"]))?;
     }
-    for t in TARGETS {
+    let root = util::root();
+    let mut rows = Vec::new();
+    for t in TARGETS.iter().filter(|t| only.is_none_or(|o| o == **t)) {
         // Fuzz a scratch copy of the corpus so runs do not rewrite the committed seeds.
-        let work = util::root().join("target/fuzz-corpus").join(t);
+        let work = root.join("target/fuzz-corpus").join(t);
         std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
-        let seeds = util::root().join("fuzz/corpus").join(t);
-        sh(cargo()
-            .args(["fuzz", "run", "-s", "none", t])
+        let seeds = root.join("fuzz/corpus").join(t);
+        let art = root.join("fuzz/artifacts").join(t);
+        let before = artifacts(&art);
+        let mut cmd = cargo();
+        cmd.current_dir(&root)
+            .args(["fuzz", "run", "--release", "-s", "none", t])
             .arg(&work)
             .arg(&seeds)
             .arg("--")
             .arg(format!("-max_total_time={secs}"))
-            .arg("-rss_limit_mb=4096"))?;
-        println!("fuzz {t}: {secs} s, no findings");
+            .arg("-rss_limit_mb=4096")
+            .arg("-print_final_stats=1")
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped());
+        if let Some(n) = runs {
+            cmd.arg(format!("-runs={n}"));
+        }
+        if jobs > 1 {
+            cmd.arg(format!("-fork={jobs}")).arg("-ignore_crashes=1");
+        }
+        eprintln!("$ {cmd:?}");
+        let t0 = Instant::now();
+        let out = cmd.output().map_err(|e| format!("cargo fuzz: {e}"))?;
+        let took = t0.elapsed().as_secs_f64();
+        let err = String::from_utf8_lossy(&out.stderr);
+        // Keep libFuzzer's last lines visible (the final stats, or the crash report).
+        for l in err
+            .lines()
+            .rev()
+            .take(12)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            eprintln!("  {l}");
+        }
+        let execs = stat(&err, "stat::number_of_executed_units")
+            .or_else(|| {
+                // Fork mode and crash reports print `#N ...` progress lines instead.
+                err.lines()
+                    .filter_map(|l| l.strip_prefix('#'))
+                    .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+                    .max()
+            })
+            .unwrap_or(0);
+        let found: Vec<String> = artifacts(&art)
+            .into_iter()
+            .filter(|a| !before.contains(a))
+            .collect();
+        let crashed = found.len() as u64 + u64::from(!out.status.success() && found.is_empty());
+        for f in &found {
+            eprintln!("  finding: {}", art.join(f).display());
+        }
+        rows.push((*t, took, execs, crashed));
+        if util::flag(args, "--merge") {
+            sh(cargo()
+                .current_dir(&root)
+                .args(["fuzz", "run", "--release", "-s", "none", t])
+                .arg(&seeds)
+                .arg(&work)
+                .arg("--")
+                .arg("-merge=1"))?;
+        }
+    }
+    println!(
+        "\n{:<16} {:>9} {:>14} {:>10} {:>8}",
+        "target", "seconds", "executions", "exec/s", "crashes"
+    );
+    for (t, took, execs, crashes) in &rows {
+        println!(
+            "{t:<16} {took:>9.0} {execs:>14} {:>10.0} {crashes:>8}",
+            *execs as f64 / took.max(1e-9)
+        );
+    }
+    let crashes: u64 = rows.iter().map(|r| r.3).sum();
+    if crashes > 0 {
+        return Err(format!(
+            "{crashes} crash(es); inputs in fuzz/artifacts/ (replay with `cargo fuzz run -s none TARGET FILE`)"
+        ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_libfuzzer_final_stats() {
+        let text =
+            "#1024 pulse cov: 10\nstat::number_of_executed_units: 123456\nstat::peak_rss_mb: 40\n";
+        assert_eq!(stat(text, "stat::number_of_executed_units"), Some(123456));
+        assert_eq!(stat(text, "stat::missing"), None);
+    }
 }

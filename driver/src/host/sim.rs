@@ -112,7 +112,9 @@ impl History {
     /// by a scan otherwise.
     fn first_reaching(&self, target: u64) -> Option<u64> {
         if self.monotone {
-            let i = self.list.partition_point(|(v, _)| !Cmp::Ge.holds(*v, target));
+            let i = self
+                .list
+                .partition_point(|(v, _)| !Cmp::Ge.holds(*v, target));
             self.list.get(i).map(|&(_, t)| t)
         } else {
             self.list
