@@ -8,6 +8,7 @@ use symm_core::perfetto;
 use symm_core::sched::{Algorithm, Collective, Request, SchedError};
 use symm_core::symbolic::{self, SymError};
 use symm_core::trace::Reader;
+use symm_driver::host;
 use symm_viz::model::{LoadError, Trace};
 use symm_viz::{describe, hang};
 
@@ -207,6 +208,20 @@ pub fn sched_request(data: &[u8]) {
     match (req.validate(), symbolic::check(&req, seed)) {
         (Ok(()), Ok(_)) => {}
         (Err(e), Err(SymError::Sched(f))) => assert_eq!(e, f),
+        // Beyond the symbolic checker's 64 ranks: run the bytes on the simulator (no deadlock,
+        // the reference's result).
+        (Ok(()), Err(SymError::WorldTooLarge)) if req.world > 64 => {
+            let inputs = host::random_inputs(&req, seed);
+            let opts = host::SimOptions {
+                trace: false,
+                ..Default::default()
+            };
+            let run = host::simulate(&req, &inputs, &opts)
+                .unwrap_or_else(|e| panic!("{req:?}: simulator {e}"));
+            if let Err(m) = host::compare(&req, &run.outputs, &host::reference(&req, &inputs)) {
+                panic!("{req:?}: {m:?}");
+            }
+        }
         (v, r) => panic!("{req:?}: validate {v:?}, check {r:?}"),
     }
     let _: Option<SchedError> = req.validate().err();

@@ -131,7 +131,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
         for f in &found {
             eprintln!("  finding: {}", art.join(f).display());
         }
-        rows.push((*t, took, execs, crashed));
+        // libFuzzer's own clock ("Done N runs in S second(s)"), without the build.
+        let fuzzed = err
+            .lines()
+            .find_map(|l| {
+                let rest = l.trim().strip_prefix("Done ")?;
+                let (_, secs) = rest.split_once(" runs in ")?;
+                secs.split_whitespace().next()?.parse::<f64>().ok()
+            })
+            .unwrap_or(took);
+        rows.push((*t, fuzzed, execs, crashed));
         if util::flag(args, "--merge") {
             sh(cargo()
                 .current_dir(&root)
