@@ -5,8 +5,9 @@
 //! (p-1)/2 and children 2p+1, 2p+2. A chain has parent p-1 and child p+1. Rooted collectives use
 //! position `(rank - root) mod world`. The all-reduce uses two binary trees over the two halves of
 //! each channel's data: tree 0 at position `rank`, tree 1 at position `world-1-rank` (the mirror),
-//! so a rank that is interior in one tree is (almost always) a leaf in the other and both trees
-//! keep every link busy.
+//! so a rank that is interior in one tree is (almost always) a leaf in the other. A channel runs
+//! one tree's chunks, then the other's (odd channels in the other order, so two channels keep
+//! both trees busy): interleaved in one stream, the trees would wait on each other chunk by chunk.
 //!
 //! * Up (reduce) pass, chunk by chunk: a node waits for each child's partial in its scratch,
 //!   combines them with its input (in place in the first child's slot), and writes the result
