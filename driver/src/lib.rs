@@ -2,6 +2,8 @@
 //!
 //! Binds symm-core to real memory.
 //!
+//! * [`backend`]: one interface (`run(request, inputs) -> outputs`) over the simulator, the
+//!   threads and the CUDA world, so one conformance matrix checks them all.
 //! * [`host`]: ranks are threads (or simulated streams) over host memory. The embedded default:
 //!   tests, labs and `cargo xtask demo` run on it, no GPU needed.
 //! * `cuda` (feature `cuda`): the CUDA VMM symmetric heap, rendezvous and plan-interpreter launch.
@@ -10,6 +12,7 @@
 //! * [`sha256`]: SHA-256, for the cache and for checking downloads.
 #![deny(missing_docs)]
 
+pub mod backend;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;

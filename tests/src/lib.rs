@@ -1,30 +1,16 @@
 //! Shared helpers of the conformance tests: the request matrix.
 
 use symm_core::dtype::{DType, ReduceOp};
-use symm_core::sched::{algorithms, Algorithm, Collective, Request};
+use symm_core::sched::{Algorithm, Collective, Request};
 
-/// Every collective, with roots and peers chosen for `world`.
+/// Every collective at `world` (core's one list).
 pub fn collectives(world: u16) -> Vec<Collective> {
-    let last = world - 1;
-    vec![
-        Collective::AllReduce,
-        Collective::ReduceScatter,
-        Collective::AllGather,
-        Collective::Broadcast { root: last / 2 },
-        Collective::Reduce { root: last },
-        Collective::Scatter { root: last / 2 },
-        Collective::Gather { root: last },
-        Collective::AllToAll,
-        Collective::SendRecv { src: last, dst: 0 },
-    ]
+    symm_core::sched::collectives(world).to_vec()
 }
 
-/// Every (collective, algorithm) pair for `world`.
+/// Every (collective, algorithm) pair at `world` (core's one list).
 pub fn pairs(world: u16) -> Vec<(Collective, Algorithm)> {
-    collectives(world)
-        .into_iter()
-        .flat_map(|c| algorithms(c).iter().map(move |&a| (c, a)))
-        .collect()
+    symm_core::sched::pairs(world).collect()
 }
 
 /// A request with a small chunk so that pipelining and credits are exercised.
@@ -41,3 +27,4 @@ pub fn request(
 
 pub mod fuzz;
 pub mod hostile;
+pub mod matrix;

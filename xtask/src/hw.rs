@@ -249,7 +249,7 @@ const MATRIX_SIZES: [u64; 6] = [4, 1024, 65538, 1 << 20, 64 << 20, 256 << 20];
 /// Heap bytes per rank for the largest request of the matrix at world `w`.
 fn heap_for(w: u16, sizes: &[u64]) -> u64 {
     let mut most = 1u64 << 20;
-    for c in checks::collectives(w) {
+    for c in symm_core::sched::collectives(w) {
         for &a in symm_core::sched::algorithms(c) {
             for &b in sizes {
                 let req = symm_core::sched::Request::new(

@@ -35,7 +35,8 @@ mod tree;
 pub use alltoallv::{alltoallv, capacity as alltoallv_capacity, AllToAllV};
 pub use part::{part, Part};
 pub use request::{
-    algorithms, Algorithm, BufferSizes, Collective, Request, SchedError, MAX_BUFFER,
+    algorithms, collectives, pairs, Algorithm, BufferSizes, Collective, Request, SchedError,
+    MAX_BUFFER,
 };
 
 use crate::dtype::ReduceOp;

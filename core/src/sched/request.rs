@@ -141,6 +141,31 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
     }
 }
 
+/// Every collective a request can name at world `world` (all-to-allv aside, which needs its
+/// counts), with roots and peers spread over the world: the one list that conformance checks
+/// on every backend walk. `world` 0 is treated as 1.
+pub fn collectives(world: u16) -> [Collective; 9] {
+    let last = world.max(1) - 1;
+    [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast { root: last / 2 },
+        Collective::Reduce { root: last },
+        Collective::Scatter { root: last / 2 },
+        Collective::Gather { root: last },
+        Collective::AllToAll,
+        Collective::SendRecv { src: last, dst: 0 },
+    ]
+}
+
+/// Every (collective, algorithm) pair of [`collectives`] at `world`.
+pub fn pairs(world: u16) -> impl Iterator<Item = (Collective, Algorithm)> {
+    collectives(world)
+        .into_iter()
+        .flat_map(|c| algorithms(c).iter().map(move |&a| (c, a)))
+}
+
 /// A collective request: everything a schedule depends on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Request {

@@ -19,6 +19,7 @@
 //! * [`nccl`]: NCCL on the same streams and buffers, for side-by-side timing.
 //! * [`multicast`]: the guard that refuses NVLink multicast unless explicitly allowed.
 
+mod backend;
 pub mod compile;
 pub mod device;
 pub mod error;

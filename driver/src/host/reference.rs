@@ -1,4 +1,5 @@
-//! Sequential reference results, test inputs and comparison.
+//! The reference results (the one definition every backend is checked against), test inputs and
+//! comparison.
 //!
 //! The reference computes each collective's definition directly: reductions combine ranks in
 //! order 0, 1, ..., world-1 with `symm_core::dtype::combine`, dividing at the last step for `Avg`.
@@ -39,28 +40,40 @@ pub fn random_inputs(req: &Request, seed: u64) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Combines `inputs[*][off .. off + len]` in rank order. Large ranges are cut into pieces
+/// combined on several threads (each piece still in rank order, so the bits do not change): a
+/// 256 MiB GPU check must not wait minutes for its reference.
 fn reduce_all(req: &Request, inputs: &[Vec<u8>], off: usize, len: usize) -> Vec<u8> {
     let es = req.dtype.size() as usize;
     let w = req.world as usize;
     let mut acc = inputs[0][off..off + len].to_vec();
-    let mut out = [0u8; 8];
-    for (r, inp) in inputs.iter().enumerate().skip(1) {
-        let div = if r + 1 == w && req.op == ReduceOp::Avg {
-            w as u32
-        } else {
-            1
-        };
-        for (i, x) in acc.chunks_exact_mut(es).enumerate() {
-            combine(
-                req.dtype,
-                req.op,
-                div,
-                x,
-                &inp[off + i * es..off + (i + 1) * es],
-                &mut out[..es],
-            );
-            x.copy_from_slice(&out[..es]);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(32));
+    let per = ((len / es).div_ceil(threads).max(1 << 16) * es).max(es);
+    let combine_piece = |i: usize, part: &mut [u8]| {
+        let base = off + i * per;
+        let mut out = [0u8; 8];
+        for (r, inp) in inputs.iter().enumerate().skip(1) {
+            let div = if r + 1 == w && req.op == ReduceOp::Avg {
+                w as u32
+            } else {
+                1
+            };
+            for (j, x) in part.chunks_exact_mut(es).enumerate() {
+                let b = &inp[base + j * es..base + (j + 1) * es];
+                combine(req.dtype, req.op, div, x, b, &mut out[..es]);
+                x.copy_from_slice(&out[..es]);
+            }
         }
+    };
+    if acc.len() <= per {
+        combine_piece(0, &mut acc);
+    } else {
+        let f = &combine_piece;
+        std::thread::scope(|s| {
+            for (i, part) in acc.chunks_mut(per).enumerate() {
+                s.spawn(move || f(i, part));
+            }
+        });
     }
     acc
 }

@@ -123,7 +123,7 @@ fn time_one(world: &World, req: &Request, seed: u64, warm: u32, iters: u32) -> R
             .map(|r| world.read(r, b.output, b.sizes.output))
             .collect::<Result<_, _>>()
             .map_err(e)?;
-        data::compare(req, &found, &data::reference(req, &inputs))
+        symm_tests::matrix::exact(req, &found, &host::reference(req, &inputs))
             .map_err(|m| format!("wrong result after timing: {m}"))?;
         Ok(us)
     })();

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use symm_core::dtype::{combine, decode_f64, DType, ReduceOp};
 use symm_core::op::{Buf, Loc, Op};
-use symm_core::sched::{algorithms, Algorithm, BufferSizes, Collective, Request};
+use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
 use symm_core::signal::SlotKind;
 use symm_core::trace::{EventKind, Reader};
 use symm_driver::cuda::device::Device;
@@ -16,21 +16,7 @@ use symm_driver::host;
 
 use super::data;
 use super::Row;
-
-/// Every collective at world `w`, with roots and peers spread over the ranks.
-pub fn collectives(w: u16) -> Vec<Collective> {
-    vec![
-        Collective::AllReduce,
-        Collective::ReduceScatter,
-        Collective::AllGather,
-        Collective::Broadcast { root: w - 1 },
-        Collective::Reduce { root: 0 },
-        Collective::Scatter { root: w - 1 },
-        Collective::Gather { root: 0 },
-        Collective::AllToAll,
-        Collective::SendRecv { src: 0, dst: w - 1 },
-    ]
-}
+use symm_tests::matrix::{Compare, Matrix};
 
 /// Channels used for a size: one block for small messages, more for large ones.
 pub fn channels_for(bytes: u64) -> u16 {
@@ -41,30 +27,8 @@ pub fn channels_for(bytes: u64) -> u16 {
     }
 }
 
-/// Runs one request on fresh buffers: inputs written, output and scratch poisoned, outputs read.
-pub fn run_case(
-    world: &World,
-    req: &Request,
-    inputs: &[Vec<u8>],
-) -> Result<Vec<Vec<u8>>, CudaError> {
-    let b = world.alloc(req)?;
-    let r = (|| {
-        for (r, inp) in inputs.iter().enumerate() {
-            let r = r as u16;
-            world.write(r, b.input, inp)?;
-            world.fill(r, b.output, b.sizes.output, host::POISON)?;
-            world.fill(r, b.scratch, b.sizes.scratch.max(16), host::POISON)?;
-        }
-        world.run(req, &b, false)?;
-        (0..req.world)
-            .map(|r| world.read(r, b.output, b.sizes.output))
-            .collect()
-    })();
-    world.free(&b)?;
-    r
-}
-
-/// Every collective x algorithm (multicast skipped) x size x dtype x op, against the reference.
+/// The shared conformance matrix (`symm_tests::matrix`) on the GPU world: every collective x
+/// algorithm (multicast never) x size x dtype x operator, bit exact against `host::reference`.
 pub fn matrix(
     world: &World,
     sizes: &[u64],
@@ -72,61 +36,27 @@ pub fn matrix(
     ops: &[ReduceOp],
     seed: &mut u64,
 ) -> Row {
-    let w = world.world();
     let t = Instant::now();
-    let mut row = Row::new("collectives x algorithms", w);
-    'all: for c in collectives(w) {
-        let algos: Vec<Algorithm> = algorithms(c)
-            .iter()
-            .copied()
-            .filter(|a| *a != Algorithm::Multicast)
-            .collect();
-        for &size in sizes {
-            for &dt in dtypes {
-                let ops_here: &[ReduceOp] = if c.reduces() { ops } else { &ops[..1] };
-                for &op in ops_here {
-                    let bytes = size.div_ceil(dt.size()) * dt.size();
-                    let base = Request::new(c, algos[0], w, bytes, dt, op)
-                        .with_channels(channels_for(bytes));
-                    *seed += 1;
-                    let inputs = data::inputs(&base, *seed);
-                    let want = data::reference(&base, &inputs);
-                    for &a in &algos {
-                        let req = Request {
-                            algorithm: a,
-                            ..base
-                        };
-                        row.cases += 1;
-                        let name = format!(
-                            "{} {} {} B {} {}",
-                            c.name(),
-                            a.name(),
-                            bytes,
-                            dt.name(),
-                            op.name()
-                        );
-                        match run_case(world, &req, &inputs) {
-                            Ok(found) => {
-                                if let Err(e) = data::compare(&req, &found, &want) {
-                                    row.fail(format!("{name}: {e}"));
-                                }
-                            }
-                            Err(e) => {
-                                let fatal = matches!(
-                                    e,
-                                    CudaError::Timeout { .. } | CudaError::Driver { .. }
-                                );
-                                row.fail(format!("{name}: {e}"));
-                                if fatal {
-                                    row.note = "stopped after a device error".into();
-                                    break 'all;
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+    let mut row = Row::new("collectives x algorithms", world.world());
+    let m = Matrix {
+        worlds: vec![world.world()],
+        sizes: sizes.to_vec(),
+        dtypes: dtypes.to_vec(),
+        ops: ops.to_vec(),
+        multicast: false,
+        shape: |r: Request| r.with_channels(channels_for(r.bytes)),
+        keep: |_| true,
+        inputs: data::inputs,
+        compare: Compare::Exact,
+    };
+    let mut backend: &World = world;
+    let rep = symm_tests::matrix::run(&mut backend, &m, seed);
+    row.cases = rep.cases;
+    for f in rep.failures {
+        row.fail(f);
+    }
+    if rep.stopped.is_some() {
+        row.note = "stopped after a device error".into();
     }
     row.seconds = t.elapsed().as_secs_f64();
     row
@@ -249,7 +179,7 @@ pub fn graph_replay(world: &World, n: u32, seed: &mut u64) -> Row {
             row.cases += 1;
             *seed += 1;
             let inputs = data::inputs(&req, *seed);
-            let want = data::reference(&req, &inputs);
+            let want = host::reference(&req, &inputs);
             for (r, inp) in inputs.iter().enumerate() {
                 world.write(r as u16, b.input, inp).map_err(e)?;
                 world
@@ -261,7 +191,7 @@ pub fn graph_replay(world: &World, n: u32, seed: &mut u64) -> Row {
                 .map(|r| world.read(r, b.output, b.sizes.output))
                 .collect::<Result<_, _>>()
                 .map_err(e)?;
-            if let Err(m) = data::compare(&req, &found, &want) {
+            if let Err(m) = symm_tests::matrix::exact(&req, &found, &want) {
                 row.fail(format!("replay {i}: {m}"));
             }
         }
@@ -370,7 +300,7 @@ pub fn trace_diff(world: &World, out: &Path, seed: &mut u64) -> Row {
                 .collect::<Result<_, _>>()
                 .map_err(e)?;
             world.free(&b).map_err(e)?;
-            data::compare(&req, &found, &data::reference(&req, &inputs))?;
+            symm_tests::matrix::exact(&req, &found, &host::reference(&req, &inputs))?;
             let _ = std::fs::write(
                 out.join(format!("gpu-w{w}-all_reduce-{}.trace", a.name())),
                 &gpu,

@@ -1,0 +1,188 @@
+//! One interface over every way to run a request: [`Backend`].
+//!
+//! A backend takes a request and one input buffer per rank and returns one output buffer per
+//! rank (and, when asked, a trace). The simulator ([`Simulator`]), real host threads
+//! ([`Threads`]) and the CUDA world (`cuda::World`, feature `cuda`) implement it, so one
+//! conformance matrix (`symm-tests`' `matrix`) checks any of them against the one sequential
+//! reference (`host::reference`): a new backend gets every check by implementing [`Backend`].
+//!
+//! Outputs a collective does not define (a non-root's output of a reduce) are whatever the
+//! backend left there; the reference marks them with `host::POISON` and every backend starts
+//! outputs and scratch poisoned with the same byte, so they compare equal too.
+
+use crate::host::{self, HostError, SimOptions, ThreadOptions};
+use symm_core::sched::Request;
+
+/// What a run returns.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// Each rank's output buffer.
+    pub outputs: Vec<Vec<u8>>,
+    /// The trace, when one was asked for.
+    pub trace: Option<Vec<u8>>,
+}
+
+/// Why a backend could not run a request.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The host backends (simulator, threads) refused or failed.
+    Host(HostError),
+    /// The backend runs a fixed world and the request names another.
+    WrongWorld {
+        /// The backend's world.
+        backend: u16,
+        /// The request's world.
+        request: u16,
+    },
+    /// The CUDA backend failed.
+    #[cfg(feature = "cuda")]
+    Cuda(crate::cuda::CudaError),
+}
+
+impl BackendError {
+    /// Whether the backend is unusable after this error (a device timeout or a driver failure):
+    /// a test matrix stops instead of running more cases on it.
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            #[cfg(feature = "cuda")]
+            BackendError::Cuda(e) => matches!(
+                e,
+                crate::cuda::CudaError::Timeout { .. } | crate::cuda::CudaError::Driver { .. }
+            ),
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendError::Host(e) => write!(f, "{e}"),
+            BackendError::WrongWorld { backend, request } => write!(
+                f,
+                "this backend runs {backend} ranks; the request has {request}"
+            ),
+            #[cfg(feature = "cuda")]
+            BackendError::Cuda(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+impl From<HostError> for BackendError {
+    fn from(e: HostError) -> Self {
+        BackendError::Host(e)
+    }
+}
+
+/// A way to run requests.
+pub trait Backend {
+    /// A short name for reports ("simulator", "threads", "cuda w2").
+    fn name(&self) -> String;
+
+    /// The one world size this backend runs, or `None` when it runs any.
+    fn fixed_world(&self) -> Option<u16> {
+        None
+    }
+
+    /// Runs `req` over `inputs` (one buffer of `req.buffer_sizes().input` bytes per rank) and
+    /// returns every rank's output, with a trace when `trace` is true.
+    fn run(
+        &mut self,
+        req: &Request,
+        inputs: &[Vec<u8>],
+        trace: bool,
+    ) -> Result<Outcome, BackendError>;
+}
+
+/// The deterministic simulator as a [`Backend`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Simulator {
+    /// Options of each run (its `trace` field is set per run).
+    pub opts: SimOptions,
+}
+
+impl Backend for Simulator {
+    fn name(&self) -> String {
+        "simulator".into()
+    }
+
+    fn run(
+        &mut self,
+        req: &Request,
+        inputs: &[Vec<u8>],
+        trace: bool,
+    ) -> Result<Outcome, BackendError> {
+        let opts = SimOptions {
+            trace,
+            data: true,
+            ..self.opts
+        };
+        let run = host::simulate(req, inputs, &opts)?;
+        Ok(Outcome {
+            outputs: run.outputs,
+            trace: trace.then_some(run.trace),
+        })
+    }
+}
+
+/// One OS thread per (rank, channel) as a [`Backend`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Threads {
+    /// Options of each run (its `trace` field is set per run).
+    pub opts: ThreadOptions,
+}
+
+impl Backend for Threads {
+    fn name(&self) -> String {
+        "threads".into()
+    }
+
+    fn run(
+        &mut self,
+        req: &Request,
+        inputs: &[Vec<u8>],
+        trace: bool,
+    ) -> Result<Outcome, BackendError> {
+        let opts = ThreadOptions { trace, ..self.opts };
+        let run = host::run_threads(req, inputs, &opts)?;
+        Ok(Outcome {
+            outputs: run.outputs,
+            trace: trace.then_some(run.trace),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symm_core::dtype::{DType, ReduceOp};
+    use symm_core::sched::{Algorithm, Collective};
+
+    #[test]
+    fn host_backends_agree_with_the_reference_and_refuse_bad_input() {
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            3,
+            48,
+            DType::I32,
+            ReduceOp::Sum,
+        );
+        let inputs = host::random_inputs(&req, 3);
+        let want = host::reference(&req, &inputs);
+        let backends: [&mut dyn Backend; 2] = [&mut Simulator::default(), &mut Threads::default()];
+        for b in backends {
+            let out = b.run(&req, &inputs, true).unwrap();
+            assert_eq!(out.outputs, want, "{}", b.name());
+            assert!(out.trace.is_some_and(|t| !t.is_empty()));
+            let short = &inputs[..2];
+            assert!(matches!(
+                b.run(&req, short, false),
+                Err(BackendError::Host(HostError::BadWorld { .. }))
+            ));
+        }
+    }
+}
