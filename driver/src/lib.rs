@@ -10,13 +10,20 @@
 //! * [`kernel_cache`]: the private, hash-checked disk cache of compiled kernels the CUDA backend
 //!   uses (plain files and bytes, so it builds and is tested without CUDA).
 //! * [`sha256`]: SHA-256, for the cache and for checking downloads.
+//! * [`bootstrap`] (Linux): the process-per-GPU bootstrap: the job environment, a Unix-socket
+//!   rendezvous checked by uid and token, collectives that carry file descriptors, lost peers.
+//! * [`launcher`] (Linux): `symm-run`, which starts a job's ranks and ends the job when one fails.
 #![deny(missing_docs)]
 
 pub mod backend;
+#[cfg(target_os = "linux")]
+pub mod bootstrap;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;
 #[cfg(unix)]
 pub mod kernel_cache;
+#[cfg(target_os = "linux")]
+pub mod launcher;
 pub mod sha256;
 pub mod sync;

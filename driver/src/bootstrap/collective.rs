@@ -1,0 +1,216 @@
+//! Collectives over the bootstrap's star: every rank sends its part to the root, the root sends
+//! every part to every rank.
+//!
+//! A collective is one round with a sequence number. Rank r sends `Contribute { op, seq }` with
+//! its bytes (and descriptors) to the root; the root takes one contribution from each rank in rank
+//! order, checks that it is the same collective with the same number (else
+//! [`BootstrapError::Mismatch`]), then sends each rank one `Part { op, seq, source }` per source
+//! rank, in rank order. Receiving the last part means every rank contributed, so `barrier` is an
+//! empty round. Descriptors ride on the parts with SCM_RIGHTS; each rank receives new ones
+//! (close-on-exec) for every rank's, its own included.
+//!
+//! Calls are serialised per process and each has a deadline. Any failure poisons the bootstrap
+//! (later calls return [`BootstrapError::Poisoned`]); the root first sends `Abort` with the reason
+//! to every rank, so they fail promptly with the same cause.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::error::{BootstrapError, Result};
+use super::watch::Shared;
+use super::wire::{self, Head, Kind, Op};
+use super::SocketBootstrap;
+
+/// How long the root spends telling the ranks that a collective failed.
+const NOTICE: Duration = Duration::from_millis(200);
+
+/// One rank's contribution to a round.
+struct Part {
+    payload: Vec<u8>,
+    fds: Vec<OwnedFd>,
+}
+
+impl SocketBootstrap {
+    /// Returns when every rank has called it.
+    pub fn barrier(&self, timeout: Duration) -> Result<()> {
+        self.round(Op::Barrier, &[], &[], timeout).map(|_| ())
+    }
+
+    /// Every rank contributes `data` (at most [`wire::MAX_PAYLOAD`] bytes; lengths may differ);
+    /// every rank gets all contributions in rank order.
+    pub fn all_gather(&self, data: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let parts = self.round(Op::Gather, data, &[], timeout)?;
+        Ok(parts.into_iter().map(|p| p.payload).collect())
+    }
+
+    /// Every rank contributes `fds` (at most [`wire::MAX_FDS`]); every rank gets, for each rank
+    /// in order, new descriptors for that rank's (its own included), owned and close-on-exec.
+    pub fn all_gather_fds(
+        &self,
+        fds: &[BorrowedFd<'_>],
+        timeout: Duration,
+    ) -> Result<Vec<Vec<OwnedFd>>> {
+        let parts = self.round(Op::GatherFds, &[], fds, timeout)?;
+        Ok(parts.into_iter().map(|p| p.fds).collect())
+    }
+
+    fn round(
+        &self,
+        op: Op,
+        payload: &[u8],
+        fds: &[BorrowedFd<'_>],
+        timeout: Duration,
+    ) -> Result<Vec<Part>> {
+        if payload.len() > wire::MAX_PAYLOAD {
+            return Err(BootstrapError::TooLarge {
+                what: "all_gather bytes",
+                len: payload.len(),
+                max: wire::MAX_PAYLOAD,
+            });
+        }
+        if fds.len() > wire::MAX_FDS {
+            return Err(BootstrapError::TooLarge {
+                what: "all_gather_fds descriptors",
+                len: fds.len(),
+                max: wire::MAX_FDS,
+            });
+        }
+        let sh = &*self.shared;
+        let mut seq = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = &sh.lock().poisoned {
+            return Err(BootstrapError::Poisoned(Box::new(e.clone())));
+        }
+        if !sh.closing.load(Ordering::Acquire) {
+            if let Some(rank) = sh.lost_rank() {
+                return Err(BootstrapError::PeerLost { rank });
+            }
+        }
+        let next = seq.wrapping_add(1);
+        *seq = next;
+        let deadline = Instant::now() + timeout;
+        let r = if sh.rank == 0 {
+            root_round(sh, op, next, payload, fds, deadline)
+        } else {
+            rank_round(sh, op, next, payload, fds, deadline)
+        };
+        if let Err(e) = &r {
+            if sh.rank == 0 {
+                let notice = Instant::now() + NOTICE;
+                let head = Head::control(Kind::Abort, 0);
+                let why = wire::abort(e);
+                for l in &sh.links {
+                    let _ = wire::send(l.fd.as_fd(), head, &why, &[], notice);
+                }
+            }
+            let mut st = sh.lock();
+            if st.poisoned.is_none() {
+                st.poisoned = Some(e.clone());
+            }
+        }
+        r
+    }
+}
+
+fn root_round(
+    sh: &Shared,
+    op: Op,
+    seq: u32,
+    payload: &[u8],
+    fds: &[BorrowedFd<'_>],
+    deadline: Instant,
+) -> Result<Vec<Part>> {
+    let own = fds
+        .iter()
+        .map(|f| f.try_clone_to_owned())
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| BootstrapError::sys("dup", e))?;
+    let mut parts = Vec::with_capacity(sh.links.len() + 1);
+    parts.push(Part {
+        payload: payload.to_vec(),
+        fds: own,
+    });
+    for (i, link) in sh.links.iter().enumerate() {
+        let f = match sh.take(i, op.name(), deadline) {
+            Err(BootstrapError::Timeout { .. }) => {
+                let waiting_for = (i..sh.links.len())
+                    .filter(|&j| j == i || !sh.has_frame(j))
+                    .map(|j| sh.links[j].peer)
+                    .collect();
+                return Err(BootstrapError::Timeout {
+                    op: op.name(),
+                    waiting_for,
+                });
+            }
+            other => other?,
+        };
+        if f.head.op != op || f.head.seq != seq {
+            return Err(BootstrapError::Mismatch {
+                rank: link.peer,
+                expected: op.name(),
+                found: if f.head.op != op {
+                    f.head.op.name()
+                } else {
+                    "a collective out of step"
+                },
+            });
+        }
+        parts.push(Part {
+            payload: f.payload,
+            fds: f.fds,
+        });
+    }
+    for link in &sh.links {
+        for (src, p) in parts.iter().enumerate() {
+            let head = Head {
+                kind: Kind::Part,
+                op,
+                rank: src as u16,
+                seq,
+            };
+            let fds: Vec<BorrowedFd<'_>> = p.fds.iter().map(|f| f.as_fd()).collect();
+            wire::send(link.fd.as_fd(), head, &p.payload, &fds, deadline)
+                .map_err(|e| e.at(link.peer, op.name()))?;
+        }
+    }
+    Ok(parts)
+}
+
+fn rank_round(
+    sh: &Shared,
+    op: Op,
+    seq: u32,
+    payload: &[u8],
+    fds: &[BorrowedFd<'_>],
+    deadline: Instant,
+) -> Result<Vec<Part>> {
+    let root = sh
+        .links
+        .first()
+        .ok_or(BootstrapError::PeerLost { rank: 0 })?;
+    let head = Head {
+        kind: Kind::Contribute,
+        op,
+        rank: sh.rank,
+        seq,
+    };
+    wire::send(root.fd.as_fd(), head, payload, fds, deadline).map_err(|e| e.at(0, op.name()))?;
+    let mut parts = Vec::with_capacity(sh.world as usize);
+    for src in 0..sh.world {
+        let f = sh.take(0, op.name(), deadline)?;
+        if f.head.kind == Kind::Abort {
+            return Err(wire::parse_abort(&f.payload, op.name()));
+        }
+        if f.head.op != op || f.head.seq != seq || f.head.rank != src {
+            return Err(BootstrapError::Protocol {
+                rank: 0,
+                what: "a part out of order",
+            });
+        }
+        parts.push(Part {
+            payload: f.payload,
+            fds: f.fds,
+        });
+    }
+    Ok(parts)
+}

@@ -1,0 +1,383 @@
+//! The process-per-GPU bootstrap and `symm-run` with real processes, no GPU.
+//!
+//! Ranks are this test binary run again with `SYMM_TEST_ROLE` naming what the child does (the
+//! `child` test below); a child reports on stdout in lines `@@ key value` and counts its open
+//! descriptors (`/proc/self/fd`) before joining and after dropping the bootstrap.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use symm_driver::bootstrap::{memfd, BootstrapError, JobEnv, Refusal, SocketBootstrap, NOT_LOST};
+
+const ROLE: &str = "SYMM_TEST_ROLE";
+const TIMEOUT: &str = "SYMM_TEST_TIMEOUT_MS";
+const GOOD_TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const BAD_TOKEN: &str = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+/// Where timing is not the point: long enough for a loaded two-core machine.
+const SLOW: Duration = Duration::from_secs(60);
+
+fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+fn say(key: &str, value: impl std::fmt::Display) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "@@ {key} {value}");
+    let _ = o.flush();
+}
+
+/// The content rank `r`'s memfd holds in round `round`.
+fn content(r: u16, round: u32) -> Vec<u8> {
+    format!("rank {r} round {round} ")
+        .repeat(100 + r as usize)
+        .into_bytes()
+}
+
+/// memfds and bytes, twenty rounds, every content checked by every rank; then an orderly end.
+fn role_memfd(boot: &SocketBootstrap, timeout: Duration) -> Result<(), String> {
+    let (me, world) = (boot.rank(), boot.world());
+    for round in 0..20u32 {
+        let f = memfd("symm-test").map_err(|e| e.to_string())?;
+        f.write_all_at(&content(me, round), 0)
+            .map_err(|e| e.to_string())?;
+        let got = boot
+            .all_gather_fds(&[f.as_fd()], timeout)
+            .map_err(|e| e.to_string())?;
+        if got.len() != world as usize {
+            return Err(format!("{} parts", got.len()));
+        }
+        for (src, fds) in got.into_iter().enumerate() {
+            let [fd] = <[_; 1]>::try_from(fds).map_err(|v| format!("{} fds", v.len()))?;
+            let want = content(src as u16, round);
+            let mut buf = vec![0u8; want.len() + 1];
+            let n = std::fs::File::from(fd)
+                .read_at(&mut buf, 0)
+                .map_err(|e| e.to_string())?;
+            if buf[..n] != want[..] {
+                return Err(format!("rank {src}'s memfd holds other bytes"));
+            }
+        }
+        let bytes = boot
+            .all_gather(&me.to_le_bytes().repeat(me as usize + 1), timeout)
+            .map_err(|e| e.to_string())?;
+        for (src, b) in bytes.iter().enumerate() {
+            if *b != (src as u16).to_le_bytes().repeat(src + 1) {
+                return Err(format!("rank {src}'s bytes differ"));
+            }
+        }
+        boot.barrier(timeout).map_err(|e| e.to_string())?;
+    }
+    say("gathered", 20);
+    Ok(())
+}
+
+/// Joined, then waits in a barrier until a peer is lost; reports when and through which means.
+fn role_hold(boot: &SocketBootstrap) -> Result<(), String> {
+    let seen = Arc::new(OnceLock::new());
+    let s = seen.clone();
+    boot.on_lost(move |r| {
+        let _ = s.set((r, now_ns()));
+    });
+    let word: Arc<AtomicU32> = boot.lost_word();
+    say("ready", boot.rank());
+    let e = boot
+        .barrier(SLOW)
+        .err()
+        .ok_or("barrier passed with a rank killed")?;
+    let at = now_ns();
+    let rank = match e {
+        BootstrapError::PeerLost { rank } => rank,
+        other => return Err(format!("barrier: {other}")),
+    };
+    let (cb_rank, cb_at) = *seen.get().ok_or("callback not run")?;
+    let w = word.load(Ordering::Acquire);
+    if cb_rank != rank || w != rank as u32 || w == NOT_LOST {
+        return Err(format!("callback {cb_rank}, word {w}, error {rank}"));
+    }
+    say("lost", format!("{rank} {at} {cb_at}"));
+    Ok(())
+}
+
+/// What a child does, by `SYMM_TEST_ROLE`.
+fn run_role(role: &str) -> Result<(), String> {
+    let timeout = std::env::var(TIMEOUT)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .map_or(SLOW, Duration::from_millis);
+    let before = fd_count();
+    let result = (|| {
+        let job = JobEnv::from_env().map_err(|e| e.to_string())?;
+        let boot = match SocketBootstrap::join(&job, timeout) {
+            Ok(b) => b,
+            Err(e) if role == "join" => {
+                say("join", format!("{e:?}"));
+                return Ok(());
+            }
+            Err(e) => return Err(format!("join: {e}")),
+        };
+        match role {
+            "join" => {
+                say("join", "ok");
+                boot.finish(SLOW).map_err(|e| e.to_string())
+            }
+            "memfd" => {
+                role_memfd(&boot, timeout)?;
+                boot.finish(SLOW).map_err(|e| e.to_string())
+            }
+            "hold" => role_hold(&boot),
+            "victim" => {
+                say("ready", boot.rank());
+                std::thread::sleep(SLOW);
+                Err("not killed".into())
+            }
+            other => Err(format!("unknown role {other}")),
+        }
+    })();
+    say("fds", format!("{before} {}", fd_count()));
+    result
+}
+
+/// The child side: runs only when this binary is started as a rank.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let code = match run_role(&role) {
+        Ok(()) => 0,
+        Err(e) => {
+            say("error", e);
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+/// A started rank and its `@@` lines.
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<(String, String)>,
+    seen: HashMap<String, String>,
+}
+
+impl Proc {
+    /// The value of the next `@@ key` line, waiting at most `timeout`.
+    fn expect(&mut self, key: &str, timeout: Duration) -> String {
+        self.try_expect(key, timeout)
+            .unwrap_or_else(|| panic!("no `{key}` within {timeout:?}; saw {:?}", self.seen))
+    }
+
+    /// As [`Proc::expect`], `None` when no such line came in time.
+    fn try_expect(&mut self, key: &str, timeout: Duration) -> Option<String> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(v) = self.seen.remove(key) {
+                return Some(v);
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            let (k, v) = self.lines.recv_timeout(left).ok()?;
+            self.seen.insert(k, v);
+        }
+    }
+
+    /// Waits for the exit and checks the descriptor count did not grow.
+    fn finish(mut self) -> HashMap<String, String> {
+        let end = Instant::now() + SLOW;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < end, "child still running");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        while let Ok((k, v)) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.insert(k, v);
+        }
+        assert!(status.success(), "{status}: {:?}", self.seen);
+        let fds = self.seen.get("fds").expect("fd counts").clone();
+        let (a, b) = fds.split_once(' ').unwrap();
+        assert_eq!(a, b, "descriptors before and after: {fds}");
+        eprintln!("fds before/after: {fds}");
+        self.seen
+    }
+}
+
+static JOBS: AtomicU32 = AtomicU32::new(0);
+
+fn job_name(what: &str) -> String {
+    let n = JOBS.fetch_add(1, Ordering::Relaxed);
+    format!("t{}-{n}-{what}", std::process::id())
+}
+
+/// Starts this binary as rank `rank` of `world` in `job` with `role`.
+fn spawn(role: &str, job: &str, rank: u16, world: u16, token: &str, timeout: Duration) -> Proc {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["child", "--exact", "--nocapture", "--test-threads=1", "-q"])
+        .env(ROLE, role)
+        .env(TIMEOUT, timeout.as_millis().to_string())
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("SYMM_JOB", job)
+        .env("SYMM_TOKEN", token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Proc {
+        lines: lines_of(child.stdout.take().unwrap()),
+        child,
+        seen: HashMap::new(),
+    }
+}
+
+fn lines_of(out: impl Read + Send + 'static) -> mpsc::Receiver<(String, String)> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if let Some(rest) = line.split("@@ ").nth(1) {
+                let (k, v) = rest.split_once(' ').unwrap_or((rest, ""));
+                let _ = tx.send((k.to_string(), v.to_string()));
+            }
+        }
+    });
+    rx
+}
+
+#[test]
+fn a_memfd_reaches_every_rank_and_no_descriptor_leaks() {
+    let job = job_name("memfd");
+    let procs: Vec<Proc> = (0..4)
+        .map(|r| spawn("memfd", &job, r, 4, GOOD_TOKEN, SLOW))
+        .collect();
+    for p in procs {
+        let seen = p.finish();
+        assert_eq!(seen.get("gathered").map(String::as_str), Some("20"));
+    }
+}
+
+#[test]
+fn a_wrong_token_is_refused_and_the_job_goes_on() {
+    let job = job_name("token");
+    let mut root = spawn("join", &job, 0, 2, GOOD_TOKEN, SLOW);
+    let mut intruder = spawn("join", &job, 1, 2, BAD_TOKEN, SLOW);
+    let e = intruder.expect("join", SLOW);
+    assert_eq!(e, format!("{:?}", BootstrapError::Refused(Refusal::Token)));
+    intruder.finish();
+    let mut rank1 = spawn("join", &job, 1, 2, GOOD_TOKEN, SLOW);
+    assert_eq!(rank1.expect("join", SLOW), "ok");
+    assert_eq!(root.expect("join", SLOW), "ok");
+    root.finish();
+    rank1.finish();
+}
+
+#[test]
+fn a_duplicate_rank_is_refused() {
+    let job = job_name("dup");
+    let mut root = spawn("join", &job, 0, 3, GOOD_TOKEN, SLOW);
+    let mut a = spawn("join", &job, 1, 3, GOOD_TOKEN, SLOW);
+    let mut b = spawn("join", &job, 1, 3, GOOD_TOKEN, SLOW);
+    // Whichever said hello second is refused at once; then rank 2 completes the job.
+    let end = Instant::now() + SLOW;
+    let refused = loop {
+        assert!(Instant::now() < end, "neither rank 1 was refused");
+        if let Some(e) = a.try_expect("join", Duration::from_millis(20)) {
+            break (e, &mut b);
+        }
+        if let Some(e) = b.try_expect("join", Duration::from_millis(20)) {
+            break (e, &mut a);
+        }
+    };
+    let want = BootstrapError::Refused(Refusal::Duplicate { rank: 1 });
+    assert_eq!(refused.0, format!("{want:?}"));
+    let mut c = spawn("join", &job, 2, 3, GOOD_TOKEN, SLOW);
+    assert_eq!(c.expect("join", SLOW), "ok");
+    assert_eq!(refused.1.expect("join", SLOW), "ok");
+    c.finish();
+    assert_eq!(root.expect("join", SLOW), "ok");
+    for p in [root, a, b] {
+        p.finish();
+    }
+}
+
+#[test]
+fn missing_ranks_are_named_after_the_deadline() {
+    let job = job_name("missing");
+    let deadline = Duration::from_millis(1500);
+    let start = Instant::now();
+    let mut root = spawn("join", &job, 0, 4, GOOD_TOKEN, deadline);
+    let mut rank2 = spawn("join", &job, 2, 4, GOOD_TOKEN, deadline);
+    let want = format!(
+        "{:?}",
+        BootstrapError::Missing {
+            ranks: vec![1, 3],
+            refused: Vec::new()
+        }
+    );
+    assert_eq!(root.expect("join", SLOW), want);
+    assert!(start.elapsed() >= deadline);
+    // The rank hears the root's verdict, with the same names.
+    assert_eq!(rank2.expect("join", SLOW), want);
+    root.finish();
+    rank2.finish();
+}
+
+/// Kills `victim` (kill -9) once all `world` ranks hold, and checks that every other rank sees
+/// `PeerLost { victim }` within a second, by its error, lost word and callback.
+fn killed_rank_is_lost(victim: u16, world: u16) {
+    let job = job_name("kill");
+    let mut procs: Vec<Proc> = (0..world)
+        .map(|r| {
+            let role = if r == victim { "victim" } else { "hold" };
+            spawn(role, &job, r, world, GOOD_TOKEN, SLOW)
+        })
+        .collect();
+    for p in &mut procs {
+        p.expect("ready", SLOW);
+    }
+    let mut dead = procs.remove(victim as usize);
+    let killed = now_ns();
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    let mut worst = 0u128;
+    for p in procs {
+        let seen = p.finish();
+        let lost = seen.get("lost").expect("a lost report");
+        let v: Vec<u128> = lost.split(' ').map(|x| x.parse().unwrap()).collect();
+        assert_eq!(v[0], victim as u128, "{lost}");
+        let error_ms = v[1].saturating_sub(killed) as f64 / 1e6;
+        let callback_ms = v[2].saturating_sub(killed) as f64 / 1e6;
+        eprintln!("rank {victim} killed: PeerLost after {error_ms:.2} ms, callback after {callback_ms:.2} ms");
+        worst = worst
+            .max(v[1].saturating_sub(killed))
+            .max(v[2].saturating_sub(killed));
+    }
+    assert!(
+        worst < 1_000_000_000,
+        "a rank saw the loss only after {} ms",
+        worst / 1_000_000
+    );
+}
+
+#[test]
+fn a_killed_rank_is_lost_within_a_second() {
+    killed_rank_is_lost(2, 4);
+}
+
+#[test]
+fn a_killed_root_is_lost_within_a_second() {
+    killed_rank_is_lost(0, 3);
+}
