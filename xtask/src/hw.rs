@@ -12,6 +12,7 @@ use crate::{codegen, util};
 mod bench;
 mod checks;
 mod data;
+mod safety;
 mod wheel;
 
 /// Checks for `cargo xtask test`: the generated header is fresh and every kernel variant compiles
@@ -80,7 +81,9 @@ impl Row {
 const USAGE: &str = "usage: cargo xtask hw [--worlds 2,4] [--max-bytes N] [--out DIR] [--leak-cycles N]
                      [--bench-quick] [--selftest-timeout] [--all] [--ci-checks]
   (no flag)            correctness: every collective x algorithm (multicast skipped) x size x dtype x op,
-                       dtype semantics, CUDA graph replay, trace diff against the host, VMM leak check
+                       dtype semantics, CUDA graph replay, trace diff against the host, safety
+                       (buffer bounds, graphs pin buffers, two launching threads, poison and
+                       reset), VMM leak check
   --bench-quick        all-reduce 1 KiB / 1 MiB / 256 MiB beside NCCL (nccl-tests columns)
   --selftest-timeout   a Wait with no Signal must fail within the deadline, naming the slot
   --all                all of the above in one run";
@@ -199,6 +202,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 rows.push(checks::graph_replay(&world, 100, &mut seed));
                 rows.push(checks::device_api(&world, 10, &mut seed));
                 rows.push(checks::trace_diff(&world, &out, &mut seed));
+                rows.extend(safety::run(&world, &devices, &mut seed));
             }
             if all || bench_only {
                 bench_lines.push((w, bench::run(&world, &mut seed)));

@@ -368,7 +368,7 @@ impl Request {
 }
 
 /// What each rank must provide for a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BufferSizes {
     /// Input bytes.
     pub input: u64,

@@ -37,6 +37,9 @@ pub enum CudaError {
     Invalid(String),
     /// A host-side exchange between ranks passed its deadline or a rank failed during it.
     Rendezvous(String),
+    /// An earlier collective failed (a device timeout, a failed launch), so signal pads and
+    /// counters may hold its signals: launches fail until `World::reset`. The text says why.
+    Poisoned(String),
     /// A device wait passed its deadline.
     Timeout {
         /// The waiting rank.
@@ -79,6 +82,10 @@ impl fmt::Display for CudaError {
             CudaError::Unsupported(s) => write!(f, "unsupported: {s}"),
             CudaError::Invalid(s) => write!(f, "invalid: {s}"),
             CudaError::Rendezvous(s) => write!(f, "rendezvous: {s}"),
+            CudaError::Poisoned(s) => write!(
+                f,
+                "the world is poisoned by an earlier failure ({s}); call reset() first"
+            ),
             CudaError::Timeout {
                 rank,
                 peer,

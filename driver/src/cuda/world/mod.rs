@@ -15,6 +15,11 @@
 //! host-mapped timeout records: a device wait that passed its deadline becomes
 //! [`CudaError::Timeout`] naming rank, peer, slot, expected and found.
 
+mod guard;
+mod run;
+
+pub use guard::Captured;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -78,6 +83,8 @@ pub struct Buffers {
 pub struct DevicePlan {
     /// The host copy (for traces and checks).
     pub host: RankPlan,
+    /// The buffer sizes the plan was validated against (a launch needs at least these).
+    sizes: BufferSizes,
     ops: DevBuf,
     chan: DevBuf,
 }
@@ -120,6 +127,12 @@ pub struct World {
     world: u16,
     pad_slots: u32,
     data_off: u64,
+    /// Held while launching, so every rank receives collectives in one order.
+    launching: Mutex<()>,
+    /// Why the world cannot be trusted until `reset` (a timeout, a failed launch).
+    poisoned: Mutex<Option<String>>,
+    /// Live captures by their buffers' input offset.
+    captured: Mutex<HashMap<u64, usize>>,
     /// How the kernels were obtained.
     pub compile: CompileInfo,
 }
@@ -225,6 +238,9 @@ impl World {
             world,
             pad_slots,
             data_off,
+            launching: Mutex::new(()),
+            poisoned: Mutex::new(None),
+            captured: Mutex::new(HashMap::new()),
             compile: info,
         })
     }
@@ -305,8 +321,26 @@ impl World {
         })
     }
 
-    /// Returns a request's buffers to the heap.
+    /// Returns a request's buffers to the heap, after launches in flight finished; refused while
+    /// a [`Captured`] graph names them.
     pub fn free(&self, b: &Buffers) -> Result<()> {
+        if self
+            .captured
+            .lock()
+            .map_err(|_| CudaError::Invalid("capture registry poisoned".into()))?
+            .contains_key(&b.input)
+        {
+            return Err(CudaError::Invalid(
+                "these buffers are captured in a live graph: drop it first".into(),
+            ));
+        }
+        {
+            let _g = self
+                .launching
+                .lock()
+                .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
+            self.drain()?;
+        }
         let mut h = self
             .alloc
             .lock()
@@ -354,7 +388,7 @@ impl World {
         Ok(())
     }
 
-    fn upload(&self, r: u16, plan: RankPlan) -> Result<DevicePlan> {
+    fn upload(&self, r: u16, plan: RankPlan, sizes: BufferSizes) -> Result<DevicePlan> {
         let k = self.rank(r)?;
         let bytes = plan.op_bytes();
         let ops = DevBuf::zeroed(&k.dev, bytes.len())?;
@@ -368,6 +402,7 @@ impl World {
         device::htod(chan.ptr, &cs)?;
         Ok(DevicePlan {
             host: plan,
+            sizes,
             ops,
             chan,
         })
@@ -389,7 +424,7 @@ impl World {
         for r in 0..self.world {
             let p = RankPlan::schedule(req, r)?;
             p.validate(r, self.world, &sizes, self.pad_slots, false)?;
-            v.push(self.upload(r, p)?);
+            v.push(self.upload(r, p, sizes)?);
         }
         let v = Arc::new(v);
         if let Ok(mut m) = self.plans.lock() {
@@ -413,184 +448,9 @@ impl World {
                 return Err(CudaError::Invalid(format!("{} channels", p.channels())));
             }
             p.validate(r as u16, self.world, sizes, self.pad_slots, false)?;
-            v.push(self.upload(r as u16, p)?);
+            v.push(self.upload(r as u16, p, *sizes)?);
         }
         Ok(v)
-    }
-
-    fn params(&self, r: u16, p: &DevicePlan, b: &Buffers, trace: bool) -> Result<InterpParams> {
-        let k = self.rank(r)?;
-        Ok(InterpParams {
-            plan: p.ops.ptr,
-            chan_start: p.chan.ptr,
-            base: k.heap.base(),
-            stride: k.heap.stride,
-            buf_off: [b.input, b.output, b.scratch],
-            pad_off: 0,
-            expected: k.expected.ptr,
-            mc_base: 0,
-            records: self.host.dev
-                + (ABORT_BYTES + r as usize * MAX_CHANNELS as usize * RECORD_BYTES) as u64,
-            abort_word: self.host.dev,
-            trace: if trace { k.trace.ptr } else { 0 },
-            trace_len: if trace { k.trace_len.ptr } else { 0 },
-            timeout_ns: self.opts.timeout.as_nanos().min(u64::MAX as u128) as u64,
-            rank: r as u32,
-            world: self.world as u32,
-            channels: p.host.channels() as u32,
-            trace_cap: self.opts.trace_cap,
-        })
-    }
-
-    fn reset_records(&self) {
-        self.host.zero(0, self.host.len);
-    }
-
-    fn enqueue(&self, r: u16, p: &DevicePlan, b: &Buffers, trace: bool) -> Result<()> {
-        let k = self.rank(r)?;
-        let channels = p.host.channels() as u32;
-        if channels == 0 {
-            return Ok(());
-        }
-        let params = self.params(r, p, b, trace)?;
-        k.dev.bind()?;
-        let kern = if trace { &k.interp_trace } else { &k.interp };
-        // SAFETY: `InterpParams` mirrors `symm_interp_params`; the plan, heap, counters, records
-        // and trace buffers it names are alive for the launch (owned by `self` and `p`), and the
-        // plan was validated against this world, these buffer sizes and the pad.
-        unsafe { kern.launch(&k.stream, channels, symm_kernels::INTERP_THREADS, &params) }
-    }
-
-    /// Launches plans on every rank without waiting (`wait` completes them).
-    pub fn launch(&self, plans: &[DevicePlan], b: &Buffers, trace: bool) -> Result<()> {
-        self.reset_records();
-        if trace {
-            for k in &self.ranks {
-                k.dev.bind()?;
-                device::memset(k.trace_len.ptr, 0, k.trace_len.len)?;
-            }
-        }
-        for (r, p) in plans.iter().enumerate() {
-            self.enqueue(r as u16, p, b, trace)?;
-        }
-        Ok(())
-    }
-
-    /// Launches plans without resetting records (back-to-back timing).
-    pub fn launch_again(&self, plans: &[DevicePlan], b: &Buffers) -> Result<()> {
-        for (r, p) in plans.iter().enumerate() {
-            self.enqueue(r as u16, p, b, false)?;
-        }
-        Ok(())
-    }
-
-    /// Waits for every rank and turns timeout records into errors.
-    pub fn wait(&self) -> Result<()> {
-        let mut first = None;
-        for k in &self.ranks {
-            if let Err(e) = k.stream.synchronize() {
-                first.get_or_insert(e);
-            }
-        }
-        if let Some(e) = first {
-            return Err(e);
-        }
-        self.check_records()
-    }
-
-    fn check_records(&self) -> Result<()> {
-        let mut bad = None;
-        for r in 0..self.world as usize {
-            for c in 0..MAX_CHANNELS as usize {
-                let at = ABORT_BYTES + (r * MAX_CHANNELS as usize + c) * RECORD_BYTES;
-                let reason = self.host.read_u32(at);
-                let rank = self.host.read_u32(at + 4) as u16;
-                let channel = self.host.read_u32(at + 36) as u16;
-                let op_index = self.host.read_u32(at + 32);
-                match reason {
-                    1 => {
-                        return Err(CudaError::Timeout {
-                            rank,
-                            peer: self.host.read_u32(at + 8) as u16,
-                            slot: self.host.read_u32(at + 12),
-                            channel,
-                            expected: self.host.read_u64(at + 16),
-                            found: self.host.read_u64(at + 24),
-                            op_index,
-                        })
-                    }
-                    3 => {
-                        bad.get_or_insert(CudaError::BadOp {
-                            rank,
-                            channel,
-                            op_index,
-                        });
-                    }
-                    _ => {}
-                }
-            }
-        }
-        bad.map_or(Ok(()), Err)
-    }
-
-    /// Runs a collective request to completion (plans cached).
-    pub fn run(&self, req: &Request, b: &Buffers, trace: bool) -> Result<()> {
-        let plans = self.plans(req)?;
-        self.launch(&plans, b, trace)?;
-        self.wait()
-    }
-
-    /// Captures one launch of a request's plans per rank into CUDA graphs.
-    pub fn capture(&self, req: &Request, b: &Buffers) -> Result<Vec<Graph>> {
-        let plans = self.plans(req)?;
-        let mut v = Vec::with_capacity(self.ranks.len());
-        for (r, p) in plans.iter().enumerate() {
-            let k = &self.ranks[r];
-            v.push(Graph::capture(&k.dev, &k.stream, || {
-                self.enqueue(r as u16, p, b, false)
-            })?);
-        }
-        Ok(v)
-    }
-
-    /// Replays captured graphs once on every rank and waits.
-    pub fn replay(&self, graphs: &[Graph]) -> Result<()> {
-        self.reset_records();
-        for (g, k) in graphs.iter().zip(&self.ranks) {
-            g.launch(&k.stream)?;
-        }
-        self.wait()
-    }
-
-    /// Mean microseconds per launch of `req` over `iters` back-to-back launches (after `warmup`),
-    /// the slowest rank's events.
-    pub fn time(&self, req: &Request, b: &Buffers, warmup: u32, iters: u32) -> Result<f64> {
-        let plans = self.plans(req)?;
-        self.launch(&plans, b, false)?;
-        for _ in 1..warmup.max(1) {
-            self.launch_again(&plans, b)?;
-        }
-        self.wait()?;
-        let ev: Vec<(Event, Event)> = self
-            .ranks
-            .iter()
-            .map(|k| Ok((Event::new(&k.dev)?, Event::new(&k.dev)?)))
-            .collect::<Result<_>>()?;
-        for (k, (s, _)) in self.ranks.iter().zip(&ev) {
-            s.record(&k.stream)?;
-        }
-        for _ in 0..iters.max(1) {
-            self.launch_again(&plans, b)?;
-        }
-        for (k, (_, e)) in self.ranks.iter().zip(&ev) {
-            e.record(&k.stream)?;
-        }
-        self.wait()?;
-        let mut worst = 0f64;
-        for (s, e) in &ev {
-            worst = worst.max(s.elapsed_ms(e)? as f64);
-        }
-        Ok(worst * 1000.0 / iters.max(1) as f64)
     }
 
     /// Rank `r`'s trace buffer and per-channel trace lengths (device addresses), with the

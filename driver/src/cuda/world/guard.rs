@@ -1,0 +1,173 @@
+//! What a launch may touch, and what a failed collective leaves behind.
+//!
+//! * **Bounds.** `Buffers` are plain offsets a caller can build by hand, so every launch checks
+//!   them against what the plans were validated for (each plan's ops stay inside its
+//!   `BufferSizes`) and against the heap's buffer area (never the signal pad, never past the
+//!   rank's heap): a safe call cannot make the GPU write outside the caller's buffers.
+//! * **Poison.** After a device timeout or a failed launch the pads and `expected` counters may
+//!   hold an aborted collective's signals, and the next collective could pass a wait early. The
+//!   world is then poisoned: every launch fails fast with [`CudaError::Poisoned`] until
+//!   [`World::reset`] zeroes pads and counters on every rank.
+//! * **Order.** Launches from several threads are serialised by one lock, so every rank receives
+//!   collectives in the same order.
+//! * **Graphs.** A [`Captured`] graph borrows its world (it cannot outlive it) and registers its
+//!   buffers: `free` refuses them while a capture that names them is alive, and waits for launches
+//!   in flight before returning memory.
+
+use std::sync::MutexGuard;
+
+use super::*;
+
+/// Graphs of one request captured on every rank; replay with [`World::replay`].
+pub struct Captured<'w> {
+    pub(super) world: &'w World,
+    pub(super) graphs: Vec<Graph>,
+    pub(super) buffers: Buffers,
+}
+
+impl Drop for Captured<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.world.captured.lock() {
+            if let Some(n) = m.get_mut(&self.buffers.input) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    m.remove(&self.buffers.input);
+                }
+            }
+        }
+    }
+}
+
+/// Checks buffers of the given sizes at the given offsets against what a plan needs and the
+/// buffer area `[lo, hi)` of the heap.
+pub(crate) fn check_buffers(b: &Buffers, need: &BufferSizes, lo: u64, hi: u64) -> Result<()> {
+    for (name, off, have, need) in [
+        ("input", b.input, b.sizes.input, need.input),
+        ("output", b.output, b.sizes.output, need.output),
+        ("scratch", b.scratch, b.sizes.scratch, need.scratch),
+    ] {
+        if have < need {
+            return Err(CudaError::Invalid(format!(
+                "the {name} buffer has {have} bytes; the plan needs {need}"
+            )));
+        }
+        if need > 0 && (off < lo || off.checked_add(need).is_none_or(|e| e > hi)) {
+            return Err(CudaError::Invalid(format!(
+                "the {name} buffer at {off}..+{need} is outside the heap's buffer area {lo}..{hi}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl World {
+    /// Fails when the world is poisoned, else takes the launch lock.
+    pub(super) fn launch_lock(&self) -> Result<MutexGuard<'_, ()>> {
+        let g = self
+            .launching
+            .lock()
+            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
+        if let Some(why) = self.poisoned.lock().ok().and_then(|p| p.clone()) {
+            return Err(CudaError::Poisoned(why));
+        }
+        Ok(g)
+    }
+
+    /// Records why the world can no longer be trusted (the first reason wins).
+    pub(super) fn poison(&self, e: &CudaError) {
+        if let Ok(mut p) = self.poisoned.lock() {
+            p.get_or_insert_with(|| e.to_string());
+        }
+    }
+
+    /// Why the world is poisoned, if it is.
+    pub fn poisoned(&self) -> Option<String> {
+        self.poisoned.lock().ok().and_then(|p| p.clone())
+    }
+
+    /// Checks `b` against every plan's validated sizes and the heap.
+    pub(super) fn check_plans(&self, plans: &[DevicePlan], b: &Buffers) -> Result<()> {
+        if plans.len() != self.world as usize {
+            return Err(CudaError::Invalid(format!(
+                "{} plans for {} ranks",
+                plans.len(),
+                self.world
+            )));
+        }
+        for p in plans {
+            check_buffers(b, &p.sizes, self.data_off, self.stride())?;
+        }
+        Ok(())
+    }
+
+    /// After a timeout or a failed launch: waits for every stream, zeroes every rank's signal
+    /// pad and `expected` counters and the timeout records, and lifts the poison. The world's
+    /// collectives start from a clean protocol state again. Fails (and stays poisoned) when a
+    /// stream cannot be synchronised, as after a sticky driver error.
+    pub fn reset(&self) -> Result<()> {
+        let _g = self
+            .launching
+            .lock()
+            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
+        for k in &self.ranks {
+            k.stream.synchronize()?;
+        }
+        for (r, k) in self.ranks.iter().enumerate() {
+            k.dev.bind()?;
+            device::memset(self.ptr(r as u16, 0)?, 0, self.data_off as usize)?;
+            device::memset(k.expected.ptr, 0, k.expected.len)?;
+            k.stream.synchronize()?;
+        }
+        self.reset_records();
+        if let Ok(mut p) = self.poisoned.lock() {
+            *p = None;
+        }
+        Ok(())
+    }
+
+    /// Waits for launches in flight on every rank (before memory they may touch is reused).
+    pub(super) fn drain(&self) -> Result<()> {
+        for k in &self.ranks {
+            k.stream.synchronize()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bufs(input: u64, output: u64, scratch: u64, n: u64) -> Buffers {
+        Buffers {
+            input,
+            output,
+            scratch,
+            sizes: BufferSizes {
+                input: n,
+                output: n,
+                scratch: n,
+            },
+        }
+    }
+
+    #[test]
+    fn buffers_are_checked_against_the_plan_and_the_heap() {
+        let need = BufferSizes {
+            input: 100,
+            output: 100,
+            scratch: 0,
+        };
+        let (lo, hi) = (4096, 1 << 20);
+        assert!(check_buffers(&bufs(4096, 8192, 12288, 100), &need, lo, hi).is_ok());
+        // Smaller than the plan needs.
+        assert!(check_buffers(&bufs(4096, 8192, 12288, 99), &need, lo, hi).is_err());
+        // In the signal pad.
+        assert!(check_buffers(&bufs(0, 8192, 12288, 100), &need, lo, hi).is_err());
+        // Past the heap, or wrapping.
+        assert!(check_buffers(&bufs(4096, hi - 50, 12288, 100), &need, lo, hi).is_err());
+        assert!(check_buffers(&bufs(4096, u64::MAX - 10, 0, 100), &need, lo, hi).is_err());
+        // A buffer the plan does not use may be anywhere (it is never touched).
+        assert!(check_buffers(&bufs(4096, 8192, 0, 100), &need, lo, hi).is_ok());
+    }
+}

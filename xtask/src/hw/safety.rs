@@ -1,0 +1,244 @@
+//! The safety checks of `cargo xtask hw`: what a safe call cannot make the GPU do, and how the
+//! world recovers from a failed collective.
+//!
+//! * bounds: buffers smaller than the plan, in the signal pad or past the heap are refused before
+//!   any launch, and the world stays usable;
+//! * poison and reset: after a forced device timeout every launch fails fast with `Poisoned`;
+//!   after `reset()` 100 collectives over every all-reduce algorithm are bit exact;
+//! * graphs: `free` refuses buffers a live capture names, and accepts them once it is dropped;
+//! * two threads launching on one world at once: every result correct.
+
+use std::time::{Duration, Instant};
+
+use symm_core::dtype::{DType, ReduceOp};
+use symm_core::op::Op;
+use symm_core::sched::{algorithms, Algorithm, BufferSizes, Collective, Request};
+use symm_core::signal::{SlotKind, SlotLayout};
+use symm_driver::cuda::plan::RankPlan;
+use symm_driver::cuda::{CudaError, Options, World};
+use symm_driver::host;
+use symm_tests::matrix::exact;
+
+use super::{data, Row};
+
+fn request(a: Algorithm, w: u16) -> Request {
+    Request::new(
+        Collective::AllReduce,
+        a,
+        w,
+        64 << 10,
+        DType::F32,
+        ReduceOp::Sum,
+    )
+    .with_channels(2)
+}
+
+/// Runs `req` on `b` with fresh inputs and compares with the reference.
+fn checked_run(
+    world: &World,
+    req: &Request,
+    b: &symm_driver::cuda::Buffers,
+    seed: u64,
+) -> Result<(), String> {
+    let e = |e: CudaError| e.to_string();
+    let inputs = data::inputs(req, seed);
+    for (r, inp) in inputs.iter().enumerate() {
+        world.write(r as u16, b.input, inp).map_err(e)?;
+        world
+            .fill(r as u16, b.output, b.sizes.output, host::POISON)
+            .map_err(e)?;
+    }
+    world.run(req, b, false).map_err(e)?;
+    let found: Vec<Vec<u8>> = (0..req.world)
+        .map(|r| world.read(r, b.output, b.sizes.output))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    exact(req, &found, &host::reference(req, &inputs))
+}
+
+fn expect_invalid(what: &str, r: Result<(), CudaError>) -> Result<(), String> {
+    match r {
+        Err(CudaError::Invalid(_)) => Ok(()),
+        Err(other) => Err(format!("{what}: wrong error {other}")),
+        Ok(()) => Err(format!("{what}: was accepted")),
+    }
+}
+
+fn bounds(world: &World, seed: &mut u64) -> Result<String, String> {
+    let e = |e: CudaError| e.to_string();
+    let req = request(Algorithm::Ring, world.world());
+    let b = world.alloc(&req).map_err(e)?;
+    let r = (|| {
+        let mut small = b;
+        small.sizes.output -= 4;
+        expect_invalid("an output 4 bytes short", world.run(&req, &small, false))?;
+        let mut pad = b;
+        pad.output = 0;
+        expect_invalid(
+            "an output over the signal pad",
+            world.run(&req, &pad, false),
+        )?;
+        let mut past = b;
+        past.scratch = world.stride() - 8;
+        expect_invalid("scratch past the heap", world.run(&req, &past, false))?;
+        let mut wrap = b;
+        wrap.input = u64::MAX - 8;
+        expect_invalid("an input offset that wraps", world.run(&req, &wrap, false))?;
+        if let Some(p) = world.poisoned() {
+            return Err(format!("a refused launch poisoned the world: {p}"));
+        }
+        *seed += 1;
+        checked_run(world, &req, &b, *seed).map_err(|m| format!("after the refusals: {m}"))
+    })();
+    world.free(&b).map_err(e)?;
+    r.map(|()| "4 bad buffer sets refused before launch; the next run bit exact".into())
+}
+
+fn poison_and_reset(devices: &[i32], seed: &mut u64) -> Result<String, String> {
+    let e = |e: CudaError| e.to_string();
+    let opts = Options {
+        heap_bytes: 8 << 20,
+        timeout: Duration::from_secs(1),
+        ..Options::default()
+    };
+    let world = World::open(devices, opts).map_err(e)?;
+    let w = world.world();
+    // A wait nobody signals: rank 0 times out.
+    let layout = SlotLayout {
+        teams: 1,
+        channels: 1,
+        world: w,
+    };
+    let slot = layout.index_unchecked(0, 0, SlotKind::Data, 1);
+    let sizes = BufferSizes {
+        input: 4096,
+        output: 4096,
+        scratch: 16,
+    };
+    let hang = world.alloc_sizes(sizes).map_err(e)?;
+    let mut plans = vec![RankPlan::from_channels(&[vec![Op::Wait { slot, count: 1 }]]).map_err(e)?];
+    for _ in 1..w {
+        plans.push(RankPlan::from_channels(&[vec![]]).map_err(e)?);
+    }
+    let dev = world.user_plans(plans, &sizes).map_err(e)?;
+    world.launch(&dev, &hang, false).map_err(e)?;
+    match world.wait() {
+        Err(CudaError::Timeout { .. }) => {}
+        other => return Err(format!("the hanging plan gave {other:?}")),
+    }
+    let algos: Vec<Algorithm> = algorithms(Collective::AllReduce)
+        .iter()
+        .copied()
+        .filter(|a| *a != Algorithm::Multicast)
+        .collect();
+    // Buffers large enough for every algorithm's scratch.
+    let most = algos.iter().fold(BufferSizes::default(), |m, &a| {
+        let s = request(a, w).buffer_sizes();
+        BufferSizes {
+            input: m.input.max(s.input),
+            output: m.output.max(s.output),
+            scratch: m.scratch.max(s.scratch),
+        }
+    });
+    let req = request(Algorithm::Ring, w);
+    let b = world.alloc_sizes(most).map_err(e)?;
+    let t = Instant::now();
+    match world.run(&req, &b, false) {
+        Err(CudaError::Poisoned(_)) => {}
+        other => {
+            return Err(format!(
+                "a run after the timeout gave {other:?}, not Poisoned"
+            ))
+        }
+    }
+    let fail_fast = t.elapsed();
+    world.reset().map_err(e)?;
+    let mut n = 0;
+    for i in 0..100u64 {
+        let req = request(algos[i as usize % algos.len()], w);
+        *seed += 1;
+        checked_run(&world, &req, &b, *seed).map_err(|m| format!("after reset, run {i}: {m}"))?;
+        n += 1;
+    }
+    world.free(&b).map_err(e)?;
+    world.free(&hang).map_err(e)?;
+    Ok(format!(
+        "timeout -> Poisoned in {:.0} us; after reset() {n} all-reduces bit exact",
+        fail_fast.as_secs_f64() * 1e6
+    ))
+}
+
+fn graphs_pin_buffers(world: &World) -> Result<String, String> {
+    let e = |e: CudaError| e.to_string();
+    let req = request(Algorithm::TwoShot, world.world());
+    let b = world.alloc(&req).map_err(e)?;
+    let captured = world.capture(&req, &b).map_err(e)?;
+    expect_invalid("free while captured", world.free(&b))?;
+    world.replay(&captured).map_err(e)?;
+    drop(captured);
+    world.free(&b).map_err(e)?;
+    Ok("free refused while a capture names the buffers, accepted after".into())
+}
+
+fn two_threads(world: &World, seed: u64) -> Result<String, String> {
+    let e = |e: CudaError| e.to_string();
+    let reqs = [
+        request(Algorithm::Ring, world.world()),
+        request(Algorithm::OneShot, world.world()),
+    ];
+    let bufs = [
+        world.alloc(&reqs[0]).map_err(e)?,
+        world.alloc(&reqs[1]).map_err(e)?,
+    ];
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|t| {
+                let (req, b) = (&reqs[t], &bufs[t]);
+                s.spawn(move || {
+                    for i in 0..50u64 {
+                        checked_run(world, req, b, seed + 1000 * t as u64 + i)
+                            .map_err(|m| format!("thread {t} run {i}: {m}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+            .collect()
+    });
+    for b in &bufs {
+        world.free(b).map_err(e)?;
+    }
+    results.into_iter().collect::<Result<Vec<()>, String>>()?;
+    Ok("2 threads x 50 all-reduces on one world, all bit exact".into())
+}
+
+/// One check: a note on success, the failure otherwise.
+type Check<'a> = dyn Fn(&mut u64) -> Result<String, String> + 'a;
+
+/// Every safety check, a row each.
+pub fn run(world: &World, devices: &[i32], seed: &mut u64) -> Vec<Row> {
+    let w = world.world();
+    let mut rows = Vec::new();
+    let checks: [(&str, &Check); 4] = [
+        ("safety: buffer bounds", &|s| bounds(world, s)),
+        ("safety: graphs pin buffers", &|_| graphs_pin_buffers(world)),
+        ("safety: two launching threads", &|s| two_threads(world, *s)),
+        ("safety: poison and reset", &|s| {
+            poison_and_reset(devices, s)
+        }),
+    ];
+    for (name, f) in checks {
+        let t = Instant::now();
+        let mut row = Row::new(name, w);
+        row.cases = 1;
+        match f(seed) {
+            Ok(m) => row.note = m,
+            Err(m) => row.fail(m),
+        }
+        row.seconds = t.elapsed().as_secs_f64();
+        rows.push(row);
+    }
+    rows
+}
