@@ -381,3 +381,174 @@ fn a_killed_rank_is_lost_within_a_second() {
 fn a_killed_root_is_lost_within_a_second() {
     killed_rank_is_lost(0, 3);
 }
+
+const SYMM_RUN: &str = env!("CARGO_BIN_EXE_symm-run");
+
+/// Runs `symm-run args` to its end (at most [`SLOW`]): (exit code, stdout, stderr, seconds).
+fn symm_run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String, f64) {
+    let start = Instant::now();
+    let mut cmd = Command::new(SYMM_RUN);
+    cmd.args(args).stdin(Stdio::null());
+    for v in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "SYMM_JOB", "SYMM_TOKEN"] {
+        cmd.env_remove(v);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+        secs,
+    )
+}
+
+#[test]
+fn symm_run_sets_the_job_environment_and_keeps_multicast_off() {
+    let script = r#"echo "$RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE ${#SYMM_TOKEN} $NCCL_NVLS_ENABLE$TORCH_SYMM_MEM_DISABLE_MULTICAST$NVSHMEM_DISABLE_NVLS $SYMM_JOB""#;
+    let (code, out, err, _) = symm_run(
+        &["-n", "3", "--", "sh", "-c", script],
+        &[
+            ("NCCL_NVLS_ENABLE", "1"),
+            ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "0"),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines.len(), 3, "{out}");
+    let job = lines[0].rsplit(' ').next().unwrap();
+    assert!(job.starts_with('j') && job.len() > 8, "{job}");
+    for (r, line) in lines.iter().enumerate() {
+        assert_eq!(*line, format!("[{r}] {r}/3/{r}/3 64 011 {job}"));
+    }
+}
+
+#[test]
+fn symm_run_runs_a_bootstrap_job() {
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.to_str().unwrap();
+    let (code, out, err, secs) = symm_run(
+        &[
+            "-n",
+            "3",
+            "--",
+            exe,
+            "child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ],
+        &[(ROLE, "memfd")],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    for r in 0..3 {
+        let mine: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("[{r}] @@ ")))
+            .collect();
+        assert!(mine.contains(&"gathered 20"), "{out}");
+        let fds = mine.iter().find_map(|l| l.strip_prefix("fds ")).unwrap();
+        let (a, b) = fds.split_once(' ').unwrap();
+        assert_eq!(a, b, "{out}");
+    }
+    eprintln!("symm-run -n 3, memfd role: {secs:.2} s");
+}
+
+#[test]
+fn symm_run_ends_the_job_when_a_rank_fails() {
+    let dir = std::env::temp_dir().join(job_name("fail"));
+    std::fs::create_dir(&dir).unwrap();
+    // Ranks 0 and 2 ignore SIGTERM (so SIGKILL must follow) and mark that they started; rank 1
+    // fails once both have.
+    let script = r#"
+        if [ "$RANK" = 1 ]; then
+            while [ ! -e "$D/0" ] || [ ! -e "$D/2" ]; do sleep 0.02; done
+            exit 3
+        fi
+        trap "" TERM
+        echo "pid $$"
+        touch "$D/$RANK"
+        sleep 60
+    "#;
+    let d = dir.to_str().unwrap();
+    let (code, out, err, secs) = symm_run(
+        &["-n", "3", "--grace", "0.5", "--", "sh", "-c", script],
+        &[("D", d)],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        err.contains("rank 1 exited with status 3; ending rank(s) 0, 2"),
+        "{err}"
+    );
+    assert!(
+        err.contains("job failed: rank 1 exited with status 3"),
+        "{err}"
+    );
+    assert!(secs < 30.0, "took {secs} s");
+    for r in [0, 2] {
+        let pid = out
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("[{r}] pid ")))
+            .unwrap_or_else(|| panic!("no pid from rank {r}: {out}"));
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "rank {r} (pid {pid}) still exists"
+        );
+    }
+    eprintln!("symm-run ended the job {secs:.2} s after start");
+}
+
+#[test]
+fn symm_run_forwards_sigterm_and_enforces_its_timeout() {
+    let script = r#"trap "echo term; exit 0" TERM; echo up; while :; do sleep 0.05; done"#;
+    let mut run = Command::new(SYMM_RUN)
+        .args(["-n", "2", "--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
+    let mut up = 0;
+    while up < 2 {
+        let l = lines.next().unwrap().unwrap();
+        up += l.ends_with("] up") as i32;
+    }
+    let pid = run.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "{rest:?}");
+    assert_eq!(
+        rest.iter().filter(|l| l.ends_with("] term")).count(),
+        2,
+        "{rest:?}"
+    );
+
+    let (code, out, err, secs) = symm_run(
+        &[
+            "-n",
+            "2",
+            "--timeout",
+            "0.3",
+            "--grace",
+            "0.2",
+            "--",
+            "sleep",
+            "60",
+        ],
+        &[],
+    );
+    assert_eq!(code, 124, "{out}{err}");
+    assert!(err.contains("timeout; ending rank(s) 0, 1"), "{err}");
+    assert!(secs < 30.0, "took {secs} s");
+}
