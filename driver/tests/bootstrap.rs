@@ -137,6 +137,20 @@ fn run_role(role: &str) -> Result<(), String> {
                 boot.finish(SLOW).map_err(|e| e.to_string())
             }
             "hold" => role_hold(&boot),
+            "leave" => {
+                say("ready", boot.rank());
+                let at = now_ns();
+                boot.leave();
+                match boot.barrier(SLOW) {
+                    Err(BootstrapError::Poisoned(e))
+                        if *e == BootstrapError::Left { rank: job.rank } =>
+                    {
+                        say("left", at);
+                        Ok(())
+                    }
+                    other => Err(format!("after leave: {other:?}")),
+                }
+            }
             "victim" => {
                 say("ready", boot.rank());
                 std::thread::sleep(SLOW);
@@ -335,35 +349,50 @@ fn missing_ranks_are_named_after_the_deadline() {
     rank2.finish();
 }
 
-/// Kills `victim` (kill -9) once all `world` ranks hold, and checks that every other rank sees
-/// `PeerLost { victim }` within a second, by its error, lost word and callback.
-fn killed_rank_is_lost(victim: u16, world: u16) {
+/// Kills `victim` (kill -9) once all `world` ranks hold (or, with `leave`, lets it leave), and
+/// checks that every other rank sees `PeerLost { victim }` within a second, by its error, lost
+/// word and callback.
+fn killed_rank_is_lost(victim: u16, world: u16, leave: bool) {
     let job = job_name("kill");
     let mut procs: Vec<Proc> = (0..world)
         .map(|r| {
-            let role = if r == victim { "victim" } else { "hold" };
+            let role = match (r == victim, leave) {
+                (false, _) => "hold",
+                (true, false) => "victim",
+                (true, true) => "leave",
+            };
             spawn(role, &job, r, world, GOOD_TOKEN, SLOW)
         })
         .collect();
     for p in &mut procs {
         p.expect("ready", SLOW);
     }
-    let mut dead = procs.remove(victim as usize);
-    let killed = now_ns();
-    dead.child.kill().unwrap();
-    dead.child.wait().unwrap();
+    let mut gone = procs.remove(victim as usize);
+    let at = if leave {
+        let at = gone.expect("left", SLOW).parse().unwrap();
+        gone.finish();
+        at
+    } else {
+        let at = now_ns();
+        gone.child.kill().unwrap();
+        gone.child.wait().unwrap();
+        at
+    };
+    let how = if leave { "left" } else { "killed" };
     let mut worst = 0u128;
     for p in procs {
         let seen = p.finish();
         let lost = seen.get("lost").expect("a lost report");
         let v: Vec<u128> = lost.split(' ').map(|x| x.parse().unwrap()).collect();
         assert_eq!(v[0], victim as u128, "{lost}");
-        let error_ms = v[1].saturating_sub(killed) as f64 / 1e6;
-        let callback_ms = v[2].saturating_sub(killed) as f64 / 1e6;
-        eprintln!("rank {victim} killed: PeerLost after {error_ms:.2} ms, callback after {callback_ms:.2} ms");
+        let error_ms = v[1].saturating_sub(at) as f64 / 1e6;
+        let callback_ms = v[2].saturating_sub(at) as f64 / 1e6;
+        eprintln!(
+            "rank {victim} {how}: PeerLost after {error_ms:.2} ms, callback after {callback_ms:.2} ms"
+        );
         worst = worst
-            .max(v[1].saturating_sub(killed))
-            .max(v[2].saturating_sub(killed));
+            .max(v[1].saturating_sub(at))
+            .max(v[2].saturating_sub(at));
     }
     assert!(
         worst < 1_000_000_000,
@@ -374,12 +403,17 @@ fn killed_rank_is_lost(victim: u16, world: u16) {
 
 #[test]
 fn a_killed_rank_is_lost_within_a_second() {
-    killed_rank_is_lost(2, 4);
+    killed_rank_is_lost(2, 4, false);
 }
 
 #[test]
 fn a_killed_root_is_lost_within_a_second() {
-    killed_rank_is_lost(0, 3);
+    killed_rank_is_lost(0, 3, false);
+}
+
+#[test]
+fn a_rank_that_leaves_is_lost_within_a_second() {
+    killed_rank_is_lost(1, 3, true);
 }
 
 const SYMM_RUN: &str = env!("CARGO_BIN_EXE_symm-run");

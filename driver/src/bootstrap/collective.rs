@@ -95,6 +95,11 @@ impl SocketBootstrap {
             rank_round(sh, op, next, payload, fds, deadline)
         };
         if let Err(e) = &r {
+            // Whatever told this rank of a loss first (the watcher, the root's abort, a failed
+            // send), the lost word and callbacks have it before the error is returned.
+            if let (Some(rank), false) = (e.lost_rank(), sh.closing.load(Ordering::Acquire)) {
+                sh.raise_lost(rank);
+            }
             if sh.rank == 0 {
                 let notice = Instant::now() + NOTICE;
                 let head = Head::control(Kind::Abort, 0);
@@ -194,7 +199,13 @@ fn rank_round(
         rank: sh.rank,
         seq,
     };
-    wire::send(root.fd.as_fd(), head, payload, fds, deadline).map_err(|e| e.at(0, op.name()))?;
+    match wire::send(root.fd.as_fd(), head, payload, fds, deadline) {
+        Ok(()) => {}
+        // The root closed: what it sent before (a loss, an abort) is still to be read, and
+        // names the cause better than the closed connection; `take` reports it.
+        Err(wire::LinkError::Closed) => {}
+        Err(e) => return Err(e.at(0, op.name())),
+    }
     let mut parts = Vec::with_capacity(sh.world as usize);
     for src in 0..sh.world {
         let f = sh.take(0, op.name(), deadline)?;

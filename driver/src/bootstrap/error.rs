@@ -141,6 +141,11 @@ pub enum BootstrapError {
         /// The bound.
         max: usize,
     },
+    /// This rank left the job ([`super::SocketBootstrap::leave`]); its calls fail from then on.
+    Left {
+        /// This rank.
+        rank: u16,
+    },
     /// An earlier failure left the bootstrap unusable; it is kept here.
     Poisoned(Box<BootstrapError>),
 }
@@ -225,6 +230,7 @@ impl fmt::Display for BootstrapError {
             BootstrapError::TooLarge { what, len, max } => {
                 write!(f, "{what}: {len} exceeds the bound of {max}")
             }
+            BootstrapError::Left { rank } => write!(f, "rank {rank} left the job"),
             BootstrapError::Poisoned(e) => write!(f, "bootstrap unusable after: {e}"),
         }
     }

@@ -147,6 +147,27 @@ impl SocketBootstrap {
         self.shared.wait_lost(timeout)
     }
 
+    /// Leaves the job at once, for a rank that failed and will take no further part: the other
+    /// ranks see it lost, exactly as if its process had died, and this process's calls fail
+    /// with [`BootstrapError::Poisoned`] holding [`BootstrapError::Left`]. The connections stay
+    /// allocated until drop.
+    pub fn leave(&self) {
+        let sh = &*self.shared;
+        // Closing first, so that the EOFs this causes here are not blamed on the peers.
+        sh.closing.store(true, Ordering::Release);
+        {
+            let mut st = sh.lock();
+            if st.poisoned.is_none() {
+                st.poisoned = Some(BootstrapError::Left { rank: sh.rank });
+            }
+        }
+        for l in &sh.links {
+            // A connection already gone needs no shutdown.
+            let _ = sys::shutdown(std::os::fd::AsFd::as_fd(&l.fd));
+        }
+        sh.cv.notify_all();
+    }
+
     /// Ends the job in order: a last barrier, after which closing connections are not losses.
     /// Dropping without it is seen by the other ranks as this rank's loss.
     pub fn finish(self, timeout: Duration) -> Result<()> {

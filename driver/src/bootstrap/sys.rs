@@ -159,6 +159,14 @@ pub(crate) fn peer_uid(fd: BorrowedFd<'_>) -> io::Result<u32> {
     Ok(cred.uid)
 }
 
+/// Shuts a connected socket down both ways: the peer reads EOF at once, whoever else holds the
+/// socket.
+pub(crate) fn shutdown(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: plain system call on a socket this process holds.
+    cvt(unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) })?;
+    Ok(())
+}
+
 /// Sends one message (`parts` gathered) with `fds` attached, without blocking. Returns the bytes
 /// sent (a seqpacket send is all or nothing); `WouldBlock` when the peer's queue is full.
 pub(crate) fn send(

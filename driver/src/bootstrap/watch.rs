@@ -166,15 +166,19 @@ impl Shared {
             if let Some(f) = st.queues.get_mut(i).and_then(VecDeque::pop_front) {
                 return Ok(f);
             }
-            match st.dead.get(i).copied().flatten() {
-                Some(Some(what)) => return Err(BootstrapError::Protocol { rank: peer, what }),
-                Some(None) => return Err(BootstrapError::PeerLost { rank: peer }),
-                None => {}
+            let dead = st.dead.get(i).copied().flatten();
+            if let Some(Some(what)) = dead {
+                return Err(BootstrapError::Protocol { rank: peer, what });
             }
+            // The first loss, which may be what closed this link (a rank losing rank 1 hears of
+            // it from the root, which may then close).
             if !self.closing.load(Ordering::Acquire) {
                 if let Some(rank) = self.lost_rank() {
                     return Err(BootstrapError::PeerLost { rank });
                 }
+            }
+            if dead.is_some() {
+                return Err(BootstrapError::PeerLost { rank: peer });
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

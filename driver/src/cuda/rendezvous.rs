@@ -1,15 +1,18 @@
 //! Rendezvous: how the ranks of a world exchange bytes (shareable handles) and meet.
 //!
 //! [`Bootstrap`] is the only thing the heap needs from the outside world: an all-gather of small
-//! byte strings and a barrier, each with a deadline. [`ThreadBootstrap`] implements it for one
-//! process with one thread per GPU (file descriptors are then valid in every rank as they are);
-//! a process-per-GPU bootstrap (a Unix socket passing descriptors with SCM_RIGHTS) plugs in
-//! behind the same trait without changing callers.
+//! byte strings, an all-gather of file descriptors (the VMM handles) and a barrier, each with a
+//! deadline. [`ThreadBootstrap`] implements it for one process with one thread per GPU;
+//! [`SocketRendezvous`] for one process per GPU, over [`crate::bootstrap::SocketBootstrap`]
+//! (descriptors travel with SCM_RIGHTS). Either way `all_gather_fds` hands each rank descriptors
+//! of its own, so callers need not know which.
 
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::error::{CudaError, Result};
+use crate::bootstrap::SocketBootstrap;
 
 /// What a heap needs to meet its peers.
 pub trait Bootstrap: Sync {
@@ -21,6 +24,9 @@ pub trait Bootstrap: Sync {
     fn barrier(&self, rank: u16) -> Result<()> {
         self.all_gather(rank, &[]).map(|_| ())
     }
+    /// Every rank contributes one descriptor; every rank gets, in rank order, a descriptor of
+    /// its own (closed on drop, close-on-exec) for each rank's, its own included.
+    fn all_gather_fds(&self, rank: u16, fd: BorrowedFd<'_>) -> Result<Vec<OwnedFd>>;
     /// Wakes every waiting rank with an error (a rank failed and will not arrive).
     fn abort(&self, rank: u16, why: &str);
     /// Whether file descriptors from one rank are valid in another as they are (same process).
@@ -115,6 +121,26 @@ impl Bootstrap for ThreadBootstrap {
         Ok(st.result.clone())
     }
 
+    fn all_gather_fds(&self, rank: u16, fd: BorrowedFd<'_>) -> Result<Vec<OwnedFd>> {
+        let raw = self.all_gather(rank, &fd.as_raw_fd().to_le_bytes())?;
+        let dup = |p: usize, bytes: &Vec<u8>| -> Result<OwnedFd> {
+            let n = <[u8; 4]>::try_from(bytes.as_slice())
+                .map(i32::from_le_bytes)
+                .ok()
+                .filter(|&n| n >= 0)
+                .ok_or_else(|| CudaError::Rendezvous(format!("rank {p} sent no descriptor")))?;
+            // SAFETY: rank p lends descriptor n for the whole of this call, and no rank returns
+            // before the barrier below, which every rank reaches only after its copies.
+            let lent = unsafe { BorrowedFd::borrow_raw(n) };
+            lent.try_clone_to_owned()
+                .map_err(|e| CudaError::Rendezvous(format!("dup of rank {p}'s descriptor: {e}")))
+        };
+        let fds: Result<Vec<OwnedFd>> = raw.iter().enumerate().map(|(p, b)| dup(p, b)).collect();
+        // Always reached, so that no rank closes a descriptor another is still copying.
+        self.barrier(rank)?;
+        fds
+    }
+
     fn abort(&self, rank: u16, why: &str) {
         if let Ok(mut st) = self.state.lock() {
             st.failed = Some(format!("rank {rank} failed: {why}"));
@@ -124,6 +150,88 @@ impl Bootstrap for ThreadBootstrap {
 
     fn shares_fds(&self) -> bool {
         true
+    }
+}
+
+/// One process per GPU: a [`SocketBootstrap`] with the deadline the trait's calls use.
+pub struct SocketRendezvous {
+    boot: SocketBootstrap,
+    deadline: Duration,
+}
+
+impl SocketRendezvous {
+    /// Serves `boot`'s job; each exchange fails after `deadline`.
+    pub fn new(boot: SocketBootstrap, deadline: Duration) -> SocketRendezvous {
+        SocketRendezvous { boot, deadline }
+    }
+
+    /// The bootstrap (its lost word, callbacks, `finish`).
+    pub fn bootstrap(&self) -> &SocketBootstrap {
+        &self.boot
+    }
+
+    /// The bootstrap back.
+    pub fn into_inner(self) -> SocketBootstrap {
+        self.boot
+    }
+
+    fn own(&self, rank: u16) -> Result<()> {
+        if rank == self.boot.rank() {
+            Ok(())
+        } else {
+            Err(CudaError::Invalid(format!(
+                "rank {rank} called the bootstrap of rank {}",
+                self.boot.rank()
+            )))
+        }
+    }
+}
+
+fn socket_error(e: crate::bootstrap::BootstrapError) -> CudaError {
+    CudaError::Rendezvous(e.to_string())
+}
+
+impl Bootstrap for SocketRendezvous {
+    fn world(&self) -> u16 {
+        self.boot.world()
+    }
+
+    fn all_gather(&self, rank: u16, data: &[u8]) -> Result<Arc<Vec<Vec<u8>>>> {
+        self.own(rank)?;
+        self.boot
+            .all_gather(data, self.deadline)
+            .map(Arc::new)
+            .map_err(socket_error)
+    }
+
+    fn barrier(&self, rank: u16) -> Result<()> {
+        self.own(rank)?;
+        self.boot.barrier(self.deadline).map_err(socket_error)
+    }
+
+    fn all_gather_fds(&self, rank: u16, fd: BorrowedFd<'_>) -> Result<Vec<OwnedFd>> {
+        self.own(rank)?;
+        let per_rank = self
+            .boot
+            .all_gather_fds(&[fd], self.deadline)
+            .map_err(socket_error)?;
+        per_rank
+            .into_iter()
+            .enumerate()
+            .map(|(p, mut fds)| {
+                fds.pop()
+                    .filter(|_| fds.is_empty())
+                    .ok_or_else(|| CudaError::Rendezvous(format!("rank {p} sent no descriptor")))
+            })
+            .collect()
+    }
+
+    fn abort(&self, _rank: u16, _why: &str) {
+        self.boot.leave();
+    }
+
+    fn shares_fds(&self) -> bool {
+        false
     }
 }
 
@@ -143,6 +251,30 @@ mod tests {
                         for (q, v) in got.iter().enumerate() {
                             assert_eq!(v, &vec![q as u8, round]);
                         }
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn descriptors_are_copied_for_every_rank() {
+        use std::io::Write;
+        use std::os::unix::fs::FileExt;
+        let b = ThreadBootstrap::new(3, Duration::from_secs(5));
+        std::thread::scope(|s| {
+            for r in 0..3u16 {
+                let b = &b;
+                s.spawn(move || {
+                    let mut f = crate::bootstrap::memfd("rank").unwrap();
+                    f.write_all(&[r as u8; 5]).unwrap();
+                    let got = b.all_gather_fds(r, std::os::fd::AsFd::as_fd(&f)).unwrap();
+                    drop(f);
+                    for (p, fd) in got.into_iter().enumerate() {
+                        // Copies share the file offset: read at an explicit one.
+                        let mut v = [0u8; 6];
+                        let n = std::fs::File::from(fd).read_at(&mut v, 0).unwrap();
+                        assert_eq!(v[..n], [p as u8; 5]);
                     }
                 });
             }
