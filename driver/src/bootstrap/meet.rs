@@ -279,6 +279,75 @@ pub(crate) fn join(job: &JobEnv, deadline: Instant) -> Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bootstrap::env::Token;
+    use std::os::fd::BorrowedFd;
+
+    fn job(rank: u16, world: u16, name: &str) -> JobEnv {
+        JobEnv {
+            rank,
+            world,
+            local_rank: rank,
+            job: format!("u{}-{name}", std::process::id()),
+            token: Token::from_bytes(&[7; 32]).unwrap(),
+        }
+    }
+
+    /// Connects to `name` and sends `parts` with `fds`; returns what the root answered.
+    fn poke(name: &str, parts: &[&[u8]], fds: &[BorrowedFd<'_>]) -> Option<Refusal> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let fd = connect(name, deadline).unwrap();
+        sys::send(fd.as_fd(), parts, fds).unwrap();
+        let mut buf = vec![0u8; wire::MAX_FRAME];
+        let f = wire::recv(fd.as_fd(), &mut buf, deadline).ok()?;
+        assert_eq!(f.head.kind, Kind::Refused);
+        wire::parse_refusal(&f.payload)
+    }
+
+    #[test]
+    fn hostile_hellos_are_refused_and_the_root_goes_on() {
+        let root_job = job(0, 2, "hostile");
+        let name = root_job.socket_name(sys::euid());
+        let root = std::thread::spawn(move || {
+            root(&root_job, Instant::now() + Duration::from_secs(30)).map(|l| l.len())
+        });
+        // A connection that never speaks delays nobody.
+        let silent = connect(&name, Instant::now() + Duration::from_secs(20)).unwrap();
+        let garbage = [0xAAu8; 100];
+        assert_eq!(poke(&name, &[&garbage], &[]), Some(Refusal::Malformed));
+        let huge = vec![0u8; wire::MAX_FRAME + 4096];
+        assert_eq!(poke(&name, &[&huge], &[]), Some(Refusal::Malformed));
+        let me = job(1, 2, "hostile");
+        let head = Head::control(Kind::Hello, 1).encode_for_test(37);
+        let hello = wire::hello(2, 1, me.token.bytes());
+        let file = crate::bootstrap::memfd("x").unwrap();
+        let fds = [file.as_fd()];
+        assert_eq!(
+            poke(&name, &[&head, &hello], &fds),
+            Some(Refusal::Malformed)
+        );
+        let wrong_world = wire::hello(3, 1, me.token.bytes());
+        assert_eq!(
+            poke(&name, &[&head, &wrong_world], &[]),
+            Some(Refusal::World {
+                expected: 2,
+                found: 3
+            })
+        );
+        let head9 = Head::control(Kind::Hello, 9).encode_for_test(37);
+        assert_eq!(
+            poke(&name, &[&head9, &hello], &[]),
+            Some(Refusal::Rank { rank: 9, world: 2 })
+        );
+        let head0 = Head::control(Kind::Hello, 0).encode_for_test(37);
+        assert_eq!(
+            poke(&name, &[&head0, &hello], &[]),
+            Some(Refusal::Duplicate { rank: 0 })
+        );
+        // The real rank 1 still gets in.
+        let link = join(&me, Instant::now() + Duration::from_secs(20)).unwrap();
+        assert_eq!(root.join().unwrap(), Ok(1));
+        drop((link, silent));
+    }
 
     #[test]
     fn only_the_same_user_is_accepted() {

@@ -133,6 +133,12 @@ impl Head {
         }
     }
 
+    /// The header bytes for a payload of `len` bytes (tests craft frames with it).
+    #[cfg(test)]
+    pub fn encode_for_test(self, len: usize) -> [u8; HEADER] {
+        self.encode(len)
+    }
+
     fn encode(self, len: usize) -> [u8; HEADER] {
         let mut h = [0u8; HEADER];
         h[0..2].copy_from_slice(&MAGIC.to_le_bytes());
