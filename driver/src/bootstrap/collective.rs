@@ -88,7 +88,7 @@ impl SocketBootstrap {
         }
         let next = seq.wrapping_add(1);
         *seq = next;
-        let deadline = Instant::now() + timeout;
+        let deadline = wire::after(Instant::now(), timeout);
         let r = if sh.rank == 0 {
             root_round(sh, op, next, payload, fds, deadline)
         } else {

@@ -202,7 +202,7 @@ pub(crate) fn root(job: &JobEnv, deadline: Instant) -> Result<Vec<OwnedFd>> {
     let links: Vec<OwnedFd> = ranks.into_iter().skip(1).flatten().collect();
     for (i, fd) in links.iter().enumerate() {
         let head = Head::control(Kind::Ready, 0);
-        wire::send(fd.as_fd(), head, &[], &[], deadline + NOTICE)
+        wire::send(fd.as_fd(), head, &[], &[], wire::after(deadline, NOTICE))
             .map_err(|e| e.at(i as u16 + 1, "rendezvous"))?;
     }
     Ok(links)
@@ -271,7 +271,8 @@ pub(crate) fn join(job: &JobEnv, deadline: Instant) -> Result<OwnedFd> {
     }
     let f = wire::recv(fd.as_fd(), &mut buf, deadline).map_err(during)?;
     verdict(f, Kind::Accepted)?;
-    let f = wire::recv(fd.as_fd(), &mut buf, deadline + VERDICT_GRACE).map_err(during)?;
+    let f =
+        wire::recv(fd.as_fd(), &mut buf, wire::after(deadline, VERDICT_GRACE)).map_err(during)?;
     verdict(f, Kind::Ready)?;
     Ok(fd)
 }

@@ -72,7 +72,7 @@ impl SocketBootstrap {
     /// Joins `job` as its rank: the root waits for every rank, the others connect to it. Fails
     /// after `timeout` naming the ranks that did not arrive.
     pub fn join(job: &JobEnv, timeout: Duration) -> Result<SocketBootstrap> {
-        let deadline = Instant::now() + timeout;
+        let deadline = wire::after(Instant::now(), timeout);
         let links = if job.rank == 0 {
             meet::root(job, deadline)?
                 .into_iter()

@@ -136,7 +136,7 @@ impl Shared {
 
     /// Waits until a peer is lost or `timeout` passes.
     pub fn wait_lost(&self, timeout: Duration) -> Option<u16> {
-        let deadline = Instant::now() + timeout;
+        let deadline = wire::after(Instant::now(), timeout);
         let mut st = self.lock();
         loop {
             if let Some(r) = self.lost_rank() {

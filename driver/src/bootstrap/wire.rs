@@ -21,7 +21,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::error::{BootstrapError, Refusal};
 use super::sys;
@@ -224,6 +224,14 @@ fn is_gone(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(sys::EPIPE | sys::ECONNRESET | sys::ENOTCONN)
     )
+}
+
+/// `timeout` after `from`, or a year after it when that overflows (a caller may pass
+/// `Duration::MAX` for "no deadline").
+pub(crate) fn after(from: Instant, timeout: Duration) -> Instant {
+    from.checked_add(timeout)
+        .or_else(|| from.checked_add(Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(from)
 }
 
 /// Waits until `fd` is ready for `events` or `deadline` passes.
@@ -467,6 +475,13 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(Frame::decode(&bytes[..cut], Vec::new()).is_err());
         }
+    }
+
+    #[test]
+    fn any_timeout_is_a_deadline() {
+        let now = Instant::now();
+        assert!(after(now, Duration::MAX) > now + Duration::from_secs(3600));
+        assert_eq!(after(now, Duration::ZERO), now);
     }
 
     #[test]
