@@ -3,7 +3,7 @@
 //!
 //! # Protocol
 //!
-//! * **Environment** ([`env`]): `RANK`, `WORLD_SIZE`, `LOCAL_RANK` as torchrun sets them, plus
+//! * **Environment** ([`env`](mod@env)): `RANK`, `WORLD_SIZE`, `LOCAL_RANK` as torchrun sets them, plus
 //!   `SYMM_JOB` (the job's name) and `SYMM_TOKEN` (its secret), all parsed strictly.
 //! * **Socket**: rank 0, the root, listens on the `AF_UNIX` `SOCK_SEQPACKET` socket
 //!   `symm-<job>-<uid>` in Linux's *abstract* namespace. Abstract over a path in a 0700 folder:
@@ -31,7 +31,7 @@
 //!   the root loses rank 0. Every collective then fails with [`BootstrapError::PeerLost`].
 //!   [`SocketBootstrap::finish`] ends a job in order, so that its closing is not a loss.
 //!
-//! [`sys`] holds every libc call. The launcher that sets the environment is
+//! `sys` holds every libc call. The launcher that sets the environment is
 //! [`crate::launcher`] (`symm-run`).
 
 mod collective;

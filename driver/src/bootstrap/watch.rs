@@ -1,11 +1,11 @@
 //! The watcher: one thread per process that reads every connection and notices lost peers.
 //!
 //! It is the only reader of the sockets. Collective frames go into a bounded queue per
-//! connection, where the calling thread takes them ([`Shared::take`]); everything else is
+//! connection, where the calling thread takes them (`Shared::take`); everything else is
 //! handled here:
 //!
 //! * EOF, a reset or a protocol violation on a connection marks its peer dead. Unless the job is
-//!   closing ([`Shared::closing`]), that peer is *lost*: the lost word takes its rank (the first
+//!   closing (`Shared::closing`), that peer is *lost*: the lost word takes its rank (the first
 //!   loss only), the callbacks run once, and the root sends `Lost { rank }` to every other rank.
 //! * A rank other than the root treats `Lost { rank }` the same way, and EOF from the root as the
 //!   loss of rank 0.

@@ -8,8 +8,8 @@
 //! |---|---|
 //! | 0..2 | magic `0x5359` |
 //! | 2 | version (1) |
-//! | 3 | kind ([`Kind`]) |
-//! | 4 | op ([`Op`], collectives only) |
+//! | 3 | kind (`Kind`) |
+//! | 4 | op (`Op`, collectives only) |
 //! | 5 | 0 |
 //! | 6..8 | rank: the sender (hello), the source (part) or the lost rank (lost) |
 //! | 8..12 | sequence number of the collective |
