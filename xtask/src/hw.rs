@@ -11,6 +11,7 @@ use crate::{codegen, util};
 
 mod bench;
 mod checks;
+mod comm;
 mod data;
 mod safety;
 mod wheel;
@@ -86,10 +87,15 @@ const USAGE: &str = "usage: cargo xtask hw [--worlds 2,4] [--max-bytes N] [--out
                        reset), VMM leak check
   --bench-quick        all-reduce 1 KiB / 1 MiB / 256 MiB beside NCCL (nccl-tests columns)
   --selftest-timeout   a Wait with no Signal must fail within the deadline, naming the slot
+  --comm               one process per GPU (Comm): the matrix, graph replay, poison/reset, and a
+                       rank killed inside a collective (PeerLost within 2 s, memory returned)
   --all                all of the above in one run";
 
 /// `cargo xtask hw`.
 pub fn run(args: &[String]) -> Result<(), String> {
+    if args.first().map(String::as_str) == Some("comm-rank") {
+        return comm::rank(args.get(1).map_or("", String::as_str));
+    }
     if util::flag(args, "--ci-checks") {
         return ci_checks();
     }
@@ -109,7 +115,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let all = util::flag(args, "--all");
     let bench_only = util::flag(args, "--bench-quick") && !all;
     let selftest_only = util::flag(args, "--selftest-timeout") && !all;
-    let correctness = all || (!bench_only && !selftest_only);
+    let comm_only = util::flag(args, "--comm") && !all;
+    let correctness = all || (!bench_only && !selftest_only && !comm_only);
     let max_bytes: u64 = util::value(args, "--max-bytes")
         .map_or(Ok(u64::MAX), |v| v.parse())
         .map_err(|e| format!("--max-bytes: {e}"))?;
@@ -210,6 +217,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         if correctness {
             rows.push(checks::leak_check(&devices, cycles));
+        }
+        if all || comm_only {
+            rows.extend(comm::run(w));
         }
         if all || selftest_only {
             rows.push(checks::selftest_timeout(

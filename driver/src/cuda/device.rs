@@ -232,11 +232,12 @@ pub fn memset(dst: DevPtr, value: u8, len: usize) -> Result<()> {
     check("cuMemsetD8", unsafe { (api.memset_d8)(dst, value, len) })
 }
 
-/// A stream of one device, destroyed on drop.
+/// A stream of one device, destroyed on drop unless borrowed from its owner.
 pub struct Stream {
     /// The handle.
     pub raw: Handle,
     ctx: Handle,
+    owned: bool,
 }
 
 // SAFETY: streams may be used from any thread once their context is bound.
@@ -254,7 +255,27 @@ impl Stream {
         check("cuStreamCreate", unsafe {
             (api.stream_create)(&mut raw, ffi::STREAM_NON_BLOCKING)
         })?;
-        Ok(Stream { raw, ctx: dev.ctx })
+        Ok(Stream {
+            raw,
+            ctx: dev.ctx,
+            owned: true,
+        })
+    }
+
+    /// A caller's stream of `dev`'s primary context, used without taking ownership (never
+    /// destroyed here).
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a valid stream (or null, the legacy default stream) of `dev`'s primary
+    /// context, and stay valid for as long as the returned value and any work enqueued
+    /// through it.
+    pub unsafe fn borrowed(raw: Handle, dev: &Device) -> Stream {
+        Stream {
+            raw,
+            ctx: dev.ctx,
+            owned: false,
+        }
     }
 
     /// Waits for the stream's work.
@@ -270,6 +291,9 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         if let Ok(api) = driver() {
             // SAFETY: destroyed once, with its context bound.
             unsafe {
@@ -396,6 +420,15 @@ impl HostMapped {
         }
         // SAFETY: in bounds and 8-byte aligned.
         unsafe { core::ptr::read_volatile(self.host.cast::<u8>().add(off).cast::<u64>()) }
+    }
+
+    /// Writes a `u32` at byte `off` (volatile: devices read it while running).
+    pub fn write_u32(&self, off: usize, value: u32) {
+        if off + 4 > self.len {
+            return;
+        }
+        // SAFETY: in bounds and 4-byte aligned (callers use aligned offsets).
+        unsafe { core::ptr::write_volatile(self.host.cast::<u8>().add(off).cast::<u32>(), value) };
     }
 
     /// Zeroes bytes `off .. off + len`.

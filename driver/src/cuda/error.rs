@@ -37,6 +37,12 @@ pub enum CudaError {
     Invalid(String),
     /// A host-side exchange between ranks passed its deadline or a rank failed during it.
     Rendezvous(String),
+    /// A peer's process is gone (its bootstrap connection closed): kernels stop at their next
+    /// wait, and the communicator cannot be used again.
+    PeerLost {
+        /// The lost rank.
+        rank: u16,
+    },
     /// An earlier collective failed (a device timeout, a failed launch), so signal pads and
     /// counters may hold its signals: launches fail until `World::reset`. The text says why.
     Poisoned(String),
@@ -82,6 +88,7 @@ impl fmt::Display for CudaError {
             CudaError::Unsupported(s) => write!(f, "unsupported: {s}"),
             CudaError::Invalid(s) => write!(f, "invalid: {s}"),
             CudaError::Rendezvous(s) => write!(f, "rendezvous: {s}"),
+            CudaError::PeerLost { rank } => write!(f, "rank {rank} was lost (its process ended)"),
             CudaError::Poisoned(s) => write!(
                 f,
                 "the world is poisoned by an earlier failure ({s}); call reset() first"

@@ -20,6 +20,7 @@
 //! * [`multicast`]: the guard that refuses NVLink multicast unless explicitly allowed.
 
 mod backend;
+pub mod comm;
 pub mod compile;
 pub mod device;
 pub mod error;
@@ -34,5 +35,6 @@ pub mod trace;
 pub mod vmm;
 pub mod world;
 
+pub use comm::{Comm, CommOptions};
 pub use error::{CudaError, Result};
 pub use world::{Buffers, Options, World};

@@ -200,11 +200,6 @@ impl SymmetricHeap {
         bytes: u64,
         boot: &dyn Bootstrap,
     ) -> Result<SymmetricHeap> {
-        if !boot.shares_fds() {
-            return Err(CudaError::Unsupported(
-                "this bootstrap cannot pass file descriptors between ranks".into(),
-            ));
-        }
         let world = boot.world();
         let api = driver()?;
         let g = granularity(dev)? as u64;
@@ -215,8 +210,15 @@ impl SymmetricHeap {
         dev.bind()?;
         let own = Physical::create(dev, stride as usize)?;
         let fd = own.export()?;
-        use std::os::fd::AsRawFd;
-        let fds = boot.all_gather(rank, &fd.as_raw_fd().to_le_bytes())?;
+        // Every rank's descriptor, as one of this process's own (SCM_RIGHTS between processes,
+        // a duplicate within one).
+        let fds = boot.all_gather_fds(rank, std::os::fd::AsFd::as_fd(&fd))?;
+        if fds.len() != world as usize {
+            return Err(CudaError::Rendezvous(format!(
+                "{} descriptors for {world} ranks",
+                fds.len()
+            )));
+        }
 
         let mut base = 0;
         // SAFETY: valid out-pointer; alignment is the granularity, no fixed address.
@@ -237,15 +239,12 @@ impl SymmetricHeap {
             ctx: dev.ctx,
         };
         let mut own = Some(own);
-        for (p, bytes) in fds.iter().enumerate() {
+        for (p, peer_fd) in fds.iter().enumerate() {
             let phys = if p == rank as usize {
                 own.take()
                     .ok_or_else(|| CudaError::Invalid("own handle used twice".into()))?
             } else {
-                let raw: [u8; 4] = bytes.as_slice().try_into().map_err(|_| {
-                    CudaError::Rendezvous(format!("rank {p} sent a malformed handle"))
-                })?;
-                Physical::import(i32::from_le_bytes(raw))?
+                Physical::import(std::os::fd::AsRawFd::as_raw_fd(peer_fd))?
             };
             let at = base + p as u64 * stride;
             // SAFETY: `at .. at + stride` lies inside the range reserved above and is unmapped;
@@ -276,8 +275,9 @@ impl SymmetricHeap {
             (api.memset_d8)(base + rank as u64 * stride, 0, stride as usize)
         })?;
         check("cuCtxSynchronize", unsafe { (api.ctx_synchronize)() })?;
-        // Every peer has imported (and zeroed) before any descriptor is closed.
+        // Every peer has imported (and zeroed) before any rank goes on.
         boot.barrier(rank)?;
+        drop(fds);
         drop(fd);
         Ok(heap)
     }

@@ -15,7 +15,7 @@
 //! host-mapped timeout records: a device wait that passed its deadline becomes
 //! [`CudaError::Timeout`] naming rank, peer, slot, expected and found.
 
-mod guard;
+pub(crate) mod guard;
 mod run;
 
 pub use guard::Captured;

@@ -1,0 +1,125 @@
+//! Enqueuing collectives on the caller's stream: plans built once per request, buffers checked
+//! before every launch, nothing synchronous in between (so the launch can be graph-captured).
+
+use std::sync::Arc;
+
+use symm_core::sched::{BufferSizes, Request};
+
+use super::{Comm, ABORT_BYTES};
+use crate::cuda::device::{self, DevBuf, Stream};
+use crate::cuda::error::{CudaError, Result};
+use crate::cuda::launch::InterpParams;
+use crate::cuda::plan::RankPlan;
+use crate::cuda::world::guard::check_buffers;
+use crate::cuda::world::Buffers;
+
+/// This rank's plan of one request, uploaded.
+pub(super) struct Plan {
+    host: RankPlan,
+    ops: DevBuf,
+    chan: DevBuf,
+    sizes: BufferSizes,
+}
+
+impl Comm {
+    /// This rank's plan of `req` (scheduled, validated against the buffers' sizes and the pad,
+    /// uploaded once, then cached).
+    fn plan(&self, req: &Request) -> Result<Arc<Plan>> {
+        if req.world != self.world {
+            return Err(CudaError::Invalid(format!(
+                "a request for {} ranks on a job of {}",
+                req.world, self.world
+            )));
+        }
+        if let Some(p) = self.plans.lock().ok().and_then(|m| m.get(req).cloned()) {
+            return Ok(p);
+        }
+        let sizes = req.buffer_sizes();
+        let host = RankPlan::schedule(req, self.rank)?;
+        host.validate(self.rank, self.world, &sizes, self.pad_slots, false)?;
+        self.dev.bind()?;
+        let bytes = host.op_bytes();
+        let ops = DevBuf::zeroed(&self.dev, bytes.len().max(1))?;
+        device::htod(ops.ptr, &bytes)?;
+        let cs: Vec<u8> = host
+            .chan_start
+            .iter()
+            .flat_map(|c| c.to_le_bytes())
+            .collect();
+        let chan = DevBuf::zeroed(&self.dev, cs.len().max(1))?;
+        device::htod(chan.ptr, &cs)?;
+        let p = Arc::new(Plan {
+            host,
+            ops,
+            chan,
+            sizes,
+        });
+        if let Ok(mut m) = self.plans.lock() {
+            m.insert(*req, p.clone());
+        }
+        Ok(p)
+    }
+
+    /// Builds and uploads this rank's plan of `req` now. The first [`Comm::enqueue`] of a request
+    /// does it otherwise, and it allocates device memory, which stream capture forbids: call this
+    /// before capturing a request's first launch in a CUDA graph.
+    pub fn prepare(&self, req: &Request) -> Result<()> {
+        self.plan(req).map(|_| ())
+    }
+
+    /// Enqueues this rank's part of collective `req` over buffers `b` on `stream` and returns at
+    /// once: no host synchronisation, so the launch may be captured in the caller's CUDA graph
+    /// (after [`Comm::prepare`]). Every rank enqueues the same requests in the same order. Errors
+    /// of the run itself are reported later by [`Comm::check`] or [`Comm::synchronize`].
+    pub fn enqueue(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<()> {
+        self.live()?;
+        let plan = self.plan(req)?;
+        check_buffers(b, &plan.sizes, self.data_off, self.stride())?;
+        let channels = plan.host.channels() as u32;
+        if channels == 0 {
+            return Ok(());
+        }
+        let _g = self
+            .launching
+            .lock()
+            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
+        let params = InterpParams {
+            plan: plan.ops.ptr,
+            chan_start: plan.chan.ptr,
+            base: self.heap.base(),
+            stride: self.heap.stride,
+            buf_off: [b.input, b.output, b.scratch],
+            pad_off: 0,
+            expected: self.expected.ptr,
+            mc_base: 0,
+            records: self.host.dev + ABORT_BYTES as u64,
+            abort_word: self.host.dev,
+            trace: 0,
+            trace_len: 0,
+            timeout_ns: self.opts.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            rank: self.rank as u32,
+            world: self.world as u32,
+            channels,
+            trace_cap: 0,
+        };
+        self.dev.bind()?;
+        // SAFETY: `InterpParams` mirrors `symm_interp_params`; the plan (kept alive by the
+        // cache), the heap, the counters and the records it names live as long as `self`; the
+        // plan was validated against this job, the pad and `plan.sizes`, and `b` was checked to
+        // hold those sizes inside the heap's buffer area.
+        let r = unsafe {
+            self.interp
+                .launch(stream, channels, symm_kernels::INTERP_THREADS, &params)
+        };
+        if let Err(e) = &r {
+            self.poison(e);
+        }
+        r
+    }
+
+    /// Enqueues `req` on `stream`, waits for it and checks for errors.
+    pub fn run(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<()> {
+        self.enqueue(req, b, stream)?;
+        self.synchronize(stream)
+    }
+}

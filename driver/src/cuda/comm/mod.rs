@@ -1,0 +1,465 @@
+//! `Comm`: one rank, one GPU, one process: what a job started by `symm-run`, torchrun, mpirun or
+//! srun embeds.
+//!
+//! [`Comm::from_env`] joins the job through the Unix-socket bootstrap (`RANK`, `WORLD_SIZE`,
+//! `LOCAL_RANK`, `SYMM_JOB`, `SYMM_TOKEN`), opens GPU `LOCAL_RANK`, loads the plan interpreter
+//! and maps the symmetric heap: each process exports its physical memory as a POSIX descriptor,
+//! the bootstrap moves every descriptor to every process (SCM_RIGHTS), and each maps peer `r` at
+//! `base + r * stride`. The signal pad sits at offset 0 of every heap, buffers after it.
+//!
+//! * **Allocation is collective**: every rank calls [`Comm::alloc`] / [`Comm::free`] in the same
+//!   order; after each call the ranks compare their allocators' call counts and hashes through
+//!   the bootstrap, and a mismatch names the first differing call on both sides.
+//! * **Collectives go on the caller's stream** ([`Comm::enqueue`]): no host synchronisation, no
+//!   host writes per launch, so a launch can be captured in the caller's CUDA graph. Buffers are
+//!   checked against the request and the heap before anything is enqueued.
+//! * **Errors are asynchronous**, as NCCL's: a device wait that passes its deadline writes a
+//!   record (rank, peer, slot, expected, found) to host-mapped memory, which [`Comm::check`]
+//!   (or [`Comm::synchronize`]) turns into [`CudaError::Timeout`].
+//! * **A lost peer** (its process died: the bootstrap sees its socket close) raises this
+//!   process's abort word from the bootstrap's watcher thread, so kernels stop at their next wait;
+//!   calls return [`CudaError::PeerLost`] naming it.
+//! * **Poison**: after any such error every call fails fast until [`Comm::reset`], a collective
+//!   that zeroes every rank's pad and counters between two bootstrap barriers.
+//!
+//! Drop frees everything; [`Comm::finish`] first ends the job in order (a last barrier), so the
+//! peers do not see this rank's exit as a loss.
+
+mod launch;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use symm_core::heap::Heap;
+use symm_core::sched::{BufferSizes, Request, MAX_CHANNELS};
+use symm_core::signal::KINDS;
+
+use super::compile::{self, Compiler};
+use super::device::{self, DevBuf, Device, HostMapped, Stream};
+use super::error::{check, driver, CudaError, Result};
+use super::ffi::driver as ffi;
+use super::launch::{Kernel, RECORD_BYTES};
+use super::rendezvous::{Bootstrap, SocketRendezvous};
+use super::vmm::SymmetricHeap;
+use super::world::Buffers;
+use crate::bootstrap::SocketBootstrap;
+
+/// How a [`Comm`] is set up.
+#[derive(Clone, Debug)]
+pub struct CommOptions {
+    /// Buffer bytes of the symmetric heap per rank (the signal pad comes on top).
+    pub heap_bytes: u64,
+    /// Deadline of every device wait.
+    pub timeout: Duration,
+    /// Deadline of every bootstrap exchange (joining the job included).
+    pub bootstrap_timeout: Duration,
+    /// NVRTC library path (default: `$SYMM_NVRTC`, then the usual names).
+    pub nvrtc: Option<std::path::PathBuf>,
+}
+
+impl Default for CommOptions {
+    fn default() -> Self {
+        CommOptions {
+            heap_bytes: 256 << 20,
+            timeout: Duration::from_secs(10),
+            bootstrap_timeout: Duration::from_secs(60),
+            nvrtc: None,
+        }
+    }
+}
+
+/// Host-mapped bytes before the timeout records: the abort word and padding.
+const ABORT_BYTES: usize = 64;
+
+/// One rank of a job: its GPU, its mapping of the symmetric heap, the interpreter and the plans.
+///
+/// Field order is teardown order: plans and kernels before the heap, the heap before the
+/// bootstrap (the peers' memory stays mapped until every rank unmapped it at `finish`).
+pub struct Comm {
+    plans: Mutex<HashMap<Request, Arc<launch::Plan>>>,
+    interp: Kernel,
+    expected: DevBuf,
+    host: Arc<HostMapped>,
+    heap: SymmetricHeap,
+    alloc: Mutex<Heap>,
+    launching: Mutex<()>,
+    poisoned: Mutex<Option<String>>,
+    rank: u16,
+    world: u16,
+    pad_slots: u32,
+    data_off: u64,
+    opts: CommOptions,
+    dev: Device,
+    boot: SocketRendezvous,
+}
+
+impl Comm {
+    /// Joins the job described by the environment on GPU `LOCAL_RANK`.
+    pub fn from_env(opts: CommOptions) -> Result<Comm> {
+        let boot = SocketBootstrap::from_env(opts.bootstrap_timeout)
+            .map_err(|e| CudaError::Rendezvous(e.to_string()))?;
+        let ordinal = boot.local_rank() as i32;
+        Comm::open(boot, ordinal, opts)
+    }
+
+    /// Opens a rank of `boot`'s job on GPU `ordinal`. Collective: every rank calls it.
+    pub fn open(boot: SocketBootstrap, ordinal: i32, opts: CommOptions) -> Result<Comm> {
+        let rank = boot.rank();
+        let world = boot.world();
+        let boot = SocketRendezvous::new(boot, opts.bootstrap_timeout);
+        let r = Self::open_inner(&boot, rank, world, ordinal, &opts);
+        match r {
+            Ok(parts) => Ok(parts.assemble(boot, rank, world, opts)),
+            Err(e) => {
+                boot.abort(rank, &e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    fn open_inner(
+        boot: &SocketRendezvous,
+        rank: u16,
+        world: u16,
+        ordinal: i32,
+        opts: &CommOptions,
+    ) -> Result<Parts> {
+        if world as usize > 64 {
+            return Err(CudaError::Unsupported(format!(
+                "{world} ranks: one host's NVLink domain here holds at most 64"
+            )));
+        }
+        let dev = Device::open(ordinal)?;
+        if dev.attribute(ffi::ATTR_VMM)? == 0 || dev.attribute(ffi::ATTR_POSIX_FD)? == 0 {
+            return Err(CudaError::Unsupported(format!(
+                "device {ordinal} lacks VMM or POSIX-fd handles"
+            )));
+        }
+        let compiler = Compiler::load(opts.nvrtc.as_deref())?;
+        let drv = device::driver_version()?;
+        let (cubin, _) = compile::cubin(&compiler, &symm_kernels::INTERP, dev.arch, drv)?;
+        let pad_slots = MAX_CHANNELS as u32 * KINDS * world as u32;
+        let data_off = (pad_slots as u64 * 8).div_ceil(4096) * 4096;
+        let total = data_off
+            .checked_add(opts.heap_bytes)
+            .ok_or_else(|| CudaError::Invalid("heap size overflows".into()))?;
+        let heap = SymmetricHeap::create(&dev, rank, total, boot)?;
+        let host = Arc::new(HostMapped::new(
+            &dev,
+            ABORT_BYTES + MAX_CHANNELS as usize * RECORD_BYTES,
+        )?);
+        // A lost peer raises the abort word: every wait of this rank's kernels stops.
+        {
+            let host = host.clone();
+            boot.bootstrap().on_lost(move |_| host.write_u32(0, 1));
+        }
+        Ok(Parts {
+            interp: Kernel::load(&dev, &cubin, symm_kernels::INTERP_ENTRY)?,
+            expected: DevBuf::zeroed(&dev, pad_slots as usize * 8)?,
+            alloc: Heap::new(heap.stride - data_off),
+            heap,
+            host,
+            pad_slots,
+            data_off,
+            dev,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u16 {
+        self.rank
+    }
+
+    /// Ranks in the job.
+    pub fn world(&self) -> u16 {
+        self.world
+    }
+
+    /// The GPU.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// Bytes of each rank's heap (signal pad included).
+    pub fn stride(&self) -> u64 {
+        self.heap.stride
+    }
+
+    /// Device address of heap offset `off` of `peer`, through this rank's mapping (what
+    /// `symm_ptr` computes in device code).
+    pub fn ptr(&self, peer: u16, off: u64) -> Result<u64> {
+        self.heap
+            .ptr(peer, off)
+            .ok_or_else(|| CudaError::Invalid(format!("offset {off} of rank {peer}")))
+    }
+
+    /// Collective: places buffers for `req` in the heap, at the same offsets on every rank.
+    pub fn alloc(&self, req: &Request) -> Result<Buffers> {
+        self.alloc_sizes(req.buffer_sizes())
+    }
+
+    /// Collective: places buffers of the given sizes (see [`Comm::alloc`]).
+    pub fn alloc_sizes(&self, sizes: BufferSizes) -> Result<Buffers> {
+        self.live()?;
+        let b = {
+            let mut h = self.heap_lock()?;
+            let mut one = |n: u64| {
+                h.alloc(n.max(16), 4096)
+                    .map(|o| o + self.data_off)
+                    .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))
+            };
+            Buffers {
+                input: one(sizes.input)?,
+                output: one(sizes.output)?,
+                scratch: one(sizes.scratch)?,
+                sizes,
+            }
+        };
+        self.agree()?;
+        Ok(b)
+    }
+
+    /// Collective: returns buffers to the heap after this rank's work on its device finished.
+    pub fn free(&self, b: &Buffers) -> Result<()> {
+        self.sync_device()?;
+        {
+            let mut h = self.heap_lock()?;
+            for o in [b.input, b.output, b.scratch] {
+                let off = o
+                    .checked_sub(self.data_off)
+                    .ok_or_else(|| CudaError::Invalid(format!("offset {o} is not a buffer")))?;
+                h.free(off)
+                    .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))?;
+            }
+        }
+        self.agree()
+    }
+
+    fn heap_lock(&self) -> Result<std::sync::MutexGuard<'_, Heap>> {
+        self.alloc
+            .lock()
+            .map_err(|_| CudaError::Invalid("heap lock poisoned".into()))
+    }
+
+    /// Compares the allocators of every rank (call count, hash and last call).
+    fn agree(&self) -> Result<()> {
+        let mine = {
+            let h = self.heap_lock()?;
+            let last = h.history().last().copied();
+            let mut v = Vec::with_capacity(48);
+            v.extend_from_slice(&h.calls().to_le_bytes());
+            v.extend_from_slice(&h.hash().to_le_bytes());
+            let (alloc, size, align, offset) = last.map_or((0, 0, 0, 0), |c| {
+                (c.alloc as u64, c.size, c.align, c.offset)
+            });
+            for x in [alloc, size, align, offset] {
+                v.extend_from_slice(&x.to_le_bytes());
+            }
+            v
+        };
+        let all = self.boot.all_gather(self.rank, &mine)?;
+        let field = |v: &[u8], i: usize| -> u64 {
+            v.get(i * 8..i * 8 + 8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(u64::MAX, u64::from_le_bytes)
+        };
+        let call = |v: &[u8]| {
+            if field(v, 2) == 1 {
+                format!("alloc(size {}, align {})", field(v, 3), field(v, 4))
+            } else {
+                format!("free(offset {})", field(v, 5))
+            }
+        };
+        for (r, theirs) in all.iter().enumerate() {
+            if field(theirs, 0) != field(&mine, 0) || field(theirs, 1) != field(&mine, 1) {
+                return Err(CudaError::Invalid(format!(
+                    "symmetric allocation diverged at call {}: rank {} called {}, rank {r} called {}",
+                    field(&mine, 0).saturating_sub(1),
+                    self.rank,
+                    call(&mine),
+                    call(theirs)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies bytes into this rank's heap at `off` (host to device, synchronous).
+    pub fn write(&self, off: u64, bytes: &[u8]) -> Result<()> {
+        self.check_range(off, bytes.len() as u64)?;
+        self.dev.bind()?;
+        device::htod(self.ptr(self.rank, off)?, bytes)
+    }
+
+    /// Reads `len` bytes of this rank's heap at `off`.
+    pub fn read(&self, off: u64, len: u64) -> Result<Vec<u8>> {
+        self.check_range(off, len)?;
+        self.dev.bind()?;
+        let mut v = vec![0u8; len as usize];
+        device::dtoh(&mut v, self.ptr(self.rank, off)?)?;
+        Ok(v)
+    }
+
+    /// Sets `len` bytes of this rank's heap at `off` to `value`.
+    pub fn fill(&self, off: u64, len: u64, value: u8) -> Result<()> {
+        self.check_range(off, len)?;
+        self.dev.bind()?;
+        device::memset(self.ptr(self.rank, off)?, value, len as usize)
+    }
+
+    fn check_range(&self, off: u64, len: u64) -> Result<()> {
+        if off < self.data_off || off.checked_add(len).is_none_or(|e| e > self.stride()) {
+            return Err(CudaError::Invalid(format!(
+                "bytes {off}..+{len} are outside the buffer area"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Fails fast when the communicator is poisoned or a peer was lost.
+    fn live(&self) -> Result<()> {
+        if let Some(rank) = self.boot.bootstrap().lost() {
+            let e = CudaError::PeerLost { rank };
+            self.poison(&e);
+            return Err(e);
+        }
+        match self.poisoned.lock() {
+            Ok(p) => p
+                .clone()
+                .map_or(Ok(()), |why| Err(CudaError::Poisoned(why))),
+            Err(_) => Err(CudaError::Invalid("poison lock poisoned".into())),
+        }
+    }
+
+    fn poison(&self, e: &CudaError) {
+        if let Ok(mut p) = self.poisoned.lock() {
+            p.get_or_insert_with(|| e.to_string());
+        }
+    }
+
+    /// Reports asynchronous errors of collectives enqueued so far without waiting for them: a
+    /// device timeout (rank, peer, slot, expected, found), a lost peer, an op the interpreter
+    /// refused. After an error the communicator is poisoned until [`Comm::reset`].
+    pub fn check(&self) -> Result<()> {
+        if let Some(rank) = self.boot.bootstrap().lost() {
+            let e = CudaError::PeerLost { rank };
+            self.poison(&e);
+            return Err(e);
+        }
+        let mut found = None;
+        for c in 0..MAX_CHANNELS as usize {
+            let at = ABORT_BYTES + c * RECORD_BYTES;
+            let h = &self.host;
+            let (channel, op_index) = (h.read_u32(at + 36) as u16, h.read_u32(at + 32));
+            let e = match h.read_u32(at) {
+                1 => CudaError::Timeout {
+                    rank: h.read_u32(at + 4) as u16,
+                    peer: h.read_u32(at + 8) as u16,
+                    slot: h.read_u32(at + 12),
+                    channel,
+                    expected: h.read_u64(at + 16),
+                    found: h.read_u64(at + 24),
+                    op_index,
+                },
+                3 => CudaError::BadOp {
+                    rank: self.rank,
+                    channel,
+                    op_index,
+                },
+                _ => continue,
+            };
+            found.get_or_insert(e);
+        }
+        if let Some(e) = found {
+            self.poison(&e);
+            return Err(e);
+        }
+        self.live()
+    }
+
+    /// Waits for the caller's `stream`, then [`Comm::check`]s.
+    pub fn synchronize(&self, stream: &Stream) -> Result<()> {
+        let r = stream.synchronize();
+        if let Err(e) = &r {
+            self.poison(e);
+        }
+        self.check()?;
+        r
+    }
+
+    fn sync_device(&self) -> Result<()> {
+        self.dev.bind()?;
+        let api = driver()?;
+        // SAFETY: this rank's context is bound; waits for every stream of it.
+        check("cuCtxSynchronize", unsafe { (api.ctx_synchronize)() })
+    }
+
+    /// Collective: after a timeout, waits for this rank's device, zeroes its signal pad, its
+    /// `expected` counters, the records and the abort word between two barriers of every rank,
+    /// and lifts the poison. Fails (and stays poisoned) when a peer was lost or the device
+    /// cannot be synchronised.
+    pub fn reset(&self) -> Result<()> {
+        if let Some(rank) = self.boot.bootstrap().lost() {
+            return Err(CudaError::PeerLost { rank });
+        }
+        let _g = self
+            .launching
+            .lock()
+            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
+        self.sync_device()?;
+        // No rank zeroes before every rank stopped using the protocol.
+        self.boot.barrier(self.rank)?;
+        device::memset(self.ptr(self.rank, 0)?, 0, self.data_off as usize)?;
+        device::memset(self.expected.ptr, 0, self.expected.len)?;
+        self.sync_device()?;
+        self.host.zero(0, self.host.len);
+        // No rank signals before every rank zeroed.
+        self.boot.barrier(self.rank)?;
+        if let Ok(mut p) = self.poisoned.lock() {
+            *p = None;
+        }
+        Ok(())
+    }
+
+    /// Ends this rank's part in the job in order: waits for its device, then a last barrier,
+    /// after which the peers do not count this process's exit as a loss.
+    pub fn finish(self) -> Result<()> {
+        self.sync_device()?;
+        self.boot.barrier(self.rank)
+    }
+}
+
+/// What `open_inner` builds before the bootstrap joins it.
+struct Parts {
+    interp: Kernel,
+    expected: DevBuf,
+    alloc: Heap,
+    heap: SymmetricHeap,
+    host: Arc<HostMapped>,
+    pad_slots: u32,
+    data_off: u64,
+    dev: Device,
+}
+
+impl Parts {
+    fn assemble(self, boot: SocketRendezvous, rank: u16, world: u16, opts: CommOptions) -> Comm {
+        Comm {
+            plans: Mutex::new(HashMap::new()),
+            interp: self.interp,
+            expected: self.expected,
+            host: self.host,
+            heap: self.heap,
+            alloc: Mutex::new(self.alloc),
+            launching: Mutex::new(()),
+            poisoned: Mutex::new(None),
+            rank,
+            world,
+            pad_slots: self.pad_slots,
+            data_off: self.data_off,
+            opts,
+            dev: self.dev,
+            boot,
+        }
+    }
+}
