@@ -4,9 +4,11 @@
 //! environment `symm-run` would set (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `SYMM_JOB`,
 //! `SYMM_TOKEN`, and the multicast-off variables), waits for them and collects their reports.
 //!
-//! * phase `matrix`: every collective x algorithm (multicast never) x {4 B, 1 KiB, 64 KiB + 2 B,
-//!   1 MiB} x {f32, bf16, i32} x {sum, max}, each on fresh collective allocations enqueued on
-//!   the rank's own stream, bit exact against the reference; 100 replays of a CUDA graph
+//! * phase `matrix`: the shared conformance matrix (`symm_tests::matrix`, the one `tests/` runs
+//!   on the host backends) with the `Comm` as its backend: every collective x algorithm
+//!   (multicast never) x {4 B, 1 KiB, 64 KiB + 2 B, 1 MiB} x {f32, bf16, i32} x {sum, max}, on
+//!   fresh collective allocations, every rank's output gathered and bit exact against the
+//!   reference; 100 replays of a CUDA graph
 //!   captured on that stream; a forced timeout (rank 1 skips a collective) turned into
 //!   `Timeout` by `check()`, `Poisoned` after it, and 100 correct collectives after `reset()`.
 //! * phase `death`: rank 1 is killed (SIGKILL) while rank 0 waits inside an all-reduce; rank 0
@@ -17,13 +19,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use symm_core::dtype::{DType, ReduceOp};
-use symm_core::sched::{algorithms, collectives, Algorithm, Collective, Request};
+use symm_core::sched::{Algorithm, Collective, Request};
 use symm_driver::bootstrap::Token;
 use symm_driver::cuda::device::{Device, Stream};
 use symm_driver::cuda::launch::Graph;
 use symm_driver::cuda::{Buffers, Comm, CommOptions, CudaError};
 use symm_driver::host;
-use symm_tests::matrix::exact;
+use symm_tests::matrix::{exact, Compare, Matrix};
 
 use super::checks::channels_for;
 use super::{data, Row};
@@ -138,33 +140,31 @@ fn case(
     r
 }
 
-fn matrix(comm: &Comm, stream: &Stream) -> Result<String, String> {
-    let w = comm.world();
-    let (mut cases, mut seed) = (0, 1u64);
-    for c in collectives(w) {
-        for &a in algorithms(c).iter().filter(|a| **a != Algorithm::Multicast) {
-            for size in SIZES {
-                for dt in [DType::F32, DType::Bf16, DType::I32] {
-                    let ops: &[ReduceOp] = if c.reduces() {
-                        &[ReduceOp::Sum, ReduceOp::Max]
-                    } else {
-                        &[ReduceOp::Sum]
-                    };
-                    for &op in ops {
-                        let bytes = size.div_ceil(dt.size()) * dt.size();
-                        let req =
-                            Request::new(c, a, w, bytes, dt, op).with_channels(channels_for(bytes));
-                        seed += 1;
-                        case(comm, stream, &req, seed)?.map_err(|m| {
-                            format!("{} {} {bytes} B {}: {m}", c.name(), a.name(), dt.name())
-                        })?;
-                        cases += 1;
-                    }
-                }
-            }
-        }
+/// The shared conformance matrix (`symm_tests::matrix`), run by every rank on the job.
+fn matrix(comm: &mut Comm) -> Result<String, String> {
+    let m = Matrix {
+        worlds: vec![comm.world()],
+        sizes: SIZES.to_vec(),
+        dtypes: vec![DType::F32, DType::Bf16, DType::I32],
+        ops: vec![ReduceOp::Sum, ReduceOp::Max],
+        multicast: false,
+        shape: |r: Request| r.with_channels(channels_for(r.bytes)),
+        keep: |_| true,
+        inputs: data::inputs,
+        compare: Compare::Exact,
+    };
+    let rep = symm_tests::matrix::run(comm, &m, &mut 1);
+    if let Some(f) = rep.failures.first() {
+        return Err(format!(
+            "{} of {} cases failed; first: {f}",
+            rep.failures.len(),
+            rep.cases
+        ));
     }
-    Ok(format!("{cases} cases bit exact"))
+    Ok(format!(
+        "{} cases bit exact (every rank's output)",
+        rep.cases
+    ))
 }
 
 fn graph(comm: &Comm, stream: &Stream) -> Result<String, String> {
@@ -336,7 +336,8 @@ pub fn rank(phase: &str) -> Result<(), String> {
     let stream = Stream::new(comm.device()).map_err(e)?;
     let summary = match phase {
         "matrix" => {
-            let m = matrix(&comm, &stream)?;
+            let mut comm = comm;
+            let m = matrix(&mut comm)?;
             let g = graph(&comm, &stream)?;
             let p = poison_reset(&comm, &stream)?;
             drop(stream);

@@ -25,6 +25,7 @@
 //! Drop frees everything; [`Comm::finish`] first ends the job in order (a last barrier), so the
 //! peers do not see this rank's exit as a loss.
 
+mod backend;
 mod launch;
 
 use std::collections::HashMap;
