@@ -1,6 +1,6 @@
 //! The host backend: a world of ranks over host memory.
 //!
-//! Two ways to run a request, over the same op semantics ([`mem`]):
+//! Two ways to run a request, over the same op semantics (`mem`, public as [`WorldMem`] and [`RankFabric`]):
 //!
 //! * [`simulate`]: one thread steps every (rank, channel) executor in turn. It is deterministic,
 //!   stamps events with *virtual* time from a [`Link`] model (a wait ends when the signal that

@@ -60,7 +60,7 @@ pub struct MemAllocationProp {
     pub location: MemLocation,
     /// Windows only; null.
     pub win32_meta: *mut c_void,
-    /// compressionType, gpuDirectRDMACapable, usage (u16), reserved[4].
+    /// compressionType, gpuDirectRDMACapable, usage (u16), reserved\[4\].
     pub alloc_flags: [u8; 8],
 }
 
