@@ -104,6 +104,100 @@ impl Nccl {
     }
 }
 
+/// This process's NCCL communicator beside a [`Comm`](super::Comm) (ncclCommInitRank, the
+/// unique id moved through the comm's bootstrap), for timing on the same buffers and stream.
+pub struct NcclRank {
+    comm: Comm,
+    /// NCCL version code.
+    pub version: i32,
+}
+
+impl NcclRank {
+    /// Collective over the ranks of `symm`.
+    pub fn new(symm: &super::Comm) -> Result<NcclRank> {
+        let api = ffi::api().map_err(|s| CudaError::Unavailable(s.into()))?;
+        let mut version = 0;
+        // SAFETY: valid out-pointer.
+        check("ncclGetVersion", unsafe { (api.get_version)(&mut version) })?;
+        let mut id = ffi::UniqueId { internal: [0; 128] };
+        if symm.rank() == 0 {
+            // SAFETY: valid out-pointer to a 128-byte id.
+            check("ncclGetUniqueId", unsafe { (api.get_unique_id)(&mut id) })?;
+        }
+        let all = symm.exchange(&id.internal)?;
+        let root: [u8; 128] = all
+            .first()
+            .and_then(|v| v.as_slice().try_into().ok())
+            .ok_or_else(|| CudaError::Rendezvous("rank 0 sent no NCCL id".into()))?;
+        id.internal = root;
+        symm.device().bind()?;
+        let mut comm = core::ptr::null_mut();
+        // SAFETY: valid out-pointer; every rank passes the same id, its rank and the world.
+        check("ncclCommInitRank", unsafe {
+            (api.comm_init_rank)(&mut comm, symm.world() as i32, id, symm.rank() as i32)
+        })?;
+        Ok(NcclRank { comm, version })
+    }
+
+    /// Mean microseconds of an out-of-place all-reduce of `count` elements from heap offset
+    /// `input` to `output` of this rank, after `warmup`, over `iters` back-to-back calls on
+    /// `stream`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn time_all_reduce(
+        &self,
+        symm: &super::Comm,
+        (input, output): (u64, u64),
+        count: usize,
+        dtype: i32,
+        op: i32,
+        stream: &super::device::Stream,
+        (warmup, iters): (u32, u32),
+    ) -> Result<f64> {
+        let api = ffi::api().map_err(|s| CudaError::Unavailable(s.into()))?;
+        let (i, o) = (
+            symm.ptr(symm.rank(), input)?,
+            symm.ptr(symm.rank(), output)?,
+        );
+        symm.device().bind()?;
+        let call = || {
+            // SAFETY: `i` and `o` are device addresses of `count` elements in this rank's heap
+            // (checked by the caller's allocation); the stream belongs to this rank's device.
+            check("ncclAllReduce", unsafe {
+                (api.all_reduce)(
+                    i as *const _,
+                    o as *mut _,
+                    count,
+                    dtype,
+                    op,
+                    self.comm,
+                    stream.raw,
+                )
+            })
+        };
+        for _ in 0..warmup.max(1) {
+            call()?;
+        }
+        stream.synchronize()?;
+        let (s, e) = (Event::new(symm.device())?, Event::new(symm.device())?);
+        s.record(stream)?;
+        for _ in 0..iters.max(1) {
+            call()?;
+        }
+        e.record(stream)?;
+        stream.synchronize()?;
+        Ok(s.elapsed_ms(&e)? as f64 * 1000.0 / iters.max(1) as f64)
+    }
+}
+
+impl Drop for NcclRank {
+    fn drop(&mut self) {
+        if let Ok(api) = ffi::api() {
+            // SAFETY: created by ncclCommInitRank, destroyed once.
+            unsafe { (api.comm_destroy)(self.comm) };
+        }
+    }
+}
+
 impl Drop for Nccl {
     fn drop(&mut self) {
         if let Ok(api) = ffi::api() {

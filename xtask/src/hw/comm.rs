@@ -11,6 +11,9 @@
 //!   reference; 100 replays of a CUDA graph
 //!   captured on that stream; a forced timeout (rank 1 skips a collective) turned into
 //!   `Timeout` by `check()`, `Poisoned` after it, and 100 correct collectives after `reset()`.
+//! * phase `bench`: all-reduce bf16 sum at 1 KiB, 1 MiB and 256 MiB, symm's `Comm` on the rank's
+//!   stream beside NCCL (`ncclCommInitRank`) on the same buffers and stream, the slowest rank's
+//!   CUDA-event time per op over back-to-back launches.
 //! * phase `death`: rank 1 is killed (SIGKILL) while rank 0 waits inside an all-reduce; rank 0
 //!   must see `PeerLost { rank: 1 }` within 2 s, and its GPU's free memory must return to its
 //!   starting value once the communicator is dropped.
@@ -76,7 +79,7 @@ fn spawn(world: u16, phase: &str) -> Result<Vec<(i32, String)>, String> {
 /// The parent: runs both phases at world `w` and turns the ranks' reports into rows.
 pub fn run(w: u16) -> Vec<Row> {
     let mut rows = Vec::new();
-    for phase in ["matrix", "death"] {
+    for phase in ["matrix", "death", "bench"] {
         let t = Instant::now();
         let mut row = Row::new(&format!("process per GPU: {phase}"), w);
         row.cases = w as usize;
@@ -318,6 +321,105 @@ fn death(comm: Comm, stream: Stream, dev: &Device, free_before: usize) -> Result
     ))
 }
 
+/// Bytes, timed iterations, and the (algorithm, channels) tried.
+type BenchCase = (u64, u32, &'static [(Algorithm, u16)]);
+
+/// All-reduce bf16 sum, one process per GPU: symm's `Comm` on its own stream against NCCL
+/// (ncclCommInitRank) on the same buffers and stream, the slowest rank's CUDA-event time.
+fn bench(comm: &Comm, stream: &Stream) -> Result<String, String> {
+    use symm_driver::cuda::ffi::nccl as nffi;
+    use symm_driver::cuda::nccl::NcclRank;
+    let e = |e: CudaError| e.to_string();
+    let nccl = NcclRank::new(comm).map_err(e);
+    let w = comm.world();
+    let mut lines = Vec::new();
+    let cases: [BenchCase; 3] = [
+        (
+            1 << 10,
+            500,
+            &[(Algorithm::OneShot, 1), (Algorithm::TwoShot, 1)],
+        ),
+        (
+            1 << 20,
+            200,
+            &[(Algorithm::OneShot, 16), (Algorithm::TwoShot, 16)],
+        ),
+        (
+            256 << 20,
+            10,
+            &[(Algorithm::TwoShot, 64), (Algorithm::Ring, 64)],
+        ),
+    ];
+    for (bytes, iters, algos) in cases {
+        let mut best = (f64::MAX, String::new());
+        for &(a, ch) in algos {
+            let req = Request::new(
+                Collective::AllReduce,
+                a,
+                w,
+                bytes,
+                DType::Bf16,
+                ReduceOp::Sum,
+            )
+            .with_channels(ch);
+            let b = comm.alloc(&req).map_err(e)?;
+            let inputs = data::inputs(&req, bytes ^ ch as u64);
+            let me = comm.rank() as usize;
+            comm.write(b.input, &inputs[me]).map_err(e)?;
+            let us = comm.time(&req, &b, stream, 10, iters).map_err(e)?;
+            let found = comm.read(b.output, b.sizes.output).map_err(e)?;
+            exact(&req, &[found], &host::reference(&req, &inputs)[me..me + 1])
+                .map_err(|m| format!("{} {bytes} B after timing: {m}", a.name()))?;
+            let slowest = comm
+                .exchange(&us.to_le_bytes())
+                .map_err(e)?
+                .iter()
+                .filter_map(|v| v.as_slice().try_into().ok().map(f64::from_le_bytes))
+                .fold(0.0, f64::max);
+            if slowest < best.0 {
+                best = (slowest, format!("{}/{ch}ch", a.name()));
+            }
+            let nccl_us = match &nccl {
+                Ok(n) => {
+                    let t = n
+                        .time_all_reduce(
+                            comm,
+                            (b.input, b.output),
+                            (bytes / 2) as usize,
+                            nffi::BFLOAT16,
+                            nffi::SUM,
+                            stream,
+                            (10, iters),
+                        )
+                        .map_err(e)?;
+                    comm.exchange(&t.to_le_bytes())
+                        .map_err(e)?
+                        .iter()
+                        .filter_map(|v| v.as_slice().try_into().ok().map(f64::from_le_bytes))
+                        .fold(0.0, f64::max)
+                }
+                Err(_) => f64::NAN,
+            };
+            comm.free(&b).map_err(e)?;
+            if a == algos[algos.len() - 1].0 {
+                let busbw = |t: f64| bytes as f64 / t / 1e3 * 2.0 * (w as f64 - 1.0) / w as f64;
+                lines.push(format!(
+                    "{bytes} B: symm {:.2} us ({:.0} GB/s, {}) vs NCCL {:.2} us ({:.0} GB/s)",
+                    best.0,
+                    busbw(best.0),
+                    best.1,
+                    nccl_us,
+                    busbw(nccl_us)
+                ));
+            }
+        }
+    }
+    if let Err(m) = &nccl {
+        lines.push(format!("NCCL unavailable: {m}"));
+    }
+    Ok(lines.join("; "))
+}
+
 /// The child: one rank of `phase`. Prints `summary: ...` last on success.
 pub fn rank(phase: &str) -> Result<(), String> {
     let e = |e: CudaError| e.to_string();
@@ -327,10 +429,10 @@ pub fn rank(phase: &str) -> Result<(), String> {
         .ok_or("LOCAL_RANK is not set")?;
     let dev = Device::open(local).map_err(e)?;
     let (free_before, _) = dev.mem_info().map_err(e)?;
-    let (timeout, heap) = if phase == "death" {
-        (30, DEATH_HEAP)
-    } else {
-        (2, 64 << 20)
+    let (timeout, heap) = match phase {
+        "death" => (30, DEATH_HEAP),
+        "bench" => (10, 1 << 30),
+        _ => (2, 64 << 20),
     };
     let comm = Comm::from_env(opts(Duration::from_secs(timeout), heap)).map_err(e)?;
     let stream = Stream::new(comm.device()).map_err(e)?;
@@ -345,6 +447,12 @@ pub fn rank(phase: &str) -> Result<(), String> {
             format!("{m}; {g}; {p}")
         }
         "death" => death(comm, stream, &dev, free_before)?,
+        "bench" => {
+            let r = bench(&comm, &stream)?;
+            drop(stream);
+            comm.finish().map_err(e)?;
+            r
+        }
         other => return Err(format!("unknown phase {other:?}")),
     };
     println!("summary: {summary}");

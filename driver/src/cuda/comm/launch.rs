@@ -117,6 +117,33 @@ impl Comm {
         r
     }
 
+    /// Mean microseconds of `req` over `iters` back-to-back launches on `stream` after `warmup`
+    /// (CUDA events), then checks for errors. Collective: every rank times the same request.
+    pub fn time(
+        &self,
+        req: &Request,
+        b: &Buffers,
+        stream: &Stream,
+        warmup: u32,
+        iters: u32,
+    ) -> Result<f64> {
+        for _ in 0..warmup.max(1) {
+            self.enqueue(req, b, stream)?;
+        }
+        self.synchronize(stream)?;
+        let (s, e) = (
+            device::Event::new(&self.dev)?,
+            device::Event::new(&self.dev)?,
+        );
+        s.record(stream)?;
+        for _ in 0..iters.max(1) {
+            self.enqueue(req, b, stream)?;
+        }
+        e.record(stream)?;
+        self.synchronize(stream)?;
+        Ok(s.elapsed_ms(&e)? as f64 * 1000.0 / iters.max(1) as f64)
+    }
+
     /// Enqueues `req` on `stream`, waits for it and checks for errors.
     pub fn run(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<()> {
         self.enqueue(req, b, stream)?;

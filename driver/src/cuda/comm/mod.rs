@@ -286,6 +286,11 @@ impl Comm {
         Ok(())
     }
 
+    /// Collective: every rank's `data` (at most 64 KiB), in rank order, through the bootstrap.
+    pub fn exchange(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(self.boot.all_gather(self.rank, data)?.to_vec())
+    }
+
     /// Copies bytes into this rank's heap at `off` (host to device, synchronous).
     pub fn write(&self, off: u64, bytes: &[u8]) -> Result<()> {
         self.check_range(off, bytes.len() as u64)?;

@@ -20,10 +20,20 @@ pub const SUM: c_int = 0;
 /// `ncclMax`.
 pub const MAX: c_int = 2;
 
+/// `ncclUniqueId`: 128 opaque bytes rank 0 draws and every rank passes to `ncclCommInitRank`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UniqueId {
+    /// The bytes.
+    pub internal: [u8; 128],
+}
+
 api_table! {
     /// The NCCL entry points symm uses.
     NcclApi {
         get_version = "ncclGetVersion"(*mut c_int);
+        get_unique_id = "ncclGetUniqueId"(*mut UniqueId);
+        comm_init_rank = "ncclCommInitRank"(*mut Comm, c_int, UniqueId, c_int);
         comm_init_all = "ncclCommInitAll"(*mut Comm, c_int, *const c_int);
         comm_destroy = "ncclCommDestroy"(Comm);
         group_start = "ncclGroupStart"();
