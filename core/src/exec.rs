@@ -8,7 +8,8 @@
 //!
 //! The executor owns the rank's private `expected` counters (a slice the caller provides, one per
 //! pad slot, kept across collectives so counters stay monotone) and runs exactly the ops it is
-//! given, in order.
+//! given, in order. A channel's waits only name its own slots, which are contiguous in the pad
+//! layout, so a runtime may give each channel's executor just that range ([`Executor::at`]).
 
 use crate::op::Op;
 use crate::signal::wait_satisfied;
@@ -78,16 +79,25 @@ pub struct Executor<'e, I> {
     current: Option<Op>,
     index: u32,
     expected: &'e mut [u64],
+    /// The pad slot `expected[0]` counts for.
+    base: u32,
 }
 
 impl<'e, I: Iterator<Item = Op>> Executor<'e, I> {
     /// An executor over `ops` with the rank's expected counters.
     pub fn new(ops: I, expected: &'e mut [u64]) -> Self {
+        Self::at(ops, expected, 0)
+    }
+
+    /// An executor whose counters cover pad slots `base .. base + expected.len()` (one channel's
+    /// range); a wait on any other slot is [`ExecError::SlotOutOfRange`].
+    pub fn at(ops: I, expected: &'e mut [u64], base: u32) -> Self {
         Executor {
             ops,
             current: None,
             index: 0,
             expected,
+            base,
         }
     }
 
@@ -110,9 +120,9 @@ impl<'e, I: Iterator<Item = Op>> Executor<'e, I> {
             return Ok(Step::Done);
         };
         if let Op::Wait { slot, count } = op {
-            let exp = self
-                .expected
-                .get_mut(slot as usize)
+            let exp = slot
+                .checked_sub(self.base)
+                .and_then(|i| self.expected.get_mut(i as usize))
                 .ok_or(ExecError::SlotOutOfRange { slot, index })?;
             let found = f
                 .load_slot(slot)
@@ -135,8 +145,52 @@ impl<'e, I: Iterator<Item = Op>> Executor<'e, I> {
         Ok(Step::Ran { index, op })
     }
 
-    /// The expected counters (for inspection after a run).
+    /// The expected counters (for inspection after a run); `expected()[i]` counts slot
+    /// `base + i`.
     pub fn expected(&self) -> &[u64] {
         self.expected
+    }
+
+    /// The counter of pad slot `slot`, when it is in this executor's range.
+    pub fn expected_of(&self, slot: u32) -> Option<u64> {
+        slot.checked_sub(self.base)
+            .and_then(|i| self.expected.get(i as usize).copied())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Pad(u64);
+
+    impl Fabric for Pad {
+        type Error = ();
+        fn execute(&mut self, _op: &Op) -> Result<(), ()> {
+            Ok(())
+        }
+        fn load_slot(&mut self, _slot: u32) -> Result<u64, ()> {
+            Ok(self.0)
+        }
+    }
+
+    #[test]
+    fn a_channel_range_counts_its_own_slots_and_refuses_others() {
+        let ops = [
+            Op::Wait { slot: 10, count: 1 },
+            Op::Wait { slot: 11, count: 1 },
+            Op::Wait { slot: 9, count: 1 },
+        ];
+        let mut expected = [0u64; 2];
+        let mut ex = Executor::at(ops.into_iter(), &mut expected, 10);
+        let mut pad = Pad(1);
+        assert!(matches!(ex.step(&mut pad), Ok(Step::Ran { index: 0, .. })));
+        assert!(matches!(ex.step(&mut pad), Ok(Step::Ran { index: 1, .. })));
+        assert_eq!(ex.expected_of(10), Some(1));
+        assert_eq!(ex.expected_of(9), None);
+        assert_eq!(
+            ex.step(&mut pad),
+            Err(ExecError::SlotOutOfRange { slot: 9, index: 2 })
+        );
     }
 }

@@ -7,6 +7,8 @@
 //! stream's clock and the moment the counter reached its target. The result is the time the
 //! schedule would take on a machine described by the [`Link`], with every dependency honoured.
 
+use std::collections::HashMap;
+
 use super::mem::{Oob, RankFabric, Temps, WorldMem};
 use super::{HostError, Run, DEFAULT_LINK};
 use symm_core::cost::Link;
@@ -158,27 +160,26 @@ where
     } else {
         None
     };
-    let mut arrivals: Vec<Vec<History>> = vec![vec![History::default(); slots]; w];
+    // Only slots that receive signals get a history.
+    let mut arrivals: HashMap<(u16, u32), History> = HashMap::new();
     let mut streams = Vec::new();
     for r in 0..req.world {
         for c in 0..req.channels {
             streams.push((r, c, make(r, c)?));
         }
     }
-    let mut expected = vec![vec![0u64; slots]; streams.len()];
+    // One counter per slot of each rank (as on a GPU); each channel's executor owns its
+    // channel's contiguous range of them.
+    let per_channel = (slots / req.channels.max(1) as usize).max(1);
+    let mut expected = vec![vec![0u64; slots]; w];
+    let ranges = expected.iter_mut().flat_map(|v| v.chunks_mut(per_channel));
     let launch = (opts.link.launch_us * 1000.0) as u64;
     let mut st: Vec<_> = streams
         .into_iter()
-        .zip(expected.iter_mut())
+        .zip(ranges)
         .map(|((r, c, s), e)| {
-            (
-                r,
-                c,
-                Executor::new(s, e.as_mut_slice()),
-                launch,
-                None::<u64>,
-                false,
-            )
+            let base = c as u32 * per_channel as u32;
+            (r, c, Executor::at(s, e, base), launch, None::<u64>, false)
         })
         .collect();
     let mut events = Vec::new();
@@ -225,9 +226,10 @@ where
                 let begin = wait_began.take().unwrap_or(*clock);
                 let end = match op {
                     Op::Wait { slot, .. } => {
-                        let target = ex.expected()[slot as usize];
-                        let arrived = arrivals[*rank as usize][slot as usize]
-                            .first_reaching(target)
+                        let target = ex.expected_of(slot).unwrap_or(0);
+                        let arrived = arrivals
+                            .get(&(*rank, slot))
+                            .and_then(|h| h.first_reaching(target))
                             .unwrap_or(begin);
                         begin.max(arrived)
                     }
@@ -240,12 +242,11 @@ where
                     value,
                 } = op
                 {
-                    if let Some(list) = arrivals
-                        .get_mut(peer as usize)
-                        .and_then(|p| p.get_mut(slot as usize))
-                    {
-                        list.push(sop, value, end);
-                    }
+                    // The signal ran, so the slot exists (the fabric checked it).
+                    arrivals
+                        .entry((peer, slot))
+                        .or_default()
+                        .push(sop, value, end);
                 }
                 *clock = end;
                 if opts.trace {

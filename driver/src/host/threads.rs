@@ -42,8 +42,10 @@ fn stream<I: Iterator<Item = Op>>(
     (rank, channel): (u16, u16),
     ops: I,
 ) -> Result<(u64, Vec<Event>), HostError> {
-    let mut expected = vec![0u64; req.layout().slots() as usize];
-    let mut ex = Executor::new(ops, &mut expected);
+    // This channel's range of the rank's counters (its waits name only its own slots).
+    let per_channel = (req.layout().slots() / req.channels.max(1) as u32).max(1);
+    let mut expected = vec![0u64; per_channel as usize];
+    let mut ex = Executor::at(ops, &mut expected, channel as u32 * per_channel);
     let mut temps = Temps::default();
     let mut view = RankFabric::new(mem, rank, &mut temps);
     let mut events = Vec::new();
