@@ -232,6 +232,37 @@ pub fn memset(dst: DevPtr, value: u8, len: usize) -> Result<()> {
     check("cuMemsetD8", unsafe { (api.memset_d8)(dst, value, len) })
 }
 
+/// The calling thread's current context, made current again on drop: symm binds its devices'
+/// contexts as it works, and every public call leaves the caller's binding as it found it.
+pub struct KeepCurrent {
+    prev: Handle,
+}
+
+/// Remembers the calling thread's current context (restored when the guard drops).
+pub fn keep_current() -> Result<KeepCurrent> {
+    let api = driver()?;
+    let mut prev = core::ptr::null_mut();
+    // SAFETY: valid out-pointer; reads the calling thread's binding (null when none).
+    check("cuCtxGetCurrent", unsafe {
+        (api.ctx_get_current)(&mut prev)
+    })?;
+    Ok(KeepCurrent { prev })
+}
+
+/// The calling thread's current context (null when none).
+pub fn current_context() -> Result<Handle> {
+    keep_current().map(|k| k.prev)
+}
+
+impl Drop for KeepCurrent {
+    fn drop(&mut self) {
+        if let Ok(api) = driver() {
+            // SAFETY: restores a binding the thread had (a live context, or null).
+            unsafe { (api.ctx_set_current)(self.prev) };
+        }
+    }
+}
+
 /// A stream of one device, destroyed on drop unless borrowed from its owner.
 pub struct Stream {
     /// The handle.

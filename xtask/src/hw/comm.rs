@@ -439,7 +439,11 @@ pub fn rank(phase: &str) -> Result<(), String> {
     let summary = match phase {
         "matrix" => {
             let mut comm = comm;
+            let before = symm_driver::cuda::device::current_context().map_err(e)?;
             let m = matrix(&mut comm)?;
+            if symm_driver::cuda::device::current_context().map_err(e)? != before {
+                return Err("the matrix changed the calling thread's context".into());
+            }
             let g = graph(&comm, &stream)?;
             let p = poison_reset(&comm, &stream)?;
             drop(stream);

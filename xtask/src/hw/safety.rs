@@ -214,6 +214,29 @@ fn two_threads(world: &World, seed: u64) -> Result<String, String> {
     Ok("2 threads x 50 all-reduces on one world, all bit exact".into())
 }
 
+/// The caller's current context is the same after every kind of world call.
+fn context_restored(world: &World, seed: u64) -> Result<String, String> {
+    use symm_driver::cuda::device::current_context;
+    let e = |e: CudaError| e.to_string();
+    let req = request(Algorithm::Ring, world.world());
+    let before = current_context().map_err(e)?;
+    let b = world.alloc(&req).map_err(e)?;
+    checked_run(world, &req, &b, seed)?;
+    let captured = world.capture(&req, &b).map_err(e)?;
+    world.replay(&captured).map_err(e)?;
+    drop(captured);
+    world.free(&b).map_err(e)?;
+    let after = current_context().map_err(e)?;
+    if before != after {
+        return Err(format!(
+            "the calling thread's context changed from {before:?} to {after:?}"
+        ));
+    }
+    Ok(format!(
+        "alloc, write, fill, run, read, capture, replay, free: the caller's context ({before:?}) kept"
+    ))
+}
+
 /// One check: a note on success, the failure otherwise.
 type Check<'a> = dyn Fn(&mut u64) -> Result<String, String> + 'a;
 
@@ -221,7 +244,10 @@ type Check<'a> = dyn Fn(&mut u64) -> Result<String, String> + 'a;
 pub fn run(world: &World, devices: &[i32], seed: &mut u64) -> Vec<Row> {
     let w = world.world();
     let mut rows = Vec::new();
-    let checks: [(&str, &Check); 4] = [
+    let checks: [(&str, &Check); 5] = [
+        ("safety: caller's context kept", &|s| {
+            context_restored(world, *s)
+        }),
         ("safety: buffer bounds", &|s| bounds(world, s)),
         ("safety: graphs pin buffers", &|_| graphs_pin_buffers(world)),
         ("safety: two launching threads", &|s| two_threads(world, *s)),

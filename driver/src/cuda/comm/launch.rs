@@ -64,6 +64,7 @@ impl Comm {
     /// does it otherwise, and it allocates device memory, which stream capture forbids: call this
     /// before capturing a request's first launch in a CUDA graph.
     pub fn prepare(&self, req: &Request) -> Result<()> {
+        let _ctx = device::keep_current()?;
         self.plan(req).map(|_| ())
     }
 
@@ -72,6 +73,7 @@ impl Comm {
     /// (after [`Comm::prepare`]). Every rank enqueues the same requests in the same order. Errors
     /// of the run itself are reported later by [`Comm::check`] or [`Comm::synchronize`].
     pub fn enqueue(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<()> {
+        let _ctx = device::keep_current()?;
         self.live()?;
         let plan = self.plan(req)?;
         check_buffers(b, &plan.sizes, self.data_off, self.stride())?;
@@ -127,6 +129,7 @@ impl Comm {
         warmup: u32,
         iters: u32,
     ) -> Result<f64> {
+        let _ctx = device::keep_current()?;
         for _ in 0..warmup.max(1) {
             self.enqueue(req, b, stream)?;
         }
@@ -146,6 +149,7 @@ impl Comm {
 
     /// Enqueues `req` on `stream`, waits for it and checks for errors.
     pub fn run(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<()> {
+        let _ctx = device::keep_current()?;
         self.enqueue(req, b, stream)?;
         self.synchronize(stream)
     }

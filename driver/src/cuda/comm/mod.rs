@@ -106,6 +106,7 @@ impl Comm {
 
     /// Opens a rank of `boot`'s job on GPU `ordinal`. Collective: every rank calls it.
     pub fn open(boot: SocketBootstrap, ordinal: i32, opts: CommOptions) -> Result<Comm> {
+        let _ctx = device::keep_current()?;
         let rank = boot.rank();
         let world = boot.world();
         let boot = SocketRendezvous::new(boot, opts.bootstrap_timeout);
@@ -202,6 +203,7 @@ impl Comm {
 
     /// Collective: places buffers of the given sizes (see [`Comm::alloc`]).
     pub fn alloc_sizes(&self, sizes: BufferSizes) -> Result<Buffers> {
+        let _ctx = device::keep_current()?;
         self.live()?;
         let b = {
             let mut h = self.heap_lock()?;
@@ -223,6 +225,7 @@ impl Comm {
 
     /// Collective: returns buffers to the heap after this rank's work on its device finished.
     pub fn free(&self, b: &Buffers) -> Result<()> {
+        let _ctx = device::keep_current()?;
         self.sync_device()?;
         {
             let mut h = self.heap_lock()?;
@@ -293,6 +296,7 @@ impl Comm {
 
     /// Copies bytes into this rank's heap at `off` (host to device, synchronous).
     pub fn write(&self, off: u64, bytes: &[u8]) -> Result<()> {
+        let _ctx = device::keep_current()?;
         self.check_range(off, bytes.len() as u64)?;
         self.dev.bind()?;
         device::htod(self.ptr(self.rank, off)?, bytes)
@@ -300,6 +304,7 @@ impl Comm {
 
     /// Reads `len` bytes of this rank's heap at `off`.
     pub fn read(&self, off: u64, len: u64) -> Result<Vec<u8>> {
+        let _ctx = device::keep_current()?;
         self.check_range(off, len)?;
         self.dev.bind()?;
         let mut v = vec![0u8; len as usize];
@@ -309,6 +314,7 @@ impl Comm {
 
     /// Sets `len` bytes of this rank's heap at `off` to `value`.
     pub fn fill(&self, off: u64, len: u64, value: u8) -> Result<()> {
+        let _ctx = device::keep_current()?;
         self.check_range(off, len)?;
         self.dev.bind()?;
         device::memset(self.ptr(self.rank, off)?, value, len as usize)
@@ -348,6 +354,7 @@ impl Comm {
     /// device timeout (rank, peer, slot, expected, found), a lost peer, an op the interpreter
     /// refused. After an error the communicator is poisoned until [`Comm::reset`].
     pub fn check(&self) -> Result<()> {
+        let _ctx = device::keep_current()?;
         if let Some(rank) = self.boot.bootstrap().lost() {
             let e = CudaError::PeerLost { rank };
             self.poison(&e);
@@ -386,6 +393,7 @@ impl Comm {
 
     /// Waits for the caller's `stream`, then [`Comm::check`]s.
     pub fn synchronize(&self, stream: &Stream) -> Result<()> {
+        let _ctx = device::keep_current()?;
         let r = stream.synchronize();
         if let Err(e) = &r {
             self.poison(e);
@@ -406,6 +414,7 @@ impl Comm {
     /// and lifts the poison. Fails (and stays poisoned) when a peer was lost or the device
     /// cannot be synchronised.
     pub fn reset(&self) -> Result<()> {
+        let _ctx = device::keep_current()?;
         if let Some(rank) = self.boot.bootstrap().lost() {
             return Err(CudaError::PeerLost { rank });
         }
@@ -431,6 +440,7 @@ impl Comm {
     /// Ends this rank's part in the job in order: waits for its device, then a last barrier,
     /// after which the peers do not count this process's exit as a loss.
     pub fn finish(self) -> Result<()> {
+        let _ctx = device::keep_current()?;
         self.sync_device()?;
         self.boot.barrier(self.rank)
     }

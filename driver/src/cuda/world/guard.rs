@@ -105,6 +105,7 @@ impl World {
     /// collectives start from a clean protocol state again. Fails (and stays poisoned) when a
     /// stream cannot be synchronised, as after a sticky driver error.
     pub fn reset(&self) -> Result<()> {
+        let _ctx = device::keep_current()?;
         let _g = self
             .launching
             .lock()

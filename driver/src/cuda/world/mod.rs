@@ -142,6 +142,7 @@ const ABORT_BYTES: usize = 64;
 impl World {
     /// Opens a world over `devices` (ordinals; rank r is `devices[r]`).
     pub fn open(devices: &[i32], opts: Options) -> Result<World> {
+        let _ctx = device::keep_current()?;
         let world = u16::try_from(devices.len())
             .ok()
             .filter(|&w| w > 0 && w as usize <= 64)
@@ -301,6 +302,7 @@ impl World {
 
     /// Places buffers of the given sizes in the heap.
     pub fn alloc_sizes(&self, sizes: BufferSizes) -> Result<Buffers> {
+        let _ctx = device::keep_current()?;
         let mut h = self
             .alloc
             .lock()
@@ -324,6 +326,7 @@ impl World {
     /// Returns a request's buffers to the heap, after launches in flight finished; refused while
     /// a [`Captured`] graph names them.
     pub fn free(&self, b: &Buffers) -> Result<()> {
+        let _ctx = device::keep_current()?;
         if self
             .captured
             .lock()
@@ -354,6 +357,7 @@ impl World {
 
     /// Copies bytes into rank `r`'s heap at `off`.
     pub fn write(&self, r: u16, off: u64, bytes: &[u8]) -> Result<()> {
+        let _ctx = device::keep_current()?;
         self.check_range(off, bytes.len() as u64)?;
         let p = self.ptr(r, off)?;
         self.rank(r)?.dev.bind()?;
@@ -362,6 +366,7 @@ impl World {
 
     /// Reads `len` bytes of rank `r`'s heap at `off`.
     pub fn read(&self, r: u16, off: u64, len: u64) -> Result<Vec<u8>> {
+        let _ctx = device::keep_current()?;
         self.check_range(off, len)?;
         let p = self.ptr(r, off)?;
         self.rank(r)?.dev.bind()?;
@@ -372,6 +377,7 @@ impl World {
 
     /// Fills `len` bytes of rank `r`'s heap at `off` with `value`.
     pub fn fill(&self, r: u16, off: u64, len: u64, value: u8) -> Result<()> {
+        let _ctx = device::keep_current()?;
         self.check_range(off, len)?;
         let p = self.ptr(r, off)?;
         self.rank(r)?.dev.bind()?;
@@ -410,6 +416,7 @@ impl World {
 
     /// The uploaded plans of a collective request (built from its schedules once, then cached).
     pub fn plans(&self, req: &Request) -> Result<Arc<Vec<DevicePlan>>> {
+        let _ctx = device::keep_current()?;
         if req.world != self.world {
             return Err(CudaError::Invalid(format!(
                 "request for {} ranks on a world of {}",
@@ -435,6 +442,7 @@ impl World {
 
     /// Checks and uploads user-written plans (one per rank), uncached.
     pub fn user_plans(&self, plans: Vec<RankPlan>, sizes: &BufferSizes) -> Result<Vec<DevicePlan>> {
+        let _ctx = device::keep_current()?;
         if plans.len() != self.world as usize {
             return Err(CudaError::Invalid(format!(
                 "{} plans for {} ranks",

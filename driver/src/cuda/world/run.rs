@@ -76,12 +76,14 @@ impl World {
     /// Launches plans on every rank without waiting (`wait` completes them). The buffers must
     /// be at least the sizes the plans were validated for and lie in the heap's buffer area.
     pub fn launch(&self, plans: &[DevicePlan], b: &Buffers, trace: bool) -> Result<()> {
+        let _ctx = device::keep_current()?;
         let _g = self.launch_lock()?;
         self.launch_locked(plans, b, trace)
     }
 
     /// Launches plans without resetting records (back-to-back timing).
     pub fn launch_again(&self, plans: &[DevicePlan], b: &Buffers) -> Result<()> {
+        let _ctx = device::keep_current()?;
         let _g = self.launch_lock()?;
         self.check_plans(plans, b)?;
         self.enqueue_all(plans, b, false)
@@ -90,6 +92,7 @@ impl World {
     /// Waits for every rank and turns timeout records into errors; any failure poisons the
     /// world until [`World::reset`].
     pub fn wait(&self) -> Result<()> {
+        let _ctx = device::keep_current()?;
         let mut first = None;
         for k in &self.ranks {
             if let Err(e) = k.stream.synchronize() {
@@ -143,6 +146,7 @@ impl World {
 
     /// Runs a collective request to completion (plans cached).
     pub fn run(&self, req: &Request, b: &Buffers, trace: bool) -> Result<()> {
+        let _ctx = device::keep_current()?;
         let plans = self.plans(req)?;
         {
             let _g = self.launch_lock()?;
@@ -154,6 +158,7 @@ impl World {
     /// Captures one launch of a request's plans per rank into CUDA graphs. The capture borrows
     /// the world, and `free` refuses its buffers while it lives.
     pub fn capture(&self, req: &Request, b: &Buffers) -> Result<Captured<'_>> {
+        let _ctx = device::keep_current()?;
         let plans = self.plans(req)?;
         let _g = self.launch_lock()?;
         self.check_plans(&plans, b)?;
@@ -179,6 +184,7 @@ impl World {
 
     /// Replays captured graphs once on every rank and waits.
     pub fn replay(&self, captured: &Captured<'_>) -> Result<()> {
+        let _ctx = device::keep_current()?;
         if !std::ptr::eq(captured.world, self) {
             return Err(CudaError::Invalid(
                 "the graphs were captured on another world".into(),
@@ -197,6 +203,7 @@ impl World {
     /// Mean microseconds per launch of `req` over `iters` back-to-back launches (after `warmup`),
     /// the slowest rank's events.
     pub fn time(&self, req: &Request, b: &Buffers, warmup: u32, iters: u32) -> Result<f64> {
+        let _ctx = device::keep_current()?;
         let plans = self.plans(req)?;
         self.launch(&plans, b, false)?;
         for _ in 1..warmup.max(1) {
