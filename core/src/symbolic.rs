@@ -379,11 +379,16 @@ pub fn check(req: &Request, seed: u64) -> Result<Report, SymError> {
             streams.push((r, c, Schedule::new(*req, r, c).map_err(SymError::Sched)?));
         }
     }
-    let mut expected: Vec<Vec<u64>> = vec![vec![0; slots]; streams.len()];
+    // One counter per slot of each rank; each channel's executor owns its channel's range.
+    let per_channel = (slots / req.channels.max(1) as usize).max(1);
+    let mut expected: Vec<Vec<u64>> = vec![vec![0; slots]; req.world as usize];
     let mut execs: Vec<_> = streams
         .into_iter()
-        .zip(expected.iter_mut())
-        .map(|((r, c, s), e)| (r, c, Executor::new(s, e.as_mut_slice()), false))
+        .zip(expected.iter_mut().flat_map(|v| v.chunks_mut(per_channel)))
+        .map(|((r, c, s), e)| {
+            let base = c as u32 * per_channel as u32;
+            (r, c, Executor::at(s, e, base), false)
+        })
         .collect();
     let mut rng = Rng::new(seed);
     let mut report = Report::default();
@@ -475,22 +480,17 @@ pub fn check(req: &Request, seed: u64) -> Result<Report, SymError> {
     }
     drop(execs);
     world.verify()?;
-    for (k, e) in expected.iter().enumerate() {
-        let rank = (k / req.channels as usize) as u16;
-        let channel = (k % req.channels as usize) as u16;
-        let layout = req.layout();
+    for (rank, e) in expected.iter().enumerate() {
+        let rank = rank as u16;
         for (slot, &exp) in e.iter().enumerate() {
-            let key = layout.key(slot as u32);
-            if key.is_some_and(|k| k.channel == channel) {
-                let pad = world.slot(rank, slot as u32)?;
-                if pad != exp {
-                    return Err(SymError::Unbalanced {
-                        rank,
-                        slot: slot as u32,
-                        pad,
-                        expected: exp,
-                    });
-                }
+            let pad = world.slot(rank, slot as u32)?;
+            if pad != exp {
+                return Err(SymError::Unbalanced {
+                    rank,
+                    slot: slot as u32,
+                    pad,
+                    expected: exp,
+                });
             }
         }
     }

@@ -5,7 +5,7 @@
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::heap::{check, Heap, HeapError};
 use symm_core::perfetto;
-use symm_core::sched::{Algorithm, Collective, Request, SchedError};
+use symm_core::sched::{Algorithm, Collective, Request};
 use symm_core::symbolic::{self, SymError};
 use symm_core::trace::Reader;
 use symm_driver::host;
@@ -199,44 +199,48 @@ pub fn request_from(data: &[u8]) -> Option<(Request, u64)> {
     Some((req, byte(12) as u64))
 }
 
-/// Schedule requests: a valid request passes the symbolic check under the interleaving the
-/// input picks; an invalid one is a typed scheduling error.
+/// Schedule requests: an invalid one is the same typed error from `validate` and from the
+/// symbolic check; a valid one passes the symbolic check under the interleaving the input picks
+/// (worlds up to 64 whose buffers hold at most 4 Mi elements in all), else runs on the simulator
+/// against the reference (at most 16 MiB of buffers in all), else is timed on the simulator
+/// without buffers (every stream finishes, no deadlock).
 pub fn sched_request(data: &[u8]) {
     let Some((req, seed)) = request_from(data) else {
         return;
     };
-    match (req.validate(), symbolic::check(&req, seed)) {
-        (Ok(()), Ok(_)) => {}
-        (Err(e), Err(SymError::Sched(f))) => assert_eq!(e, f),
-        // Beyond the symbolic checker's 64 ranks: run the bytes on the simulator (no deadlock,
-        // the reference's result) when the world's buffers are small, else time it on the
-        // simulator without buffers (no deadlock, every stream finishes).
-        (Ok(()), Err(SymError::WorldTooLarge)) if req.world > 64 => {
-            let sz = req.buffer_sizes();
-            let per_rank = sz
-                .input
-                .saturating_add(sz.output)
-                .saturating_add(sz.scratch);
-            let data = per_rank.saturating_mul(req.world as u64) <= 16 << 20;
-            let opts = host::SimOptions {
-                trace: false,
-                data,
-                ..Default::default()
-            };
-            let inputs = if data {
-                host::random_inputs(&req, seed)
-            } else {
-                Vec::new()
-            };
-            let run = host::simulate(&req, &inputs, &opts)
-                .unwrap_or_else(|e| panic!("{req:?}: simulator {e}"));
-            if data {
-                if let Err(m) = host::compare(&req, &run.outputs, &host::reference(&req, &inputs)) {
-                    panic!("{req:?}: {m:?}");
-                }
-            }
-        }
-        (v, r) => panic!("{req:?}: validate {v:?}, check {r:?}"),
+    if let Err(e) = req.validate() {
+        assert_eq!(symbolic::check(&req, seed).err(), Some(SymError::Sched(e)));
+        return;
     }
-    let _: Option<SchedError> = req.validate().err();
+    let sz = req.buffer_sizes();
+    let bytes = sz
+        .input
+        .saturating_add(sz.output)
+        .saturating_add(sz.scratch)
+        .saturating_mul(req.world as u64);
+    let elems = bytes / req.dtype.size();
+    if req.world <= 64 && elems <= 4 << 20 {
+        if let Err(e) = symbolic::check(&req, seed) {
+            panic!("{req:?}: symbolic check {e:?}");
+        }
+        return;
+    }
+    let data = bytes <= 16 << 20;
+    let opts = host::SimOptions {
+        trace: false,
+        data,
+        ..Default::default()
+    };
+    let inputs = if data {
+        host::random_inputs(&req, seed)
+    } else {
+        Vec::new()
+    };
+    let run =
+        host::simulate(&req, &inputs, &opts).unwrap_or_else(|e| panic!("{req:?}: simulator {e}"));
+    if data {
+        if let Err(m) = host::compare(&req, &run.outputs, &host::reference(&req, &inputs)) {
+            panic!("{req:?}: {m:?}");
+        }
+    }
 }
