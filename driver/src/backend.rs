@@ -77,6 +77,23 @@ impl From<HostError> for BackendError {
     }
 }
 
+/// Checks `inputs` for a backend whose world is `world` (`None`: any): the request validates, the
+/// worlds agree, and there is one input of the request's size per rank. Every backend calls it
+/// before touching memory.
+pub fn check_inputs(
+    world: Option<u16>,
+    req: &Request,
+    inputs: &[Vec<u8>],
+) -> Result<(), BackendError> {
+    if let Some(w) = world.filter(|&w| w != req.world) {
+        return Err(BackendError::WrongWorld {
+            backend: w,
+            request: req.world,
+        });
+    }
+    host::check_inputs(req, inputs).map_err(BackendError::Host)
+}
+
 /// A way to run requests.
 pub trait Backend {
     /// A short name for reports ("simulator", "threads", "cuda w2").

@@ -9,9 +9,8 @@ use std::time::Instant;
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Request, SchedError};
 use symm_core::symbolic;
-use symm_driver::host::{
-    compare, random_inputs, reference, run_threads, simulate, SimOptions, ThreadOptions,
-};
+use symm_driver::backend::{Backend, Simulator, Threads};
+use symm_driver::host::{compare, random_inputs, reference, simulate, SimOptions};
 use symm_tests::{pairs, request};
 
 const WORLDS: [u16; 4] = [2, 3, 6, 7];
@@ -96,9 +95,9 @@ fn one_slot_ring_is_refused_with_a_typed_error() {
     }
 }
 
-#[test]
-fn pipeline_grid_on_the_simulator_and_symbolically() {
-    let t = Instant::now();
+/// Runs the grid on `backend` (and, with `symbolic`, through the symbolic check); every
+/// admitted request must equal the reference. Returns (passed, refused).
+fn run_grid(backend: &mut dyn Backend, symbolic: bool) -> (u64, u64) {
     let (mut runs, mut refused) = (0u64, 0u64);
     for world in WORLDS {
         for req in grid(world) {
@@ -107,18 +106,25 @@ fn pipeline_grid_on_the_simulator_and_symbolically() {
                 continue;
             }
             let inputs = random_inputs(&req, runs);
-            let opts = SimOptions {
-                trace: false,
-                ..Default::default()
-            };
-            let run = simulate(&req, &inputs, &opts).unwrap_or_else(|e| panic!("{req:?}: {e}"));
-            if let Err(m) = compare(&req, &run.outputs, &reference(&req, &inputs)) {
+            let out = backend
+                .run(&req, &inputs, false)
+                .unwrap_or_else(|e| panic!("{req:?}: {e}"));
+            if let Err(m) = compare(&req, &out.outputs, &reference(&req, &inputs)) {
                 panic!("{req:?}: {m:?}");
             }
-            symbolic::check(&req, runs).unwrap_or_else(|e| panic!("{req:?}: {e:?}"));
+            if symbolic {
+                symbolic::check(&req, runs).unwrap_or_else(|e| panic!("{req:?}: {e:?}"));
+            }
             runs += 1;
         }
     }
+    (runs, refused)
+}
+
+#[test]
+fn pipeline_grid_on_the_simulator_and_symbolically() {
+    let t = Instant::now();
+    let (runs, refused) = run_grid(&mut Simulator::default(), true);
     println!(
         "pipeline grid (simulator + symbolic): {runs} requests passed, {refused} refused, {:.2?}",
         t.elapsed()
@@ -129,25 +135,7 @@ fn pipeline_grid_on_the_simulator_and_symbolically() {
 #[test]
 fn pipeline_grid_on_real_threads() {
     let t = Instant::now();
-    let (mut runs, mut refused) = (0u64, 0u64);
-    for world in WORLDS {
-        for req in grid(world) {
-            if !admitted(&req) {
-                refused += 1;
-                continue;
-            }
-            let inputs = random_inputs(&req, runs);
-            let opts = ThreadOptions {
-                trace: false,
-                ..Default::default()
-            };
-            let run = run_threads(&req, &inputs, &opts).unwrap_or_else(|e| panic!("{req:?}: {e}"));
-            if let Err(m) = compare(&req, &run.outputs, &reference(&req, &inputs)) {
-                panic!("{req:?}: {m:?}");
-            }
-            runs += 1;
-        }
-    }
+    let (runs, refused) = run_grid(&mut Threads::default(), false);
     println!(
         "pipeline grid (threads): {runs} requests passed, {refused} refused, {:.2?}",
         t.elapsed()

@@ -1,9 +1,9 @@
-//! The one-process CUDA world as a [`Backend`](crate::backend::Backend): fresh buffers per run,
+//! The one-process CUDA world (as `&World`) as a [`Backend`](crate::backend::Backend): fresh buffers per run,
 //! inputs written, outputs and scratch poisoned with `host::POISON` (as the host backends start),
 //! the plan run to completion, outputs (and optionally the trace) read back, buffers freed.
 
 use super::{trace, CudaError, World};
-use crate::backend::{Backend, BackendError, Outcome};
+use crate::backend::{check_inputs, Backend, BackendError, Outcome};
 use crate::host::POISON;
 use symm_core::sched::Request;
 
@@ -53,52 +53,8 @@ impl Backend for &World {
         inputs: &[Vec<u8>],
         trace: bool,
     ) -> Result<Outcome, BackendError> {
-        let this: &World = self;
-        if req.world != this.world() {
-            return Err(BackendError::WrongWorld {
-                backend: self.world(),
-                request: req.world,
-            });
-        }
-        let expected = req.buffer_sizes().input;
-        if inputs.len() != req.world as usize {
-            return Err(BackendError::Host(crate::host::HostError::BadWorld {
-                expected: req.world,
-                found: inputs.len(),
-            }));
-        }
-        if let Some((rank, i)) = inputs
-            .iter()
-            .enumerate()
-            .find(|(_, i)| i.len() as u64 != expected)
-        {
-            return Err(BackendError::Host(crate::host::HostError::BadInput {
-                rank: rank as u16,
-                expected,
-                found: i.len() as u64,
-            }));
-        }
+        check_inputs(Some(self.world()), req, inputs)?;
         self.run_fresh(req, inputs, trace)
             .map_err(BackendError::Cuda)
-    }
-}
-
-impl Backend for World {
-    fn name(&self) -> String {
-        <&World as Backend>::name(&self)
-    }
-
-    fn fixed_world(&self) -> Option<u16> {
-        Some(self.world())
-    }
-
-    fn run(
-        &mut self,
-        req: &Request,
-        inputs: &[Vec<u8>],
-        trace: bool,
-    ) -> Result<Outcome, BackendError> {
-        let mut w: &World = self;
-        <&World as Backend>::run(&mut w, req, inputs, trace)
     }
 }

@@ -22,7 +22,7 @@ mod threads;
 
 pub use mem::{Oob, RankFabric, Temps, WorldMem};
 pub use reference::{alltoallv_reference, compare, random_inputs, reference, Mismatch, POISON};
-pub use sim::{simulate, simulate_streams, SimOptions};
+pub use sim::{check_inputs, simulate, simulate_streams, SimOptions};
 pub use threads::{run_streams, run_threads, ThreadOptions};
 
 use symm_core::cost::Link;

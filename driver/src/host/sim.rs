@@ -44,7 +44,8 @@ impl Default for SimOptions {
     }
 }
 
-pub(crate) fn check_inputs(req: &Request, inputs: &[Vec<u8>]) -> Result<(), HostError> {
+/// The request validates and there is one input of its size per rank.
+pub fn check_inputs(req: &Request, inputs: &[Vec<u8>]) -> Result<(), HostError> {
     req.validate().map_err(HostError::Sched)?;
     if inputs.len() != req.world as usize {
         return Err(HostError::BadWorld {

@@ -11,7 +11,7 @@ use symm_core::trace::{EventKind, Reader};
 use symm_driver::cuda::device::Device;
 use symm_driver::cuda::plan::RankPlan;
 use symm_driver::cuda::rendezvous::ThreadBootstrap;
-use symm_driver::cuda::{self, vmm, CudaError, Options, World};
+use symm_driver::cuda::{self, vmm, Buffers, CudaError, Options, World};
 use symm_driver::host;
 
 use super::data;
@@ -331,25 +331,7 @@ pub fn selftest_timeout(devices: &[i32], deadline: Duration) -> Row {
             ..Options::default()
         };
         let world = World::open(devices, opts).map_err(e)?;
-        let w = world.world();
-        let layout = symm_core::signal::SlotLayout {
-            teams: 1,
-            channels: 1,
-            world: w,
-        };
-        let slot = layout.index_unchecked(0, 0, SlotKind::Data, 1);
-        let sizes = BufferSizes {
-            input: 4096,
-            output: 4096,
-            scratch: 16,
-        };
-        let b = world.alloc_sizes(sizes).map_err(e)?;
-        let mut plans =
-            vec![RankPlan::from_channels(&[vec![Op::Wait { slot, count: 1 }]]).map_err(e)?];
-        for _ in 1..w {
-            plans.push(RankPlan::from_channels(&[vec![]]).map_err(e)?);
-        }
-        let dev = world.user_plans(plans, &sizes).map_err(e)?;
+        let (dev, b) = hang(&world).map_err(e)?;
         let start = Instant::now();
         world.launch(&dev, &b, false).map_err(e)?;
         let res = world.wait();
@@ -386,6 +368,33 @@ pub fn selftest_timeout(devices: &[i32], deadline: Duration) -> Row {
     }
     row.seconds = t.elapsed().as_secs_f64();
     row
+}
+
+/// Buffers and plans in which rank 0 waits for a signal rank 1 never sends (every other rank
+/// runs nothing): launched, rank 0 times out.
+pub fn hang(
+    world: &World,
+) -> Result<(Vec<symm_driver::cuda::world::DevicePlan>, Buffers), CudaError> {
+    let layout = symm_core::signal::SlotLayout {
+        teams: 1,
+        channels: 1,
+        world: world.world(),
+    };
+    let slot = layout.index_unchecked(0, 0, SlotKind::Data, 1);
+    let sizes = BufferSizes {
+        input: 4096,
+        output: 4096,
+        scratch: 16,
+    };
+    let b = world.alloc_sizes(sizes)?;
+    let mut plans = vec![RankPlan::from_channels(&[vec![Op::Wait {
+        slot,
+        count: 1,
+    }]])?];
+    for _ in 1..world.world() {
+        plans.push(RankPlan::from_channels(&[vec![]])?);
+    }
+    Ok((world.user_plans(plans, &sizes)?, b))
 }
 
 /// `cycles` create/destroy cycles of a one-granule symmetric heap on every device: free memory

@@ -9,7 +9,8 @@
 //!   (multicast never) x {4 B, 1 KiB, 64 KiB + 2 B, 1 MiB} x {f32, bf16, i32} x {sum, max}, on
 //!   fresh collective allocations, every rank's output gathered and bit exact against the
 //!   reference; 100 replays of a CUDA graph
-//!   captured on that stream; a forced timeout (rank 1 skips a collective) turned into
+//!   captured on that stream; hostile calls (short buffers, buffers over the pad, divergent
+//!   allocation) refused with typed errors; a forced timeout (rank 1 skips a collective) turned into
 //!   `Timeout` by `check()`, `Poisoned` after it, and 100 correct collectives after `reset()`.
 //! * phase `bench`: all-reduce bf16 sum at 1 KiB, 1 MiB and 256 MiB, symm's `Comm` on the rank's
 //!   stream beside NCCL (`ncclCommInitRank`) on the same buffers and stream, the slowest rank's
@@ -324,6 +325,46 @@ fn death(comm: Comm, stream: Stream, dev: &Device, free_before: usize) -> Result
 /// Bytes, timed iterations, and the (algorithm, channels) tried.
 type BenchCase = (u64, u32, &'static [(Algorithm, u16)]);
 
+/// Hostile calls: buffers short of the plan or over the signal pad are refused before anything is
+/// enqueued (the next collective is bit exact), and ranks that allocate differently get an
+/// error naming the call on both sides. Runs last: the allocators differ afterwards.
+fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
+    let e = |e: CudaError| e.to_string();
+    let req = Request::new(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        comm.world(),
+        64 << 10,
+        DType::F32,
+        ReduceOp::Sum,
+    );
+    let b = comm.alloc(&req).map_err(e)?;
+    let mut short = b;
+    short.sizes.output -= 4;
+    let mut pad = b;
+    pad.output = 0;
+    for (what, bad) in [("4 bytes short", short), ("over the signal pad", pad)] {
+        match comm.enqueue(&req, &bad, stream) {
+            Err(CudaError::Invalid(_)) => {}
+            other => return Err(format!("an output {what} gave {other:?}")),
+        }
+    }
+    comm.free(&b).map_err(e)?;
+    case(comm, stream, &req, 9000)?.map_err(|m| format!("after the refusals: {m}"))?;
+    let n = if comm.rank() == 0 { 4096 } else { 8192 };
+    let sizes = symm_core::sched::BufferSizes {
+        input: n,
+        output: n,
+        scratch: 0,
+    };
+    match comm.alloc_sizes(sizes) {
+        Err(CudaError::Invalid(m)) if m.contains("diverged") => Ok(format!(
+            "2 bad buffer sets refused; divergent allocation named: {m}"
+        )),
+        other => Err(format!("divergent allocation gave {other:?}")),
+    }
+}
+
 /// All-reduce bf16 sum, one process per GPU: symm's `Comm` on its own stream against NCCL
 /// (ncclCommInitRank) on the same buffers and stream, the slowest rank's CUDA-event time.
 fn bench(comm: &Comm, stream: &Stream) -> Result<String, String> {
@@ -446,9 +487,10 @@ pub fn rank(phase: &str) -> Result<(), String> {
             }
             let g = graph(&comm, &stream)?;
             let p = poison_reset(&comm, &stream)?;
+            let h = hostile(&comm, &stream)?;
             drop(stream);
             comm.finish().map_err(e)?;
-            format!("{m}; {g}; {p}")
+            format!("{m}; {g}; {p}; {h}")
         }
         "death" => death(comm, stream, &dev, free_before)?,
         "bench" => {

@@ -11,10 +11,7 @@
 use std::time::{Duration, Instant};
 
 use symm_core::dtype::{DType, ReduceOp};
-use symm_core::op::Op;
 use symm_core::sched::{algorithms, Algorithm, BufferSizes, Collective, Request};
-use symm_core::signal::{SlotKind, SlotLayout};
-use symm_driver::cuda::plan::RankPlan;
 use symm_driver::cuda::{CudaError, Options, World};
 use symm_driver::host;
 use symm_tests::matrix::exact;
@@ -103,24 +100,7 @@ fn poison_and_reset(devices: &[i32], seed: &mut u64) -> Result<String, String> {
     };
     let world = World::open(devices, opts).map_err(e)?;
     let w = world.world();
-    // A wait nobody signals: rank 0 times out.
-    let layout = SlotLayout {
-        teams: 1,
-        channels: 1,
-        world: w,
-    };
-    let slot = layout.index_unchecked(0, 0, SlotKind::Data, 1);
-    let sizes = BufferSizes {
-        input: 4096,
-        output: 4096,
-        scratch: 16,
-    };
-    let hang = world.alloc_sizes(sizes).map_err(e)?;
-    let mut plans = vec![RankPlan::from_channels(&[vec![Op::Wait { slot, count: 1 }]]).map_err(e)?];
-    for _ in 1..w {
-        plans.push(RankPlan::from_channels(&[vec![]]).map_err(e)?);
-    }
-    let dev = world.user_plans(plans, &sizes).map_err(e)?;
+    let (dev, hang) = super::checks::hang(&world).map_err(e)?;
     world.launch(&dev, &hang, false).map_err(e)?;
     match world.wait() {
         Err(CudaError::Timeout { .. }) => {}

@@ -4,11 +4,11 @@
 //! job from each rank. Traces are not recorded on this path.
 
 use super::Comm;
-use crate::backend::{Backend, BackendError, Outcome};
+use crate::backend::{check_inputs, Backend, BackendError, Outcome};
 use crate::cuda::device::Stream;
 use crate::cuda::error::CudaError;
 use crate::cuda::rendezvous::Bootstrap;
-use crate::host::{HostError, POISON};
+use crate::host::POISON;
 use symm_core::sched::Request;
 
 /// Bytes of output each rank contributes per bootstrap round (under the frame limit).
@@ -57,27 +57,8 @@ impl Backend for Comm {
         inputs: &[Vec<u8>],
         _trace: bool,
     ) -> Result<Outcome, BackendError> {
-        if req.world != self.world {
-            return Err(BackendError::WrongWorld {
-                backend: self.world,
-                request: req.world,
-            });
-        }
-        let expected = req.buffer_sizes().input;
-        let mine = inputs
-            .get(self.rank as usize)
-            .filter(|_| inputs.len() == self.world as usize)
-            .ok_or(BackendError::Host(HostError::BadWorld {
-                expected: self.world,
-                found: inputs.len(),
-            }))?;
-        if mine.len() as u64 != expected {
-            return Err(BackendError::Host(HostError::BadInput {
-                rank: self.rank,
-                expected,
-                found: mine.len() as u64,
-            }));
-        }
+        check_inputs(Some(self.world), req, inputs)?;
+        let mine = &inputs[self.rank as usize];
         let outputs = self.run_gathered(req, mine).map_err(BackendError::Cuda)?;
         Ok(Outcome {
             outputs,

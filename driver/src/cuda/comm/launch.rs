@@ -3,28 +3,20 @@
 
 use std::sync::Arc;
 
-use symm_core::sched::{BufferSizes, Request};
+use symm_core::sched::Request;
 
 use super::{Comm, ABORT_BYTES};
-use crate::cuda::device::{self, DevBuf, Stream};
+use crate::cuda::device::{self, Stream};
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::launch::InterpParams;
 use crate::cuda::plan::RankPlan;
 use crate::cuda::world::guard::check_buffers;
-use crate::cuda::world::Buffers;
-
-/// This rank's plan of one request, uploaded.
-pub(super) struct Plan {
-    host: RankPlan,
-    ops: DevBuf,
-    chan: DevBuf,
-    sizes: BufferSizes,
-}
+use crate::cuda::world::{Buffers, DevicePlan};
 
 impl Comm {
     /// This rank's plan of `req` (scheduled, validated against the buffers' sizes and the pad,
     /// uploaded once, then cached).
-    fn plan(&self, req: &Request) -> Result<Arc<Plan>> {
+    fn plan(&self, req: &Request) -> Result<Arc<DevicePlan>> {
         if req.world != self.world {
             return Err(CudaError::Invalid(format!(
                 "a request for {} ranks on a job of {}",
@@ -37,23 +29,7 @@ impl Comm {
         let sizes = req.buffer_sizes();
         let host = RankPlan::schedule(req, self.rank)?;
         host.validate(self.rank, self.world, &sizes, self.pad_slots, false)?;
-        self.dev.bind()?;
-        let bytes = host.op_bytes();
-        let ops = DevBuf::zeroed(&self.dev, bytes.len().max(1))?;
-        device::htod(ops.ptr, &bytes)?;
-        let cs: Vec<u8> = host
-            .chan_start
-            .iter()
-            .flat_map(|c| c.to_le_bytes())
-            .collect();
-        let chan = DevBuf::zeroed(&self.dev, cs.len().max(1))?;
-        device::htod(chan.ptr, &cs)?;
-        let p = Arc::new(Plan {
-            host,
-            ops,
-            chan,
-            sizes,
-        });
+        let p = Arc::new(DevicePlan::upload(&self.dev, host, sizes)?);
         if let Ok(mut m) = self.plans.lock() {
             m.insert(*req, p.clone());
         }

@@ -43,7 +43,9 @@ use super::ffi::driver as ffi;
 use super::launch::{Kernel, RECORD_BYTES};
 use super::rendezvous::{Bootstrap, SocketRendezvous};
 use super::vmm::SymmetricHeap;
-use super::world::Buffers;
+use super::world::guard;
+use super::world::run::first_failure;
+use super::world::{Buffers, DevicePlan};
 use crate::bootstrap::SocketBootstrap;
 
 /// How a [`Comm`] is set up.
@@ -78,7 +80,7 @@ const ABORT_BYTES: usize = 64;
 /// Field order is teardown order: plans and kernels before the heap, the heap before the
 /// bootstrap (the peers' memory stays mapped until every rank unmapped it at `finish`).
 pub struct Comm {
-    plans: Mutex<HashMap<Request, Arc<launch::Plan>>>,
+    plans: Mutex<HashMap<Request, Arc<DevicePlan>>>,
     interp: Kernel,
     expected: DevBuf,
     host: Arc<HostMapped>,
@@ -205,20 +207,7 @@ impl Comm {
     pub fn alloc_sizes(&self, sizes: BufferSizes) -> Result<Buffers> {
         let _ctx = device::keep_current()?;
         self.live()?;
-        let b = {
-            let mut h = self.heap_lock()?;
-            let mut one = |n: u64| {
-                h.alloc(n.max(16), 4096)
-                    .map(|o| o + self.data_off)
-                    .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))
-            };
-            Buffers {
-                input: one(sizes.input)?,
-                output: one(sizes.output)?,
-                scratch: one(sizes.scratch)?,
-                sizes,
-            }
-        };
+        let b = guard::place(&mut *self.heap_lock()?, sizes, self.data_off)?;
         self.agree()?;
         Ok(b)
     }
@@ -248,43 +237,53 @@ impl Comm {
 
     /// Compares the allocators of every rank (call count, hash and last call).
     fn agree(&self) -> Result<()> {
+        // Call count, hash, then the calls of this alloc or free (at most three), each as
+        // (seq, alloc, size, align, offset).
         let mine = {
             let h = self.heap_lock()?;
-            let last = h.history().last().copied();
-            let mut v = Vec::with_capacity(48);
-            v.extend_from_slice(&h.calls().to_le_bytes());
-            v.extend_from_slice(&h.hash().to_le_bytes());
-            let (alloc, size, align, offset) = last.map_or((0, 0, 0, 0), |c| {
-                (c.alloc as u64, c.size, c.align, c.offset)
-            });
-            for x in [alloc, size, align, offset] {
-                v.extend_from_slice(&x.to_le_bytes());
+            let mut v: Vec<u64> = vec![h.calls(), h.hash()];
+            let all: Vec<_> = h.history().collect();
+            for c in &all[all.len().saturating_sub(3)..] {
+                v.extend([c.seq, c.alloc as u64, c.size, c.align, c.offset]);
             }
             v
         };
-        let all = self.boot.all_gather(self.rank, &mine)?;
-        let field = |v: &[u8], i: usize| -> u64 {
-            v.get(i * 8..i * 8 + 8)
-                .and_then(|b| b.try_into().ok())
-                .map_or(u64::MAX, u64::from_le_bytes)
+        let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let all = self.boot.all_gather(self.rank, &bytes)?;
+        let words = |v: &[u8]| -> Vec<u64> {
+            v.chunks_exact(8)
+                .filter_map(|b| b.try_into().ok().map(u64::from_le_bytes))
+                .collect()
         };
-        let call = |v: &[u8]| {
-            if field(v, 2) == 1 {
-                format!("alloc(size {}, align {})", field(v, 3), field(v, 4))
-            } else {
-                format!("free(offset {})", field(v, 5))
-            }
+        let describe = |c: &[u64]| match c {
+            [_, 1, size, align, _] => format!("alloc(size {size}, align {align})"),
+            [_, _, _, _, offset] => format!("free(offset {offset})"),
+            _ => "nothing".to_string(),
         };
         for (r, theirs) in all.iter().enumerate() {
-            if field(theirs, 0) != field(&mine, 0) || field(theirs, 1) != field(&mine, 1) {
-                return Err(CudaError::Invalid(format!(
-                    "symmetric allocation diverged at call {}: rank {} called {}, rank {r} called {}",
-                    field(&mine, 0).saturating_sub(1),
-                    self.rank,
-                    call(&mine),
-                    call(theirs)
-                )));
+            let theirs = words(theirs);
+            if theirs.get(..2) == mine.get(..2) {
+                continue;
             }
+            // The first of the recent calls whose arguments differ (else the last).
+            let (a, b) = (
+                mine[2..].chunks(5),
+                theirs.get(2..).unwrap_or(&[]).chunks(5),
+            );
+            let pairs: Vec<_> = a.zip(b).collect();
+            let (m, t) = pairs
+                .iter()
+                .find(|(m, t)| m.get(1..4) != t.get(1..4))
+                .or(pairs.last())
+                .copied()
+                .unwrap_or((&[], &[]));
+            return Err(CudaError::Invalid(format!(
+                "symmetric allocation diverged at call {}: rank {} called {}, rank {r} called {}",
+                m.first().copied().unwrap_or(mine[0]),
+                self.rank,
+                describe(m),
+                describe(t)
+            )));
         }
         Ok(())
     }
@@ -321,12 +320,7 @@ impl Comm {
     }
 
     fn check_range(&self, off: u64, len: u64) -> Result<()> {
-        if off < self.data_off || off.checked_add(len).is_none_or(|e| e > self.stride()) {
-            return Err(CudaError::Invalid(format!(
-                "bytes {off}..+{len} are outside the buffer area"
-            )));
-        }
-        Ok(())
+        guard::check_range(off, len, self.data_off, self.stride())
     }
 
     /// Fails fast when the communicator is poisoned or a peer was lost.
@@ -360,30 +354,8 @@ impl Comm {
             self.poison(&e);
             return Err(e);
         }
-        let mut found = None;
-        for c in 0..MAX_CHANNELS as usize {
-            let at = ABORT_BYTES + c * RECORD_BYTES;
-            let h = &self.host;
-            let (channel, op_index) = (h.read_u32(at + 36) as u16, h.read_u32(at + 32));
-            let e = match h.read_u32(at) {
-                1 => CudaError::Timeout {
-                    rank: h.read_u32(at + 4) as u16,
-                    peer: h.read_u32(at + 8) as u16,
-                    slot: h.read_u32(at + 12),
-                    channel,
-                    expected: h.read_u64(at + 16),
-                    found: h.read_u64(at + 24),
-                    op_index,
-                },
-                3 => CudaError::BadOp {
-                    rank: self.rank,
-                    channel,
-                    op_index,
-                },
-                _ => continue,
-            };
-            found.get_or_insert(e);
-        }
+        let ats = (0..MAX_CHANNELS as usize).map(|c| ABORT_BYTES + c * RECORD_BYTES);
+        let found = first_failure(&self.host, ats);
         if let Some(e) = found {
             self.poison(&e);
             return Err(e);

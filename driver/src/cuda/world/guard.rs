@@ -60,6 +60,32 @@ pub(crate) fn check_buffers(b: &Buffers, need: &BufferSizes, lo: u64, hi: u64) -
     Ok(())
 }
 
+/// Places input, output and scratch of `sizes` with `heap` (offsets relative to the buffer area,
+/// which starts at `data_off`): the same offsets on every rank that makes the same calls.
+pub(crate) fn place(heap: &mut Heap, sizes: BufferSizes, data_off: u64) -> Result<Buffers> {
+    let mut one = |n: u64| {
+        heap.alloc(n.max(16), 4096)
+            .map(|o| o + data_off)
+            .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))
+    };
+    Ok(Buffers {
+        input: one(sizes.input)?,
+        output: one(sizes.output)?,
+        scratch: one(sizes.scratch)?,
+        sizes,
+    })
+}
+
+/// Fails unless bytes `off .. off + len` lie in the buffer area `[lo, hi)`.
+pub(crate) fn check_range(off: u64, len: u64, lo: u64, hi: u64) -> Result<()> {
+    if off < lo || off.checked_add(len).is_none_or(|e| e > hi) {
+        return Err(CudaError::Invalid(format!(
+            "bytes {off}..+{len} are outside the buffer area"
+        )));
+    }
+    Ok(())
+}
+
 impl World {
     /// Fails when the world is poisoned, else takes the launch lock.
     pub(super) fn launch_lock(&self) -> Result<MutexGuard<'_, ()>> {

@@ -16,7 +16,7 @@
 //! [`CudaError::Timeout`] naming rank, peer, slot, expected and found.
 
 pub(crate) mod guard;
-mod run;
+pub(crate) mod run;
 
 pub use guard::Captured;
 
@@ -84,9 +84,32 @@ pub struct DevicePlan {
     /// The host copy (for traces and checks).
     pub host: RankPlan,
     /// The buffer sizes the plan was validated against (a launch needs at least these).
-    sizes: BufferSizes,
-    ops: DevBuf,
-    chan: DevBuf,
+    pub(crate) sizes: BufferSizes,
+    pub(crate) ops: DevBuf,
+    pub(crate) chan: DevBuf,
+}
+
+impl DevicePlan {
+    /// Uploads `plan`, validated against `sizes`, to `dev` (the World's ranks and a `Comm`).
+    pub(crate) fn upload(dev: &Device, plan: RankPlan, sizes: BufferSizes) -> Result<DevicePlan> {
+        dev.bind()?;
+        let bytes = plan.op_bytes();
+        let ops = DevBuf::zeroed(dev, bytes.len().max(1))?;
+        device::htod(ops.ptr, &bytes)?;
+        let cs: Vec<u8> = plan
+            .chan_start
+            .iter()
+            .flat_map(|c| c.to_le_bytes())
+            .collect();
+        let chan = DevBuf::zeroed(dev, cs.len().max(1))?;
+        device::htod(chan.ptr, &cs)?;
+        Ok(DevicePlan {
+            host: plan,
+            sizes,
+            ops,
+            chan,
+        })
+    }
 }
 
 struct Rank {
@@ -307,20 +330,7 @@ impl World {
             .alloc
             .lock()
             .map_err(|_| CudaError::Invalid("heap lock poisoned".into()))?;
-        let mut one = |n: u64| {
-            h.alloc(n.max(16), 4096)
-                .map(|o| o + self.data_off)
-                .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))
-        };
-        let input = one(sizes.input)?;
-        let output = one(sizes.output)?;
-        let scratch = one(sizes.scratch)?;
-        Ok(Buffers {
-            input,
-            output,
-            scratch,
-            sizes,
-        })
+        guard::place(&mut h, sizes, self.data_off)
     }
 
     /// Returns a request's buffers to the heap, after launches in flight finished; refused while
@@ -386,32 +396,11 @@ impl World {
     }
 
     fn check_range(&self, off: u64, len: u64) -> Result<()> {
-        if off < self.data_off || off.checked_add(len).is_none_or(|e| e > self.stride()) {
-            return Err(CudaError::Invalid(format!(
-                "bytes {off}..+{len} are outside the buffer area"
-            )));
-        }
-        Ok(())
+        guard::check_range(off, len, self.data_off, self.stride())
     }
 
     fn upload(&self, r: u16, plan: RankPlan, sizes: BufferSizes) -> Result<DevicePlan> {
-        let k = self.rank(r)?;
-        let bytes = plan.op_bytes();
-        let ops = DevBuf::zeroed(&k.dev, bytes.len())?;
-        device::htod(ops.ptr, &bytes)?;
-        let cs: Vec<u8> = plan
-            .chan_start
-            .iter()
-            .flat_map(|c| c.to_le_bytes())
-            .collect();
-        let chan = DevBuf::zeroed(&k.dev, cs.len())?;
-        device::htod(chan.ptr, &cs)?;
-        Ok(DevicePlan {
-            host: plan,
-            sizes,
-            ops,
-            chan,
-        })
+        DevicePlan::upload(&self.rank(r)?.dev, plan, sizes)
     }
 
     /// The uploaded plans of a collective request (built from its schedules once, then cached).

@@ -110,38 +110,9 @@ impl World {
     }
 
     fn check_records(&self) -> Result<()> {
-        let mut bad = None;
-        for r in 0..self.world as usize {
-            for c in 0..MAX_CHANNELS as usize {
-                let at = ABORT_BYTES + (r * MAX_CHANNELS as usize + c) * RECORD_BYTES;
-                let reason = self.host.read_u32(at);
-                let rank = self.host.read_u32(at + 4) as u16;
-                let channel = self.host.read_u32(at + 36) as u16;
-                let op_index = self.host.read_u32(at + 32);
-                match reason {
-                    1 => {
-                        return Err(CudaError::Timeout {
-                            rank,
-                            peer: self.host.read_u32(at + 8) as u16,
-                            slot: self.host.read_u32(at + 12),
-                            channel,
-                            expected: self.host.read_u64(at + 16),
-                            found: self.host.read_u64(at + 24),
-                            op_index,
-                        })
-                    }
-                    3 => {
-                        bad.get_or_insert(CudaError::BadOp {
-                            rank,
-                            channel,
-                            op_index,
-                        });
-                    }
-                    _ => {}
-                }
-            }
-        }
-        bad.map_or(Ok(()), Err)
+        let ats = (0..self.world as usize * MAX_CHANNELS as usize)
+            .map(|k| ABORT_BYTES + k * RECORD_BYTES);
+        first_failure(&self.host, ats).map_or(Ok(()), Err)
     }
 
     /// Runs a collective request to completion (plans cached).
@@ -231,4 +202,41 @@ impl World {
         }
         Ok(worst * 1000.0 / iters.max(1) as f64)
     }
+}
+
+/// The error the timeout records at byte offsets `ats` of `host` report: the first timeout, or
+/// else the first op the interpreter refused; `None` when every record is empty (records of
+/// waits stopped by the abort word are the consequence of another failure and report nothing).
+pub(crate) fn first_failure(
+    host: &HostMapped,
+    ats: impl Iterator<Item = usize>,
+) -> Option<CudaError> {
+    let mut bad = None;
+    for at in ats {
+        let rank = host.read_u32(at + 4) as u16;
+        let channel = host.read_u32(at + 36) as u16;
+        let op_index = host.read_u32(at + 32);
+        match host.read_u32(at) {
+            1 => {
+                return Some(CudaError::Timeout {
+                    rank,
+                    peer: host.read_u32(at + 8) as u16,
+                    slot: host.read_u32(at + 12),
+                    channel,
+                    expected: host.read_u64(at + 16),
+                    found: host.read_u64(at + 24),
+                    op_index,
+                })
+            }
+            3 => {
+                bad.get_or_insert(CudaError::BadOp {
+                    rank,
+                    channel,
+                    op_index,
+                });
+            }
+            _ => {}
+        }
+    }
+    bad
 }
