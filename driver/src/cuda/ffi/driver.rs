@@ -141,6 +141,85 @@ api_table! {
     }
 }
 
+/// `CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED`.
+#[cfg(feature = "multicast")]
+pub const ATTR_MULTICAST_SUPPORTED: c_int = 132;
+/// `CU_MULTICAST_GRANULARITY_MINIMUM`.
+#[cfg(feature = "multicast")]
+pub const MC_GRANULARITY_MINIMUM: c_int = 0;
+/// `CU_MULTICAST_GRANULARITY_RECOMMENDED`.
+#[cfg(feature = "multicast")]
+pub const MC_GRANULARITY_RECOMMENDED: c_int = 1;
+/// `CU_MEM_LOCATION_TYPE_DEVICE`.
+#[cfg(feature = "multicast")]
+pub const LOCATION_DEVICE: c_int = 1;
+/// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
+#[cfg(feature = "multicast")]
+pub const ACCESS_READWRITE: c_int = 3;
+
+/// `CUmulticastObjectProp` (v1).
+#[cfg(feature = "multicast")]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MulticastObjectProp {
+    /// Devices in the multicast team (each binds memory to the object).
+    pub num_devices: c_uint,
+    /// Bytes that may be bound per device, a multiple of the minimum multicast granularity.
+    pub size: usize,
+    /// Exportable handle types (`CUmemAllocationHandleType` bits); 0: not exportable.
+    pub handle_types: u64,
+    /// Must be 0.
+    pub flags: u64,
+}
+
+// The layout must match cudarc's binding of the same struct, field for field.
+#[cfg(feature = "multicast")]
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    use cudarc::driver::sys as s;
+    assert!(size_of::<MulticastObjectProp>() == size_of::<s::CUmulticastObjectProp>());
+    assert!(
+        offset_of!(MulticastObjectProp, num_devices)
+            == offset_of!(s::CUmulticastObjectProp, numDevices)
+    );
+    assert!(offset_of!(MulticastObjectProp, size) == offset_of!(s::CUmulticastObjectProp, size));
+    assert!(
+        offset_of!(MulticastObjectProp, handle_types)
+            == offset_of!(s::CUmulticastObjectProp, handleTypes)
+    );
+    assert!(offset_of!(MulticastObjectProp, flags) == offset_of!(s::CUmulticastObjectProp, flags));
+};
+
+#[cfg(feature = "multicast")]
+api_table! {
+    /// The multicast entry points (CUDA 12.1 and later), a table of their own so that a driver
+    /// without them still loads [`DriverApi`]. Only `cuda::multicast` calls them.
+    MulticastApi {
+        get_granularity = "cuMulticastGetGranularity"(*mut usize, *const MulticastObjectProp, c_int);
+        create = "cuMulticastCreate"(*mut MemHandle, *const MulticastObjectProp);
+        add_device = "cuMulticastAddDevice"(MemHandle, Device);
+        bind_mem = "cuMulticastBindMem"(MemHandle, usize, MemHandle, usize, usize, u64);
+        unbind = "cuMulticastUnbind"(MemHandle, Device, usize, usize);
+    }
+}
+
+/// The multicast entry points of the loaded driver, resolved once; `Err` names why they are
+/// unavailable (no driver, or a driver older than CUDA 12.1).
+#[cfg(feature = "multicast")]
+pub fn multicast_api() -> Result<&'static MulticastApi, &'static str> {
+    static API: OnceLock<Result<MulticastApi, &'static str>> = OnceLock::new();
+    API.get_or_init(|| {
+        api()?;
+        // SAFETY: `api()` succeeded, so libcuda is present and cudarc's loader returns it (kept
+        // loaded for the process in cudarc's static).
+        let lib = unsafe { cudarc::driver::sys::culib() };
+        // SAFETY: `lib` is libcuda, whose multicast entry points have the declared signatures.
+        unsafe { MulticastApi::load(lib) }
+    })
+    .as_ref()
+    .map_err(|e| *e)
+}
+
 /// The loaded driver, initialised once; `Err` names why it is unavailable.
 pub fn api() -> Result<&'static DriverApi, &'static str> {
     static API: OnceLock<Result<DriverApi, &'static str>> = OnceLock::new();
