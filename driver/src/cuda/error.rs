@@ -2,6 +2,8 @@
 
 use core::fmt;
 
+use super::multicast::McError;
+
 /// Why a CUDA-backend call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -72,8 +74,9 @@ pub enum CudaError {
         /// Position in the op stream.
         op_index: u32,
     },
-    /// Multicast was asked for and refused before any driver call (see `cuda::multicast`).
-    MulticastRefused(&'static str),
+    /// Multicast was refused before the driver call it would have made: the guard, the budget,
+    /// the request or a plan's multicast ops without an object (see `cuda::multicast`).
+    Multicast(McError),
     /// Filesystem trouble with the kernel cache.
     Io(String),
 }
@@ -111,13 +114,19 @@ impl fmt::Display for CudaError {
                 channel,
                 op_index,
             } => write!(f, "rank {rank} channel {channel}: op {op_index} cannot run in this kernel"),
-            CudaError::MulticastRefused(s) => write!(f, "multicast refused: {s}"),
+            CudaError::Multicast(e) => write!(f, "multicast refused: {e}"),
             CudaError::Io(s) => write!(f, "kernel cache: {s}"),
         }
     }
 }
 
 impl std::error::Error for CudaError {}
+
+impl From<McError> for CudaError {
+    fn from(e: McError) -> CudaError {
+        CudaError::Multicast(e)
+    }
+}
 
 /// Result of the CUDA backend.
 pub type Result<T> = core::result::Result<T, CudaError>;

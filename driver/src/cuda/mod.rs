@@ -17,7 +17,8 @@
 //! * [`world`]: a world of GPUs: heap, plan cache, runs, graph replay, timing, timeout records.
 //! * [`trace`]: GPU trace readback into symm-core's trace format.
 //! * [`nccl`]: NCCL on the same streams and buffers, for side-by-side timing.
-//! * [`multicast`]: the guard that refuses NVLink multicast unless explicitly allowed.
+//! * [`multicast`]: NVLink multicast: the guard that refuses it unless explicitly allowed, and
+//!   (feature `multicast`) the budget and the binding, the one place of its driver calls.
 
 mod backend;
 pub mod comm;
