@@ -11,6 +11,7 @@ use symm_core::plan::PlanOp;
 use symm_core::sched::{BufferSizes, Request, Schedule};
 
 use super::error::{CudaError, Result};
+use super::multicast::McError;
 
 /// One rank's encoded plan.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -72,9 +73,54 @@ impl RankPlan {
         v
     }
 
-    /// Checks every op: decodable, no multicast (unless allowed), ranks in the world, byte ranges
-    /// inside the buffers, slots inside the pad.
+    /// Checks every op: decodable, ranks in the world, byte ranges inside the buffers, slots
+    /// inside the pad, and no multicast op: a plan with `McReduce` / `McStore` is refused
+    /// ([`McError::NoObject`]) whatever `_multicast` says, because it may launch only with a
+    /// multicast object, through `validate_multicast` (feature `multicast`).
     pub fn validate(
+        &self,
+        rank: u16,
+        world: u16,
+        sizes: &BufferSizes,
+        pad_slots: u32,
+        _multicast: bool,
+    ) -> Result<()> {
+        self.check(rank, world, sizes, pad_slots, false)
+    }
+
+    /// [`RankPlan::validate`] for a plan that may hold multicast ops, launched with `mc`, the
+    /// multicast object mapped over the team's heaps: its team must be the world, each
+    /// multicast range must lie inside its buffer, and the three buffers must fit in the view.
+    /// The launcher still checks that the buffers' placement in the heap lies inside the view.
+    #[cfg(feature = "multicast")]
+    pub fn validate_multicast(
+        &self,
+        rank: u16,
+        world: u16,
+        sizes: &BufferSizes,
+        pad_slots: u32,
+        mc: &super::multicast::Multicast,
+    ) -> Result<()> {
+        if mc.devices().len() != world as usize {
+            return Err(CudaError::Invalid(format!(
+                "a multicast object of {} devices for a world of {world}",
+                mc.devices().len()
+            )));
+        }
+        let total = sizes
+            .input
+            .checked_add(sizes.output)
+            .and_then(|t| t.checked_add(sizes.scratch));
+        if total.is_none_or(|t| t > mc.size() as u64) {
+            return Err(CudaError::Invalid(format!(
+                "buffers of {sizes:?} do not fit in a multicast view of {} bytes",
+                mc.size()
+            )));
+        }
+        self.check(rank, world, sizes, pad_slots, true)
+    }
+
+    fn check(
         &self,
         rank: u16,
         world: u16,
@@ -105,6 +151,11 @@ impl RankPlan {
                             .checked_add(len)
                             .is_some_and(|end| end <= size(l.buf))
                 };
+                let in_mc = |l: symm_core::op::McLoc, len: u64| {
+                    l.offset
+                        .checked_add(len)
+                        .is_some_and(|end| end <= size(l.buf))
+                };
                 let ok = match op {
                     Op::Copy { src, dst, bytes } => in_buf(src, bytes) && in_buf(dst, bytes),
                     Op::Reduce {
@@ -120,12 +171,25 @@ impl RankPlan {
                     }
                     Op::Signal { peer, slot, .. } => peer < world && slot < pad_slots,
                     Op::Wait { slot, .. } => slot < pad_slots,
-                    Op::McReduce { .. } | Op::McStore { .. } => {
-                        if !multicast {
-                            return Err(bad("multicast op in a unicast plan"));
+                    Op::McReduce { .. } | Op::McStore { .. } if !multicast => {
+                        return Err(McError::NoObject {
+                            rank,
+                            channel: u16::try_from(c).unwrap_or(u16::MAX),
+                            op_index: u32::try_from(i).unwrap_or(u32::MAX),
                         }
-                        true
+                        .into());
                     }
+                    Op::McReduce {
+                        src,
+                        dst,
+                        elems,
+                        dtype,
+                        ..
+                    } => {
+                        let n = elems.saturating_mul(dtype.size());
+                        in_mc(src, n) && in_buf(dst, n)
+                    }
+                    Op::McStore { src, dst, bytes } => in_buf(src, bytes) && in_mc(dst, bytes),
                 };
                 if !ok {
                     return Err(bad(&format!("out of bounds: {op:?}")));
@@ -183,5 +247,67 @@ mod tests {
         let w = Op::Wait { slot: 99, count: 1 };
         let p = RankPlan::from_channels(&[vec![w]]).unwrap();
         assert!(p.validate(0, 2, &req.buffer_sizes(), 16, false).is_err());
+    }
+
+    fn multicast_all_reduce() -> Request {
+        Request::new(
+            Collective::AllReduce,
+            Algorithm::Multicast,
+            4,
+            2 << 20,
+            DType::F32,
+            ReduceOp::Sum,
+        )
+    }
+
+    #[test]
+    fn multicast_plans_are_refused_without_a_multicast_object() {
+        let req = multicast_all_reduce();
+        let p = RankPlan::schedule(&req, 1).unwrap();
+        assert!(p
+            .ops
+            .iter()
+            .any(|o| o.decode().is_ok_and(|o| o.is_multicast())));
+        for allow in [false, true] {
+            match p.validate(1, 4, &req.buffer_sizes(), req.layout().slots(), allow) {
+                Err(CudaError::Multicast(McError::NoObject { rank: 1, .. })) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[cfg(feature = "multicast")]
+    #[test]
+    fn multicast_plans_validate_with_a_multicast_object() {
+        use crate::cuda::multicast::fake;
+        let req = multicast_all_reduce();
+        let sizes = req.buffer_sizes();
+        let mc = fake::object(4, 16 << 20);
+        for r in 0..4 {
+            let p = RankPlan::schedule(&req, r).unwrap();
+            p.validate_multicast(r, 4, &sizes, req.layout().slots(), &mc)
+                .unwrap();
+        }
+        let p = RankPlan::schedule(&req, 0).unwrap();
+        let small = fake::object(4, 2 << 20);
+        assert!(p
+            .validate_multicast(0, 4, &sizes, req.layout().slots(), &small)
+            .is_err());
+        let other_team = fake::object(2, 16 << 20);
+        assert!(p
+            .validate_multicast(0, 4, &sizes, req.layout().slots(), &other_team)
+            .is_err());
+        let bad = Op::McStore {
+            src: symm_core::op::Loc::new(0, Buf::Input, 0),
+            dst: symm_core::op::McLoc {
+                buf: Buf::Output,
+                offset: 1,
+            },
+            bytes: sizes.output,
+        };
+        let p = RankPlan::from_channels(&[vec![bad]]).unwrap();
+        assert!(p
+            .validate_multicast(0, 4, &sizes, req.layout().slots(), &mc)
+            .is_err());
     }
 }
