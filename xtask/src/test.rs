@@ -1,7 +1,10 @@
 //! `cargo xtask test`: everything CI runs, in order, failing on the first failure.
 //!
 //! 1. `cargo fmt --check` and `cargo clippy --all-targets -D warnings`;
-//! 2. every workspace test in release mode (unit, conformance, symbolic, fuzz-corpus replay);
+//! 2. every workspace test in release mode (unit, conformance, symbolic, fuzz-corpus replay,
+//!    the multicast entry points confined to their module), then symm-driver's multicast tests
+//!    with the `multicast` feature, against the fake driver (this binary itself, which builds
+//!    `cargo xtask hw`, must have no multicast);
 //! 3. the loom models (`--cfg loom`, release, own target directory), then `cargo xtask mutants`:
 //!    each ordering of the signal protocol weakened to relaxed must fail a model;
 //! 4. symm-core for `thumbv7em-none-eabihf` with no default features (installs the target);
@@ -57,6 +60,22 @@ pub fn run(args: &[String]) -> Result<(), String> {
     })?;
     step("tests", &mut times, || {
         sh(cargo().args(["test", "--release", "--workspace", "--", "--nocapture"]))
+    })?;
+    step("multicast binding (fake driver)", &mut times, || {
+        if symm_driver::cuda::multicast::COMPILED {
+            return Err("xtask (and so the hw binary) was built with the multicast feature".into());
+        }
+        sh(cargo().args([
+            "test",
+            "--release",
+            "-p",
+            "symm-driver",
+            "--features",
+            "multicast",
+            "--lib",
+            "--",
+            "multicast",
+        ]))
     })?;
     step("loom", &mut times, || {
         let dir = util::root().join("target/loom");
