@@ -80,48 +80,86 @@ impl Row {
 }
 
 const USAGE: &str = "usage: cargo xtask hw [--worlds 2,4] [--max-bytes N] [--out DIR] [--leak-cycles N]
-                     [--bench-quick] [--selftest-timeout] [--all] [--ci-checks]
-  (no flag)            correctness: every collective x algorithm (multicast skipped) x size x dtype x op,
-                       dtype semantics, CUDA graph replay, trace diff against the host, safety
-                       (buffer bounds, graphs pin buffers, two launching threads, poison and
-                       reset), VMM leak check
-  --bench-quick        all-reduce 1 KiB / 1 MiB / 256 MiB beside NCCL (nccl-tests columns)
+                     [--one-process] [--bench-quick] [--selftest-timeout] [--all] [--ci-checks]
+  (no flag)            correctness with one process per GPU, started through symm-run's launcher:
+                       the conformance matrix (every collective x algorithm, multicast never, x size
+                       x dtype x op) bit exact on every rank, CUDA graph replay on the caller's
+                       stream, the device-API example on the Comm's heap, per-process traces merged
+                       and diffed against the simulator, forced timeout / poison / reset, hostile
+                       calls, the caller's context, a leak check across processes, and a rank
+                       killed inside a collective (PeerLost within 2 s, memory returned)
+  --one-process        every GPU driven from this process (World) instead: the same matrix plus
+                       dtype semantics, graph replay, device API, trace diff, safety (buffer
+                       bounds, graphs pin buffers, two launching threads, poison and reset) and
+                       the VMM leak check
+  --bench-quick        all-reduce bf16 1 KiB / 1 MiB / 256 MiB beside NCCL in the same processes
   --selftest-timeout   a Wait with no Signal must fail within the deadline, naming the slot
-  --comm               one process per GPU (Comm): the matrix, graph replay, poison/reset, and a
-                       rank killed inside a collective (PeerLost within 2 s, memory returned)
-  --all                all of the above in one run";
+  --all                correctness, bench and selftest in one run
+  --max-bytes N        largest message of the matrix (default 256 MiB)
+  --leak-cycles N      heap create/destroy cycles of the leak check (default 10000, 1000 per process)
+  --out DIR            traces and per-rank reports (default hw-out)
+  --ci-checks          no GPU: plan.cuh is fresh and every kernel variant compiles with NVRTC";
+
+/// Flags `hw` takes, and whether each takes a value.
+const FLAGS: [(&str, bool); 10] = [
+    ("--worlds", true),
+    ("--max-bytes", true),
+    ("--out", true),
+    ("--leak-cycles", true),
+    ("--one-process", false),
+    ("--bench-quick", false),
+    ("--selftest-timeout", false),
+    ("--all", false),
+    ("--ci-checks", false),
+    ("--help", false),
+];
+
+fn check_flags(args: &[String]) -> Result<(), String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match FLAGS.iter().find(|(f, _)| f == a) {
+            Some((_, true)) => {
+                if it.next().is_none() {
+                    return Err(format!("{a} needs a value\n{USAGE}"));
+                }
+            }
+            Some((_, false)) => {}
+            None => return Err(format!("unknown argument {a:?}\n{USAGE}")),
+        }
+    }
+    Ok(())
+}
 
 /// `cargo xtask hw`.
 pub fn run(args: &[String]) -> Result<(), String> {
     if args.first().map(String::as_str) == Some("comm-rank") {
-        return comm::rank(args.get(1).map_or("", String::as_str));
+        return comm::rank(&args[1..]);
     }
-    if util::flag(args, "--ci-checks") {
-        return ci_checks();
-    }
-    if util::flag(args, "--help") {
+    if util::flag(args, "--help") || util::flag(args, "-h") {
         println!("{USAGE}");
         return Ok(());
     }
-    for (k, v) in [
-        ("NCCL_NVLS_ENABLE", "0"),
-        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-        ("NVSHMEM_DISABLE_NVLS", "1"),
-    ] {
+    check_flags(args)?;
+    if util::flag(args, "--ci-checks") {
+        return ci_checks();
+    }
+    for (k, v) in symm_driver::launcher::SAFETY_ENV {
         if std::env::var(k).as_deref() != Ok(v) {
             eprintln!("note: {k}={v} is not set; symm never creates multicast objects either way");
         }
     }
     let all = util::flag(args, "--all");
-    let bench_only = util::flag(args, "--bench-quick") && !all;
-    let selftest_only = util::flag(args, "--selftest-timeout") && !all;
-    let comm_only = util::flag(args, "--comm") && !all;
-    let correctness = all || (!bench_only && !selftest_only && !comm_only);
+    let bench_flag = util::flag(args, "--bench-quick");
+    let selftest_flag = util::flag(args, "--selftest-timeout");
+    let one_process = util::flag(args, "--one-process");
+    let bench_on = all || bench_flag;
+    let selftest_on = all || selftest_flag;
+    let correctness = all || (!bench_flag && !selftest_flag);
     let max_bytes: u64 = util::value(args, "--max-bytes")
         .map_or(Ok(u64::MAX), |v| v.parse())
         .map_err(|e| format!("--max-bytes: {e}"))?;
     let cycles: u32 = util::value(args, "--leak-cycles")
-        .map_or(Ok(10_000), |v| v.parse())
+        .map_or(Ok(if one_process { 10_000 } else { 1_000 }), |v| v.parse())
         .map_err(|e| format!("--leak-cycles: {e}"))?;
     let out = PathBuf::from(util::value(args, "--out").unwrap_or("hw-out"));
     let count = symm_driver::cuda::device::device_count().map_err(|e| e.to_string())?;
@@ -146,24 +184,44 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .map_or(1, |d| d.as_nanos() as u64);
     let mut bench_lines = Vec::new();
     {
-        let mut r = Row::new("multicast refused (guard)", 0);
+        // Binaries for the shared GPU machines never contain the multicast binding.
+        let mut r = Row::new("multicast: not compiled", 0);
         r.cases = 1;
+        if symm_driver::cuda::multicast::COMPILED {
+            return Err("this binary was built with the `multicast` feature: cargo xtask hw refuses to run it".into());
+        }
         match symm_driver::cuda::multicast::guard() {
-            Err(e) => r.note = e.to_string(),
+            Err(e) => r.note = format!("no `multicast` feature; the guard refuses: {e}"),
             Ok(()) => r.fail("the multicast guard allowed multicast".into()),
         }
+        println!("multicast: not compiled");
         rows.push(r);
     }
     for &w in &worlds {
         let devices: Vec<i32> = (0..w as i32).collect();
-        if correctness || bench_only {
+        if !one_process {
+            let mut phases = Vec::new();
+            if correctness {
+                phases.extend(["correct", "leak", "death"]);
+            }
+            if bench_on {
+                phases.push("bench");
+            }
+            let p = comm::Params {
+                max_bytes,
+                cycles,
+                out: out.clone(),
+            };
+            rows.extend(comm::run(w, &phases, &p));
+        }
+        if one_process && (correctness || bench_on) {
             let sizes: Vec<u64> = MATRIX_SIZES
                 .iter()
                 .copied()
                 .filter(|&b| b <= max_bytes)
                 .collect();
             let mut heap = if correctness { heap_for(w, &sizes) } else { 0 };
-            if all || bench_only {
+            if bench_on {
                 // 256 MiB in and out plus the largest scratch of the timed algorithms.
                 heap = heap.max((512 << 20) + (64 << 20));
             }
@@ -211,17 +269,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 rows.push(checks::trace_diff(&world, &out, &mut seed));
                 rows.extend(safety::run(&world, &devices, &mut seed));
             }
-            if all || bench_only {
+            if bench_on {
                 bench_lines.push((w, bench::run(&world, &mut seed)));
             }
         }
-        if correctness {
+        if one_process && correctness {
             rows.push(checks::leak_check(&devices, cycles));
         }
-        if all || comm_only {
-            rows.extend(comm::run(w));
-        }
-        if all || selftest_only {
+        if selftest_on {
             rows.push(checks::selftest_timeout(
                 &devices,
                 std::time::Duration::from_secs(2),
@@ -258,10 +313,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// Sizes of the correctness matrix (64 KiB + 2 B is rounded up to the element size).
-const MATRIX_SIZES: [u64; 6] = [4, 1024, 65538, 1 << 20, 64 << 20, 256 << 20];
+pub(crate) const MATRIX_SIZES: [u64; 6] = [4, 1024, 65538, 1 << 20, 64 << 20, 256 << 20];
 
 /// Heap bytes per rank for the largest request of the matrix at world `w`.
-fn heap_for(w: u16, sizes: &[u64]) -> u64 {
+pub(crate) fn heap_for(w: u16, sizes: &[u64]) -> u64 {
     let mut most = 1u64 << 20;
     for c in symm_core::sched::collectives(w) {
         for &a in symm_core::sched::algorithms(c) {

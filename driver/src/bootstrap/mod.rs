@@ -170,7 +170,7 @@ impl SocketBootstrap {
 
     /// Ends the job in order: a last barrier, after which closing connections are not losses.
     /// Dropping without it is seen by the other ranks as this rank's loss.
-    pub fn finish(self, timeout: Duration) -> Result<()> {
+    pub fn finish(&self, timeout: Duration) -> Result<()> {
         self.shared.closing.store(true, Ordering::Release);
         self.barrier(timeout)
     }

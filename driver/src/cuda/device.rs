@@ -90,6 +90,7 @@ impl Device {
 
     /// (free, total) device memory in bytes.
     pub fn mem_info(&self) -> Result<(usize, usize)> {
+        let _ctx = keep_current()?;
         self.bind()?;
         let api = driver()?;
         let (mut free, mut total) = (0usize, 0usize);
@@ -102,6 +103,7 @@ impl Device {
 
     /// Waits for all work on the device.
     pub fn synchronize(&self) -> Result<()> {
+        let _ctx = keep_current()?;
         self.bind()?;
         let api = driver()?;
         // SAFETY: context bound above.
@@ -167,6 +169,7 @@ unsafe impl Sync for DevBuf {}
 impl DevBuf {
     /// Allocates `len` bytes (at least 1) on `dev`, zeroed.
     pub fn zeroed(dev: &Device, len: usize) -> Result<DevBuf> {
+        let _ctx = keep_current()?;
         dev.bind()?;
         let api = driver()?;
         let mut ptr = 0;
@@ -190,10 +193,9 @@ impl Drop for DevBuf {
         if let Ok(api) = driver() {
             // SAFETY: the owning context is retained by its Device, which outlives its buffers
             // (World drops buffers first); the pointer was returned by cuMemAlloc, freed once.
-            unsafe {
-                (api.ctx_set_current)(self.ctx);
+            in_context(api, self.ctx, || unsafe {
                 (api.mem_free)(self.ptr);
-            }
+            });
         }
     }
 }
@@ -254,6 +256,20 @@ pub fn current_context() -> Result<Handle> {
     keep_current().map(|k| k.prev)
 }
 
+/// Runs `f` with `ctx` current, then makes the calling thread's previous binding current again:
+/// what every drop that needs its context does, so dropping a symm object never changes the
+/// caller's binding.
+pub(crate) fn in_context(api: &ffi::DriverApi, ctx: Handle, f: impl FnOnce()) {
+    let mut prev = core::ptr::null_mut();
+    // SAFETY: valid out-pointer; reads the binding (null when none, also on error).
+    unsafe { (api.ctx_get_current)(&mut prev) };
+    // SAFETY: `ctx` is a live context (retained by the owner's Device).
+    unsafe { (api.ctx_set_current)(ctx) };
+    f();
+    // SAFETY: restores a binding the thread had (a live context, or null).
+    unsafe { (api.ctx_set_current)(prev) };
+}
+
 impl Drop for KeepCurrent {
     fn drop(&mut self) {
         if let Ok(api) = driver() {
@@ -279,6 +295,7 @@ unsafe impl Sync for Stream {}
 impl Stream {
     /// A non-blocking stream on `dev`.
     pub fn new(dev: &Device) -> Result<Stream> {
+        let _ctx = keep_current()?;
         dev.bind()?;
         let api = driver()?;
         let mut raw = core::ptr::null_mut();
@@ -311,6 +328,7 @@ impl Stream {
 
     /// Waits for the stream's work.
     pub fn synchronize(&self) -> Result<()> {
+        let _ctx = keep_current()?;
         let api = driver()?;
         // SAFETY: valid stream; binding its context first.
         check("cuStreamSynchronize", unsafe {
@@ -327,10 +345,9 @@ impl Drop for Stream {
         }
         if let Ok(api) = driver() {
             // SAFETY: destroyed once, with its context bound.
-            unsafe {
-                (api.ctx_set_current)(self.ctx);
+            in_context(api, self.ctx, || unsafe {
                 (api.stream_destroy)(self.raw);
-            }
+            });
         }
     }
 }
@@ -344,6 +361,7 @@ pub struct Event {
 impl Event {
     /// A new event on `dev`.
     pub fn new(dev: &Device) -> Result<Event> {
+        let _ctx = keep_current()?;
         dev.bind()?;
         let api = driver()?;
         let mut raw = core::ptr::null_mut();
@@ -356,6 +374,7 @@ impl Event {
 
     /// Records the event on a stream of the same device.
     pub fn record(&self, s: &Stream) -> Result<()> {
+        let _ctx = keep_current()?;
         let api = driver()?;
         // SAFETY: event and stream belong to the bound context.
         check("cuEventRecord", unsafe {
@@ -366,6 +385,7 @@ impl Event {
 
     /// Milliseconds from `self` to `end` (waits for `end`).
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        let _ctx = keep_current()?;
         let api = driver()?;
         let mut ms = 0f32;
         // SAFETY: both events were recorded; valid out-pointer.
@@ -385,10 +405,9 @@ impl Drop for Event {
     fn drop(&mut self) {
         if let Ok(api) = driver() {
             // SAFETY: destroyed once, with its context bound.
-            unsafe {
-                (api.ctx_set_current)(self.ctx);
+            in_context(api, self.ctx, || unsafe {
                 (api.event_destroy)(self.raw);
-            }
+            });
         }
     }
 }
@@ -411,6 +430,7 @@ unsafe impl Sync for HostMapped {}
 impl HostMapped {
     /// Allocates `len` bytes with a context of `dev` bound.
     pub fn new(dev: &Device, len: usize) -> Result<HostMapped> {
+        let _ctx = keep_current()?;
         dev.bind()?;
         let api = driver()?;
         let mut host = core::ptr::null_mut();

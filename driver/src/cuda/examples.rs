@@ -1,114 +1,174 @@
-//! Runs the device-API examples (`symm/examples.cu`) on a world: a check that the user-facing
-//! device header (`symm/device.cuh`) works on real GPUs, not only inside the interpreter.
+//! Runs the device-API examples (`symm/examples.cu`) on a world or on one process's [`Comm`]: a
+//! check that the user-facing device header (`symm/device.cuh`) works on real GPUs, not only
+//! inside the interpreter, and the pattern a user's own kernel follows.
 //!
 //! `symm_example_ring_pass`: every rank puts a buffer into the next rank with `put_signal_block`,
 //! waits for its predecessor's signal with `wait_until_block`, then all ranks meet at a whole
 //! `barrier_block`. The example owns a private signal pad (a heap buffer the caller zeroes), so
 //! its counters never mix with the collectives' pad.
+//!
+//! A user kernel receives a [`SymmWorld`] by value ([`Comm::symm_world`]): this rank's view of
+//! the heap range, the stride between peers, the rank and the world size. Offsets it is given
+//! must come from the symmetric allocator; [`RankRingPass::launch`] checks them against the
+//! heap's buffer area before the kernel sees them.
 
 use core::ffi::c_void;
 
+use symm_core::signal::KINDS;
+
+use super::comm::Comm;
 use super::compile::{self, Compiler};
-use super::device::{self, DevBuf};
+use super::device::{self, DevBuf, Device, Stream};
 use super::error::{CudaError, Result};
 use super::launch::Kernel;
+use super::world::guard::check_range;
 use super::world::World;
 
-/// `symm_world` of device.cuh.
+/// `symm_world` of device.cuh, passed by value to a kernel.
 #[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SymmWorld {
+    /// This rank's device address of rank 0's heap; peer `p` at `base + p * stride`.
+    pub base: u64,
+    /// Bytes between two peers' heaps.
+    pub stride: u64,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks.
+    pub world: u32,
+}
+
+/// Where one ring pass reads and writes (heap offsets, the same on every rank).
 #[derive(Clone, Copy, Debug)]
-struct SymmWorld {
-    base: u64,
-    stride: u64,
-    rank: u32,
-    world: u32,
+pub struct PassArgs {
+    /// The example's private signal pad: `KINDS * world` u64 slots, zero before the first pass.
+    pub pad: u64,
+    /// What this rank sends.
+    pub src: u64,
+    /// Where the predecessor's bytes land.
+    pub dst: u64,
+    /// Bytes per rank.
+    pub bytes: u64,
+    /// Deadline of every wait, nanoseconds.
+    pub deadline_ns: u64,
+}
+
+/// The ring-pass example on one rank.
+pub struct RankRingPass {
+    kernel: Kernel,
+    status: DevBuf,
+    generation: u64,
+}
+
+impl RankRingPass {
+    /// Compiles (or loads from the cache) the examples and loads them on `dev`.
+    pub fn new(dev: &Device, nvrtc: Option<&std::path::Path>) -> Result<RankRingPass> {
+        let compiler = Compiler::load(nvrtc)?;
+        let drv = device::driver_version()?;
+        let (cubin, _) = compile::cubin(&compiler, &symm_kernels::EXAMPLES, dev.arch, drv)?;
+        Ok(RankRingPass {
+            kernel: Kernel::load(dev, &cubin, "symm_example_ring_pass")?,
+            status: DevBuf::zeroed(dev, 4)?,
+            generation: 0,
+        })
+    }
+
+    /// Enqueues one pass on `stream`. `area` is the heap's buffer area (`[lo, hi)` offsets):
+    /// every range the kernel touches must lie inside it.
+    pub fn launch(
+        &mut self,
+        w: SymmWorld,
+        area: (u64, u64),
+        a: &PassArgs,
+        stream: &Stream,
+    ) -> Result<()> {
+        let (lo, hi) = area;
+        check_range(a.pad, KINDS as u64 * w.world as u64 * 8, lo, hi)?;
+        check_range(a.src, a.bytes, lo, hi)?;
+        check_range(a.dst, a.bytes, lo, hi)?;
+        let mut sw = w;
+        let (mut pad, mut src, mut dst, mut bytes) = (a.pad, a.src, a.dst, a.bytes);
+        let (mut generation, mut deadline) = (self.generation, a.deadline_ns);
+        let mut status = self.status.ptr;
+        let mut args: [*mut c_void; 8] = [
+            (&mut sw as *mut SymmWorld).cast(),
+            (&mut pad as *mut u64).cast(),
+            (&mut src as *mut u64).cast(),
+            (&mut dst as *mut u64).cast(),
+            (&mut bytes as *mut u64).cast(),
+            (&mut generation as *mut u64).cast(),
+            (&mut deadline as *mut u64).cast(),
+            (&mut status as *mut u64).cast(),
+        ];
+        // SAFETY: the eight arguments match the kernel's parameter list in order and type
+        // (symm_world by value, six u64, one int*); the pad, source and destination ranges were
+        // checked above to lie in the heap's buffer area (the same on every rank), and `status`
+        // is 4 bytes of device memory of this rank.
+        unsafe { self.kernel.launch_args(stream, 1, 256, &mut args)? };
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// After the pass's stream finished: `Err` when a wait passed its deadline.
+    pub fn status(&self, rank: u16) -> Result<()> {
+        let mut s = [0u8; 4];
+        device::dtoh(&mut s, self.status.ptr)?;
+        if i32::from_le_bytes(s) != 0 {
+            return Err(CudaError::Invalid(format!(
+                "rank {rank}: the example's wait passed its deadline (pass {})",
+                self.generation
+            )));
+        }
+        Ok(())
+    }
+
+    /// One pass on a process's communicator, on `stream`, waited for. Collective.
+    pub fn run_comm(&mut self, comm: &Comm, a: &PassArgs, stream: &Stream) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        comm.device().bind()?;
+        self.launch(comm.symm_world(), comm.buffer_area(), a, stream)?;
+        comm.synchronize(stream)?;
+        comm.device().bind()?;
+        self.status(comm.rank())
+    }
 }
 
 /// The ring-pass example, loaded on every rank of a world.
 pub struct RingPass {
-    kernels: Vec<Kernel>,
-    status: Vec<DevBuf>,
-    generation: u64,
+    ranks: Vec<RankRingPass>,
 }
 
 impl RingPass {
     /// Compiles (or loads from cache) the examples and loads them on every rank.
     pub fn new(world: &World) -> Result<RingPass> {
-        let compiler = Compiler::load(world.options().nvrtc.as_deref())?;
-        let dev0 = world.device(0)?;
-        let (cubin, _) = compile::cubin(
-            &compiler,
-            &symm_kernels::EXAMPLES,
-            dev0.arch,
-            device::driver_version()?,
-        )?;
-        let mut kernels = Vec::new();
-        let mut status = Vec::new();
-        for r in 0..world.world() {
-            let d = world.device(r)?;
-            kernels.push(Kernel::load(d, &cubin, "symm_example_ring_pass")?);
-            status.push(DevBuf::zeroed(d, 4)?);
-        }
-        Ok(RingPass {
-            kernels,
-            status,
-            generation: 0,
-        })
+        let _ctx = device::keep_current()?;
+        let ranks = (0..world.world())
+            .map(|r| RankRingPass::new(world.device(r)?, world.options().nvrtc.as_deref()))
+            .collect::<Result<_>>()?;
+        Ok(RingPass { ranks })
     }
 
     /// One pass: rank r's `bytes` at heap offset `src` land at offset `dst` of rank r + 1. `pad`
-    /// is the example's private pad (at least `8 * world` u64 slots, zero before the first pass).
-    pub fn run(
-        &mut self,
-        world: &World,
-        pad: u64,
-        src: u64,
-        dst: u64,
-        bytes: u64,
-        deadline_ns: u64,
-    ) -> Result<()> {
+    /// is the example's private pad (`KINDS * world` u64 slots, zero before the first pass).
+    pub fn run(&mut self, world: &World, a: &PassArgs) -> Result<()> {
+        let _ctx = device::keep_current()?;
         let w = world.world();
-        for r in 0..w {
-            let base = world.ptr(r, 0)? - r as u64 * world.stride();
-            let mut sw = SymmWorld {
-                base,
+        for (r, p) in (0..w).zip(self.ranks.iter_mut()) {
+            let sw = SymmWorld {
+                base: world.ptr(r, 0)? - r as u64 * world.stride(),
                 stride: world.stride(),
                 rank: r as u32,
                 world: w as u32,
             };
-            let (mut pad, mut src, mut dst, mut bytes) = (pad, src, dst, bytes);
-            let (mut generation, mut deadline) = (self.generation, deadline_ns);
-            let mut status = self.status[r as usize].ptr;
-            let mut args: [*mut c_void; 8] = [
-                (&mut sw as *mut SymmWorld).cast(),
-                (&mut pad as *mut u64).cast(),
-                (&mut src as *mut u64).cast(),
-                (&mut dst as *mut u64).cast(),
-                (&mut bytes as *mut u64).cast(),
-                (&mut generation as *mut u64).cast(),
-                (&mut deadline as *mut u64).cast(),
-                (&mut status as *mut u64).cast(),
-            ];
             world.device(r)?.bind()?;
-            // SAFETY: the eight arguments match the kernel's parameter list in order and type
-            // (symm_world by value, six u64, one int*); the heap offsets are inside the heap (the
-            // caller allocated them) and `status` is 4 bytes of device memory of this rank.
-            unsafe { self.kernels[r as usize].launch_args(world.stream(r)?, 1, 256, &mut args)? };
+            p.launch(sw, world.buffer_area(), a, world.stream(r)?)?;
         }
         for r in 0..w {
             world.stream(r)?.synchronize()?;
         }
-        self.generation += 1;
-        for r in 0..w {
+        for (r, p) in (0..w).zip(&self.ranks) {
             world.device(r)?.bind()?;
-            let mut s = [0u8; 4];
-            device::dtoh(&mut s, self.status[r as usize].ptr)?;
-            if i32::from_le_bytes(s) != 0 {
-                return Err(CudaError::Invalid(format!(
-                    "rank {r}: the example's wait passed its deadline (pass {})",
-                    self.generation
-                )));
-            }
+            p.status(r)?;
         }
         Ok(())
     }

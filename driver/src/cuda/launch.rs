@@ -3,7 +3,7 @@
 use core::ffi::c_void;
 use std::ffi::CString;
 
-use super::device::{Device, Stream};
+use super::device::{in_context, keep_current, Device, Stream};
 use super::error::{check, driver, CudaError, Result};
 use super::ffi::driver::{self as ffi, Handle};
 
@@ -23,6 +23,7 @@ unsafe impl Sync for Kernel {}
 impl Kernel {
     /// Loads `cubin` into `dev`'s context and looks up `entry`.
     pub fn load(dev: &Device, cubin: &[u8], entry: &str) -> Result<Kernel> {
+        let _ctx = keep_current()?;
         dev.bind()?;
         let api = driver()?;
         let mut module = core::ptr::null_mut();
@@ -99,10 +100,9 @@ impl Drop for Kernel {
     fn drop(&mut self) {
         if let Ok(api) = driver() {
             // SAFETY: unloads the module once, with its context bound.
-            unsafe {
-                (api.ctx_set_current)(self.ctx);
+            in_context(api, self.ctx, || unsafe {
                 (api.module_unload)(self.module);
-            }
+            });
         }
     }
 }
@@ -171,6 +171,7 @@ impl Graph {
         stream: &Stream,
         body: impl FnOnce() -> Result<()>,
     ) -> Result<Graph> {
+        let _ctx = keep_current()?;
         dev.bind()?;
         let api = driver()?;
         // SAFETY: valid stream of the bound context.
@@ -200,6 +201,7 @@ impl Graph {
 
     /// Launches the graph on `stream`.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
+        let _ctx = keep_current()?;
         let api = driver()?;
         // SAFETY: instantiated graph and stream of the same context, bound first.
         check("cuGraphLaunch", unsafe {
@@ -213,11 +215,10 @@ impl Drop for Graph {
     fn drop(&mut self) {
         if let Ok(api) = driver() {
             // SAFETY: destroyed once each, with the context bound.
-            unsafe {
-                (api.ctx_set_current)(self.ctx);
+            in_context(api, self.ctx, || unsafe {
                 (api.graph_exec_destroy)(self.exec);
                 (api.graph_destroy)(self.graph);
-            }
+            });
         }
     }
 }

@@ -2,8 +2,13 @@
 //!
 //! The traced interpreter variant appends (globaltimer ns, op index, kind) per op begin and end
 //! to a per-(rank, channel) device buffer. Here those records become [`Event`]s: the op comes
-//! from the host copy of the plan (the GPU never writes ops back), times are made relative to the
-//! earliest event, and the header says the source is the GPUs by name.
+//! from the host copy of the plan (the GPU never writes ops back), and the header says the source
+//! is the GPUs by name.
+//!
+//! A one-process [`World`] reads every rank and makes times relative to the earliest event. A
+//! [`Comm`](super::Comm) traces its own rank only, keeping the GPU's absolute timer values, so
+//! that [`merge`] can put every process's part on one time axis (the GPUs of one host share the
+//! global timer's epoch closely enough for a replay, not for sub-microsecond comparisons).
 
 use symm_core::sched::Request;
 use symm_core::trace::{Event, EventKind, Header, Source, MAX_DEVICES};
@@ -11,10 +16,43 @@ use symm_core::trace::{Event, EventKind, Header, Source, MAX_DEVICES};
 use super::device;
 use super::error::{CudaError, Result};
 use super::launch::EVENT_BYTES;
+use super::plan::RankPlan;
 use super::world::{DevicePlan, World};
 
 /// One raw GPU event: (globaltimer ns, op index, kind 0 begin / 1 end / 2 stall).
 pub type RawEvent = (u64, u32, u32);
+
+/// One rank's raw events per channel, read from its trace buffer (`cap` events per channel) and
+/// per-channel lengths; `true` when a channel overflowed its buffer.
+pub(crate) fn read_rank(
+    trace: u64,
+    lens_ptr: u64,
+    cap: usize,
+    channels: usize,
+) -> Result<(Vec<Vec<RawEvent>>, bool)> {
+    let mut lens = vec![0u8; channels * 4];
+    device::dtoh(&mut lens, lens_ptr)?;
+    let mut overflow = false;
+    let mut per = Vec::with_capacity(channels);
+    for (c, l) in lens.chunks_exact(4).enumerate() {
+        let n = u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize;
+        overflow |= n > cap;
+        let mut raw = vec![0u8; n.min(cap) * EVENT_BYTES];
+        device::dtoh(&mut raw, trace + (c * cap * EVENT_BYTES) as u64)?;
+        per.push(
+            raw.chunks_exact(EVENT_BYTES)
+                .map(|e| {
+                    let mut t = [0u8; 8];
+                    t.copy_from_slice(&e[0..8]);
+                    let i = u32::from_le_bytes([e[8], e[9], e[10], e[11]]);
+                    let k = u32::from_le_bytes([e[12], e[13], e[14], e[15]]);
+                    (u64::from_le_bytes(t), i, k)
+                })
+                .collect(),
+        );
+    }
+    Ok((per, overflow))
+}
 
 /// Raw events per rank, per channel, and whether any buffer overflowed.
 pub fn events(world: &World, plans: &[DevicePlan]) -> Result<(Vec<Vec<Vec<RawEvent>>>, bool)> {
@@ -23,30 +61,76 @@ pub fn events(world: &World, plans: &[DevicePlan]) -> Result<(Vec<Vec<Vec<RawEve
     let mut overflow = false;
     for (r, p) in plans.iter().enumerate() {
         let (trace, lens_ptr) = world.trace_buffers(r as u16)?;
-        let ch = p.host.channels();
-        let mut lens = vec![0u8; ch * 4];
-        device::dtoh(&mut lens, lens_ptr)?;
-        let mut per = Vec::with_capacity(ch);
-        for (c, l) in lens.chunks_exact(4).enumerate() {
-            let n = u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize;
-            overflow |= n > cap;
-            let mut raw = vec![0u8; n.min(cap) * EVENT_BYTES];
-            device::dtoh(&mut raw, trace + (c * cap * EVENT_BYTES) as u64)?;
-            per.push(
-                raw.chunks_exact(EVENT_BYTES)
-                    .map(|e| {
-                        let mut t = [0u8; 8];
-                        t.copy_from_slice(&e[0..8]);
-                        let i = u32::from_le_bytes([e[8], e[9], e[10], e[11]]);
-                        let k = u32::from_le_bytes([e[12], e[13], e[14], e[15]]);
-                        (u64::from_le_bytes(t), i, k)
-                    })
-                    .collect(),
-            );
-        }
+        let (per, o) = read_rank(trace, lens_ptr, cap, p.host.channels())?;
+        overflow |= o;
         out.push(per);
     }
     Ok((out, overflow))
+}
+
+/// Rank `rank`'s raw events as trace events (absolute times), appended to `all`. Records that
+/// name no op of their channel are skipped.
+pub(crate) fn to_events(rank: u16, plan: &RankPlan, per: &[Vec<RawEvent>], all: &mut Vec<Event>) {
+    for (c, evs) in per.iter().enumerate() {
+        let (Some(&start), Some(&end)) = (plan.chan_start.get(c), plan.chan_start.get(c + 1))
+        else {
+            continue;
+        };
+        let (start, end) = (start as usize, end as usize);
+        for &(t, i, k) in evs {
+            let Some(p) = plan
+                .ops
+                .get(start + i as usize)
+                .filter(|_| start + (i as usize) < end)
+            else {
+                continue;
+            };
+            let Ok(op) = p.decode() else { continue };
+            let kind = match k {
+                0 => EventKind::Begin,
+                1 => EventKind::End,
+                _ => EventKind::Stall {
+                    target: 0,
+                    found: 0,
+                },
+            };
+            all.push(Event {
+                time: t,
+                rank,
+                channel: c as u16,
+                index: i,
+                kind,
+                op,
+                contents: None,
+            });
+        }
+    }
+}
+
+/// The header of a GPU trace of `req` on the named devices (names cut to 64 bytes, at most
+/// [`MAX_DEVICES`] of them).
+pub(crate) fn header(req: &Request, names: &[String]) -> Header {
+    let mut devices = heapless::Vec::<heapless::String<64>, MAX_DEVICES>::new();
+    for n in names {
+        let mut s = heapless::String::<64>::new();
+        for ch in n.chars() {
+            if s.push(ch).is_err() {
+                break;
+            }
+        }
+        let _ = devices.push(s);
+    }
+    Header {
+        world: req.world,
+        channels: req.channels,
+        request: *req,
+        source: Source::Gpu { devices },
+        time_unit_ns: 1,
+    }
+}
+
+pub(crate) fn encode(header: &Header, events: &mut [Event]) -> Result<Vec<u8>> {
+    symm_core::trace::encode(header, events).map_err(|e| CudaError::Invalid(format!("trace: {e}")))
 }
 
 /// Reads the last traced launch of `plans` and encodes it (with the end record).
@@ -59,60 +143,60 @@ pub fn read(world: &World, req: &Request, plans: &[DevicePlan]) -> Result<Vec<u8
     }
     let mut all = Vec::new();
     for (r, per) in events.iter().enumerate() {
-        for (c, evs) in per.iter().enumerate() {
-            let plan = &plans[r].host;
-            let start = plan.chan_start[c] as usize;
-            let end = plan.chan_start[c + 1] as usize;
-            for &(t, i, k) in evs {
-                let Some(p) = plan
-                    .ops
-                    .get(start + i as usize)
-                    .filter(|_| start + (i as usize) < end)
-                else {
-                    continue;
-                };
-                let Ok(op) = p.decode() else { continue };
-                let kind = match k {
-                    0 => EventKind::Begin,
-                    1 => EventKind::End,
-                    _ => EventKind::Stall {
-                        target: 0,
-                        found: 0,
-                    },
-                };
-                all.push(Event {
-                    time: t,
-                    rank: r as u16,
-                    channel: c as u16,
-                    index: i,
-                    kind,
-                    op,
-                    contents: None,
-                });
-            }
-        }
+        to_events(r as u16, &plans[r].host, per, &mut all);
     }
     let t0 = all.iter().map(|e| e.time).min().unwrap_or(0);
     for e in &mut all {
         e.time -= t0;
     }
-    let mut devices = heapless::Vec::<heapless::String<64>, MAX_DEVICES>::new();
-    for n in world.device_names() {
-        let mut s = heapless::String::<64>::new();
-        for ch in n.chars() {
-            if s.push(ch).is_err() {
-                break;
+    encode(&header(req, &world.device_names()), &mut all)
+}
+
+/// One trace from the per-rank traces of one collective (one per process, as
+/// [`Comm::run_traced`](super::Comm::run_traced) writes them, in any order): the events of all,
+/// on one time axis starting at the earliest, the devices in rank order.
+pub fn merge(parts: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let bad = |m: String| CudaError::Invalid(format!("trace merge: {m}"));
+    let mut decoded = Vec::with_capacity(parts.len());
+    for (i, p) in parts.iter().enumerate() {
+        let d = symm_core::trace::decode(p).map_err(|e| bad(format!("part {i}: {e}")))?;
+        if let Some(w) = d.warning {
+            return Err(bad(format!("part {i} is cut short: {w}")));
+        }
+        decoded.push(d);
+    }
+    let Some(first) = decoded.first() else {
+        return Err(bad("no parts".into()));
+    };
+    let req = first.header.request;
+    let mut names = vec![String::new(); req.world as usize];
+    let mut all = Vec::new();
+    let mut seen = vec![false; req.world as usize];
+    for (i, d) in decoded.iter().enumerate() {
+        if d.header.request != req {
+            return Err(bad(format!("part {i} traces another request")));
+        }
+        let mut ranks = d.events.iter().map(|e| e.rank);
+        let Some(rank) = ranks.next() else { continue };
+        if ranks.any(|r| r != rank) {
+            return Err(bad(format!("part {i} holds several ranks")));
+        }
+        let slot = seen
+            .get_mut(rank as usize)
+            .ok_or_else(|| bad(format!("part {i}: rank {rank}")))?;
+        if std::mem::replace(slot, true) {
+            return Err(bad(format!("rank {rank} appears twice")));
+        }
+        if let Source::Gpu { devices } = &d.header.source {
+            if let Some(n) = devices.first() {
+                names[rank as usize] = n.to_string();
             }
         }
-        let _ = devices.push(s);
+        all.extend(d.events.iter().cloned());
     }
-    let header = Header {
-        world: req.world,
-        channels: req.channels,
-        request: *req,
-        source: Source::Gpu { devices },
-        time_unit_ns: 1,
-    };
-    symm_core::trace::encode(&header, &mut all)
-        .map_err(|e| CudaError::Invalid(format!("trace: {e}")))
+    let t0 = all.iter().map(|e| e.time).min().unwrap_or(0);
+    for e in &mut all {
+        e.time -= t0;
+    }
+    encode(&header(&req, &names), &mut all)
 }

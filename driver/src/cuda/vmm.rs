@@ -15,7 +15,7 @@
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use super::device::Device;
+use super::device::{in_context, Device};
 use super::error::{check, driver, CudaError, Result};
 use super::ffi::driver::{self as ffi, DevPtr, MemHandle};
 use super::rendezvous::Bootstrap;
@@ -298,12 +298,19 @@ impl SymmetricHeap {
 
 impl Drop for SymmetricHeap {
     fn drop(&mut self) {
-        if let Ok(api) = driver() {
-            // SAFETY: binding the context the heap was created in (kept alive by its Device).
-            unsafe { (api.ctx_set_current)(self.ctx) };
+        // Unmapped and released with the heap's context bound (kept alive by its Device), the
+        // caller's binding restored after.
+        match driver() {
+            Ok(api) => in_context(api, self.ctx, || {
+                self.maps.clear();
+                self.handles.clear();
+            }),
+            Err(_) => {
+                self.maps.clear();
+                self.handles.clear();
+            }
         }
-        self.maps.clear();
-        self.handles.clear();
-        // `range` drops after this body, once everything in it is unmapped.
+        // `range` drops after this body, once everything in it is unmapped (address-range calls
+        // need no context).
     }
 }

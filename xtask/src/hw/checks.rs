@@ -501,8 +501,14 @@ pub fn device_api(world: &World, passes: u32, seed: &mut u64) -> Row {
                 world.write(r, b.input, &data[r as usize]).map_err(e)?;
                 world.fill(r, b.output, bytes, host::POISON).map_err(e)?;
             }
-            ex.run(world, b.scratch, b.input, b.output, bytes, 5_000_000_000)
-                .map_err(e)?;
+            let a = cuda::examples::PassArgs {
+                pad: b.scratch,
+                src: b.input,
+                dst: b.output,
+                bytes,
+                deadline_ns: 5_000_000_000,
+            };
+            ex.run(world, &a).map_err(e)?;
             for r in 0..w {
                 let got = world.read(r, b.output, bytes).map_err(e)?;
                 if got != data[((r + w - 1) % w) as usize] {

@@ -1,43 +1,81 @@
 //! A [`Comm`] as a [`Backend`](crate::backend::Backend): every process of the job runs the same
 //! requests with the same inputs (each writes its own rank's), and every process gets every
 //! rank's output back through the bootstrap, so the shared conformance matrix checks the whole
-//! job from each rank. Traces are not recorded on this path.
+//! job from each rank. With a trace asked for, the run uses the traced interpreter and every
+//! process gets the ranks' parts merged into one trace ([`trace::merge`]).
 
 use super::Comm;
 use crate::backend::{check_inputs, Backend, BackendError, Outcome};
 use crate::cuda::device::Stream;
-use crate::cuda::error::CudaError;
+use crate::cuda::error::{CudaError, Result};
 use crate::cuda::rendezvous::Bootstrap;
+use crate::cuda::trace;
 use crate::host::POISON;
 use symm_core::sched::Request;
 
-/// Bytes of output each rank contributes per bootstrap round (under the frame limit).
+/// Every rank's output, and the merged trace when one was asked for.
+type Gathered = (Vec<Vec<u8>>, Option<Vec<u8>>);
+
+/// Bytes each rank contributes per bootstrap round (under the frame limit).
 const PIECE: usize = 60 << 10;
 
 impl Comm {
-    fn run_gathered(&self, req: &Request, input: &[u8]) -> Result<Vec<Vec<u8>>, CudaError> {
-        let stream = Stream::new(&self.dev)?;
-        let b = self.alloc(req)?;
-        let run = (|| {
-            self.write(b.input, input)?;
-            self.fill(b.output, b.sizes.output, POISON)?;
-            self.fill(b.scratch, b.sizes.scratch.max(16), POISON)?;
-            self.run(req, &b, &stream)?;
-            self.read(b.output, b.sizes.output)
-        })();
-        self.free(&b)?;
-        let mine = run?;
-        // Every rank's output, piece by piece (every rank's output has the same size).
-        let mut all = vec![Vec::with_capacity(mine.len()); self.world as usize];
-        let pieces = mine.len().div_ceil(PIECE).max(1);
-        for i in 0..pieces {
+    /// Collective: every rank's `mine`, in rank order, of any size (sent in pieces under the
+    /// bootstrap's frame limit; the sizes may differ between ranks).
+    pub fn gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let lens = self
+            .boot
+            .all_gather(self.rank, &(mine.len() as u64).to_le_bytes())?;
+        let lens: Vec<usize> = lens
+            .iter()
+            .map(|l| {
+                l.as_slice()
+                    .try_into()
+                    .map(|b| u64::from_le_bytes(b) as usize)
+                    .map_err(|_| CudaError::Rendezvous("a malformed length".into()))
+            })
+            .collect::<Result<_>>()?;
+        let most = lens.iter().copied().max().unwrap_or(0);
+        let mut all: Vec<Vec<u8>> = lens.iter().map(|&n| Vec::with_capacity(n)).collect();
+        for i in 0..most.div_ceil(PIECE) {
             let piece = &mine[(i * PIECE).min(mine.len())..((i + 1) * PIECE).min(mine.len())];
             let got = self.boot.all_gather(self.rank, piece)?;
-            for (o, p) in all.iter_mut().zip(got.iter()) {
+            for (r, (o, p)) in all.iter_mut().zip(got.iter()).enumerate() {
+                if o.len() + p.len() > lens[r] {
+                    return Err(CudaError::Rendezvous(format!(
+                        "rank {r} sent more than the {} bytes it announced",
+                        lens[r]
+                    )));
+                }
                 o.extend_from_slice(p);
             }
         }
         Ok(all)
+    }
+
+    fn run_gathered(&self, req: &Request, input: &[u8], traced: bool) -> Result<Gathered> {
+        let stream = Stream::new(&self.dev)?;
+        let b = self.alloc(req)?;
+        let run = (|| -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+            self.write(b.input, input)?;
+            self.fill(b.output, b.sizes.output, POISON)?;
+            self.fill(b.scratch, b.sizes.scratch.max(16), POISON)?;
+            let part = if traced {
+                Some(self.run_traced(req, &b, &stream)?)
+            } else {
+                self.run(req, &b, &stream)?;
+                None
+            };
+            Ok((self.read(b.output, b.sizes.output)?, part))
+        })();
+        self.free(&b)?;
+        let (mine, part) = run?;
+        let outputs = self.gather(&mine)?;
+        let trace = match part {
+            Some(p) => Some(trace::merge(&self.gather(&p)?)?),
+            None => None,
+        };
+        Ok((outputs, trace))
     }
 }
 
@@ -50,19 +88,19 @@ impl Backend for Comm {
         Some(self.world)
     }
 
-    /// Collective: every rank calls it with the same request and all ranks' `inputs`.
+    /// Collective: every rank calls it with the same request, all ranks' `inputs` and the same
+    /// `trace` flag.
     fn run(
         &mut self,
         req: &Request,
         inputs: &[Vec<u8>],
-        _trace: bool,
-    ) -> Result<Outcome, BackendError> {
+        trace: bool,
+    ) -> std::result::Result<Outcome, BackendError> {
         check_inputs(Some(self.world), req, inputs)?;
         let mine = &inputs[self.rank as usize];
-        let outputs = self.run_gathered(req, mine).map_err(BackendError::Cuda)?;
-        Ok(Outcome {
-            outputs,
-            trace: None,
-        })
+        let (outputs, trace) = self
+            .run_gathered(req, mine, trace)
+            .map_err(BackendError::Cuda)?;
+        Ok(Outcome { outputs, trace })
     }
 }

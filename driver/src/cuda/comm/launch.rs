@@ -3,15 +3,25 @@
 
 use std::sync::Arc;
 
-use symm_core::sched::Request;
+use symm_core::sched::{Request, MAX_CHANNELS};
 
 use super::{Comm, ABORT_BYTES};
-use crate::cuda::device::{self, Stream};
+use crate::cuda::compile::{self, Compiler};
+use crate::cuda::device::{self, DevBuf, Stream};
 use crate::cuda::error::{CudaError, Result};
-use crate::cuda::launch::InterpParams;
+use crate::cuda::launch::{InterpParams, Kernel, EVENT_BYTES};
 use crate::cuda::plan::RankPlan;
+use crate::cuda::trace;
 use crate::cuda::world::guard::check_buffers;
 use crate::cuda::world::{Buffers, DevicePlan};
+
+/// The traced interpreter and its buffers (`cap` events per channel), loaded on first use.
+pub(super) struct Tracing {
+    kernel: Kernel,
+    events: DevBuf,
+    lens: DevBuf,
+    cap: u32,
+}
 
 impl Comm {
     /// This rank's plan of `req` (scheduled, validated against the buffers' sizes and the pad,
@@ -50,12 +60,23 @@ impl Comm {
     /// of the run itself are reported later by [`Comm::check`] or [`Comm::synchronize`].
     pub fn enqueue(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<()> {
         let _ctx = device::keep_current()?;
+        self.launch(req, b, stream, None).map(|_| ())
+    }
+
+    /// Checks and launches; returns the plan launched.
+    fn launch(
+        &self,
+        req: &Request,
+        b: &Buffers,
+        stream: &Stream,
+        traced: Option<&Tracing>,
+    ) -> Result<Arc<DevicePlan>> {
         self.live()?;
         let plan = self.plan(req)?;
         check_buffers(b, &plan.sizes, self.data_off, self.stride())?;
         let channels = plan.host.channels() as u32;
         if channels == 0 {
-            return Ok(());
+            return Ok(plan);
         }
         let _g = self
             .launching
@@ -72,27 +93,84 @@ impl Comm {
             mc_base: 0,
             records: self.host.dev + ABORT_BYTES as u64,
             abort_word: self.host.dev,
-            trace: 0,
-            trace_len: 0,
+            trace: traced.map_or(0, |t| t.events.ptr),
+            trace_len: traced.map_or(0, |t| t.lens.ptr),
             timeout_ns: self.opts.timeout.as_nanos().min(u64::MAX as u128) as u64,
             rank: self.rank as u32,
             world: self.world as u32,
             channels,
-            trace_cap: 0,
+            trace_cap: traced.map_or(0, |t| t.cap),
         };
+        let kernel = traced.map_or(&self.interp, |t| &t.kernel);
         self.dev.bind()?;
-        // SAFETY: `InterpParams` mirrors `symm_interp_params`; the plan (kept alive by the
-        // cache), the heap, the counters and the records it names live as long as `self`; the
-        // plan was validated against this job, the pad and `plan.sizes`, and `b` was checked to
-        // hold those sizes inside the heap's buffer area.
-        let r = unsafe {
-            self.interp
-                .launch(stream, channels, symm_kernels::INTERP_THREADS, &params)
-        };
+        // SAFETY: `InterpParams` mirrors `symm_interp_params` (the traced variant takes the same
+        // block); the plan (kept alive by the cache), the heap, the counters, the records and the
+        // trace buffers (`cap` events per channel) it names live as long as `self`; the plan was
+        // validated against this job, the pad and `plan.sizes`, and `b` was checked to hold
+        // those sizes inside the heap's buffer area.
+        let r = unsafe { kernel.launch(stream, channels, symm_kernels::INTERP_THREADS, &params) };
         if let Err(e) = &r {
             self.poison(e);
         }
-        r
+        r.map(|_| plan)
+    }
+
+    /// Runs `req` like [`Comm::run`] with the traced interpreter and returns this rank's part of
+    /// the trace (absolute GPU timer values; [`trace::merge`] joins the ranks' parts). The traced
+    /// variant is compiled and loaded on the first call. Collective: every rank calls it for
+    /// the same request.
+    pub fn run_traced(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<Vec<u8>> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        let mut slot = self
+            .tracing
+            .lock()
+            .map_err(|_| CudaError::Invalid("trace lock poisoned".into()))?;
+        if slot.is_none() {
+            *slot = Some(self.load_tracing()?);
+        }
+        let Some(t) = slot.as_ref() else {
+            return Err(CudaError::Invalid("tracing not loaded".into()));
+        };
+        self.dev.bind()?;
+        device::memset(t.lens.ptr, 0, t.lens.len)?;
+        let plan = self.launch(req, b, stream, Some(t))?;
+        self.synchronize(stream)?;
+        self.dev.bind()?;
+        let (per, overflow) = trace::read_rank(
+            t.events.ptr,
+            t.lens.ptr,
+            t.cap as usize,
+            plan.host.channels(),
+        )?;
+        if overflow {
+            return Err(CudaError::Invalid(
+                "trace buffer overflowed: raise CommOptions::trace_cap".into(),
+            ));
+        }
+        let mut events = Vec::new();
+        trace::to_events(self.rank, &plan.host, &per, &mut events);
+        trace::encode(
+            &trace::header(req, std::slice::from_ref(&self.dev.name)),
+            &mut events,
+        )
+    }
+
+    fn load_tracing(&self) -> Result<Tracing> {
+        let compiler = Compiler::load(self.opts.nvrtc.as_deref())?;
+        let drv = device::driver_version()?;
+        let (cubin, _) =
+            compile::cubin(&compiler, &symm_kernels::INTERP_TRACE, self.dev.arch, drv)?;
+        let cap = self.opts.trace_cap.clamp(1, 1 << 20);
+        Ok(Tracing {
+            kernel: Kernel::load(&self.dev, &cubin, symm_kernels::INTERP_ENTRY)?,
+            events: DevBuf::zeroed(
+                &self.dev,
+                cap as usize * MAX_CHANNELS as usize * EVENT_BYTES,
+            )?,
+            lens: DevBuf::zeroed(&self.dev, MAX_CHANNELS as usize * 4)?,
+            cap,
+        })
     }
 
     /// Mean microseconds of `req` over `iters` back-to-back launches on `stream` after `warmup`

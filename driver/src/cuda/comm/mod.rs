@@ -59,6 +59,8 @@ pub struct CommOptions {
     pub bootstrap_timeout: Duration,
     /// NVRTC library path (default: `$SYMM_NVRTC`, then the usual names).
     pub nvrtc: Option<std::path::PathBuf>,
+    /// Trace events kept per channel by [`Comm::run_traced`].
+    pub trace_cap: u32,
 }
 
 impl Default for CommOptions {
@@ -68,6 +70,7 @@ impl Default for CommOptions {
             timeout: Duration::from_secs(10),
             bootstrap_timeout: Duration::from_secs(60),
             nvrtc: None,
+            trace_cap: 1 << 14,
         }
     }
 }
@@ -81,6 +84,9 @@ const ABORT_BYTES: usize = 64;
 /// bootstrap (the peers' memory stays mapped until every rank unmapped it at `finish`).
 pub struct Comm {
     plans: Mutex<HashMap<Request, Arc<DevicePlan>>>,
+    tracing: Mutex<Option<launch::Tracing>>,
+    /// Whether the lost-peer callback may still write the abort word.
+    armed: Arc<Mutex<bool>>,
     interp: Kernel,
     expected: DevBuf,
     host: Arc<HostMapped>,
@@ -153,12 +159,20 @@ impl Comm {
             &dev,
             ABORT_BYTES + MAX_CHANNELS as usize * RECORD_BYTES,
         )?);
-        // A lost peer raises the abort word: every wait of this rank's kernels stops.
+        // A lost peer raises the abort word: every wait of this rank's kernels stops. The
+        // callback runs on the bootstrap's watcher thread; `Drop` disarms it before the context
+        // (and with it the host-mapped word) goes away.
+        let armed = Arc::new(Mutex::new(true));
         {
-            let host = host.clone();
-            boot.bootstrap().on_lost(move |_| host.write_u32(0, 1));
+            let (host, armed) = (host.clone(), armed.clone());
+            boot.bootstrap().on_lost(move |_| {
+                if armed.lock().is_ok_and(|a| *a) {
+                    host.write_u32(0, 1);
+                }
+            });
         }
         Ok(Parts {
+            armed,
             interp: Kernel::load(&dev, &cubin, symm_kernels::INTERP_ENTRY)?,
             expected: DevBuf::zeroed(&dev, pad_slots as usize * 8)?,
             alloc: Heap::new(heap.stride - data_off),
@@ -188,6 +202,22 @@ impl Comm {
     /// Bytes of each rank's heap (signal pad included).
     pub fn stride(&self) -> u64 {
         self.heap.stride
+    }
+
+    /// The heap offsets where buffers live, `[lo, hi)` (the signal pad is below `lo`).
+    pub fn buffer_area(&self) -> (u64, u64) {
+        (self.data_off, self.stride())
+    }
+
+    /// The heap as `symm/device.cuh` sees it (`symm_world`), to pass by value to a user's kernel
+    /// that calls the device API on this communicator's heap (see [`crate::cuda::examples`]).
+    pub fn symm_world(&self) -> crate::cuda::examples::SymmWorld {
+        crate::cuda::examples::SymmWorld {
+            base: self.heap.base(),
+            stride: self.heap.stride,
+            rank: self.rank as u32,
+            world: self.world as u32,
+        }
     }
 
     /// Device address of heap offset `off` of `peer`, through this rank's mapping (what
@@ -409,17 +439,31 @@ impl Comm {
         Ok(())
     }
 
-    /// Ends this rank's part in the job in order: waits for its device, then a last barrier,
-    /// after which the peers do not count this process's exit as a loss.
+    /// Ends this rank's part in the job in order: waits for its device, then the bootstrap's
+    /// last barrier, after which no rank counts another's exit as a loss. Dropping a `Comm`
+    /// without it is seen by the other ranks as this rank's loss.
     pub fn finish(self) -> Result<()> {
         let _ctx = device::keep_current()?;
         self.sync_device()?;
-        self.boot.barrier(self.rank)
+        self.boot
+            .bootstrap()
+            .finish(self.opts.bootstrap_timeout)
+            .map_err(|e| CudaError::Rendezvous(e.to_string()))
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        // No abort-word write may start once the fields (the context among them) begin to go.
+        if let Ok(mut a) = self.armed.lock() {
+            *a = false;
+        }
     }
 }
 
 /// What `open_inner` builds before the bootstrap joins it.
 struct Parts {
+    armed: Arc<Mutex<bool>>,
     interp: Kernel,
     expected: DevBuf,
     alloc: Heap,
@@ -434,6 +478,8 @@ impl Parts {
     fn assemble(self, boot: SocketRendezvous, rank: u16, world: u16, opts: CommOptions) -> Comm {
         Comm {
             plans: Mutex::new(HashMap::new()),
+            tracing: Mutex::new(None),
+            armed: self.armed,
             interp: self.interp,
             expected: self.expected,
             host: self.host,

@@ -289,6 +289,11 @@ impl World {
         self.ranks[0].heap.stride
     }
 
+    /// The heap offsets where buffers live, `[lo, hi)` (the signal pad is below `lo`).
+    pub fn buffer_area(&self) -> (u64, u64) {
+        (self.data_off, self.stride())
+    }
+
     /// Signal-pad slots per rank.
     pub fn pad_slots(&self) -> u32 {
         self.pad_slots

@@ -1,0 +1,365 @@
+//! Phase `correct`: every correctness check of one rank process on its `Comm`.
+//!
+//! * the shared conformance matrix (`symm_tests::matrix`, the one `tests/` runs on the host
+//!   backends) with the `Comm` as its backend: every collective x algorithm (multicast never) x
+//!   the hw sizes up to `--max-bytes` x {f32, bf16, i32} x {sum, max}, on fresh collective
+//!   allocations, every rank's output gathered and bit exact against the reference;
+//! * 100 replays of a CUDA graph captured on the rank's stream;
+//! * the device-API ring pass (`symm/examples.cu`) launched on the Comm's heap;
+//! * five all-reduce algorithms traced through the backend interface: each process traces its
+//!   rank, the parts are merged and compared op by op with the host simulator's trace;
+//! * a forced timeout (rank 1 skips a collective): `Timeout` from `synchronize`, `Poisoned`
+//!   after it, 100 bit-exact collectives after `reset()`;
+//! * hostile calls (short buffers, buffers over the pad, divergent allocation), last;
+//! * the calling thread's context unchanged by the matrix and by dropping the Comm.
+
+use std::time::Duration;
+
+use symm_core::dtype::{DType, ReduceOp};
+use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
+use symm_driver::backend::Backend;
+use symm_driver::cuda::device::{self, Device, Stream};
+use symm_driver::cuda::examples::{PassArgs, RankRingPass};
+use symm_driver::cuda::launch::Graph;
+use symm_driver::cuda::{Buffers, Comm, CudaError};
+use symm_driver::host;
+use symm_tests::matrix::{exact, Compare, Matrix};
+
+use super::super::checks::{channels_for, semantic_diff};
+use super::super::{data, heap_for, MATRIX_SIZES};
+use super::{e, opts, Check, Params};
+
+/// Runs the checks in order; an error opening the job ends the phase.
+pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
+    let local: i32 = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or("LOCAL_RANK is not set")?;
+    let world: u16 = std::env::var("WORLD_SIZE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or("WORLD_SIZE is not set")?;
+    let sizes: Vec<u64> = MATRIX_SIZES
+        .iter()
+        .copied()
+        .filter(|&b| b <= p.max_bytes)
+        .collect();
+    let dev = Device::open(local).map_err(e)?;
+    let ctx_before = device::current_context().map_err(e)?;
+    let mut comm =
+        Comm::from_env(opts(Duration::from_secs(10), heap_for(world, &sizes))).map_err(e)?;
+    let stream = Stream::new(comm.device()).map_err(e)?;
+    let mut checks = Vec::new();
+    let n = 2 * 3 * sizes.len();
+    checks.push(Check::timed("conformance matrix (Comm backend)", n, || {
+        matrix(&mut comm, &sizes)
+    }));
+    checks.push(Check::timed(
+        "CUDA graph replay on the caller's stream",
+        100,
+        || graph(&comm, &stream),
+    ));
+    checks.push(Check::timed(
+        "device API ring pass on the Comm heap",
+        10,
+        || device_api(&comm, &stream, 10),
+    ));
+    checks.push(Check::timed(
+        "trace diff: merged process traces vs simulator",
+        5,
+        || trace_diff(&mut comm, p),
+    ));
+    checks.push(Check::timed("forced timeout, poison, reset", 100, || {
+        poison_reset(&comm, &stream)
+    }));
+    checks.push(Check::timed("hostile calls refused", 3, || {
+        hostile(&comm, &stream)
+    }));
+    drop(stream);
+    checks.push(Check::timed(
+        "caller's context after the checks and drop",
+        1,
+        || {
+            let during = device::current_context().map_err(e)?;
+            comm.finish().map_err(e)?;
+            let after = device::current_context().map_err(e)?;
+            drop(dev);
+            if during != ctx_before || after != ctx_before {
+                return Err(format!(
+                "context {ctx_before:?} before, {during:?} after the checks, {after:?} after finish"
+            ));
+            }
+            Ok(format!("unchanged ({ctx_before:?})"))
+        },
+    ));
+    Ok(checks)
+}
+
+/// One case on fresh collective buffers; `Ok(false)` when the output is wrong.
+fn case(
+    comm: &Comm,
+    stream: &Stream,
+    req: &Request,
+    seed: u64,
+) -> Result<Result<(), String>, String> {
+    let me = comm.rank() as usize;
+    let b = comm.alloc(req).map_err(e)?;
+    let inputs = data::inputs(req, seed);
+    let r = (|| {
+        comm.write(b.input, &inputs[me]).map_err(e)?;
+        comm.fill(b.output, b.sizes.output, host::POISON)
+            .map_err(e)?;
+        comm.fill(b.scratch, b.sizes.scratch.max(16), host::POISON)
+            .map_err(e)?;
+        comm.run(req, &b, stream).map_err(e)?;
+        let found = comm.read(b.output, b.sizes.output).map_err(e)?;
+        let want = host::reference(req, &inputs);
+        Ok(exact(req, &[found], &want[me..me + 1]))
+    })();
+    comm.free(&b).map_err(e)?;
+    r
+}
+
+/// The shared conformance matrix (`symm_tests::matrix`), run by every rank on the job.
+fn matrix(comm: &mut Comm, sizes: &[u64]) -> Result<String, String> {
+    let m = Matrix {
+        worlds: vec![comm.world()],
+        sizes: sizes.to_vec(),
+        dtypes: vec![DType::F32, DType::Bf16, DType::I32],
+        ops: vec![ReduceOp::Sum, ReduceOp::Max],
+        multicast: false,
+        shape: |r: Request| r.with_channels(channels_for(r.bytes)),
+        keep: |_| true,
+        inputs: data::inputs,
+        compare: Compare::Exact,
+    };
+    let rep = symm_tests::matrix::run(comm, &m, &mut 1);
+    if let Some(f) = rep.failures.first() {
+        return Err(format!(
+            "{} of {} cases failed; first: {f}",
+            rep.failures.len(),
+            rep.cases
+        ));
+    }
+    Ok(format!(
+        "{} cases bit exact (every rank's output)",
+        rep.cases
+    ))
+}
+
+/// The device-API example on this Comm's heap: `passes` ring passes of fresh data, each checked.
+fn device_api(comm: &Comm, stream: &Stream, passes: u32) -> Result<String, String> {
+    let bytes = 1u64 << 20;
+    let w = comm.world();
+    let me = comm.rank();
+    let b = comm
+        .alloc_sizes(BufferSizes {
+            input: bytes,
+            output: bytes,
+            scratch: 4096,
+        })
+        .map_err(e)?;
+    comm.fill(b.scratch, 4096, 0).map_err(e)?;
+    let mut ex = RankRingPass::new(comm.device(), None).map_err(e)?;
+    for pass in 0..passes {
+        let mut rng = symm_core::symbolic::Rng::new(77 + pass as u64);
+        let data: Vec<Vec<u8>> = (0..w)
+            .map(|_| (0..bytes).map(|_| rng.next_u64() as u8).collect())
+            .collect();
+        comm.write(b.input, &data[me as usize]).map_err(e)?;
+        comm.fill(b.output, bytes, host::POISON).map_err(e)?;
+        // The predecessor's put lands in this output: not before it was poisoned.
+        comm.exchange(&[]).map_err(e)?;
+        let a = PassArgs {
+            pad: b.scratch,
+            src: b.input,
+            dst: b.output,
+            bytes,
+            deadline_ns: 5_000_000_000,
+        };
+        ex.run_comm(comm, &a, stream).map_err(e)?;
+        let got = comm.read(b.output, bytes).map_err(e)?;
+        if got != data[((me + w - 1) % w) as usize] {
+            return Err(format!(
+                "pass {pass}: rank {me} did not receive its predecessor's data"
+            ));
+        }
+    }
+    // A pad past the heap is refused before launch.
+    let bad = PassArgs {
+        pad: comm.stride() - 8,
+        src: b.input,
+        dst: b.output,
+        bytes,
+        deadline_ns: 1,
+    };
+    if ex.run_comm(comm, &bad, stream).is_ok() {
+        return Err("a pad past the heap was accepted".into());
+    }
+    comm.exchange(&[]).map_err(e)?;
+    comm.free(&b).map_err(e)?;
+    Ok(format!(
+        "{passes} passes of 1 MiB bit exact; a pad past the heap refused"
+    ))
+}
+
+/// Five all-reduce algorithms run traced through the backend interface: outputs bit exact, the
+/// merged trace's op sequence per (rank, channel) equal to the simulator's. Rank 0 keeps the
+/// traces under `OUT`.
+fn trace_diff(comm: &mut Comm, p: &Params) -> Result<String, String> {
+    let w = comm.world();
+    let mut ops = 0;
+    for (i, a) in [
+        Algorithm::Ring,
+        Algorithm::Tree,
+        Algorithm::OneShot,
+        Algorithm::TwoShot,
+        Algorithm::Rhd,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let req = Request::new(
+            Collective::AllReduce,
+            a,
+            w,
+            1 << 20,
+            DType::F32,
+            ReduceOp::Sum,
+        )
+        .with_channels(2);
+        let inputs = data::inputs(&req, 300 + i as u64);
+        let out =
+            Backend::run(comm, &req, &inputs, true).map_err(|m| format!("{}: {m}", a.name()))?;
+        exact(&req, &out.outputs, &host::reference(&req, &inputs))
+            .map_err(|m| format!("{}: {m}", a.name()))?;
+        let gpu = out.trace.ok_or_else(|| format!("{}: no trace", a.name()))?;
+        if comm.rank() == 0 {
+            let _ = std::fs::write(
+                p.out
+                    .join(format!("gpu-w{w}-all_reduce-{}-procs.trace", a.name())),
+                &gpu,
+            );
+        }
+        let sim = host::simulate(&req, &inputs, &host::SimOptions::default())
+            .map_err(|m| m.to_string())?;
+        ops += semantic_diff(&gpu, &sim.trace).map_err(|m| format!("{}: {m}", a.name()))?;
+    }
+    Ok(format!(
+        "5 algorithms, {ops} ops in the same order per (rank, channel) as the simulator"
+    ))
+}
+
+fn graph(comm: &Comm, stream: &Stream) -> Result<String, String> {
+    let me = comm.rank() as usize;
+    let req = Request::new(
+        Collective::AllReduce,
+        Algorithm::TwoShot,
+        comm.world(),
+        64 << 10,
+        DType::Bf16,
+        ReduceOp::Sum,
+    )
+    .with_channels(2);
+    let b: Buffers = comm.alloc(&req).map_err(e)?;
+    // Plans are built (device memory allocated) before capture, which forbids allocation.
+    comm.prepare(&req).map_err(e)?;
+    let g = Graph::capture(comm.device(), stream, || comm.enqueue(&req, &b, stream)).map_err(e)?;
+    for i in 0..100u64 {
+        let inputs = data::inputs(&req, 1000 + i);
+        comm.write(b.input, &inputs[me]).map_err(e)?;
+        comm.fill(b.output, b.sizes.output, host::POISON)
+            .map_err(e)?;
+        g.launch(stream).map_err(e)?;
+        comm.synchronize(stream).map_err(e)?;
+        let found = comm.read(b.output, b.sizes.output).map_err(e)?;
+        exact(&req, &[found], &host::reference(&req, &inputs)[me..me + 1])
+            .map_err(|m| format!("replay {i}: {m}"))?;
+    }
+    drop(g);
+    comm.free(&b).map_err(e)?;
+    Ok("100 graph replays bit exact".into())
+}
+
+fn poison_reset(comm: &Comm, stream: &Stream) -> Result<String, String> {
+    let req = Request::new(
+        Collective::AllReduce,
+        Algorithm::OneShot,
+        comm.world(),
+        4096,
+        DType::F32,
+        ReduceOp::Sum,
+    );
+    let b = comm.alloc(&req).map_err(e)?;
+    // Rank 1 skips this collective: every other rank times out waiting for it.
+    if comm.rank() != 1 {
+        comm.enqueue(&req, &b, stream).map_err(e)?;
+        match comm.synchronize(stream) {
+            Err(CudaError::Timeout { .. }) => {}
+            other => return Err(format!("a collective rank 1 skipped gave {other:?}")),
+        }
+        match comm.enqueue(&req, &b, stream) {
+            Err(CudaError::Poisoned(_)) => {}
+            other => return Err(format!("after the timeout, enqueue gave {other:?}")),
+        }
+    }
+    comm.reset().map_err(e)?;
+    let mut n = 0;
+    for i in 0..100u64 {
+        let a = [
+            Algorithm::Ring,
+            Algorithm::OneShot,
+            Algorithm::TwoShot,
+            Algorithm::Rhd,
+        ][i as usize % 4];
+        let req = Request {
+            algorithm: a,
+            ..req
+        };
+        case(comm, stream, &req, 5000 + i)?.map_err(|m| format!("after reset, run {i}: {m}"))?;
+        n += 1;
+    }
+    comm.free(&b).map_err(e)?;
+    Ok(format!(
+        "timeout -> Timeout, Poisoned, reset() -> {n} bit exact"
+    ))
+}
+
+/// Hostile calls: buffers short of the plan or over the signal pad are refused before anything is
+/// enqueued (the next collective is bit exact), and ranks that allocate differently get an
+/// error naming the call on both sides. Runs last: the allocators differ afterwards.
+fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
+    let req = Request::new(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        comm.world(),
+        64 << 10,
+        DType::F32,
+        ReduceOp::Sum,
+    );
+    let b = comm.alloc(&req).map_err(e)?;
+    let mut short = b;
+    short.sizes.output -= 4;
+    let mut pad = b;
+    pad.output = 0;
+    for (what, bad) in [("4 bytes short", short), ("over the signal pad", pad)] {
+        match comm.enqueue(&req, &bad, stream) {
+            Err(CudaError::Invalid(_)) => {}
+            other => return Err(format!("an output {what} gave {other:?}")),
+        }
+    }
+    comm.free(&b).map_err(e)?;
+    case(comm, stream, &req, 9000)?.map_err(|m| format!("after the refusals: {m}"))?;
+    let n = if comm.rank() == 0 { 4096 } else { 8192 };
+    let sizes = symm_core::sched::BufferSizes {
+        input: n,
+        output: n,
+        scratch: 0,
+    };
+    match comm.alloc_sizes(sizes) {
+        Err(CudaError::Invalid(m)) if m.contains("diverged") => Ok(format!(
+            "2 bad buffer sets refused; divergent allocation named: {m}"
+        )),
+        other => Err(format!("divergent allocation gave {other:?}")),
+    }
+}

@@ -1,0 +1,287 @@
+//! `cargo xtask hw` with one process per GPU (the default mode).
+//!
+//! The parent starts one process per rank of this same binary (`hw comm-rank PHASE ...`) through
+//! the launcher behind `symm-run` (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `SYMM_JOB`, `SYMM_TOKEN`
+//! and the multicast-off variables set, output prefixed `[r]`, the job ended when a rank fails).
+//! Each rank writes its checks to `OUT/PHASE-rankR.tsv`; the parent turns rank 0's lines into
+//! rows and fails a row that any rank failed or did not report.
+//!
+//! * `correct` ([`correct`]): the shared conformance matrix on the `Comm` backend, graph replay,
+//!   the device-API example on the Comm's heap, per-process traces merged and compared with the
+//!   simulator, poison and reset, hostile calls, the caller's context.
+//! * `leak` ([`life::leak`]): symmetric-heap create/destroy cycles across processes (POSIX fds
+//!   through SCM_RIGHTS each cycle), then collectives on a `Comm`: free memory, live
+//!   handles/maps/ranges and open file descriptors must end where they started.
+//! * `death` ([`life::death`]): rank 1 is killed (SIGKILL) inside a collective. The launcher
+//!   would end the job at once (that is its job), so this phase starts the ranks directly with
+//!   the same environment.
+//! * `bench` ([`bench`]): all-reduce beside NCCL in the same processes on the same buffers.
+
+mod bench;
+mod correct;
+mod life;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use symm_driver::bootstrap::Token;
+use symm_driver::cuda::{CommOptions, CudaError};
+use symm_driver::launcher;
+
+use super::Row;
+
+/// What the parent passes to every rank.
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// Largest message of the matrix.
+    pub max_bytes: u64,
+    /// Cycles of the leak check.
+    pub cycles: u32,
+    /// Where reports and traces go.
+    pub out: PathBuf,
+}
+
+/// One check as a rank reports it.
+pub(crate) struct Check {
+    name: String,
+    cases: usize,
+    seconds: f64,
+    result: Result<String, String>,
+}
+
+impl Check {
+    /// Runs `f` as the check `name` of `cases` cases, timed.
+    fn timed(name: &str, cases: usize, f: impl FnOnce() -> Result<String, String>) -> Check {
+        let t = Instant::now();
+        let result = f();
+        Check {
+            name: name.into(),
+            cases,
+            seconds: t.elapsed().as_secs_f64(),
+            result,
+        }
+    }
+}
+
+/// Runs `phases` at world `w` and returns their rows.
+pub fn run(w: u16, phases: &[&str], p: &Params) -> Vec<Row> {
+    let _ = std::fs::create_dir_all(&p.out);
+    let mut rows = Vec::new();
+    for &phase in phases {
+        let t = Instant::now();
+        let code = if phase == "death" {
+            spawn(w, phase, p)
+        } else {
+            launch(w, phase, p)
+        };
+        let mut got = collect(w, phase, &p.out);
+        let secs = t.elapsed().as_secs_f64();
+        match code {
+            Err(m) => {
+                let mut r = Row::new(&format!("process per GPU: {phase}"), w);
+                r.cases = 1;
+                r.fail(m);
+                got.push(r);
+            }
+            Ok(c) if c != 0 && got.iter().all(|r| r.failed == 0) => {
+                let mut r = Row::new(&format!("process per GPU: {phase}"), w);
+                r.cases = 1;
+                r.fail(format!("the job exited {c}"));
+                got.push(r);
+            }
+            Ok(_) => {}
+        }
+        if got.iter().all(|r| r.seconds == 0.0) {
+            let n = got.len().max(1) as f64;
+            for r in &mut got {
+                r.seconds = secs / n;
+            }
+        }
+        rows.extend(got);
+    }
+    rows
+}
+
+fn rank_args(phase: &str, p: &Params) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec!["hw".into(), "comm-rank".into(), phase.into()];
+    v.extend([
+        "--max-bytes".into(),
+        p.max_bytes.to_string().into(),
+        "--leak-cycles".into(),
+        p.cycles.to_string().into(),
+        "--out".into(),
+        p.out.clone().into_os_string(),
+    ]);
+    v
+}
+
+/// Through the launcher; returns its exit code.
+fn launch(w: u16, phase: &str, p: &Params) -> Result<i32, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut command = vec![exe.into_os_string()];
+    command.extend(rank_args(phase, p));
+    let o = launcher::Options {
+        ranks: w,
+        timeout: Some(Duration::from_secs(900)),
+        grace: Duration::from_secs(5),
+        job: None,
+        prefix: true,
+        command,
+    };
+    launcher::run(&o).map_err(|e| e.to_string())
+}
+
+/// Directly, with the environment the launcher would set; returns rank 0's exit code (rank 1
+/// is meant to die).
+fn spawn(w: u16, phase: &str, p: &Params) -> Result<i32, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let token = Token::random().map_err(|e| e.to_string())?;
+    let job = format!("hw-{}-{phase}", std::process::id());
+    let children: Vec<_> = (0..w)
+        .map(|r| {
+            Command::new(&exe)
+                .args(rank_args(phase, p))
+                .env("RANK", r.to_string())
+                .env("WORLD_SIZE", w.to_string())
+                .env("LOCAL_RANK", r.to_string())
+                .env("SYMM_JOB", &job)
+                .env("SYMM_TOKEN", token.to_hex())
+                .envs(launcher::SAFETY_ENV)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("rank {r}: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut code0 = 0;
+    for (r, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().map_err(|e| e.to_string())?;
+        for l in String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .chain(String::from_utf8_lossy(&out.stderr).lines())
+        {
+            println!("[{r}] {l}");
+        }
+        if r == 0 {
+            code0 = out.status.code().unwrap_or(-1);
+        }
+    }
+    Ok(code0)
+}
+
+fn report_path(out: &Path, phase: &str, rank: u16) -> PathBuf {
+    out.join(format!("{phase}-rank{rank}.tsv"))
+}
+
+/// Rows from every rank's report: rank 0's names and cases, failed where any rank failed.
+fn collect(w: u16, phase: &str, out: &Path) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let ranks: Vec<u16> = if phase == "death" {
+        vec![0]
+    } else {
+        (0..w).collect()
+    };
+    for r in ranks {
+        let path = report_path(out, phase, r);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            let mut row = Row::new(&format!("process per GPU: {phase}"), w);
+            row.cases = 1;
+            row.fail(format!("rank {r} wrote no report ({})", path.display()));
+            rows.push(row);
+            continue;
+        };
+        for line in text.lines() {
+            let f: Vec<&str> = line.splitn(5, '\t').collect();
+            let [name, cases, ok, secs, note] = f[..] else {
+                continue;
+            };
+            let i = match rows.iter().position(|x| x.check == name) {
+                Some(i) => i,
+                None => {
+                    let mut row = Row::new(name, w);
+                    row.cases = cases.parse().unwrap_or(0);
+                    row.seconds = secs.parse().unwrap_or(0.0);
+                    rows.push(row);
+                    rows.len() - 1
+                }
+            };
+            if ok == "ok" {
+                if r == 0 {
+                    rows[i].note = note.to_string();
+                }
+            } else {
+                rows[i].fail(format!("rank {r}: {note}"));
+            }
+        }
+    }
+    rows
+}
+
+/// The child: one rank of `phase`; writes its report and fails when any check failed.
+pub fn rank(args: &[String]) -> Result<(), String> {
+    use crate::util;
+    let phase = args.first().map_or("", String::as_str);
+    let p = Params {
+        max_bytes: util::value(args, "--max-bytes")
+            .map_or(Ok(u64::MAX), str::parse)
+            .map_err(|e| format!("--max-bytes: {e}"))?,
+        cycles: util::value(args, "--leak-cycles")
+            .map_or(Ok(1000), str::parse)
+            .map_err(|e| format!("--leak-cycles: {e}"))?,
+        out: PathBuf::from(util::value(args, "--out").unwrap_or("hw-out")),
+    };
+    let rank: u16 = std::env::var("RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or("RANK is not set")?;
+    let checks = match phase {
+        "correct" => correct::run(&p)?,
+        "leak" => vec![Check::timed("leak check across processes", 1, || {
+            life::leak(&p)
+        })],
+        "death" => vec![Check::timed(
+            "rank killed inside a collective",
+            1,
+            life::death,
+        )],
+        "bench" => vec![Check::timed("all-reduce beside NCCL", 3, bench::run)],
+        other => return Err(format!("unknown phase {other:?}")),
+    };
+    let mut text = String::new();
+    let mut failed = 0;
+    for c in &checks {
+        let (ok, note) = match &c.result {
+            Ok(n) => ("ok", n.as_str()),
+            Err(m) => {
+                failed += 1;
+                ("FAIL", m.as_str())
+            }
+        };
+        let note = note.replace(['\t', '\n'], " ");
+        println!("{}: {ok}: {note}", c.name);
+        text.push_str(&format!(
+            "{}\t{}\t{ok}\t{:.1}\t{note}\n",
+            c.name, c.cases, c.seconds
+        ));
+    }
+    std::fs::write(report_path(&p.out, phase, rank), text).map_err(|e| e.to_string())?;
+    if failed > 0 {
+        return Err(format!("{failed} check(s) failed"));
+    }
+    Ok(())
+}
+
+/// Communicator options of the phases.
+fn opts(timeout: Duration, heap_bytes: u64) -> CommOptions {
+    CommOptions {
+        heap_bytes,
+        timeout,
+        ..CommOptions::default()
+    }
+}
+
+fn e(e: CudaError) -> String {
+    e.to_string()
+}
