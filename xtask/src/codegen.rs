@@ -20,9 +20,18 @@ use crate::util;
 /// Where the generated header lives, relative to the workspace root.
 pub const HEADER: &str = "kernels/symm/plan.cuh";
 
+/// Usage of `cargo xtask codegen`.
+pub const USAGE: &str = "usage: cargo xtask codegen [--check]
+  writes kernels/symm/plan.cuh (the plan encoding, signal-pad layout, element types and operators
+  as the GPU interpreter sees them) from symm-core's constants
+  --check   write nothing; fail when the checked-in header differs from what would be written";
+
 /// `cargo xtask codegen [--check]`.
 pub fn run(args: &[String]) -> Result<(), String> {
-    if util::flag(args, "--check") {
+    let Some(args) = util::command_args(args, &[("--check", false)], USAGE)? else {
+        return Ok(());
+    };
+    if args.flag("--check") {
         check()?;
         println!("{HEADER} is up to date");
         return Ok(());

@@ -2,8 +2,11 @@
 //!
 //! The demo runs every collective x algorithm on the host backend's simulator (world 4 and 8,
 //! 256 KiB of f32, two channels), checks each result against the sequential reference, writes one
-//! trace per run under `target/symm/traces/`, prints a table, then builds the viz and serves it
-//! with those traces on 127.0.0.1 (skipped with `--no-serve`).
+//! trace per run under `target/symm/traces/` (under `$CARGO_TARGET_DIR` when set), prints a
+//! table, then builds the viz and serves it with those traces on 127.0.0.1 (skipped with
+//! `--no-serve`). Building the viz installs what is missing and says so first: the
+//! `wasm32-unknown-unknown` target (`rustup target add`) and `wasm-bindgen-cli` at the version of
+//! `Cargo.lock` (`cargo install`, into `~/.cargo/bin`).
 
 use crate::util;
 use std::fmt::Write as _;
@@ -66,9 +69,28 @@ fn collectives(world: u16) -> Vec<Collective> {
     ]
 }
 
+/// Usage of `cargo xtask demo`.
+pub const USAGE: &str = "usage: cargo xtask demo [--no-serve]
+  runs every collective x algorithm (world 4 and 8, 256 KiB f32, two channels) on the host
+  simulator, checks each against a sequential reference, writes one trace per run to
+  <target>/symm/traces/ and prints a table; then builds the viz and serves it with those traces
+  on http://127.0.0.1:8000/ until interrupted.
+  Building the viz installs what is missing, and says so first: the wasm32-unknown-unknown target
+  (rustup target add) and wasm-bindgen-cli at the version in Cargo.lock (cargo install, into
+  ~/.cargo/bin). <target> is $CARGO_TARGET_DIR when set, else target/.
+  --no-serve   stop after the table (nothing is installed)";
+
+/// Usage of `cargo xtask bench`.
+pub const BENCH_USAGE: &str = "usage: cargo xtask bench
+  builds the ring all-reduce plan of 8 ranks x 8 channels, 1 GiB bf16, and fails when it costs
+  1 us or more per op";
+
 /// `cargo xtask demo [--no-serve]`.
 pub fn run(args: &[String]) -> Result<(), String> {
-    let dir = util::root().join("target/symm/traces");
+    let Some(args) = util::command_args(args, &[("--no-serve", false)], USAGE)? else {
+        return Ok(());
+    };
+    let dir = util::target_dir().join("symm/traces");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let t0 = Instant::now();
     let mut table = String::new();
@@ -133,7 +155,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if failed > 0 {
         return Err(format!("{failed} runs did not match the reference"));
     }
-    if util::flag(args, "--no-serve") {
+    if args.flag("--no-serve") {
         return Ok(());
     }
     let dist = crate::viz::build()?;
@@ -141,7 +163,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// `cargo xtask bench`: schedule-building cost per op and host-backend throughput, side by side.
-pub fn bench(_args: &[String]) -> Result<(), String> {
+pub fn bench(args: &[String]) -> Result<(), String> {
+    if util::command_args(args, &[], BENCH_USAGE)?.is_none() {
+        return Ok(());
+    }
     let req = Request::new(
         Collective::AllReduce,
         Algorithm::Ring,

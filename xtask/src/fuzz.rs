@@ -4,7 +4,7 @@
 //! until `--runs` executions, and prints a table: target, seconds, executions, executions per
 //! second, crashes. Installs `cargo-fuzz` from crates.io when it is missing and runs with `-s none`
 //! (no sanitizer), which works on a stable toolchain. Each campaign fuzzes a scratch copy of the
-//! committed corpus (`target/fuzz-corpus/`), so runs never rewrite the seeds; a crash, timeout or
+//! committed corpus (`target/fuzz-corpus/`, under `$CARGO_TARGET_DIR` when set), so runs never rewrite the seeds; a crash, timeout or
 //! out-of-memory input lands in `fuzz/artifacts/<target>/` and counts as a crash. The command fails
 //! when any target crashed. The committed seed corpora in `fuzz/corpus/` are replayed by
 //! `cargo xtask test` (tests/tests/fuzz_corpus.rs); `--merge` adds the scratch corpus's new
@@ -45,17 +45,35 @@ fn stat(text: &str, key: &str) -> Option<u64> {
         .and_then(|v| v.trim_start_matches(':').trim().parse().ok())
 }
 
+/// Usage of `cargo xtask fuzz`.
+pub const USAGE: &str =
+    "usage: cargo xtask fuzz [--seconds N] [--runs N] [--target T] [--jobs N] [--merge]
+  runs each cargo-fuzz target (trace_decode, trace_pipeline, heap_ops, sched_request) on a scratch
+  copy of its committed corpus and prints executions and crashes per target; fails on a crash.
+  Installs cargo-fuzz from crates.io (cargo install, into ~/.cargo/bin) when it is missing.
+  --seconds N   seconds per target (default 10)
+  --runs N      stop a target after N executions
+  --target T    only this target
+  --jobs N      libFuzzer -fork=N
+  --merge       add the scratch corpus's new coverage to fuzz/corpus/ (minimised)";
+
+const FLAGS: &util::Flags = &[
+    ("--seconds", true),
+    ("--runs", true),
+    ("--target", true),
+    ("--jobs", true),
+    ("--merge", false),
+];
+
 /// Runs every target.
 pub fn run(args: &[String]) -> Result<(), String> {
-    let num = |name: &str| -> Result<Option<u64>, String> {
-        util::value(args, name)
-            .map(|s| s.parse().map_err(|e| format!("{name}: {e}")))
-            .transpose()
+    let Some(args) = util::command_args(args, FLAGS, USAGE)? else {
+        return Ok(());
     };
-    let secs = num("--seconds")?.unwrap_or(10);
-    let runs = num("--runs")?;
-    let jobs = num("--jobs")?.unwrap_or(1).max(1);
-    let only = util::value(args, "--target");
+    let secs = args.num::<u64>("--seconds")?.unwrap_or(10);
+    let runs = args.num::<u64>("--runs")?;
+    let jobs = args.num::<u64>("--jobs")?.unwrap_or(1).max(1);
+    let only = args.value("--target");
     if let Some(t) = only {
         if !TARGETS.contains(&t) {
             return Err(format!(
@@ -70,13 +88,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .output()
             .is_ok_and(|o| o.status.success());
     if !have {
+        eprintln!(
+            "fuzz: installing cargo-fuzz from crates.io with `cargo install` (into ~/.cargo/bin)"
+        );
         sh(cargo().args(["install", "cargo-fuzz", "--locked"]))?;
     }
     let root = util::root();
     let mut rows = Vec::new();
     for t in TARGETS.iter().filter(|t| only.is_none_or(|o| o == **t)) {
         // Fuzz a scratch copy of the corpus so runs do not rewrite the committed seeds.
-        let work = root.join("target/fuzz-corpus").join(t);
+        let work = util::target_dir().join("fuzz-corpus").join(t);
         std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
         let seeds = root.join("fuzz/corpus").join(t);
         let art = root.join("fuzz/artifacts").join(t);
@@ -141,7 +162,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             })
             .unwrap_or(took);
         rows.push((*t, fuzzed, execs, crashed));
-        if util::flag(args, "--merge") {
+        if args.flag("--merge") {
             sh(cargo()
                 .current_dir(&root)
                 .args(["fuzz", "run", "--release", "-s", "none", t])

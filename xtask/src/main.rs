@@ -13,31 +13,29 @@ mod viz;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: cargo xtask <command> [options]
+       cargo xtask <command> --help      (or: cargo xtask help <command>)
 
 commands:
   demo [--no-serve]          run every collective x algorithm on the host backend, write traces,
                              build and serve the viz
-  test                       everything CI runs
-  fuzz [--seconds N]         run every fuzz target for N seconds (default 10)
-  bench                      schedule-building and host-backend benchmarks
-  viz [--serve]              build the browser replayer into viz/dist
+  test [--no-browser]        everything CI runs
+  fuzz [--seconds N] [--runs N] [--target T] [--jobs N] [--merge]
+                             run every fuzz target for N seconds (default 10)
+  bench                      the plan-building benchmark
+  viz [--serve [--port N] [--traces DIR]] [--test] [--screenshots]
+                             build the browser replayer into viz/dist
   trace export --perfetto FILE [-o OUT]
                              convert a trace to Chrome/Perfetto JSON
   mutants                    weaken each ordering of the signal protocol to Relaxed, one at a
                              time, and check that the loom models catch every one
   codegen [--check]          regenerate (or check) kernels/symm/plan.cuh from symm-core
-  hw [--bench-quick] [--selftest-timeout]
+  hw [--bench-quick] [--selftest-timeout] [...]
                              on a GPU machine: correctness and benchmarks on real GPUs
 ";
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first() else {
-        eprint!("{USAGE}");
-        return ExitCode::FAILURE;
-    };
-    let rest = &args[1..];
-    let result = match cmd.as_str() {
+/// Runs subcommand `cmd` with its arguments.
+fn dispatch(cmd: &str, rest: &[String]) -> Result<(), String> {
+    match cmd {
         "demo" => demo::run(rest),
         "test" => test::run(rest),
         "fuzz" => fuzz::run(rest),
@@ -47,12 +45,26 @@ fn main() -> ExitCode {
         "codegen" => codegen::run(rest),
         "hw" => hw::run(rest),
         "mutants" => mutants::run(rest),
-        "help" | "--help" | "-h" => {
-            print!("{USAGE}");
-            Ok(())
-        }
+        "help" | "--help" | "-h" => match rest.first().map(String::as_str) {
+            Some(c) if !matches!(c, "help" | "--help" | "-h") => {
+                dispatch(c, &["--help".to_string()])
+            }
+            _ => {
+                print!("{USAGE}");
+                Ok(())
+            }
+        },
         other => Err(format!("unknown command {other:?}\n{USAGE}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else {
+        eprint!("{USAGE}");
+        return ExitCode::FAILURE;
     };
+    let result = dispatch(cmd, &args[1..]);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

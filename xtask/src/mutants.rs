@@ -175,15 +175,25 @@ impl Drop for TempDir {
     }
 }
 
+/// Usage of `cargo xtask mutants`.
+pub const USAGE: &str = "usage: cargo xtask mutants
+  copies the sources to a temporary folder and, one at a time, weakens each Release, Acquire,
+  AcqRel or SeqCst of the signal protocol (core/src/signal.rs's order module, the host pad and
+  memory code) to Relaxed, then runs the loom models (target directory <target>/loom, <target>
+  being $CARGO_TARGET_DIR when set, else target/); fails unless a model catches every mutant";
+
 /// `cargo xtask mutants`.
-pub fn run(_args: &[String]) -> Result<(), String> {
+pub fn run(args: &[String]) -> Result<(), String> {
+    if util::command_args(args, &[], USAGE)?.is_none() {
+        return Ok(());
+    }
     let t0 = Instant::now();
     let root = util::root();
     let dir = std::env::temp_dir().join(format!("symm-mutants-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let tmp = TempDir(dir);
     copy_tree(&root, &tmp.0)?;
-    let target = root.join("target/loom");
+    let target = util::target_dir().join("loom");
     let mut all = Vec::new();
     let mut originals = Vec::new();
     for file in FILES {

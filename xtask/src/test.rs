@@ -10,7 +10,7 @@
 //! 4. symm-core for `thumbv7em-none-eabihf` with no default features (installs the target);
 //! 5. the schedule-building benchmark;
 //! 6. the kernels' generated-header check and NVRTC compile of every kernel variant;
-//! 7. the viz in headless Chromium.
+//! 7. the viz in headless Chromium (skipped with `--no-browser`).
 
 use crate::util::{self, cargo, run as sh};
 use std::time::Instant;
@@ -41,9 +41,26 @@ fn rustup_target(t: &str) -> Result<(), String> {
     sh(std::process::Command::new("rustup").args(["target", "add", t]))
 }
 
+/// Usage of `cargo xtask test`.
+pub const USAGE: &str = "usage: cargo xtask test [--no-browser]
+  everything CI runs, in order, stopping at the first failure: cargo fmt --check, clippy with
+  warnings denied, every workspace test in release mode, symm-driver's multicast tests against
+  the fake driver, the loom models, cargo xtask mutants, symm-core for thumbv7em-none-eabihf
+  (no_std), the plan-building benchmark, plan.cuh freshness and the NVRTC compile of every kernel
+  variant, and the viz in headless Chromium; then the time of each step.
+  Installs what is missing, saying so first: rustup targets (thumbv7em-none-eabihf,
+  wasm32-unknown-unknown), wasm-bindgen-cli (cargo install), the NVRTC wheel (python3 and pip,
+  into <target>/nvrtc-wheel) and chromium with chromium-driver (apt-get, needs root). <target> is
+  $CARGO_TARGET_DIR when set, else target/.
+  --no-browser   skip the viz's headless-Chromium step (and so apt-get, Chromium and the wasm
+                 build); every other step runs";
+
 /// Runs the whole suite.
 pub fn run(args: &[String]) -> Result<(), String> {
-    let skip_browser = util::flag(args, "--no-browser");
+    let Some(args) = util::command_args(args, &[("--no-browser", false)], USAGE)? else {
+        return Ok(());
+    };
+    let skip_browser = args.flag("--no-browser");
     let mut times = Vec::new();
     step("fmt", &mut times, || {
         sh(cargo().args(["fmt", "--all", "--check"]))
@@ -78,7 +95,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         ]))
     })?;
     step("loom", &mut times, || {
-        let dir = util::root().join("target/loom");
+        let dir = util::target_dir().join("loom");
         sh(cargo()
             .args(["test", "--release", "-p", "symm-driver", "--test", "loom"])
             .env("RUSTFLAGS", "--cfg loom")

@@ -9,18 +9,33 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use symm_core::perfetto;
 
-const USAGE: &str = "usage: cargo xtask trace export --perfetto FILE [-o OUT]";
+/// Usage of `cargo xtask trace`.
+pub const USAGE: &str = "usage: cargo xtask trace export --perfetto FILE [-o OUT]
+  converts a symm trace (simulator or GPU) to Chrome trace JSON for https://ui.perfetto.dev
+  --perfetto FILE   the trace to convert
+  -o OUT            where to write the JSON (default FILE.json)";
 
 /// `cargo xtask trace ...`.
 pub fn run(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("export") => export(&args[1..]),
-        _ => Err(USAGE.into()),
+        Some("--help" | "-h") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown trace command {other:?}\n{USAGE}")),
+        None => Err(format!("missing a trace command\n{USAGE}")),
     }
 }
 
 fn export(args: &[String]) -> Result<(), String> {
-    let input = util::value(args, "--perfetto").ok_or(USAGE)?;
+    let flags: &util::Flags = &[("--perfetto", true), ("-o", true)];
+    let Some(args) = util::command_args(args, flags, USAGE)? else {
+        return Ok(());
+    };
+    let input = args
+        .value("--perfetto")
+        .ok_or_else(|| format!("--perfetto FILE is required\n{USAGE}"))?;
     let bytes = std::fs::read(input).map_err(|e| format!("{input}: {e}"))?;
     let folded = perfetto::fold(&bytes).map_err(|e| format!("cannot open {input}: {e}"))?;
     drop(bytes);
@@ -30,7 +45,8 @@ fn export(args: &[String]) -> Result<(), String> {
             folded.events
         );
     }
-    let out = util::value(args, "-o")
+    let out = args
+        .value("-o")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(format!("{input}.json")));
     let failed = |e: std::io::Error| format!("{}: {e}", out.display());

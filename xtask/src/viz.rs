@@ -21,46 +21,50 @@ use crate::util;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const USAGE: &str =
-    "usage: cargo xtask viz [--serve] [--port N] [--traces DIR] [--test] [--screenshots]";
+/// Usage of `cargo xtask viz`.
+pub const USAGE: &str =
+    "usage: cargo xtask viz [--serve [--port N] [--traces DIR]] [--test] [--screenshots]
+  builds the browser replayer into viz/dist (symm-viz for wasm32-unknown-unknown, then
+  wasm-bindgen); installs what is missing, and says so first: the wasm32-unknown-unknown target
+  (rustup target add) and wasm-bindgen-cli at the version in Cargo.lock (cargo install, into
+  ~/.cargo/bin)
+  --serve          then serve the app on 127.0.0.1 until interrupted
+  --port N         port to serve on (default 8000; any free port when taken)
+  --traces DIR     traces to serve (default viz/dist/examples)
+  --test           the browser tests in headless Chromium (chromium and chromium-driver installed
+                   with apt-get when missing, which needs root)
+  --screenshots    --test, also writing the README's screenshots to docs/img";
+
+const FLAGS: &util::Flags = &[
+    ("--serve", false),
+    ("--port", true),
+    ("--traces", true),
+    ("--test", false),
+    ("--screenshots", false),
+];
 
 /// `cargo xtask viz ...`.
 pub fn run(args: &[String]) -> Result<(), String> {
-    if util::flag(args, "--help") {
-        println!("{USAGE}");
+    let Some(args) = util::command_args(args, FLAGS, USAGE)? else {
         return Ok(());
-    }
-    if util::flag(args, "--test") || util::flag(args, "--screenshots") {
-        let shots = util::flag(args, "--screenshots").then(|| util::root().join("docs/img"));
+    };
+    if args.flag("--test") || args.flag("--screenshots") {
+        let shots = args
+            .flag("--screenshots")
+            .then(|| util::root().join("docs/img"));
         return checks(shots.as_deref());
     }
     let dist = build()?;
     println!("viz: built {}", dist.display());
-    if util::flag(args, "--serve") {
-        let traces = util::value(args, "--traces")
+    if args.flag("--serve") {
+        let traces = args
+            .value("--traces")
             .map(PathBuf::from)
             .unwrap_or_else(|| dist.join("examples"));
-        let port = util::value(args, "--port")
-            .map(|p| p.parse::<u16>().map_err(|e| format!("--port: {e}")))
-            .transpose()?
-            .unwrap_or(8000);
+        let port = args.num::<u16>("--port")?.unwrap_or(8000);
         return serve_on(&dist, &traces, port);
     }
     Ok(())
-}
-
-/// The cargo target directory.
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map(|p| {
-            if p.is_absolute() {
-                p
-            } else {
-                util::root().join(p)
-            }
-        })
-        .unwrap_or_else(|| util::root().join("target"))
 }
 
 /// The version of a package in Cargo.lock.
@@ -93,7 +97,12 @@ fn wasm_bindgen(version: &str) -> Result<PathBuf, String> {
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
     if have.as_deref() != Some(&format!("wasm-bindgen {version}")) {
-        eprintln!("viz: installing wasm-bindgen-cli {version} (found {have:?})");
+        let found = have.map_or("none".to_string(), |h| format!("{h:?}"));
+        eprintln!(
+            "viz: installing wasm-bindgen-cli {version} (the version of Cargo.lock; found {found}) \
+             with `cargo install` into {}",
+            bin.display()
+        );
         util::run(util::cargo().args([
             "install",
             "wasm-bindgen-cli",
@@ -115,6 +124,10 @@ fn ensure_wasm_target() -> Result<(), String> {
     if sysroot.join("lib/rustlib/wasm32-unknown-unknown").is_dir() {
         return Ok(());
     }
+    eprintln!(
+        "viz: installing the wasm32-unknown-unknown target into {} with `rustup target add`",
+        sysroot.display()
+    );
     util::run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))
 }
 
@@ -131,7 +144,7 @@ pub fn build() -> Result<PathBuf, String> {
         "wasm32-unknown-unknown",
         "--release",
     ]))?;
-    let wasm = target_dir().join("wasm32-unknown-unknown/release/symm_viz.wasm");
+    let wasm = util::target_dir().join("wasm32-unknown-unknown/release/symm_viz.wasm");
     let dist = util::root().join("viz/dist");
     std::fs::create_dir_all(&dist).map_err(|e| format!("{}: {e}", dist.display()))?;
     util::run(
@@ -185,7 +198,7 @@ fn checks(screenshots: Option<&Path>) -> Result<(), String> {
     util::run(util::cargo().args(["test", "-q", "-p", "symm-viz", "--lib"]))?;
     let dist = build()?;
     let (chromium, driver) = browser::install()?;
-    let scratch = target_dir().join("viz-test");
+    let scratch = util::target_dir().join("viz-test");
     std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
     let cli = export_check::check(&dist.join("examples/all_reduce-ring-w4.trace"), &scratch)?;
     let summary = browser::run_all(&dist, &scratch, &chromium, &driver, screenshots)?;

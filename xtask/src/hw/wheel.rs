@@ -128,7 +128,7 @@ fn finished(downloads: &Path, lib: PathBuf) -> Result<PathBuf, String> {
 
 /// libnvrtc.so.12 from the pinned wheel, installed into target/nvrtc-wheel when missing.
 pub fn nvrtc() -> Result<PathBuf, String> {
-    let dir = util::root().join("target/nvrtc-wheel");
+    let dir = util::target_dir().join("nvrtc-wheel");
     let lib = dir.join("nvidia/cuda_nvrtc/lib/libnvrtc.so.12");
     let stamped = std::fs::read_to_string(stamp(&dir)).is_ok_and(|s| s.trim() == PIN.sha256);
     if stamped && lib.exists() {
@@ -140,7 +140,7 @@ pub fn nvrtc() -> Result<PathBuf, String> {
             PIN.file
         ));
     }
-    let downloads = util::root().join("target/nvrtc-wheel.download");
+    let downloads = util::target_dir().join("nvrtc-wheel.download");
     let _ = std::fs::remove_dir_all(&downloads);
     std::fs::create_dir_all(&downloads).map_err(|e| format!("{}: {e}", downloads.display()))?;
     let wheel = downloads.join(PIN.file);
