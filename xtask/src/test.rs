@@ -10,7 +10,8 @@
 //! 4. symm-core for `thumbv7em-none-eabihf` with no default features (installs the target);
 //! 5. the schedule-building benchmark;
 //! 6. the kernels' generated-header check and NVRTC compile of every kernel variant;
-//! 7. the viz in headless Chromium (skipped with `--no-browser`).
+//! 7. `cargo doc --workspace --no-deps` with warnings denied;
+//! 8. the viz in headless Chromium (skipped with `--no-browser`).
 
 use crate::util::{self, cargo, run as sh};
 use std::time::Instant;
@@ -47,7 +48,8 @@ pub const USAGE: &str = "usage: cargo xtask test [--no-browser]
   warnings denied, every workspace test in release mode, symm-driver's multicast tests against
   the fake driver, the loom models, cargo xtask mutants, symm-core for thumbv7em-none-eabihf
   (no_std), the plan-building benchmark, plan.cuh freshness and the NVRTC compile of every kernel
-  variant, and the viz in headless Chromium; then the time of each step.
+  variant, cargo doc with warnings denied, and the viz in headless Chromium; then the time of
+  each step.
   Installs what is missing, saying so first: rustup targets (thumbv7em-none-eabihf,
   wasm32-unknown-unknown), wasm-bindgen-cli (cargo install), the NVRTC wheel (python3 and pip,
   into <target>/nvrtc-wheel) and chromium with chromium-driver (apt-get, needs root). <target> is
@@ -119,6 +121,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         crate::demo::bench(&[])
     })?;
     step("kernels", &mut times, crate::hw::ci_checks)?;
+    step("doc (warnings denied)", &mut times, || {
+        sh(cargo()
+            .args(["doc", "--workspace", "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings"))
+    })?;
     if !skip_browser {
         step("viz (headless chromium)", &mut times, crate::viz::ci_checks)?;
     }

@@ -38,8 +38,9 @@ pub enum Collective {
     },
     /// Rank r's input block q ends in rank q's output block r (`bytes` per block).
     AllToAll,
-    /// All-to-all with per-pair element counts given to [`alltoallv()`]; `bytes` is the size of
-    /// every rank's (symmetric) input and output buffer.
+    /// All-to-all with per-pair element counts given to
+    /// [`alltoallv()`](crate::sched::alltoallv()); `bytes` is the size of every rank's (symmetric)
+    /// input and output buffer.
     AllToAllV,
     /// `src`'s input ends in `dst`'s output; other ranks do nothing.
     SendRecv {
@@ -418,7 +419,7 @@ pub enum SchedError {
         /// The byte count, or the size of the buffer that is too large.
         bytes: u64,
     },
-    /// An all-to-allv needs its counts: build it with [`alltoallv()`].
+    /// An all-to-allv needs its counts: build it with [`alltoallv()`](crate::sched::alltoallv()).
     NeedsCounts,
     /// The counts of an all-to-allv are not `world * world` long.
     BadCounts {

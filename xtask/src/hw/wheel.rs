@@ -33,8 +33,8 @@ pub const PIN: Pin = Pin {
     sha256: "210cf05005a447e29214e9ce50851e83fc5f4358df8b453155d5e1918094dcb4",
 };
 
-/// Downloads the file named argv[3] of distribution argv[1] (version argv[2]) from the simple
-/// index to the path argv[4], with the standard library alone.
+/// Downloads the file named `argv[3]` of distribution `argv[1]` (version `argv[2]`) from the
+/// simple index to the path `argv[4]`, with the standard library alone.
 const FETCH_PY: &str = r##"
 import os, re, ssl, sys, urllib.parse, urllib.request
 name, version, file, dest = sys.argv[1:5]

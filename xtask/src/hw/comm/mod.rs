@@ -15,7 +15,7 @@
 //! * `death` ([`life::death`]): rank 1 is killed (SIGKILL) inside a collective. The launcher
 //!   would end the job at once (that is its job), so this phase starts the ranks directly with
 //!   the same environment.
-//! * `bench` ([`bench`]): all-reduce beside NCCL in the same processes on the same buffers.
+//! * `bench` ([`mod@bench`]): all-reduce beside NCCL in the same processes on the same buffers.
 
 mod bench;
 mod correct;
