@@ -33,4 +33,5 @@ pub mod sched;
 pub mod signal;
 #[cfg(feature = "alloc")]
 pub mod symbolic;
+pub mod team;
 pub mod trace;

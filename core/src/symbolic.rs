@@ -107,6 +107,8 @@ pub enum SymError {
         /// Wanted.
         want: Sym,
     },
+    /// A team could not be mapped onto the world (see [`crate::team::TeamError`]).
+    Team(crate::team::TeamError),
     /// After the run, a slot's value differs from its owner's expected counter.
     Unbalanced {
         /// Rank owning the slot.

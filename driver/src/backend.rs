@@ -38,6 +38,13 @@ pub enum BackendError {
     /// The CUDA backend failed.
     #[cfg(feature = "cuda")]
     Cuda(crate::cuda::CudaError),
+    /// A collective running at the same time on another team produced wrong output.
+    Beside {
+        /// The other team's id.
+        team: u16,
+        /// The first difference.
+        message: String,
+    },
 }
 
 impl BackendError {
@@ -65,6 +72,12 @@ impl std::fmt::Display for BackendError {
             ),
             #[cfg(feature = "cuda")]
             BackendError::Cuda(e) => write!(f, "{e}"),
+            BackendError::Beside { team, message } => {
+                write!(
+                    f,
+                    "the collective beside on team {team} was wrong: {message}"
+                )
+            }
         }
     }
 }
@@ -168,6 +181,65 @@ impl Backend for Threads {
         Ok(Outcome {
             outputs: run.outputs,
             trace: trace.then_some(run.trace),
+        })
+    }
+}
+
+/// One team of a host world as a backend, with other teams' collectives running at the same
+/// time on the same world (their outputs are checked against the reference too): what runs
+/// the shared conformance matrix on teams.
+pub struct HostTeam {
+    /// Ranks in the world.
+    pub world: u16,
+    /// The team the requests run on.
+    pub team: symm_core::team::Team,
+    /// Jobs run beside every request, on other teams (or the same ranks with other ids).
+    pub beside: Vec<host::TeamJob>,
+    /// Simulated or threads.
+    pub mode: host::TeamMode,
+}
+
+impl Backend for HostTeam {
+    fn name(&self) -> String {
+        format!(
+            "team {:?} (id {}) of world {} with {} beside ({:?})",
+            self.team.members(),
+            self.team.id(),
+            self.world,
+            self.beside.len(),
+            self.mode
+        )
+    }
+
+    fn fixed_world(&self) -> Option<u16> {
+        Some(self.team.size())
+    }
+
+    fn run(
+        &mut self,
+        req: &Request,
+        inputs: &[Vec<u8>],
+        _trace: bool,
+    ) -> Result<Outcome, BackendError> {
+        check_inputs(Some(self.team.size()), req, inputs)?;
+        let mut jobs = vec![host::TeamJob {
+            team: self.team.clone(),
+            request: *req,
+            inputs: inputs.to_vec(),
+        }];
+        jobs.extend(self.beside.iter().cloned());
+        let mut outs = host::run_teams(self.world, &jobs, self.mode)?.into_iter();
+        let mine = outs.next().unwrap_or_default();
+        for (j, found) in self.beside.iter().zip(outs) {
+            let want = host::reference(&j.request, &j.inputs);
+            host::compare(&j.request, &found, &want).map_err(|e| BackendError::Beside {
+                team: j.team.id(),
+                message: format!("{e:?}"),
+            })?;
+        }
+        Ok(Outcome {
+            outputs: mine,
+            trace: None,
         })
     }
 }

@@ -85,6 +85,24 @@ impl WorldMem {
         Ok(WorldMem { ranks, data: true })
     }
 
+    /// Memory of `world` ranks with buffers of `sizes` (input, output, scratch) poisoned, and
+    /// pads of `slots` slots: what several teams' collectives share (their inputs are written
+    /// with [`WorldMem::write_at`]).
+    pub fn blank(world: u16, sizes: [u64; 3], slots: u32, poison: u8) -> WorldMem {
+        let ranks = (0..world)
+            .map(|_| RankMem {
+                bufs: sizes.map(|n| bytes(n, poison)),
+                pad: Pad::new(slots as usize),
+            })
+            .collect();
+        WorldMem { ranks, data: true }
+    }
+
+    /// Writes `data` at `l` (host side, before any executor runs).
+    pub fn write_at(&self, l: Loc, data: &[u8]) -> Result<(), Oob> {
+        self.write(l, data)
+    }
+
     /// Signal pads only, no buffers: data ops are accepted and move nothing. What a timing-only
     /// simulation of a request too large to hold in memory runs on.
     pub fn pads_only(req: &Request) -> Result<WorldMem, HostError> {

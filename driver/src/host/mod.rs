@@ -18,11 +18,13 @@ mod mem;
 pub mod pad;
 mod reference;
 mod sim;
+mod teams;
 mod threads;
 
 pub use mem::{Oob, RankFabric, Temps, WorldMem};
 pub use reference::{alltoallv_reference, compare, random_inputs, reference, Mismatch, POISON};
 pub use sim::{check_inputs, simulate, simulate_streams, SimOptions};
+pub use teams::{run_teams, TeamJob, TeamMode};
 pub use threads::{run_streams, run_threads, ThreadOptions};
 
 use symm_core::cost::Link;
@@ -113,6 +115,8 @@ pub enum HostError {
     ThreadPanicked,
     /// The trace could not be written.
     Trace(TraceError),
+    /// A team could not be formed or mapped onto the world.
+    Team(symm_core::team::TeamError),
 }
 
 impl std::fmt::Display for HostError {
@@ -138,6 +142,7 @@ impl std::fmt::Display for HostError {
             ),
             HostError::ThreadPanicked => write!(f, "a rank thread panicked"),
             HostError::Trace(e) => write!(f, "trace: {e}"),
+            HostError::Team(e) => write!(f, "team: {e}"),
         }
     }
 }

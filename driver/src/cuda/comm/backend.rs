@@ -4,7 +4,7 @@
 //! job from each rank. With a trace asked for, the run uses the traced interpreter and every
 //! process gets the ranks' parts merged into one trace ([`trace::merge`]).
 
-use super::Comm;
+use super::{Comm, CommTeam};
 use crate::backend::{check_inputs, Backend, BackendError, Outcome};
 use crate::cuda::device::Stream;
 use crate::cuda::error::{CudaError, Result};
@@ -102,5 +102,61 @@ impl Backend for Comm {
             .run_gathered(req, mine, trace)
             .map_err(BackendError::Cuda)?;
         Ok(Outcome { outputs, trace })
+    }
+}
+
+impl Backend for CommTeam<'_> {
+    fn name(&self) -> String {
+        format!(
+            "comm team {:?} (id {}), local rank {}",
+            self.team().members(),
+            self.team().id(),
+            self.rank()
+        )
+    }
+
+    fn fixed_world(&self) -> Option<u16> {
+        Some(self.size())
+    }
+
+    /// Collective over the whole job (outputs are gathered through the job's bootstrap): every
+    /// rank of the Comm calls it at the same point, each on its own team, with that team's
+    /// inputs in local-rank order.
+    fn run(
+        &mut self,
+        req: &Request,
+        inputs: &[Vec<u8>],
+        _trace: bool,
+    ) -> std::result::Result<Outcome, BackendError> {
+        check_inputs(Some(self.size()), req, inputs)?;
+        let comm = self.comm();
+        let mine = (|| -> Result<Vec<u8>> {
+            let stream = Stream::new(comm.device())?;
+            let b = self.alloc(req)?;
+            let run = (|| {
+                comm.write(b.input, &inputs[self.rank() as usize])?;
+                comm.fill(b.output, b.sizes.output, POISON)?;
+                comm.fill(b.scratch, b.sizes.scratch.max(16), POISON)?;
+                CommTeam::run(self, req, &b, &stream)?;
+                comm.read(b.output, b.sizes.output)
+            })();
+            self.free(&b)?;
+            run
+        })();
+        // Every rank gathers, also after a failure, so the job stays in step.
+        let all = comm.gather(mine.as_deref().unwrap_or(&[]));
+        let mine = mine.map_err(BackendError::Cuda)?;
+        let all = all.map_err(BackendError::Cuda)?;
+        let outputs = self
+            .team()
+            .members()
+            .iter()
+            .map(|&r| all.get(r as usize).cloned().unwrap_or_default())
+            .collect::<Vec<_>>();
+        debug_assert_eq!(outputs.get(self.rank() as usize), Some(&mine));
+        Ok(Outcome {
+            outputs,
+            trace: None,
+        })
     }
 }

@@ -33,7 +33,12 @@ impl Comm {
                 req.world, self.world
             )));
         }
-        if let Some(p) = self.plans.lock().ok().and_then(|m| m.get(req).cloned()) {
+        if let Some(p) = self
+            .plans
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&(0, *req)).cloned())
+        {
             return Ok(p);
         }
         let sizes = req.buffer_sizes();
@@ -41,7 +46,7 @@ impl Comm {
         host.validate(self.rank, self.world, &sizes, self.pad_slots, false)?;
         let p = Arc::new(DevicePlan::upload(&self.dev, host, sizes)?);
         if let Ok(mut m) = self.plans.lock() {
-            m.insert(*req, p.clone());
+            m.insert((0, *req), p.clone());
         }
         Ok(p)
     }
@@ -73,10 +78,25 @@ impl Comm {
     ) -> Result<Arc<DevicePlan>> {
         self.live()?;
         let plan = self.plan(req)?;
-        check_buffers(b, &plan.sizes, self.data_off, self.stride())?;
+        self.launch_plan(&plan, b, (self.data_off, self.stride()), stream, traced)?;
+        Ok(plan)
+    }
+
+    /// Launches `plan` over `b`, which must hold the plan's sizes inside `area` (`[lo, hi)` heap
+    /// offsets): the whole buffer area, or a team's region.
+    pub(super) fn launch_plan(
+        &self,
+        plan: &DevicePlan,
+        b: &Buffers,
+        area: (u64, u64),
+        stream: &Stream,
+        traced: Option<&Tracing>,
+    ) -> Result<()> {
+        self.live()?;
+        check_buffers(b, &plan.sizes, area.0, area.1)?;
         let channels = plan.host.channels() as u32;
         if channels == 0 {
-            return Ok(plan);
+            return Ok(());
         }
         let _g = self
             .launching
@@ -104,15 +124,16 @@ impl Comm {
         let kernel = traced.map_or(&self.interp, |t| &t.kernel);
         self.dev.bind()?;
         // SAFETY: `InterpParams` mirrors `symm_interp_params` (the traced variant takes the same
-        // block); the plan (kept alive by the cache), the heap, the counters, the records and the
-        // trace buffers (`cap` events per channel) it names live as long as `self`; the plan was
-        // validated against this job, the pad and `plan.sizes`, and `b` was checked to hold
-        // those sizes inside the heap's buffer area.
+        // block); the plan (every plan, world or team, is kept by the Comm's cache), the heap,
+        // the counters, the records and the trace buffers (`cap` events per channel) it names
+        // live as long as `self`; the plan was validated against this job, the pad and
+        // `plan.sizes`, and `b` was checked to hold those sizes inside `area`, which lies in
+        // the heap's buffer area.
         let r = unsafe { kernel.launch(stream, channels, symm_kernels::INTERP_THREADS, &params) };
         if let Err(e) = &r {
             self.poison(e);
         }
-        r.map(|_| plan)
+        r
     }
 
     /// Runs `req` like [`Comm::run`] with the traced interpreter and returns this rank's part of

@@ -27,6 +27,9 @@
 
 mod backend;
 mod launch;
+mod team;
+
+pub use team::CommTeam;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,6 +38,7 @@ use std::time::Duration;
 use symm_core::heap::Heap;
 use symm_core::sched::{BufferSizes, Request, MAX_CHANNELS};
 use symm_core::signal::KINDS;
+use symm_core::team::MAX_TEAMS;
 
 use super::compile::{self, Compiler};
 use super::device::{self, DevBuf, Device, HostMapped, Stream};
@@ -83,7 +87,9 @@ const ABORT_BYTES: usize = 64;
 /// Field order is teardown order: plans and kernels before the heap, the heap before the
 /// bootstrap (the peers' memory stays mapped until every rank unmapped it at `finish`).
 pub struct Comm {
-    plans: Mutex<HashMap<Request, Arc<DevicePlan>>>,
+    /// Plans by (team id, request): the world's (id 0) and every team's, alive as long as the
+    /// Comm, so no plan goes while a launch may still read it.
+    plans: Mutex<HashMap<(u16, Request), Arc<DevicePlan>>>,
     tracing: Mutex<Option<launch::Tracing>>,
     /// Whether the lost-peer callback may still write the abort word.
     armed: Arc<Mutex<bool>>,
@@ -94,6 +100,8 @@ pub struct Comm {
     alloc: Mutex<Heap>,
     launching: Mutex<()>,
     poisoned: Mutex<Option<String>>,
+    /// The id the next split's teams take (0 is the world).
+    next_team: Mutex<u16>,
     rank: u16,
     world: u16,
     pad_slots: u32,
@@ -149,7 +157,8 @@ impl Comm {
         let compiler = Compiler::load(opts.nvrtc.as_deref())?;
         let drv = device::driver_version()?;
         let (cubin, _) = compile::cubin(&compiler, &symm_kernels::INTERP, dev.arch, drv)?;
-        let pad_slots = MAX_CHANNELS as u32 * KINDS * world as u32;
+        // Room for every team id: a team's slots are keyed by its id (symm_core::team).
+        let pad_slots = MAX_CHANNELS as u32 * KINDS * world as u32 * MAX_TEAMS as u32;
         let data_off = (pad_slots as u64 * 8).div_ceil(4096) * 4096;
         let total = data_off
             .checked_add(opts.heap_bytes)
@@ -487,6 +496,7 @@ impl Parts {
             alloc: Mutex::new(self.alloc),
             launching: Mutex::new(()),
             poisoned: Mutex::new(None),
+            next_team: Mutex::new(1),
             rank,
             world,
             pad_slots: self.pad_slots,

@@ -29,6 +29,9 @@ use super::super::checks::{channels_for, semantic_diff};
 use super::super::{data, heap_for, MATRIX_SIZES};
 use super::{e, opts, Check, Params};
 
+/// Heap the team splits reserve (three splits of 16 MiB, with room to spare).
+const TEAM_HEAPS: u64 = 64 << 20;
+
 /// Runs the checks in order; an error opening the job ends the phase.
 pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
     let local: i32 = std::env::var("LOCAL_RANK")
@@ -47,7 +50,7 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
     let dev = Device::open(local).map_err(e)?;
     let ctx_before = device::current_context().map_err(e)?;
     let mut comm =
-        Comm::from_env(opts(Duration::from_secs(10), heap_for(world, &sizes))).map_err(e)?;
+        Comm::from_env(opts(Duration::from_secs(10), heap_for(world, &sizes) + TEAM_HEAPS)).map_err(e)?;
     let stream = Stream::new(comm.device()).map_err(e)?;
     let mut checks = Vec::new();
     let n = 2 * 3 * sizes.len();
@@ -68,6 +71,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         "trace diff: merged process traces vs simulator",
         5,
         || trace_diff(&mut comm, p),
+    ));
+    checks.push(Check::timed(
+        "teams: split 1+1, reversed 2, strided; concurrent",
+        4,
+        || teams(&comm),
     ));
     checks.push(Check::timed("forced timeout, poison, reset", 100, || {
         poison_reset(&comm, &stream)
@@ -248,6 +256,109 @@ fn trace_diff(comm: &mut Comm, p: &Params) -> Result<String, String> {
     Ok(format!(
         "5 algorithms, {ops} ops in the same order per (rank, channel) as the simulator"
     ))
+}
+
+/// The matrix on teams (each rank alone, both ranks in reverse order, a strided team of every
+/// rank), then a job collective and a team collective in flight at the same time on two streams.
+fn teams(comm: &Comm) -> Result<String, String> {
+    let m = |world| Matrix {
+        worlds: vec![world],
+        sizes: vec![4, 1024, 65538, 1 << 20],
+        dtypes: vec![DType::F32, DType::Bf16, DType::I32],
+        ops: vec![ReduceOp::Sum, ReduceOp::Max],
+        multicast: false,
+        shape: |r: Request| r.with_channels(channels_for(r.bytes)),
+        keep: |_| true,
+        inputs: data::inputs,
+        compare: Compare::Exact,
+    };
+    let w = comm.world();
+    let me = comm.rank();
+    let mut notes = Vec::new();
+    let heap = 16 << 20;
+    let splits: [(&str, Option<(i32, i32)>); 3] = [
+        ("alone", Some((me as i32, 0))),
+        ("reversed", Some((0, -(me as i32)))),
+        ("strided", None),
+    ];
+    let mut reversed = None;
+    for (name, how) in splits {
+        let team = match how {
+            Some((color, key)) => comm.split(color, key, heap),
+            None => comm.split_strided(0, 1, w, heap),
+        }
+        .map_err(e)?
+        .ok_or_else(|| format!("{name}: rank {me} got no team"))?;
+        let mut team = team;
+        let matrix = m(team.size());
+        let rep = symm_tests::matrix::run(&mut team, &matrix, &mut 7);
+        if let Some(f) = rep.failures.first().or(rep.stopped.as_ref()) {
+            return Err(format!("{name} team {:?}: {f}", team.team().members()));
+        }
+        notes.push(format!(
+            "{name} {:?} (id {}): {} cases",
+            team.team().members(),
+            team.team().id(),
+            rep.cases
+        ));
+        if name == "reversed" {
+            reversed = Some(team);
+        }
+    }
+    let team = reversed.ok_or("no reversed team")?;
+    // A job all-reduce and a team all-gather in flight at once, on two streams.
+    let (s1, s2) = (
+        Stream::new(comm.device()).map_err(e)?,
+        Stream::new(comm.device()).map_err(e)?,
+    );
+    let ar = Request::new(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        w,
+        1 << 20,
+        DType::F32,
+        ReduceOp::Sum,
+    )
+    .with_channels(4);
+    let ag = Request::new(
+        Collective::AllGather,
+        Algorithm::Ring,
+        team.size(),
+        1 << 18,
+        DType::I32,
+        ReduceOp::Sum,
+    )
+    .with_channels(4);
+    let (bw, bt) = (comm.alloc(&ar).map_err(e)?, team.alloc(&ag).map_err(e)?);
+    let (iw, it) = (data::inputs(&ar, 41), data::inputs(&ag, 42));
+    comm.write(bw.input, &iw[me as usize]).map_err(e)?;
+    comm.write(bt.input, &it[team.rank() as usize]).map_err(e)?;
+    comm.prepare(&ar).map_err(e)?;
+    team.prepare(&ag).map_err(e)?;
+    comm.exchange(&[]).map_err(e)?;
+    for _ in 0..20 {
+        comm.enqueue(&ar, &bw, &s1).map_err(e)?;
+        team.enqueue(&ag, &bt, &s2).map_err(e)?;
+    }
+    comm.synchronize(&s1).map_err(e)?;
+    comm.synchronize(&s2).map_err(e)?;
+    // The all-gather is idempotent; the all-reduce of the last launch reads inputs it does not
+    // overwrite (out of place), so both are checked against one launch's reference.
+    let found = comm.read(bw.output, bw.sizes.output).map_err(e)?;
+    exact(
+        &ar,
+        &[found],
+        &host::reference(&ar, &iw)[me as usize..me as usize + 1],
+    )
+    .map_err(|m| format!("job all-reduce beside the team: {m}"))?;
+    let found = comm.read(bt.output, bt.sizes.output).map_err(e)?;
+    let tr = team.rank() as usize;
+    exact(&ag, &[found], &host::reference(&ag, &it)[tr..tr + 1])
+        .map_err(|m| format!("team all-gather beside the job: {m}"))?;
+    comm.free(&bw).map_err(e)?;
+    team.free(&bt).map_err(e)?;
+    notes.push("20 job all-reduces and 20 team all-gathers in flight at once: bit exact".into());
+    Ok(notes.join("; "))
 }
 
 fn graph(comm: &Comm, stream: &Stream) -> Result<String, String> {

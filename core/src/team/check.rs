@@ -1,0 +1,262 @@
+//! The symbolic checker for team collectives running at the same time on one world.
+//!
+//! [`check_teams`] builds every job's schedule in the team's local ranks, maps each op onto the
+//! world with [`TeamMap`] (world ranks, slots re-keyed by team id), and runs all (job, rank,
+//! channel) streams under one seeded random interleaving. Signals and waits go to one set of
+//! world pads shared by every job, so a slot two teams share would let one team's wait pass on
+//! the other's signal; data ops are mapped back to the job's local ranks and applied to that
+//! job's symbolic memory, where an early read is `ReadUnwritten` and a wrong result `Wrong`.
+//! At the end every job's outputs must match its collective, and every world slot must equal the
+//! sum of the counters its owner's executors expected.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::{Team, TeamMap};
+use crate::exec::{ExecError, Executor, Fabric, Step};
+use crate::op::{Loc, Op};
+use crate::sched::{Request, Schedule};
+use crate::signal::{apply, SlotLayout};
+use crate::symbolic::{Report, Rng, SymError, SymWorld};
+
+/// One team collective of a [`check_teams`] run.
+pub struct Job {
+    /// The team.
+    pub team: Team,
+    /// Its request (`world` is the team's size).
+    pub request: Request,
+}
+
+/// The world's slot layout that holds every job's team id and channels.
+pub fn layout(world: u16, jobs: &[Job]) -> Result<SlotLayout, SymError> {
+    let teams = jobs.iter().map(|j| j.team.id() + 1).max().unwrap_or(1);
+    let channels = jobs.iter().map(|j| j.request.channels).max().unwrap_or(1);
+    SlotLayout::new(teams, channels, world).map_err(|_| SymError::WorldTooLarge)
+}
+
+struct View<'a> {
+    job: &'a Team,
+    mem: &'a mut SymWorld,
+    pads: &'a mut [Vec<u64>],
+    rank: u16,
+    local: u16,
+}
+
+impl View<'_> {
+    fn unmap(&self, l: Loc) -> Result<Loc, SymError> {
+        let rank = self.job.local(l.rank).ok_or(SymError::OutOfBounds {
+            rank: self.rank,
+            loc: l,
+        })?;
+        Ok(Loc { rank, ..l })
+    }
+}
+
+impl Fabric for View<'_> {
+    type Error = SymError;
+    fn execute(&mut self, op: &Op) -> Result<(), SymError> {
+        let local = match *op {
+            Op::Copy { src, dst, bytes } => Op::Copy {
+                src: self.unmap(src)?,
+                dst: self.unmap(dst)?,
+                bytes,
+            },
+            Op::Reduce {
+                a,
+                b,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => Op::Reduce {
+                a: self.unmap(a)?,
+                b: self.unmap(b)?,
+                dst: self.unmap(dst)?,
+                elems,
+                dtype,
+                op,
+                div,
+            },
+            Op::Signal {
+                peer,
+                slot,
+                op,
+                value,
+            } => {
+                let s = self
+                    .pads
+                    .get_mut(peer as usize)
+                    .and_then(|p| p.get_mut(slot as usize))
+                    .ok_or(SymError::BadSlot {
+                        rank: self.rank,
+                        slot,
+                    })?;
+                *s = apply(op, *s, value);
+                return Ok(());
+            }
+            Op::Wait { .. } => return Ok(()),
+            Op::McReduce { .. } | Op::McStore { .. } => {
+                return Err(SymError::Team(super::TeamError::Multicast))
+            }
+        };
+        self.mem.apply(self.local, &local).map(|_| ())
+    }
+    fn load_slot(&mut self, slot: u32) -> Result<u64, SymError> {
+        self.pads[self.rank as usize]
+            .get(slot as usize)
+            .copied()
+            .ok_or(SymError::BadSlot {
+                rank: self.rank,
+                slot,
+            })
+    }
+}
+
+/// Runs every job at once on a world of `world` ranks under the interleaving chosen by `seed`.
+pub fn check_teams(world: u16, jobs: &[Job], seed: u64) -> Result<Report, SymError> {
+    let outer = layout(world, jobs)?;
+    let slots = outer.slots() as usize;
+    let mut mems = Vec::with_capacity(jobs.len());
+    let mut maps = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        if j.team.world_size() != world {
+            return Err(SymError::Team(super::TeamError::RankOutOfWorld {
+                rank: j.team.world_size(),
+                world,
+            }));
+        }
+        mems.push(SymWorld::new(&j.request)?);
+        maps.push(TeamMap::new(&j.team, &j.request, outer, [0; 3]).map_err(SymError::Team)?);
+    }
+    // Ops are mapped ahead (a mapping error is reported before anything runs).
+    let mut streams: Vec<(usize, u16, u16, u16, Vec<Op>)> = Vec::new();
+    for (ji, j) in jobs.iter().enumerate() {
+        for local in 0..j.request.world {
+            for c in 0..j.request.channels {
+                let s = Schedule::new(j.request, local, c).map_err(SymError::Sched)?;
+                let ops = s
+                    .map(|op| maps[ji].op(op))
+                    .collect::<Result<Vec<Op>, _>>()
+                    .map_err(SymError::Team)?;
+                let rank = j
+                    .team
+                    .global(local)
+                    .ok_or(SymError::Team(super::TeamError::OpOutOfTeam))?;
+                streams.push((ji, rank, local, c, ops));
+            }
+        }
+    }
+    let mut pads = vec![vec![0u64; slots]; world as usize];
+    let mut expected: Vec<Vec<u64>> = vec![vec![0; slots]; streams.len()];
+    let mut execs: Vec<_> = streams
+        .iter()
+        .zip(expected.iter_mut())
+        .map(|((ji, rank, local, c, ops), e)| {
+            (
+                *ji,
+                *rank,
+                *local,
+                *c,
+                Executor::new(ops.iter().copied(), e),
+                false,
+            )
+        })
+        .collect();
+    let mut rng = Rng::new(seed);
+    let mut report = Report::default();
+    let mut live = execs.len();
+    while live > 0 {
+        let mut progressed = false;
+        let start = rng.below(execs.len() as u64) as usize;
+        // A random rotation, random bursts; then a full pass to tell a deadlock from bad luck.
+        for k in 0..execs.len() * 2 {
+            let i = (start + k) % execs.len();
+            let full = k >= execs.len();
+            let (ji, rank, local, _, ex, done) = &mut execs[i];
+            if *done {
+                continue;
+            }
+            let burst = if full { 1 } else { 1 + rng.below(8) };
+            for _ in 0..burst {
+                let mut view = View {
+                    job: &jobs[*ji].team,
+                    mem: &mut mems[*ji],
+                    pads: &mut pads,
+                    rank: *rank,
+                    local: *local,
+                };
+                match ex.step(&mut view) {
+                    Ok(Step::Ran { .. }) => {
+                        report.ops += 1;
+                        progressed = true;
+                    }
+                    Ok(Step::Blocked { .. }) => break,
+                    Ok(Step::Done) => {
+                        *done = true;
+                        live -= 1;
+                        progressed = true;
+                        break;
+                    }
+                    Err(ExecError::Fabric { error, .. }) => return Err(error),
+                    Err(ExecError::SlotOutOfRange { slot, .. }) => {
+                        return Err(SymError::BadSlot { rank: *rank, slot })
+                    }
+                }
+            }
+            if progressed && !full && rng.below(2) == 0 {
+                break;
+            }
+            if progressed && full {
+                break;
+            }
+        }
+        if !progressed && live > 0 {
+            let (_, rank, _, channel, ex, _) = execs
+                .iter_mut()
+                .find(|e| !e.5)
+                .ok_or(SymError::WorldTooLarge)?;
+            let (index, op) = ex.peek().unwrap_or((
+                0,
+                Op::Wait {
+                    slot: u32::MAX,
+                    count: 0,
+                },
+            ));
+            let slot = if let Op::Wait { slot, .. } = op {
+                slot
+            } else {
+                u32::MAX
+            };
+            return Err(SymError::Deadlock {
+                rank: *rank,
+                channel: *channel,
+                index,
+                slot,
+            });
+        }
+    }
+    drop(execs);
+    for m in &mems {
+        m.verify()?;
+    }
+    for (rank, pad) in pads.iter().enumerate() {
+        for (slot, &value) in pad.iter().enumerate() {
+            let want: u64 = streams
+                .iter()
+                .zip(&expected)
+                .filter(|((_, r, ..), _)| *r as usize == rank)
+                .map(|(_, e)| e[slot])
+                .sum();
+            if value != want {
+                return Err(SymError::Unbalanced {
+                    rank: rank as u16,
+                    slot: slot as u32,
+                    pad: value,
+                    expected: want,
+                });
+            }
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,267 @@
+//! Teams of a [`Comm`]: `split` (as `ncclCommSplit`) and `split_strided` (as
+//! `nvshmem_team_split_strided`).
+//!
+//! A split is collective over the whole job: every rank calls it, with its colour and key (or
+//! the same stride description), and the split's teams take the next team id (1, 2, ... up to
+//! [`MAX_TEAMS`] - 1), so every member of a team agrees on its id. Each split also reserves a
+//! region of the heap (`heap_bytes`, the same offset on every rank, checked like any symmetric
+//! allocation): the team's buffers come from that region, on its members' heaps. The region
+//! stays reserved for the life of the Comm.
+//!
+//! A team collective is a request whose `world` is the team's size. Its plan is the team's
+//! schedule in local ranks mapped onto the job by [`TeamMap`]: peers become job ranks, slots
+//! move to the team id's part of the pad (which the Comm sizes for [`MAX_TEAMS`] ids), so
+//! teams' collectives and the job's own can be in flight at the same time. Plans live in the
+//! Comm's cache; buffers are checked against the team's region before every launch.
+//!
+//! Team allocation is local to the team's members and is not compared across processes: members
+//! must allocate in the same order, as with the job's own allocations.
+
+use std::sync::{Arc, Mutex};
+
+use symm_core::heap::Heap;
+use symm_core::sched::{BufferSizes, Request, Schedule, MAX_CHANNELS};
+use symm_core::signal::SlotLayout;
+use symm_core::team::{Team, TeamError, TeamMap, MAX_TEAMS};
+
+use super::Comm;
+use crate::cuda::device::{self, Stream};
+use crate::cuda::error::{CudaError, Result};
+use crate::cuda::plan::RankPlan;
+use crate::cuda::world::{guard, Buffers, DevicePlan};
+
+/// One team of a [`Comm`], as this rank sees it.
+pub struct CommTeam<'c> {
+    comm: &'c Comm,
+    team: Team,
+    me: u16,
+    region: (u64, u64),
+    alloc: Mutex<Heap>,
+}
+
+fn team_err(e: TeamError) -> CudaError {
+    CudaError::Invalid(format!("team: {e}"))
+}
+
+impl Comm {
+    /// The pad layout of every team id (what team plans are mapped onto).
+    fn team_layout(&self) -> Result<SlotLayout> {
+        SlotLayout::new(MAX_TEAMS, MAX_CHANNELS, self.world)
+            .map_err(|e| CudaError::Invalid(format!("slot layout: {e:?}")))
+    }
+
+    /// Collective: takes the next team id and reserves `heap_bytes` of the heap for the split.
+    fn begin_split(&self, heap_bytes: u64) -> Result<(u16, u64)> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        let id = {
+            let mut n = self
+                .next_team
+                .lock()
+                .map_err(|_| CudaError::Invalid("team lock poisoned".into()))?;
+            if *n >= MAX_TEAMS {
+                return Err(team_err(TeamError::NoSlots { id: *n }));
+            }
+            *n += 1;
+            *n - 1
+        };
+        let off = {
+            let mut h = self.heap_lock()?;
+            h.alloc(heap_bytes.max(4096), 4096)
+                .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))?
+                + self.data_off
+        };
+        self.agree()?;
+        Ok((id, off))
+    }
+
+    fn team_of(&self, team: Option<Team>, off: u64, heap_bytes: u64) -> Option<CommTeam<'_>> {
+        let team = team?;
+        let me = team.local(self.rank)?;
+        let len = heap_bytes.max(4096);
+        Some(CommTeam {
+            comm: self,
+            team,
+            me,
+            region: (off, off + len),
+            alloc: Mutex::new(Heap::new(len)),
+        })
+    }
+
+    /// Collective: splits the job by `color` (ranks of one colour form a team, ordered by `key`
+    /// then job rank; a negative colour joins no team) and reserves `heap_bytes` per rank for
+    /// the teams' buffers. Returns this rank's team, `None` for a negative colour.
+    pub fn split(&self, color: i32, key: i32, heap_bytes: u64) -> Result<Option<CommTeam<'_>>> {
+        let mine: Vec<u8> = color
+            .to_le_bytes()
+            .into_iter()
+            .chain(key.to_le_bytes())
+            .collect();
+        let all = self.exchange(&mine)?;
+        let colors: Vec<(i32, i32)> = all
+            .iter()
+            .map(|v| {
+                let w = |i: usize| {
+                    v.get(i..i + 4)
+                        .and_then(|b| b.try_into().ok())
+                        .map(i32::from_le_bytes)
+                };
+                match (w(0), w(4)) {
+                    (Some(c), Some(k)) => Ok((c, k)),
+                    _ => Err(CudaError::Rendezvous("a malformed split entry".into())),
+                }
+            })
+            .collect::<Result<_>>()?;
+        let (id, off) = self.begin_split(heap_bytes)?;
+        let team = Team::split(id, &colors, self.rank).map_err(team_err)?;
+        Ok(self.team_of(team, off, heap_bytes))
+    }
+
+    /// Collective: the team of ranks `start, start + stride, ...` (`size` of them), as
+    /// `nvshmem_team_split_strided`; every rank calls it with the same arguments and gets the
+    /// team when it is a member. Reserves `heap_bytes` per rank for the team's buffers.
+    pub fn split_strided(
+        &self,
+        start: u16,
+        stride: u16,
+        size: u16,
+        heap_bytes: u64,
+    ) -> Result<Option<CommTeam<'_>>> {
+        let desc: Vec<u8> = [start, stride, size]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        if self.exchange(&desc)?.iter().any(|d| *d != desc) {
+            return Err(CudaError::Invalid(
+                "split_strided: ranks gave different (start, stride, size)".into(),
+            ));
+        }
+        let (id, off) = self.begin_split(heap_bytes)?;
+        let team = Team::strided(id, self.world, start, stride, size).map_err(team_err)?;
+        Ok(self.team_of(Some(team), off, heap_bytes))
+    }
+}
+
+impl<'c> CommTeam<'c> {
+    /// The team (members in local-rank order, id).
+    pub fn team(&self) -> &Team {
+        &self.team
+    }
+
+    /// This rank's local rank in the team.
+    pub fn rank(&self) -> u16 {
+        self.me
+    }
+
+    /// Ranks in the team.
+    pub fn size(&self) -> u16 {
+        self.team.size()
+    }
+
+    /// The communicator.
+    pub fn comm(&self) -> &'c Comm {
+        self.comm
+    }
+
+    /// Team-collective: places buffers for `req` in the team's region, at the same offsets on
+    /// every member.
+    pub fn alloc(&self, req: &Request) -> Result<Buffers> {
+        self.alloc_sizes(req.buffer_sizes())
+    }
+
+    /// Team-collective: places buffers of the given sizes in the team's region.
+    pub fn alloc_sizes(&self, sizes: BufferSizes) -> Result<Buffers> {
+        let mut h = self
+            .alloc
+            .lock()
+            .map_err(|_| CudaError::Invalid("team heap lock poisoned".into()))?;
+        guard::place(&mut h, sizes, self.region.0)
+    }
+
+    /// Team-collective: returns buffers to the team's region once this rank's device is idle.
+    pub fn free(&self, b: &Buffers) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.comm.sync_device()?;
+        let mut h = self
+            .alloc
+            .lock()
+            .map_err(|_| CudaError::Invalid("team heap lock poisoned".into()))?;
+        for o in [b.input, b.output, b.scratch] {
+            let off = o
+                .checked_sub(self.region.0)
+                .ok_or_else(|| CudaError::Invalid(format!("offset {o} is not a team buffer")))?;
+            h.free(off)
+                .map_err(|e| CudaError::Invalid(format!("team heap: {e:?}")))?;
+        }
+        Ok(())
+    }
+
+    /// This rank's plan of the team request `req` (mapped onto the job, validated, cached).
+    fn plan(&self, req: &Request) -> Result<Arc<DevicePlan>> {
+        let key = (self.team.id(), *req);
+        if let Some(p) = self
+            .comm
+            .plans
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+        {
+            return Ok(p);
+        }
+        let outer = self.comm.team_layout()?;
+        let map = TeamMap::new(&self.team, req, outer, [0; 3]).map_err(team_err)?;
+        let mut chans = Vec::with_capacity(req.channels as usize);
+        for c in 0..req.channels {
+            let s =
+                Schedule::new(*req, self.me, c).map_err(|e| CudaError::Invalid(e.to_string()))?;
+            chans.push(
+                s.map(|op| map.op(op))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(team_err)?,
+            );
+        }
+        let host = RankPlan::from_channels(&chans)?;
+        let sizes = req.buffer_sizes();
+        host.validate(
+            self.comm.rank,
+            self.comm.world,
+            &sizes,
+            self.comm.pad_slots,
+            false,
+        )?;
+        let p = Arc::new(DevicePlan::upload(&self.comm.dev, host, sizes)?);
+        if let Ok(mut m) = self.comm.plans.lock() {
+            m.insert(key, p.clone());
+        }
+        Ok(p)
+    }
+
+    /// Builds and uploads this rank's plan of `req` now (before capturing it in a graph).
+    pub fn prepare(&self, req: &Request) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.plan(req).map(|_| ())
+    }
+
+    /// Enqueues this rank's part of the team collective `req` over `b` (buffers of the team's
+    /// region) on `stream`, without host synchronisation, like [`Comm::enqueue`]. Every member
+    /// enqueues the same team requests in the same order.
+    pub fn enqueue(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.comm.live()?;
+        if req.world != self.team.size() {
+            return Err(team_err(TeamError::SizeMismatch {
+                request: req.world,
+                team: self.team.size(),
+            }));
+        }
+        let plan = self.plan(req)?;
+        self.comm.launch_plan(&plan, b, self.region, stream, None)
+    }
+
+    /// Enqueues `req`, waits for `stream` and checks for errors.
+    pub fn run(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.enqueue(req, b, stream)?;
+        self.comm.synchronize(stream)
+    }
+}

@@ -1,0 +1,281 @@
+//! Several team collectives at once on one host world.
+//!
+//! [`run_teams`] places every job's buffers one after another in each rank's input, output and
+//! scratch buffers (the same offsets on every rank, as a symmetric allocator would), writes each
+//! member's input at its job's offset, maps each job's schedule onto the world with
+//! [`TeamMap`] (world ranks, slots re-keyed by team id, offsets moved to the job's buffers), and
+//! runs every (job, rank, channel) stream over one [`WorldMem`]: deterministically on one thread
+//! ([`TeamMode::Simulate`]) or with one OS thread per stream ([`TeamMode::Threads`]). Each job's
+//! outputs come back in its team's local-rank order.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use symm_core::exec::{ExecError, Executor, Step};
+use symm_core::op::{Buf, Loc, Op};
+use symm_core::sched::{Request, Schedule};
+use symm_core::signal::SlotLayout;
+use symm_core::team::{Team, TeamMap};
+
+use super::mem::{Oob, RankFabric, Temps, WorldMem};
+use super::sim::check_inputs;
+use super::{HostError, POISON};
+
+/// One team collective.
+#[derive(Clone, Debug)]
+pub struct TeamJob {
+    /// The team.
+    pub team: Team,
+    /// The request (`world` is the team's size).
+    pub request: Request,
+    /// One input per member, in local-rank order.
+    pub inputs: Vec<Vec<u8>>,
+}
+
+/// How [`run_teams`] drives the streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TeamMode {
+    /// One thread, every stream in turn (a deadlock is reported, not waited out).
+    Simulate,
+    /// One thread per stream; a wait blocked longer than the deadline fails the run.
+    Threads(Duration),
+}
+
+/// A stream: (job, world rank, channel, ops mapped onto the world).
+type Stream = (usize, u16, u16, Vec<Op>);
+
+/// Runs every job at once on a world of `world` ranks; returns each job's outputs.
+pub fn run_teams(
+    world: u16,
+    jobs: &[TeamJob],
+    mode: TeamMode,
+) -> Result<Vec<Vec<Vec<u8>>>, HostError> {
+    let teams = jobs.iter().map(|j| j.team.id() + 1).max().unwrap_or(1);
+    let channels = jobs.iter().map(|j| j.request.channels).max().unwrap_or(1);
+    let outer = SlotLayout::new(teams, channels, world).map_err(|_| HostError::BadWorld {
+        expected: world,
+        found: 0,
+    })?;
+    // Buffers of job j start at bases[j] in every rank's input, output and scratch.
+    let mut bases = Vec::with_capacity(jobs.len());
+    let mut total = [0u64; 3];
+    for j in jobs {
+        if j.team.world_size() != world {
+            return Err(HostError::Team(
+                symm_core::team::TeamError::RankOutOfWorld {
+                    rank: j.team.world_size(),
+                    world,
+                },
+            ));
+        }
+        check_inputs(&j.request, &j.inputs)?;
+        let s = j.request.buffer_sizes();
+        bases.push(total);
+        for (t, n) in total.iter_mut().zip([s.input, s.output, s.scratch]) {
+            *t = t.saturating_add(n.div_ceil(16) * 16);
+        }
+    }
+    let mem = WorldMem::blank(world, total, outer.slots(), POISON);
+    let mut streams: Vec<Stream> = Vec::new();
+    for (ji, j) in jobs.iter().enumerate() {
+        for (local, inp) in j.inputs.iter().enumerate() {
+            let rank = j.team.global(local as u16).ok_or(HostError::BadWorld {
+                expected: j.team.size(),
+                found: j.inputs.len(),
+            })?;
+            mem.write_at(Loc::new(rank, Buf::Input, bases[ji][0]), inp)
+                .map_err(|Oob(loc)| HostError::OutOfBounds {
+                    rank,
+                    channel: 0,
+                    index: 0,
+                    loc,
+                })?;
+        }
+        let map = TeamMap::new(&j.team, &j.request, outer, bases[ji]).map_err(HostError::Team)?;
+        for local in 0..j.request.world {
+            let rank = j.team.global(local).unwrap_or(u16::MAX);
+            for c in 0..j.request.channels {
+                let ops = Schedule::new(j.request, local, c)
+                    .map_err(HostError::Sched)?
+                    .map(|op| map.op(op))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(HostError::Team)?;
+                streams.push((ji, rank, c, ops));
+            }
+        }
+    }
+    let slots = outer.slots() as usize;
+    match mode {
+        TeamMode::Simulate => simulate(&mem, &streams, slots)?,
+        TeamMode::Threads(deadline) => threads(&mem, &streams, slots, deadline, &outer)?,
+    }
+    Ok(jobs
+        .iter()
+        .enumerate()
+        .map(|(ji, j)| {
+            let n = j.request.buffer_sizes().output as usize;
+            let at = bases[ji][1] as usize;
+            j.team
+                .members()
+                .iter()
+                .map(|&r| mem.output(r as usize)[at..at + n].to_vec())
+                .collect()
+        })
+        .collect())
+}
+
+fn oob(rank: u16, channel: u16, e: ExecError<Oob>) -> HostError {
+    let (index, loc) = match e {
+        ExecError::Fabric {
+            error: Oob(loc),
+            index,
+        } => (index, loc),
+        ExecError::SlotOutOfRange { index, .. } => (index, None),
+        _ => (0, None),
+    };
+    HostError::OutOfBounds {
+        rank,
+        channel,
+        index,
+        loc,
+    }
+}
+
+fn simulate(mem: &WorldMem, streams: &[Stream], slots: usize) -> Result<(), HostError> {
+    let mut expected = vec![vec![0u64; slots]; streams.len()];
+    let mut execs: Vec<_> = streams
+        .iter()
+        .zip(expected.iter_mut())
+        .map(|((_, r, c, ops), e)| (*r, *c, Executor::new(ops.iter().copied(), e), false))
+        .collect();
+    let mut temps = Temps::default();
+    let mut live = execs.len();
+    while live > 0 {
+        let mut progressed = false;
+        let mut blocked = None;
+        for (rank, channel, ex, done) in execs.iter_mut() {
+            if *done {
+                continue;
+            }
+            let mut view = RankFabric::new(mem, *rank, &mut temps);
+            for _ in 0..64 {
+                match ex.step(&mut view).map_err(|e| oob(*rank, *channel, e))? {
+                    Step::Ran { .. } => progressed = true,
+                    Step::Blocked {
+                        index,
+                        slot,
+                        target,
+                        found,
+                    } => {
+                        blocked.get_or_insert(HostError::Deadlock {
+                            rank: *rank,
+                            channel: *channel,
+                            index,
+                            slot,
+                            target,
+                            found,
+                        });
+                        break;
+                    }
+                    Step::Done => {
+                        *done = true;
+                        live -= 1;
+                        progressed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if !progressed {
+            if let Some(e) = blocked {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn threads(
+    mem: &WorldMem,
+    streams: &[Stream],
+    slots: usize,
+    deadline: Duration,
+    outer: &SlotLayout,
+) -> Result<(), HostError> {
+    let abort = AtomicBool::new(false);
+    let results: Vec<Result<(), HostError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = streams
+            .iter()
+            .map(|(_, rank, channel, ops)| {
+                let abort = &abort;
+                s.spawn(move || {
+                    let r = one(mem, *rank, *channel, ops, slots, deadline, abort, outer);
+                    if r.is_err() {
+                        abort.store(true, Ordering::Relaxed);
+                    }
+                    r
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Err(HostError::ThreadPanicked)))
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn one(
+    mem: &WorldMem,
+    rank: u16,
+    channel: u16,
+    ops: &[Op],
+    slots: usize,
+    deadline: Duration,
+    abort: &AtomicBool,
+    outer: &SlotLayout,
+) -> Result<(), HostError> {
+    let mut expected = vec![0u64; slots];
+    let mut ex = Executor::new(ops.iter().copied(), &mut expected);
+    let mut temps = Temps::default();
+    let mut view = RankFabric::new(mem, rank, &mut temps);
+    let mut since: Option<Instant> = None;
+    let mut spins = 0u32;
+    loop {
+        match ex.step(&mut view).map_err(|e| oob(rank, channel, e))? {
+            Step::Done => return Ok(()),
+            Step::Ran { .. } => {
+                since = None;
+                spins = 0;
+            }
+            Step::Blocked {
+                index,
+                slot,
+                target,
+                found,
+            } => {
+                if abort.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                if since.get_or_insert_with(Instant::now).elapsed() > deadline {
+                    return Err(HostError::Timeout {
+                        rank,
+                        channel,
+                        index,
+                        peer: outer.key(slot).map_or(u16::MAX, |k| k.peer),
+                        slot,
+                        expected: target,
+                        found,
+                    });
+                }
+                spins += 1;
+                if spins < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+}
