@@ -11,7 +11,9 @@
 //! 5. the schedule-building benchmark;
 //! 6. the kernels' generated-header check and NVRTC compile of every kernel variant;
 //! 7. `cargo doc --workspace --no-deps` with warnings denied;
-//! 8. the viz in headless Chromium (skipped with `--no-browser`).
+//! 8. the declared minimum Rust version (`rust-version` of the workspace): `cargo +MSRV xtask
+//!    demo --no-serve` in its own target directory (installs that toolchain, minimal profile);
+//! 9. the viz in headless Chromium (skipped with `--no-browser`).
 
 use crate::util::{self, cargo, run as sh};
 use std::time::Instant;
@@ -48,14 +50,52 @@ pub const USAGE: &str = "usage: cargo xtask test [--no-browser]
   warnings denied, every workspace test in release mode, symm-driver's multicast tests against
   the fake driver, the loom models, cargo xtask mutants, symm-core for thumbv7em-none-eabihf
   (no_std), the plan-building benchmark, plan.cuh freshness and the NVRTC compile of every kernel
-  variant, cargo doc with warnings denied, and the viz in headless Chromium; then the time of
-  each step.
+  variant, cargo doc with warnings denied, cargo +MSRV xtask demo --no-serve, and the viz in
+  headless Chromium; then the time of each step.
   Installs what is missing, saying so first: rustup targets (thumbv7em-none-eabihf,
-  wasm32-unknown-unknown), wasm-bindgen-cli (cargo install), the NVRTC wheel (python3 and pip,
-  into <target>/nvrtc-wheel) and chromium with chromium-driver (apt-get, needs root). <target> is
-  $CARGO_TARGET_DIR when set, else target/.
+  wasm32-unknown-unknown), the MSRV toolchain (rustup, minimal profile), wasm-bindgen-cli
+  (cargo install), the NVRTC wheel (python3 and pip, into <target>/nvrtc-wheel) and chromium with
+  chromium-driver (apt-get, needs root). <target> is $CARGO_TARGET_DIR when set, else target/.
   --no-browser   skip the viz's headless-Chromium step (and so apt-get, Chromium and the wasm
                  build); every other step runs";
+
+/// The workspace's declared minimum Rust version (`rust-version` in the root Cargo.toml).
+pub fn msrv() -> Result<String, String> {
+    let path = util::root().join("Cargo.toml");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .find_map(|l| {
+            let v = l.trim().strip_prefix("rust-version")?.trim_start();
+            let v = v.strip_prefix('=')?.trim();
+            Some(v.trim_matches('"').to_string())
+        })
+        .ok_or_else(|| format!("{}: no rust-version", path.display()))
+}
+
+/// `cargo +MSRV xtask demo --no-serve` in `<target>/msrv`, installing the toolchain when missing.
+fn msrv_demo() -> Result<(), String> {
+    let v = msrv()?;
+    let list = std::process::Command::new("rustup")
+        .args(["toolchain", "list"])
+        .output()
+        .map_err(|e| format!("rustup: {e}"))?;
+    let have = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .any(|l| l.starts_with(&format!("{v}-")));
+    if !have {
+        eprintln!("msrv: installing Rust {v} with rustup (minimal profile)");
+        sh(std::process::Command::new("rustup").args([
+            "toolchain",
+            "install",
+            &v,
+            "--profile",
+            "minimal",
+        ]))?;
+    }
+    sh(std::process::Command::new("rustup")
+        .args(["run", &v, "cargo", "xtask", "demo", "--no-serve"])
+        .env("CARGO_TARGET_DIR", util::target_dir().join("msrv")))
+}
 
 /// Runs the whole suite.
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -126,6 +166,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .args(["doc", "--workspace", "--no-deps"])
             .env("RUSTDOCFLAGS", "-D warnings"))
     })?;
+    step(&format!("msrv (Rust {})", msrv()?), &mut times, msrv_demo)?;
     if !skip_browser {
         step("viz (headless chromium)", &mut times, crate::viz::ci_checks)?;
     }
@@ -134,4 +175,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
         println!("  {name:<32} {secs:>7.1} s");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_the_declared_minimum_rust_version() {
+        let v = super::msrv().unwrap();
+        let parts: Vec<u32> = v.split('.').map(|p| p.parse().unwrap()).collect();
+        // libloading, which the CUDA backend loads its libraries with, needs 1.88.
+        assert!(parts.len() >= 2 && parts[0] == 1 && parts[1] >= 88, "{v}");
+    }
 }
