@@ -343,6 +343,7 @@ mod tests {
             request,
             source: Source::Host { simulated: true },
             time_unit_ns: 1000,
+            team: None,
         }
     }
 

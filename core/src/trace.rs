@@ -1,10 +1,10 @@
-//! The trace format, version 2: one format from the simulator and the GPU alike.
+//! The trace format, version 3: one format from the simulator and the GPU alike.
 //!
 //! ```text
 //! magic    8 bytes  "SYMMTRCE"
-//! version  u16 LE   2
+//! version  u16 LE   3
 //! hlen     u32 LE   length of the header (at most MAX_HEADER)
-//! header   postcard Header { world, channels, request, source, time_unit }
+//! header   postcard Header { world, channels, request, source, time_unit, team }
 //! records  back to back:
 //!   event  b'E', then a postcard Event
 //!   end    b'Z', count u64 LE, checksum u64 LE  (exactly once, last)
@@ -23,8 +23,12 @@
 //! A record that does not decode, an event outside the header's world, a wrong count or checksum
 //! or bytes after the end record are errors.
 //!
-//! Version 1 traces (no record tags, no end record: events until the end of the input) are still
-//! read; they carry no count or checksum, so only undecodable records are detected in them.
+//! A trace of a team collective (see [`crate::team`]) names the team in the header
+//! ([`TeamTag`]: its id, the world it is part of and its members): events use the team's local
+//! ranks, as its request does. Version 3 added the tag; version 2 traces (no tag) are still read
+//! as traces of a whole world. Version 1 traces (no record tags, no end record: events until the
+//! end of the input) are read too; they carry no count or checksum, so only undecodable records
+//! are detected in them.
 //!
 //! The header is validated before anything uses it ([`Header::validate`]): the request passes
 //! [`Request::validate`] and the header's world and channels are the request's. Every event
@@ -51,7 +55,7 @@ use serde::{Deserialize, Serialize};
 /// The magic bytes at the start of every trace.
 pub const MAGIC: [u8; 8] = *b"SYMMTRCE";
 /// The format version this crate writes.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// The oldest format version this crate reads.
 pub const MIN_VERSION: u16 = 1;
 /// Largest encoded header.
@@ -85,6 +89,31 @@ pub enum Source {
     },
 }
 
+/// Most members of a team a trace header names.
+pub const MAX_TEAM_TAG: usize = 64;
+
+/// The team a traced collective ran on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TeamTag {
+    /// The team's slot id (0: the world).
+    pub id: u16,
+    /// Ranks of the world the team is part of.
+    pub world: u16,
+    /// World rank of each local rank.
+    pub members: heapless::Vec<u16, MAX_TEAM_TAG>,
+}
+
+impl TeamTag {
+    /// The tag of `team`; `None` when it has more than [`MAX_TEAM_TAG`] members.
+    pub fn of(team: &crate::team::Team) -> Option<TeamTag> {
+        Some(TeamTag {
+            id: team.id(),
+            world: team.world_size(),
+            members: heapless::Vec::from_slice(team.members()).ok()?,
+        })
+    }
+}
+
 /// The trace header.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Header {
@@ -98,6 +127,31 @@ pub struct Header {
     pub source: Source,
     /// Nanoseconds per time unit of the events.
     pub time_unit_ns: u32,
+    /// The team, when the collective ran on one (version 3).
+    pub team: Option<TeamTag>,
+}
+
+/// The header of versions 1 and 2 (no team).
+#[derive(Serialize, Deserialize)]
+pub(crate) struct HeaderV2 {
+    world: u16,
+    channels: u16,
+    request: Request,
+    source: Source,
+    time_unit_ns: u32,
+}
+
+impl From<HeaderV2> for Header {
+    fn from(h: HeaderV2) -> Header {
+        Header {
+            world: h.world,
+            channels: h.channels,
+            request: h.request,
+            source: h.source,
+            time_unit_ns: h.time_unit_ns,
+            team: None,
+        }
+    }
 }
 
 impl Header {
@@ -118,6 +172,17 @@ impl Header {
                 header: self.channels,
                 request: r.channels,
             });
+        }
+        if let Some(t) = &self.team {
+            let ok = t.members.len() == r.world as usize
+                && t.world >= r.world
+                && t.members
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &m)| m < t.world && !t.members[..i].contains(&m));
+            if !ok {
+                return Err(HeaderError::Team);
+            }
         }
         Ok(())
     }
@@ -143,6 +208,8 @@ pub enum HeaderError {
         /// Channels in the request.
         request: u16,
     },
+    /// The team tag does not name the request's world of distinct ranks of the team's world.
+    Team,
 }
 
 impl core::fmt::Display for HeaderError {
@@ -155,6 +222,10 @@ impl core::fmt::Display for HeaderError {
             HeaderError::Channels { header, request } => write!(
                 f,
                 "the header says {header} channels, its request {request}"
+            ),
+            HeaderError::Team => write!(
+                f,
+                "the team tag does not list one distinct rank of its world per rank of the request"
             ),
         }
     }

@@ -187,7 +187,8 @@ impl Backend for Threads {
 
 /// One team of a host world as a backend, with other teams' collectives running at the same
 /// time on the same world (their outputs are checked against the reference too): what runs
-/// the shared conformance matrix on teams.
+/// the shared conformance matrix on teams. Traces (simulated mode) name the team in their
+/// header.
 pub struct HostTeam {
     /// Ranks in the world.
     pub world: u16,
@@ -219,7 +220,7 @@ impl Backend for HostTeam {
         &mut self,
         req: &Request,
         inputs: &[Vec<u8>],
-        _trace: bool,
+        trace: bool,
     ) -> Result<Outcome, BackendError> {
         check_inputs(Some(self.team.size()), req, inputs)?;
         let mut jobs = vec![host::TeamJob {
@@ -228,7 +229,8 @@ impl Backend for HostTeam {
             inputs: inputs.to_vec(),
         }];
         jobs.extend(self.beside.iter().cloned());
-        let mut outs = host::run_teams(self.world, &jobs, self.mode)?.into_iter();
+        let (outs, traces) = host::run_teams_traced(self.world, &jobs, self.mode, trace)?;
+        let mut outs = outs.into_iter();
         let mine = outs.next().unwrap_or_default();
         for (j, found) in self.beside.iter().zip(outs) {
             let want = host::reference(&j.request, &j.inputs);
@@ -239,7 +241,7 @@ impl Backend for HostTeam {
         }
         Ok(Outcome {
             outputs: mine,
-            trace: None,
+            trace: traces.into_iter().next(),
         })
     }
 }

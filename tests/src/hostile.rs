@@ -17,6 +17,7 @@ pub fn header(req: Request) -> Header {
         request: req,
         source: Source::Host { simulated: true },
         time_unit_ns: 1,
+        team: None,
     }
 }
 

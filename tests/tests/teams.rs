@@ -167,3 +167,38 @@ fn whole_splits_pass_the_symbolic_check() {
     }
     assert!(runs > 100, "{runs}");
 }
+
+/// A simulated team collective's trace names its team, uses local ranks, replays in the viewer's
+/// model, and the viewer says which team it belongs to.
+#[test]
+fn team_traces_name_their_team_in_the_viewer() {
+    use symm_driver::backend::Backend;
+    let (world, teams) = scenarios().swap_remove(2);
+    let team = teams[0].clone();
+    let mut b = HostTeam {
+        world,
+        team: team.clone(),
+        beside: vec![beside(&teams[1], 9)],
+        mode: TeamMode::Simulate,
+    };
+    let req = Request::new(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        team.size(),
+        3 * 64,
+        DType::F32,
+        ReduceOp::Sum,
+    );
+    let out = b.run(&req, &host::random_inputs(&req, 5), true).unwrap();
+    let bytes = out.trace.expect("a trace");
+    let d = symm_core::trace::decode(&bytes).unwrap();
+    let tag = d.header.team.clone().expect("a team tag");
+    assert_eq!(tag.members.as_slice(), team.members());
+    assert_eq!((tag.id, tag.world), (team.id(), world));
+    assert!(!d.events.is_empty() && d.events.iter().all(|e| e.rank < team.size()));
+    let t = symm_viz::model::Trace::decode("team", bytes).unwrap();
+    assert_eq!(
+        symm_viz::describe::world(&t.header),
+        "3: team 1 of world 7, ranks 6 0 3"
+    );
+}

@@ -19,6 +19,24 @@ pub fn size(bytes: u64) -> String {
     }
 }
 
+/// The ranks a trace ran on: the world size, or for a team collective the team's size, id and
+/// members ("3: team 1 of world 7, ranks 6 0 3"; events use the team's local ranks).
+pub fn world(h: &symm_core::trace::Header) -> String {
+    match &h.team {
+        None => h.world.to_string(),
+        Some(t) => {
+            let ranks: Vec<String> = t.members.iter().map(u16::to_string).collect();
+            format!(
+                "{}: team {} of world {}, ranks {}",
+                h.world,
+                t.id,
+                t.world,
+                ranks.join(" ")
+            )
+        }
+    }
+}
+
 /// A duration in the trace's units, in ns, us or ms.
 pub fn duration(t: &Trace, units: u64) -> String {
     let ns = units as f64 * t.header.time_unit_ns.max(1) as f64;
@@ -174,6 +192,18 @@ pub fn op(t: &Trace, span: usize) -> String {
 mod tests {
     use super::*;
     use crate::model::tests::small;
+
+    #[test]
+    fn a_team_trace_names_its_team() {
+        let mut h = crate::model::tests::header(3);
+        assert_eq!(world(&h), "3");
+        h.team = Some(symm_core::trace::TeamTag {
+            id: 1,
+            world: 7,
+            members: [6, 0, 3].into_iter().collect(),
+        });
+        assert_eq!(world(&h), "3: team 1 of world 7, ranks 6 0 3");
+    }
 
     #[test]
     fn words() {

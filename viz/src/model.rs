@@ -453,6 +453,7 @@ pub(crate) mod tests {
             ),
             source: Source::Host { simulated: true },
             time_unit_ns: 1,
+            team: None,
         }
     }
 

@@ -46,7 +46,7 @@ fn summary(t: &crate::model::Trace) -> Html {
         <tr>
             <td>{ &t.name }</td>
             <td>{ format!("{} / {}", r.collective.name(), r.algorithm.name()) }</td>
-            <td>{ r.world }</td>
+            <td>{ describe::world(&t.header) }</td>
             <td>{ describe::size(r.bytes) }</td>
             <td class="num">{ format!("{measured_us:.2} us") }</td>
             <td class="num">{ format!("{nv:.2} us") }</td>

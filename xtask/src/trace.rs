@@ -133,6 +133,7 @@ mod tests {
             request: req,
             source: Source::Host { simulated: true },
             time_unit_ns: 1,
+            team: None,
         };
         let crafted = Writer::new(Vec::new(), &header).unwrap().finish().unwrap();
         let e = export(&dir, "crafted.trace", &crafted).unwrap_err();

@@ -37,13 +37,7 @@ fn teams_refuse_bad_members() {
 fn split_groups_by_colour_and_orders_by_key_then_rank() {
     // Colours 0/1 alternate; keys reverse the order; rank 5 opts out.
     let colors: Vec<(i32, i32)> = (0..8)
-        .map(|r| {
-            if r == 5 {
-                (-1, 0)
-            } else {
-                (r % 2, -r / 2)
-            }
-        })
+        .map(|r| if r == 5 { (-1, 0) } else { (r % 2, -r / 2) })
         .collect();
     let t0 = Team::split(1, &colors, 0).unwrap().unwrap();
     assert_eq!(t0.members(), &[6, 4, 2, 0]);

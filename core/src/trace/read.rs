@@ -50,8 +50,14 @@ impl<'a> Reader<'a> {
                 offset: HEADER_OFFSET,
             });
         }
-        let header: Header = match postcard::take_from_bytes(&body[..hlen]) {
-            Ok((h, [])) => h,
+        let parsed = if found >= 3 {
+            postcard::take_from_bytes::<Header>(&body[..hlen]).map(|(h, rest)| (h, rest.is_empty()))
+        } else {
+            postcard::take_from_bytes::<super::HeaderV2>(&body[..hlen])
+                .map(|(h, rest)| (Header::from(h), rest.is_empty()))
+        };
+        let header: Header = match parsed {
+            Ok((h, true)) => h,
             _ => {
                 return Err(TraceError::Corrupt {
                     offset: HEADER_OFFSET,

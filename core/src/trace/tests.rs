@@ -17,6 +17,7 @@ fn header() -> Header {
         ),
         source: Source::Host { simulated: true },
         time_unit_ns: 1,
+        team: None,
     }
 }
 
@@ -245,11 +246,71 @@ fn events_outside_the_world_are_errors() {
     );
 }
 
+fn v2_header(h: &Header) -> HeaderV2 {
+    HeaderV2 {
+        world: h.world,
+        channels: h.channels,
+        request: h.request,
+        source: h.source.clone(),
+        time_unit_ns: h.time_unit_ns,
+    }
+}
+
+/// A version 2 trace (no team in the header) written as that version wrote it.
+#[test]
+fn version_2_still_reads_as_a_world_trace() {
+    let mut v2 = Bytes::new();
+    let mut hb = [0u8; MAX_HEADER];
+    let hdr = postcard::to_slice(&v2_header(&header()), &mut hb).unwrap();
+    v2.extend_from_slice(&MAGIC).unwrap();
+    v2.extend_from_slice(&2u16.to_le_bytes()).unwrap();
+    v2.extend_from_slice(&(hdr.len() as u32).to_le_bytes())
+        .unwrap();
+    v2.extend_from_slice(hdr).unwrap();
+    // The records are the same in versions 2 and 3: take them from a version 3 trace.
+    let v3 = trace(&header(), 5);
+    let records = record_starts(&v3)[0];
+    v2.extend_from_slice(&v3[records..v3.len() - 8]).unwrap();
+    let mut h = Fnv::new();
+    h.update(&v2);
+    v2.extend_from_slice(&h.0.to_le_bytes()).unwrap();
+    let r = Reader::new(&v2).unwrap();
+    assert_eq!(r.version(), 2);
+    assert_eq!(r.header(), &header());
+    assert_eq!(read_all(&v2), Ok((5, None)));
+    // A version 3 header read as version 2 (or the reverse) is refused, not misread.
+    let mut wrong = trace(&header(), 1);
+    wrong[8] = 2;
+    assert!(Reader::new(&wrong).is_err());
+}
+
+#[test]
+fn team_tags_round_trip_and_are_validated() {
+    let mut h = header();
+    h.team = Some(TeamTag {
+        id: 2,
+        world: 8,
+        members: [7, 1, 4, 0].into_iter().collect(),
+    });
+    let bytes = trace(&h, 3);
+    assert_eq!(Reader::new(&bytes).unwrap().header(), &h);
+    for members in [&[7u16, 1, 4][..], &[7, 1, 4, 4], &[7, 1, 4, 8]] {
+        let mut bad = h.clone();
+        bad.team.as_mut().unwrap().members = members.iter().copied().collect();
+        assert_eq!(bad.validate(), Err(HeaderError::Team), "{members:?}");
+    }
+    let mut small = h.clone();
+    small.team.as_mut().unwrap().world = 3;
+    assert_eq!(small.validate(), Err(HeaderError::Team));
+    let team = crate::team::Team::new(2, 8, &[7, 1, 4, 0]).unwrap();
+    assert_eq!(TeamTag::of(&team), h.team);
+}
+
 #[test]
 fn version_1_still_reads() {
     let mut v1 = Bytes::new();
     let mut hb = [0u8; MAX_HEADER];
-    let hdr = postcard::to_slice(&header(), &mut hb).unwrap();
+    let hdr = postcard::to_slice(&v2_header(&header()), &mut hb).unwrap();
     v1.extend_from_slice(&MAGIC).unwrap();
     v1.extend_from_slice(&1u16.to_le_bytes()).unwrap();
     v1.extend_from_slice(&(hdr.len() as u32).to_le_bytes())
@@ -270,10 +331,10 @@ fn version_1_still_reads() {
 fn preamble_errors() {
     let bytes = trace(&header(), 1);
     let mut future = bytes.clone();
-    future[8] = 3;
+    future[8] = 4;
     assert_eq!(
         Reader::new(&future).err(),
-        Some(TraceError::UnsupportedVersion { found: 3 })
+        Some(TraceError::UnsupportedVersion { found: 4 })
     );
     future[8] = 0;
     assert_eq!(

@@ -126,6 +126,7 @@ pub(crate) fn header(req: &Request, names: &[String]) -> Header {
         request: *req,
         source: Source::Gpu { devices },
         time_unit_ns: 1,
+        team: None,
     }
 }
 

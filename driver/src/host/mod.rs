@@ -24,7 +24,7 @@ mod threads;
 pub use mem::{Oob, RankFabric, Temps, WorldMem};
 pub use reference::{alltoallv_reference, compare, random_inputs, reference, Mismatch, POISON};
 pub use sim::{check_inputs, simulate, simulate_streams, SimOptions};
-pub use teams::{run_teams, TeamJob, TeamMode};
+pub use teams::{run_teams, run_teams_traced, TeamJob, TeamMode, TeamOutputs};
 pub use threads::{run_streams, run_threads, ThreadOptions};
 
 use symm_core::cost::Link;
@@ -161,6 +161,7 @@ fn write_trace(
         request: *req,
         source: Source::Host { simulated },
         time_unit_ns: 1,
+        team: None,
     };
     symm_core::trace::encode(&header, events).map_err(HostError::Trace)
 }

@@ -16,6 +16,7 @@ use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::{Request, Schedule};
 use symm_core::signal::SlotLayout;
 use symm_core::team::{Team, TeamMap};
+use symm_core::trace::{Event, EventKind, Header, Source, TeamTag};
 
 use super::mem::{Oob, RankFabric, Temps, WorldMem};
 use super::sim::check_inputs;
@@ -41,15 +42,27 @@ pub enum TeamMode {
     Threads(Duration),
 }
 
-/// A stream: (job, world rank, channel, ops mapped onto the world).
-type Stream = (usize, u16, u16, Vec<Op>);
+/// A stream: (job, world rank, channel, ops mapped onto the world, the team's own ops, local
+/// rank).
+type Stream = (usize, u16, u16, Vec<Op>, Vec<Op>, u16);
+
+/// Each job's outputs (one per member, in local-rank order).
+pub type TeamOutputs = Vec<Vec<Vec<u8>>>;
 
 /// Runs every job at once on a world of `world` ranks; returns each job's outputs.
-pub fn run_teams(
+pub fn run_teams(world: u16, jobs: &[TeamJob], mode: TeamMode) -> Result<TeamOutputs, HostError> {
+    run_teams_traced(world, jobs, mode, false).map(|(o, _)| o)
+}
+
+/// [`run_teams`], and with `trace` in [`TeamMode::Simulate`] one trace per job: the job's events
+/// in its team's local ranks and ops, on the run's common virtual clock (one unit per step), its
+/// header naming the team ([`TeamTag`]). No traces are written in [`TeamMode::Threads`].
+pub fn run_teams_traced(
     world: u16,
     jobs: &[TeamJob],
     mode: TeamMode,
-) -> Result<Vec<Vec<Vec<u8>>>, HostError> {
+    trace: bool,
+) -> Result<(TeamOutputs, Vec<Vec<u8>>), HostError> {
     let teams = jobs.iter().map(|j| j.team.id() + 1).max().unwrap_or(1);
     let channels = jobs.iter().map(|j| j.request.channels).max().unwrap_or(1);
     let outer = SlotLayout::new(teams, channels, world).map_err(|_| HostError::BadWorld {
@@ -95,21 +108,33 @@ pub fn run_teams(
         for local in 0..j.request.world {
             let rank = j.team.global(local).unwrap_or(u16::MAX);
             for c in 0..j.request.channels {
-                let ops = Schedule::new(j.request, local, c)
+                let own: Vec<Op> = Schedule::new(j.request, local, c)
                     .map_err(HostError::Sched)?
-                    .map(|op| map.op(op))
+                    .collect();
+                let ops = own
+                    .iter()
+                    .map(|&op| map.op(op))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(HostError::Team)?;
-                streams.push((ji, rank, c, ops));
+                streams.push((ji, rank, c, ops, own, local));
             }
         }
     }
     let slots = outer.slots() as usize;
+    let mut traces = Vec::new();
     match mode {
-        TeamMode::Simulate => simulate(&mem, &streams, slots)?,
+        TeamMode::Simulate => {
+            let mut events: Vec<Vec<Event>> = vec![Vec::new(); jobs.len()];
+            simulate(&mem, &streams, slots, trace.then_some(&mut events))?;
+            if trace {
+                for (j, mut ev) in jobs.iter().zip(events) {
+                    traces.push(team_trace(j, &mut ev)?);
+                }
+            }
+        }
         TeamMode::Threads(deadline) => threads(&mem, &streams, slots, deadline, &outer)?,
     }
-    Ok(jobs
+    let outputs = jobs
         .iter()
         .enumerate()
         .map(|(ji, j)| {
@@ -121,7 +146,23 @@ pub fn run_teams(
                 .map(|&r| mem.output(r as usize)[at..at + n].to_vec())
                 .collect()
         })
-        .collect())
+        .collect();
+    Ok((outputs, traces))
+}
+
+/// Encodes one job's events (world ranks and mapped ops turned back into the team's local ranks
+/// and its own ops) with a header that names the team.
+fn team_trace(j: &TeamJob, events: &mut [Event]) -> Result<Vec<u8>, HostError> {
+    let too_large = HostError::Trace(symm_core::trace::TraceError::TooLarge);
+    let header = Header {
+        world: j.request.world,
+        channels: j.request.channels,
+        request: j.request,
+        source: Source::Host { simulated: true },
+        time_unit_ns: 1,
+        team: Some(TeamTag::of(&j.team).ok_or(too_large)?),
+    };
+    symm_core::trace::encode(&header, events).map_err(HostError::Trace)
 }
 
 fn oob(rank: u16, channel: u16, e: ExecError<Oob>) -> HostError {
@@ -141,26 +182,50 @@ fn oob(rank: u16, channel: u16, e: ExecError<Oob>) -> HostError {
     }
 }
 
-fn simulate(mem: &WorldMem, streams: &[Stream], slots: usize) -> Result<(), HostError> {
+fn simulate(
+    mem: &WorldMem,
+    streams: &[Stream],
+    slots: usize,
+    mut events: Option<&mut Vec<Vec<Event>>>,
+) -> Result<(), HostError> {
     let mut expected = vec![vec![0u64; slots]; streams.len()];
     let mut execs: Vec<_> = streams
         .iter()
         .zip(expected.iter_mut())
-        .map(|((_, r, c, ops), e)| (*r, *c, Executor::new(ops.iter().copied(), e), false))
+        .map(|(s, e)| (s, Executor::new(s.3.iter().copied(), e), false))
         .collect();
     let mut temps = Temps::default();
     let mut live = execs.len();
+    let mut tick = 0u64;
     while live > 0 {
         let mut progressed = false;
         let mut blocked = None;
-        for (rank, channel, ex, done) in execs.iter_mut() {
+        for ((job, rank, channel, _, own, local), ex, done) in execs.iter_mut() {
             if *done {
                 continue;
             }
             let mut view = RankFabric::new(mem, *rank, &mut temps);
             for _ in 0..64 {
                 match ex.step(&mut view).map_err(|e| oob(*rank, *channel, e))? {
-                    Step::Ran { .. } => progressed = true,
+                    Step::Ran { index, .. } => {
+                        progressed = true;
+                        if let (Some(ev), Some(&op)) =
+                            (events.as_deref_mut(), own.get(index as usize))
+                        {
+                            let e = |time, kind| Event {
+                                time,
+                                rank: *local,
+                                channel: *channel,
+                                index,
+                                kind,
+                                op,
+                                contents: None,
+                            };
+                            ev[*job].push(e(tick, EventKind::Begin));
+                            ev[*job].push(e(tick + 1, EventKind::End));
+                        }
+                        tick += 1;
+                    }
                     Step::Blocked {
                         index,
                         slot,
@@ -206,7 +271,7 @@ fn threads(
     let results: Vec<Result<(), HostError>> = std::thread::scope(|s| {
         let handles: Vec<_> = streams
             .iter()
-            .map(|(_, rank, channel, ops)| {
+            .map(|(_, rank, channel, ops, ..)| {
                 let abort = &abort;
                 s.spawn(move || {
                     let r = one(mem, *rank, *channel, ops, slots, deadline, abort, outer);

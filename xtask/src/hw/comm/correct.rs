@@ -49,8 +49,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         .collect();
     let dev = Device::open(local).map_err(e)?;
     let ctx_before = device::current_context().map_err(e)?;
-    let mut comm =
-        Comm::from_env(opts(Duration::from_secs(10), heap_for(world, &sizes) + TEAM_HEAPS)).map_err(e)?;
+    let mut comm = Comm::from_env(opts(
+        Duration::from_secs(10),
+        heap_for(world, &sizes) + TEAM_HEAPS,
+    ))
+    .map_err(e)?;
     let stream = Stream::new(comm.device()).map_err(e)?;
     let mut checks = Vec::new();
     let n = 2 * 3 * sizes.len();
