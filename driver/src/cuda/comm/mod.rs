@@ -102,6 +102,8 @@ pub struct Comm {
     poisoned: Mutex<Option<String>>,
     /// The id the next split's teams take (0 is the world).
     next_team: Mutex<u16>,
+    /// This rank's teams by id (to name a team wait's peer by its job rank).
+    teams: Mutex<HashMap<u16, symm_core::team::Team>>,
     rank: u16,
     world: u16,
     pad_slots: u32,
@@ -394,7 +396,7 @@ impl Comm {
             return Err(e);
         }
         let ats = (0..MAX_CHANNELS as usize).map(|c| ABORT_BYTES + c * RECORD_BYTES);
-        let found = first_failure(&self.host, ats);
+        let found = first_failure(&self.host, ats).map(|e| self.team_peer(e));
         if let Some(e) = found {
             self.poison(&e);
             return Err(e);
@@ -497,6 +499,7 @@ impl Parts {
             launching: Mutex::new(()),
             poisoned: Mutex::new(None),
             next_team: Mutex::new(1),
+            teams: Mutex::new(HashMap::new()),
             rank,
             world,
             pad_slots: self.pad_slots,

@@ -75,9 +75,43 @@ impl Comm {
         Ok((id, off))
     }
 
+    /// A device timeout on a team's slot names the signalling peer by its local rank (the
+    /// record takes it from the slot): this names it by its job rank.
+    pub(super) fn team_peer(&self, e: CudaError) -> CudaError {
+        let CudaError::Timeout {
+            rank,
+            peer,
+            slot,
+            channel,
+            expected,
+            found,
+            op_index,
+        } = e
+        else {
+            return e;
+        };
+        let key = self.team_layout().ok().and_then(|l| l.key(slot));
+        let global = key.filter(|k| k.team != 0).and_then(|k| {
+            let teams = self.teams.lock().ok()?;
+            teams.get(&k.team)?.global(k.peer)
+        });
+        CudaError::Timeout {
+            rank,
+            peer: global.unwrap_or(peer),
+            slot,
+            channel,
+            expected,
+            found,
+            op_index,
+        }
+    }
+
     fn team_of(&self, team: Option<Team>, off: u64, heap_bytes: u64) -> Option<CommTeam<'_>> {
         let team = team?;
         let me = team.local(self.rank)?;
+        if let Ok(mut t) = self.teams.lock() {
+            t.insert(team.id(), team.clone());
+        }
         let len = heap_bytes.max(4096);
         Some(CommTeam {
             comm: self,
