@@ -28,54 +28,8 @@
 #define SYMM_THREADS 512
 #endif
 
-// Why a block stopped early (symm_timeout_record::reason).
-#define SYMM_STOP_TIMEOUT 1
-#define SYMM_STOP_ABORTED 2
-#define SYMM_STOP_BAD_OP 3
-
-// One per (rank, channel), in host-mapped memory.
-struct symm_timeout_record {
-  symm_u32 reason;     // 0: none, else SYMM_STOP_*
-  symm_u32 rank;
-  symm_u32 peer;       // the rank that signals the slot
-  symm_u32 slot;
-  symm_u64 expected;   // the value the slot had to reach
-  symm_u64 found;      // the value it held
-  symm_u32 op_index;   // position in the (rank, channel) op stream
-  symm_u32 channel;
-};
-
-// Trace event kinds.
-#define SYMM_EV_BEGIN 0
-#define SYMM_EV_END 1
-#define SYMM_EV_STALL 2
-
-struct symm_trace_event {
-  symm_u64 time;       // %globaltimer, ns
-  symm_u32 index;      // op index in the (rank, channel) stream
-  symm_u32 kind;       // SYMM_EV_*
-};
-
-// Kernel parameters (mirrored by the driver's repr(C) struct).
-struct symm_interp_params {
-  const symm_plan_op* plan;        // every channel's ops back to back
-  const symm_u32* chan_start;      // channels + 1 entries
-  char* base;                      // this rank's heap range: peer p at base + p * stride
-  symm_u64 stride;
-  symm_u64 buf_off[SYMM_BUFS];     // heap offsets of input, output, scratch
-  symm_u64 pad_off;                // heap offset of the signal pad
-  symm_u64* expected;              // this rank's expected counters (device memory)
-  char* mc_base;                   // multicast view of the heap (multimem variant only)
-  symm_timeout_record* records;    // host-mapped, one per channel
-  volatile symm_u32* abort_word;   // host-mapped, shared by every rank of the launch
-  symm_trace_event* trace;         // channels * trace_cap events, or null
-  symm_u32* trace_len;             // events written per channel (may exceed trace_cap)
-  symm_u64 timeout_ns;
-  symm_u32 rank;
-  symm_u32 world;
-  symm_u32 channels;
-  symm_u32 trace_cap;
-};
+// The parameter block, the timeout record and the trace event (and SYMM_STOP_*, SYMM_EV_*) are
+// generated into symm/plan.cuh from symm_kernels::abi, the one definition the host also uses.
 
 // ---------------------------------------------------------------------------------------------
 // Element semantics (symm_core::dtype::combine).

@@ -121,3 +121,51 @@ static __device__ __forceinline__ unsigned int symm_slot_index(unsigned int team
     unsigned int channel, unsigned int kind, unsigned int world, unsigned int peer) {
   return ((team * channels + channel) * SYMM_SLOT_KINDS + kind) * world + peer;
 }
+
+// The plan interpreter's ABI (symm_kernels::abi): why a block stopped, trace event kinds.
+#define SYMM_STOP_TIMEOUT 1
+#define SYMM_STOP_ABORTED 2
+#define SYMM_STOP_BAD_OP 3
+#define SYMM_EV_BEGIN 0
+#define SYMM_EV_END 1
+#define SYMM_EV_STALL 2
+
+struct symm_timeout_record {
+  unsigned int reason;  // 0: none, else SYMM_STOP_*
+  unsigned int rank;  // the rank
+  unsigned int peer;  // the rank that signals the slot
+  unsigned int slot;  // the slot
+  unsigned long long expected;  // the value the slot had to reach
+  unsigned long long found;  // the value it held
+  unsigned int op_index;  // position in the (rank, channel) op stream
+  unsigned int channel;  // the channel
+};
+static_assert(sizeof(symm_timeout_record) == 40, "symm_timeout_record: size");
+
+struct symm_trace_event {
+  unsigned long long time;  // %globaltimer, ns
+  unsigned int index;  // op index in the (rank, channel) stream
+  unsigned int kind;  // SYMM_EV_*
+};
+static_assert(sizeof(symm_trace_event) == 16, "symm_trace_event: size");
+
+struct symm_interp_params {
+  const symm_plan_op* plan;  // every channel's ops back to back
+  const unsigned int* chan_start;  // channels + 1 entries
+  char* base;  // this rank's heap range: peer p at base + p * stride
+  unsigned long long stride;  // bytes between peers
+  unsigned long long buf_off[SYMM_BUFS];  // heap offsets of input, output, scratch
+  unsigned long long pad_off;  // heap offset of the signal pad
+  unsigned long long* expected;  // this rank's expected counters (device memory)
+  char* mc_base;  // multicast view of the heap (multimem variant only)
+  symm_timeout_record* records;  // host-mapped, one per channel
+  volatile unsigned int* abort_word;  // host-mapped, shared by every block of the launch
+  symm_trace_event* trace;  // channels * trace_cap events, or null
+  unsigned int* trace_len;  // events written per channel (may exceed trace_cap)
+  unsigned long long timeout_ns;  // deadline of every wait
+  unsigned int rank;  // this rank
+  unsigned int world;  // ranks
+  unsigned int channels;  // channels (the grid size)
+  unsigned int trace_cap;  // trace events per channel
+};
+static_assert(sizeof(symm_interp_params) == 136, "symm_interp_params: size");

@@ -213,7 +213,34 @@ pub fn generate() -> String {
         w,
         "static __device__ __forceinline__ unsigned int symm_slot_index(unsigned int team, unsigned int channels,\n    unsigned int channel, unsigned int kind, unsigned int world, unsigned int peer) {{\n  return ((team * channels + channel) * SYMM_SLOT_KINDS + kind) * world + peer;\n}}"
     );
+    abi(w);
     s
+}
+
+/// The interpreter's ABI (`symm_kernels::abi`): stop reasons, event kinds, and the record,
+/// event and parameter structs, field for field in the Rust order, with their sizes asserted
+/// (NVRTC has no constant `offsetof`; the Rust side checks that each table's C types leave no
+/// gap the C compiler would fill differently).
+fn abi(w: &mut String) {
+    use symm_kernels::abi;
+    let _ = writeln!(
+        w,
+        "\n// The plan interpreter's ABI (symm_kernels::abi): why a block stopped, trace event kinds."
+    );
+    for (name, v) in abi::CONSTANTS {
+        let _ = writeln!(w, "#define {name} {v}");
+    }
+    for (name, size, fields) in abi::STRUCTS {
+        let _ = writeln!(w, "\nstruct {name} {{");
+        for f in fields {
+            let _ = writeln!(w, "  {} {};  // {}", f.c_type, f.name, f.doc);
+        }
+        let _ = writeln!(w, "}};");
+        let _ = writeln!(
+            w,
+            "static_assert(sizeof({name}) == {size}, \"{name}: size\");"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -232,6 +259,9 @@ mod tests {
             "#define SYMM_DTYPE_BF16 2",
             "#define SYMM_SLOT_KINDS 8",
             "#define SYMM_SIGNAL_ADD 1",
+            "struct symm_interp_params {",
+            "static_assert(sizeof(symm_interp_params) == 136,",
+            "#define SYMM_STOP_TIMEOUT 1",
         ] {
             assert!(h.contains(needle), "missing {needle}");
         }

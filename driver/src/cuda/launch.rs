@@ -107,52 +107,13 @@ impl Drop for Kernel {
     }
 }
 
-/// The interpreter's parameter block, field for field as `symm_interp_params` in interp.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct InterpParams {
-    /// Encoded ops.
-    pub plan: u64,
-    /// Channel offsets.
-    pub chan_start: u64,
-    /// This rank's heap range.
-    pub base: u64,
-    /// Bytes between peers.
-    pub stride: u64,
-    /// Heap offsets of input, output, scratch.
-    pub buf_off: [u64; 3],
-    /// Heap offset of the signal pad.
-    pub pad_off: u64,
-    /// Expected counters (device memory).
-    pub expected: u64,
-    /// Multicast view (unused: never set on unicast plans).
-    pub mc_base: u64,
-    /// Timeout records (host-mapped), one per channel.
-    pub records: u64,
-    /// Shared abort word (host-mapped).
-    pub abort_word: u64,
-    /// Trace events, or 0.
-    pub trace: u64,
-    /// Trace lengths per channel, or 0.
-    pub trace_len: u64,
-    /// Wait deadline in ns.
-    pub timeout_ns: u64,
-    /// This rank.
-    pub rank: u32,
-    /// Ranks.
-    pub world: u32,
-    /// Channels (grid size).
-    pub channels: u32,
-    /// Trace events per channel.
-    pub trace_cap: u32,
-}
-
-const _: () = assert!(core::mem::size_of::<InterpParams>() == 136);
-
-/// Size of one timeout record (`symm_timeout_record`).
-pub const RECORD_BYTES: usize = 40;
+/// The interpreter's parameter block, defined once in `symm_kernels::abi` (the C++ struct in
+/// `symm/plan.cuh` is generated from it).
+pub use symm_kernels::abi::InterpParams;
 /// Size of one trace event (`symm_trace_event`).
-pub const EVENT_BYTES: usize = 16;
+pub use symm_kernels::abi::EVENT_BYTES;
+/// Size of one timeout record (`symm_timeout_record`).
+pub use symm_kernels::abi::RECORD_BYTES;
 
 /// A captured and instantiated graph of one rank.
 pub struct Graph {

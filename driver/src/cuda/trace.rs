@@ -10,8 +10,11 @@
 //! that [`merge`] can put every process's part on one time axis (the GPUs of one host share the
 //! global timer's epoch closely enough for a replay, not for sub-microsecond comparisons).
 
+use core::mem::offset_of;
+
 use symm_core::sched::Request;
 use symm_core::trace::{Event, EventKind, Header, Source, MAX_DEVICES};
+use symm_kernels::abi::{self, TraceEvent};
 
 use super::device;
 use super::error::{CudaError, Result};
@@ -42,11 +45,17 @@ pub(crate) fn read_rank(
         per.push(
             raw.chunks_exact(EVENT_BYTES)
                 .map(|e| {
+                    // Field offsets of `symm_trace_event` (symm_kernels::abi).
+                    let u32_at =
+                        |o: usize| u32::from_le_bytes([e[o], e[o + 1], e[o + 2], e[o + 3]]);
                     let mut t = [0u8; 8];
-                    t.copy_from_slice(&e[0..8]);
-                    let i = u32::from_le_bytes([e[8], e[9], e[10], e[11]]);
-                    let k = u32::from_le_bytes([e[12], e[13], e[14], e[15]]);
-                    (u64::from_le_bytes(t), i, k)
+                    let at = offset_of!(TraceEvent, time);
+                    t.copy_from_slice(&e[at..at + 8]);
+                    (
+                        u64::from_le_bytes(t),
+                        u32_at(offset_of!(TraceEvent, index)),
+                        u32_at(offset_of!(TraceEvent, kind)),
+                    )
                 })
                 .collect(),
         );
@@ -87,8 +96,8 @@ pub(crate) fn to_events(rank: u16, plan: &RankPlan, per: &[Vec<RawEvent>], all: 
             };
             let Ok(op) = p.decode() else { continue };
             let kind = match k {
-                0 => EventKind::Begin,
-                1 => EventKind::End,
+                abi::EV_BEGIN => EventKind::Begin,
+                abi::EV_END => EventKind::End,
                 _ => EventKind::Stall {
                     target: 0,
                     found: 0,

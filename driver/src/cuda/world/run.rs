@@ -1,6 +1,9 @@
 //! Launching plans, waiting for them, graphs and timing.
 
+use core::mem::offset_of;
+
 use super::*;
+use symm_kernels::abi::{self, TimeoutRecord};
 
 impl World {
     fn params(&self, r: u16, p: &DevicePlan, b: &Buffers, trace: bool) -> Result<InterpParams> {
@@ -213,22 +216,24 @@ pub(crate) fn first_failure(
 ) -> Option<CudaError> {
     let mut bad = None;
     for at in ats {
-        let rank = host.read_u32(at + 4) as u16;
-        let channel = host.read_u32(at + 36) as u16;
-        let op_index = host.read_u32(at + 32);
-        match host.read_u32(at) {
-            1 => {
+        // Field offsets of `symm_timeout_record`, from the one definition of the ABI.
+        let u32_at = |o: usize| host.read_u32(at + o);
+        let rank = u32_at(offset_of!(TimeoutRecord, rank)) as u16;
+        let channel = u32_at(offset_of!(TimeoutRecord, channel)) as u16;
+        let op_index = u32_at(offset_of!(TimeoutRecord, op_index));
+        match u32_at(offset_of!(TimeoutRecord, reason)) {
+            abi::STOP_TIMEOUT => {
                 return Some(CudaError::Timeout {
                     rank,
-                    peer: host.read_u32(at + 8) as u16,
-                    slot: host.read_u32(at + 12),
+                    peer: u32_at(offset_of!(TimeoutRecord, peer)) as u16,
+                    slot: u32_at(offset_of!(TimeoutRecord, slot)),
                     channel,
-                    expected: host.read_u64(at + 16),
-                    found: host.read_u64(at + 24),
+                    expected: host.read_u64(at + offset_of!(TimeoutRecord, expected)),
+                    found: host.read_u64(at + offset_of!(TimeoutRecord, found)),
                     op_index,
                 })
             }
-            3 => {
+            abi::STOP_BAD_OP => {
                 bad.get_or_insert(CudaError::BadOp {
                     rank,
                     channel,
