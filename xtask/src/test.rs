@@ -1,13 +1,16 @@
 //! `cargo xtask test`: everything CI runs, in order, failing on the first failure.
 //!
 //! 1. `cargo fmt --check` and `cargo clippy --all-targets -D warnings`;
-//! 2. every workspace test in release mode (unit, conformance, symbolic, fuzz-corpus replay,
-//!    the multicast entry points confined to their module), then symm-driver's multicast tests
-//!    with the `multicast` feature, against the fake driver (this binary itself, which builds
-//!    `cargo xtask hw`, must have no multicast);
+//! 2. every workspace test in release mode (unit, doctests, conformance, symbolic, fuzz-corpus
+//!    replay, the multicast entry points confined to their module), then symm-driver's
+//!    multicast tests with the `multicast` feature, against the fake driver (this binary itself,
+//!    which builds `cargo xtask hw`, must have no multicast);
 //! 3. the loom models (`--cfg loom`, release, own target directory), then `cargo xtask mutants`:
 //!    each ordering of the signal protocol weakened to relaxed must fail a model;
 //! 4. symm-core for `thumbv7em-none-eabihf` with no default features (installs the target);
+//!    then the examples: `host-allreduce`, `foreign-runtime` and `no-std-schedule` run (each
+//!    exits non-zero when a result differs from the reference) and `symm-example-no-std` builds
+//!    for `thumbv7em-none-eabihf`;
 //! 5. the schedule-building benchmark;
 //! 6. the kernels' generated-header check and NVRTC compile of every kernel variant;
 //! 7. `cargo doc --workspace --no-deps` with warnings denied;
@@ -47,11 +50,12 @@ fn rustup_target(t: &str) -> Result<(), String> {
 /// Usage of `cargo xtask test`.
 pub const USAGE: &str = "usage: cargo xtask test [--no-browser]
   everything CI runs, in order, stopping at the first failure: cargo fmt --check, clippy with
-  warnings denied, every workspace test in release mode, symm-driver's multicast tests against
-  the fake driver, the loom models, cargo xtask mutants, symm-core for thumbv7em-none-eabihf
-  (no_std), the plan-building benchmark, plan.cuh freshness and the NVRTC compile of every kernel
-  variant, cargo doc with warnings denied, cargo +MSRV xtask demo --no-serve, and the viz in
-  headless Chromium; then the time of each step.
+  warnings denied, every workspace test (doctests included) in release mode, symm-driver's
+  multicast tests against the fake driver, the loom models, cargo xtask mutants, symm-core for
+  thumbv7em-none-eabihf (no_std), the examples (run, and the no_std one built for thumbv7em),
+  the plan-building benchmark, plan.cuh freshness and the NVRTC compile of every kernel variant,
+  cargo doc with warnings denied, cargo +MSRV xtask demo --no-serve, and the viz in headless
+  Chromium; then the time of each step.
   Installs what is missing, saying so first: rustup targets (thumbv7em-none-eabihf,
   wasm32-unknown-unknown), the MSRV toolchain (rustup, minimal profile), wasm-bindgen-cli
   (cargo install), the NVRTC wheel (python3 and pip, into <target>/nvrtc-wheel) and chromium with
@@ -153,6 +157,27 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "-p",
             "symm-core",
             "--no-default-features",
+            "--target",
+            "thumbv7em-none-eabihf",
+        ]))
+    })?;
+    step("examples", &mut times, || {
+        for bin in ["host-allreduce", "foreign-runtime", "no-std-schedule"] {
+            sh(cargo().args([
+                "run",
+                "--release",
+                "-q",
+                "-p",
+                "symm-examples",
+                "--bin",
+                bin,
+            ]))?;
+        }
+        rustup_target("thumbv7em-none-eabihf")?;
+        sh(cargo().args([
+            "build",
+            "-p",
+            "symm-example-no-std",
             "--target",
             "thumbv7em-none-eabihf",
         ]))
