@@ -105,10 +105,12 @@ fn trace_decoder_survives_100k_hostile_inputs() {
         n += 1;
     }
     let mut future = good.clone();
-    future[8] = 3;
+    future[8] = symm_core::trace::VERSION as u8 + 1;
     assert_eq!(
         Reader::new(&future).err(),
-        Some(TraceError::UnsupportedVersion { found: 3 })
+        Some(TraceError::UnsupportedVersion {
+            found: symm_core::trace::VERSION + 1
+        })
     );
     assert!(errors > 0);
     println!(

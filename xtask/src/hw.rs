@@ -13,6 +13,7 @@ mod bench;
 mod checks;
 mod comm;
 mod data;
+mod perf;
 mod safety;
 mod wheel;
 
@@ -93,6 +94,7 @@ const USAGE: &str = "usage: cargo xtask hw [--worlds 2,4] [--max-bytes N] [--out
                        bounds, graphs pin buffers, two launching threads, poison and reset) and
                        the VMM leak check
   --bench-quick        all-reduce bf16 1 KiB / 1 MiB / 256 MiB beside NCCL in the same processes
+  bench ...            every collective and size beside NCCL and PyTorch (`hw bench --help`)
   --selftest-timeout   a Wait with no Signal must fail within the deadline, naming the slot
   --all                correctness, bench and selftest in one run
   --max-bytes N        largest message of the matrix (default 256 MiB)
@@ -134,6 +136,9 @@ fn check_flags(args: &[String]) -> Result<(), String> {
 pub fn run(args: &[String]) -> Result<(), String> {
     if args.first().map(String::as_str) == Some("comm-rank") {
         return comm::rank(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("bench") {
+        return perf::run(&args[1..]);
     }
     if util::flag(args, "--help") || util::flag(args, "-h") {
         println!("{USAGE}");

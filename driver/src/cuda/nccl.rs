@@ -189,6 +189,107 @@ impl NcclRank {
     }
 }
 
+/// A collective NCCL runs beside symm (bf16 and the other element types by NCCL code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NcclOp {
+    /// `ncclAllReduce` of `count` elements.
+    AllReduce,
+    /// `ncclAllGather`: `count` elements from each rank.
+    AllGather,
+    /// `ncclReduceScatter`: `count` elements to each rank.
+    ReduceScatter,
+    /// Grouped `ncclSend`/`ncclRecv`: `count` elements to and from every rank.
+    AllToAll,
+    /// `ncclBroadcast` of `count` elements from rank 0.
+    Broadcast,
+}
+
+impl NcclRank {
+    /// Enqueues one out-of-place `op` from heap offset `input` to `output` of this rank on
+    /// `stream` (capturable in a CUDA graph). The buffers must hold what the op reads and writes
+    /// (`count` elements per block; `world` blocks on the gathered or scattered side), which
+    /// [`NcclRank::check_sizes`] checks against the symm buffers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn enqueue(
+        &self,
+        symm: &super::Comm,
+        op: NcclOp,
+        b: &super::Buffers,
+        count: usize,
+        (dtype, elem): (i32, u64),
+        redop: i32,
+        stream: &super::device::Stream,
+    ) -> Result<()> {
+        Self::check_sizes(op, b, count as u64 * elem, symm.world() as u64)?;
+        let api = ffi::api().map_err(|s| CudaError::Unavailable(s.into()))?;
+        let (i, o) = (
+            symm.ptr(symm.rank(), b.input)?,
+            symm.ptr(symm.rank(), b.output)?,
+        );
+        let (ip, op_) = (i as *const core::ffi::c_void, o as *mut core::ffi::c_void);
+        let (c, s) = (self.comm, stream.raw);
+        let _ctx = super::device::keep_current()?;
+        symm.device().bind()?;
+        // Every call below: `ip` and `op_` are device addresses in this rank's heap whose buffers
+        // hold what the call reads and writes (checked above); the stream belongs to this rank's
+        // device, whose context is bound.
+        match op {
+            // SAFETY: as stated above the match.
+            NcclOp::AllReduce => check("ncclAllReduce", unsafe {
+                (api.all_reduce)(ip, op_, count, dtype, redop, c, s)
+            }),
+            // SAFETY: as stated above the match.
+            NcclOp::AllGather => check("ncclAllGather", unsafe {
+                (api.all_gather)(ip, op_, count, dtype, c, s)
+            }),
+            // SAFETY: as stated above the match.
+            NcclOp::ReduceScatter => check("ncclReduceScatter", unsafe {
+                (api.reduce_scatter)(ip, op_, count, dtype, redop, c, s)
+            }),
+            // SAFETY: as stated above the match.
+            NcclOp::Broadcast => check("ncclBroadcast", unsafe {
+                (api.broadcast)(ip, op_, count, dtype, 0, c, s)
+            }),
+            NcclOp::AllToAll => {
+                let block = count as u64 * elem;
+                // SAFETY: group calls have no arguments.
+                check("ncclGroupStart", unsafe { (api.group_start)() })?;
+                for peer in 0..symm.world() as u64 {
+                    let (si, ro) = (i + peer * block, o + peer * block);
+                    // SAFETY: block `peer` of the input and of the output lies inside them.
+                    check("ncclSend", unsafe {
+                        (api.send)(si as *const _, count, dtype, peer as i32, c, s)
+                    })?;
+                    // SAFETY: as above.
+                    check("ncclRecv", unsafe {
+                        (api.recv)(ro as *mut _, count, dtype, peer as i32, c, s)
+                    })?;
+                }
+                // SAFETY: closes the group opened above.
+                check("ncclGroupEnd", unsafe { (api.group_end)() })
+            }
+        }
+    }
+
+    /// Fails unless `b` holds what `op` reads and writes with `block` bytes per block.
+    pub fn check_sizes(op: NcclOp, b: &super::Buffers, block: u64, world: u64) -> Result<()> {
+        let all = block.saturating_mul(world);
+        let (inp, out) = match op {
+            NcclOp::AllReduce | NcclOp::Broadcast => (block, block),
+            NcclOp::AllGather => (block, all),
+            NcclOp::ReduceScatter => (all, block),
+            NcclOp::AllToAll => (all, all),
+        };
+        if b.sizes.input < inp || b.sizes.output < out {
+            return Err(CudaError::Invalid(format!(
+                "NCCL {op:?} needs {inp} B in, {out} B out; the buffers hold {} and {}",
+                b.sizes.input, b.sizes.output
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Drop for NcclRank {
     fn drop(&mut self) {
         if let Ok(api) = ffi::api() {

@@ -39,6 +39,11 @@ api_table! {
         group_start = "ncclGroupStart"();
         group_end = "ncclGroupEnd"();
         all_reduce = "ncclAllReduce"(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Handle);
+        all_gather = "ncclAllGather"(*const c_void, *mut c_void, usize, c_int, Comm, Handle);
+        reduce_scatter = "ncclReduceScatter"(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Handle);
+        broadcast = "ncclBroadcast"(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Handle);
+        send = "ncclSend"(*const c_void, usize, c_int, c_int, Comm, Handle);
+        recv = "ncclRecv"(*mut c_void, usize, c_int, c_int, Comm, Handle);
     }
 }
 

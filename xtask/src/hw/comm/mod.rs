@@ -118,7 +118,7 @@ fn rank_args(phase: &str, p: &Params) -> Vec<OsString> {
 }
 
 /// Through the launcher; returns its exit code.
-fn launch(w: u16, phase: &str, p: &Params) -> Result<i32, String> {
+pub(super) fn launch(w: u16, phase: &str, p: &Params) -> Result<i32, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut command = vec![exe.into_os_string()];
     command.extend(rank_args(phase, p));
@@ -247,6 +247,9 @@ pub fn rank(args: &[String]) -> Result<(), String> {
             life::death,
         )],
         "bench" => vec![Check::timed("all-reduce beside NCCL", 3, bench::run)],
+        "perf" | "perf-quick" => vec![Check::timed("bench", 1, || {
+            super::perf::rank_main(phase == "perf-quick", &p.out)
+        })],
         other => return Err(format!("unknown phase {other:?}")),
     };
     let mut text = String::new();

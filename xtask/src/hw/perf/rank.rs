@@ -1,0 +1,290 @@
+//! One rank of `cargo xtask hw bench`: every collective at every size on this process's `Comm`,
+//! symm and NCCL on the same buffers and stream, eager and in CUDA graphs.
+//!
+//! For each (collective, size) symm runs its candidate (algorithm, channels) pairs eagerly and
+//! keeps the fastest; that pair is then timed in a CUDA graph. NCCL (`ncclCommInitRank` in the
+//! same process) runs the same operation on the same buffers, eager and in a graph. A time is
+//! the slowest rank's mean over back-to-back launches (CUDA events), after warm-up; the number
+//! of launches is chosen so that each measurement lasts about 20 ms. Outputs up to 16 MiB are
+//! checked against the reference after the timing (symm bit exact; the count of wrong elements
+//! is the `#wrong` column); larger inputs are a device fill and go unchecked.
+
+use std::time::Duration;
+
+use symm_core::dtype::{DType, ReduceOp};
+use symm_core::sched::{Algorithm, Collective, Request};
+use symm_driver::cuda::device::{Event, Stream};
+use symm_driver::cuda::ffi::nccl as nffi;
+use symm_driver::cuda::launch::Graph;
+use symm_driver::cuda::nccl::{NcclOp, NcclRank};
+use symm_driver::cuda::{Buffers, Comm, CommOptions, CudaError};
+use symm_driver::host;
+
+use super::super::data;
+use super::{Kind, Sample, COLLECTIVES};
+
+fn e(e: CudaError) -> String {
+    e.to_string()
+}
+
+/// Largest output checked against the reference.
+const CHECKED: u64 = 16 << 20;
+/// How long one measurement aims to last.
+const TARGET_US: f64 = 20_000.0;
+
+/// The request of `kind` whose nccl-tests size is `size` bytes.
+pub(super) fn request(kind: Kind, size: u64, world: u16, a: Algorithm, ch: u16) -> Request {
+    let per = |s: u64| s / world as u64;
+    let (c, bytes) = match kind {
+        Kind::AllReduce => (Collective::AllReduce, size),
+        Kind::AllGather => (Collective::AllGather, per(size)),
+        Kind::ReduceScatter => (Collective::ReduceScatter, per(size)),
+        Kind::AllToAll => (Collective::AllToAll, per(size)),
+        Kind::Broadcast => (Collective::Broadcast { root: 0 }, size),
+    };
+    Request::new(c, a, world, bytes, DType::Bf16, ReduceOp::Sum).with_channels(ch)
+}
+
+fn channels(size: u64) -> u16 {
+    match size {
+        0..=16_384 => 1,
+        16_385..=262_144 => 4,
+        262_145..=4_194_304 => 16,
+        _ => 64,
+    }
+}
+
+/// The (algorithm, channels) pairs symm tries.
+fn candidates(kind: Kind, size: u64) -> Vec<(Algorithm, u16)> {
+    let ch = channels(size);
+    let algos: &[Algorithm] = match kind {
+        Kind::AllReduce if size <= 1 << 20 => &[Algorithm::OneShot, Algorithm::TwoShot],
+        Kind::AllReduce => &[Algorithm::TwoShot, Algorithm::Ring],
+        Kind::AllGather | Kind::ReduceScatter => &[Algorithm::Direct, Algorithm::Ring],
+        Kind::AllToAll => &[Algorithm::Direct],
+        Kind::Broadcast => &[Algorithm::Direct, Algorithm::Ring, Algorithm::Tree],
+    };
+    algos.iter().map(|&a| (a, ch)).collect()
+}
+
+fn nccl_op(kind: Kind) -> NcclOp {
+    match kind {
+        Kind::AllReduce => NcclOp::AllReduce,
+        Kind::AllGather => NcclOp::AllGather,
+        Kind::ReduceScatter => NcclOp::ReduceScatter,
+        Kind::AllToAll => NcclOp::AllToAll,
+        Kind::Broadcast => NcclOp::Broadcast,
+    }
+}
+
+/// NCCL's element count for `req` (bf16): per block for the gathered and scattered ones.
+fn nccl_count(req: &Request) -> usize {
+    (req.bytes / 2) as usize
+}
+
+/// Microseconds per call of `call` over `n` back-to-back calls (after one to warm up), the
+/// slowest rank's.
+fn timed(
+    comm: &Comm,
+    stream: &Stream,
+    n: u32,
+    call: &dyn Fn() -> Result<(), CudaError>,
+) -> Result<f64, String> {
+    call().map_err(e)?;
+    stream.synchronize().map_err(e)?;
+    let (s, t) = (
+        Event::new(comm.device()).map_err(e)?,
+        Event::new(comm.device()).map_err(e)?,
+    );
+    s.record(stream).map_err(e)?;
+    for _ in 0..n {
+        call().map_err(e)?;
+    }
+    t.record(stream).map_err(e)?;
+    comm.synchronize(stream).map_err(e)?;
+    let us = s.elapsed_ms(&t).map_err(e)? as f64 * 1000.0 / n.max(1) as f64;
+    slowest(comm, us)
+}
+
+fn slowest(comm: &Comm, us: f64) -> Result<f64, String> {
+    Ok(comm
+        .exchange(&us.to_le_bytes())
+        .map_err(e)?
+        .iter()
+        .filter_map(|v| v.as_slice().try_into().ok().map(f64::from_le_bytes))
+        .fold(0.0, f64::max))
+}
+
+/// Calls per measurement: enough for [`TARGET_US`], from a first estimate (agreed by all ranks).
+fn count(
+    comm: &Comm,
+    stream: &Stream,
+    call: &dyn Fn() -> Result<(), CudaError>,
+) -> Result<u32, String> {
+    let first = timed(comm, stream, 3, call)?;
+    Ok((TARGET_US / first.max(1.0)).clamp(5.0, 1000.0) as u32)
+}
+
+/// Microseconds per call inside a CUDA graph of `k` calls, replayed until `n` calls ran.
+fn graphed(
+    comm: &Comm,
+    stream: &Stream,
+    n: u32,
+    call: &dyn Fn() -> Result<(), CudaError>,
+) -> Result<f64, String> {
+    let k = n.clamp(1, 50);
+    let g = Graph::capture(comm.device(), stream, || {
+        for _ in 0..k {
+            call()?;
+        }
+        Ok(())
+    })
+    .map_err(e)?;
+    let reps = n.div_ceil(k).max(2);
+    g.launch(stream).map_err(e)?;
+    stream.synchronize().map_err(e)?;
+    let (s, t) = (
+        Event::new(comm.device()).map_err(e)?,
+        Event::new(comm.device()).map_err(e)?,
+    );
+    s.record(stream).map_err(e)?;
+    for _ in 0..reps {
+        g.launch(stream).map_err(e)?;
+    }
+    t.record(stream).map_err(e)?;
+    comm.synchronize(stream).map_err(e)?;
+    let us = s.elapsed_ms(&t).map_err(e)? as f64 * 1000.0 / (reps * k) as f64;
+    slowest(comm, us)
+}
+
+/// Writes inputs (checked sizes: reference data; larger: a device fill) and returns the
+/// reference of this rank's output when checked.
+fn fill(comm: &Comm, req: &Request, b: &Buffers, seed: u64) -> Result<Option<Vec<u8>>, String> {
+    let me = comm.rank() as usize;
+    if b.sizes.output <= CHECKED {
+        let inputs = data::inputs(req, seed);
+        comm.write(b.input, &inputs[me]).map_err(e)?;
+        Ok(host::reference(req, &inputs).into_iter().nth(me))
+    } else {
+        comm.fill(b.input, b.sizes.input, 0x3f).map_err(e)?;
+        Ok(None)
+    }
+}
+
+fn wrong(found: &[u8], want: &[u8]) -> u64 {
+    found
+        .chunks(2)
+        .zip(want.chunks(2))
+        .filter(|(a, b)| a != b)
+        .count() as u64
+        + (found.len().abs_diff(want.len()) / 2) as u64
+}
+
+/// Every sample of this rank's run (all ranks measure; rank 0's list is the result).
+pub(super) fn run(sizes: &[u64]) -> Result<Vec<Sample>, String> {
+    let comm = Comm::from_env(CommOptions {
+        heap_bytes: 5 << 30,
+        timeout: Duration::from_secs(20),
+        ..CommOptions::default()
+    })
+    .map_err(e)?;
+    let stream = Stream::new(comm.device()).map_err(e)?;
+    let nccl = NcclRank::new(&comm).map_err(e);
+    let w = comm.world();
+    let mut out = Vec::new();
+    for &kind in &COLLECTIVES {
+        for &size in sizes {
+            let mut best: Option<(f64, Algorithm, u16, u32, u64)> = None;
+            for (a, ch) in candidates(kind, size) {
+                let req = request(kind, size, w, a, ch);
+                if req.validate().is_err() {
+                    continue;
+                }
+                let b = comm.alloc(&req).map_err(e)?;
+                let r = (|| -> Result<(f64, u32, u64), String> {
+                    let want = fill(&comm, &req, &b, size ^ a as u64)?;
+                    comm.prepare(&req).map_err(e)?;
+                    let call = || comm.enqueue(&req, &b, &stream);
+                    let n = count(&comm, &stream, &call)?;
+                    let us = timed(&comm, &stream, n, &call)?;
+                    let bad = match want {
+                        Some(want) => {
+                            let found = comm.read(b.output, b.sizes.output).map_err(e)?;
+                            wrong(&found, &want)
+                        }
+                        None => u64::MAX,
+                    };
+                    Ok((us, n, bad))
+                })();
+                comm.free(&b).map_err(e)?;
+                let (us, n, bad) = r?;
+                if best.is_none_or(|x| us < x.0) {
+                    best = Some((us, a, ch, n, bad));
+                }
+            }
+            let Some((us, a, ch, n, bad)) = best else {
+                continue;
+            };
+            let label = format!("{}/{ch}ch", a.name());
+            out.push(Sample::new(kind, size, "symm", "eager", us, bad, &label));
+            let req = request(kind, size, w, a, ch);
+            let b = comm.alloc(&req).map_err(e)?;
+            let r = (|| -> Result<(), String> {
+                fill(&comm, &req, &b, 7)?;
+                let call = || comm.enqueue(&req, &b, &stream);
+                let g = graphed(&comm, &stream, n, &call)?;
+                out.push(Sample::new(
+                    kind,
+                    size,
+                    "symm",
+                    "graph",
+                    g,
+                    u64::MAX,
+                    &label,
+                ));
+                if let Ok(nc) = &nccl {
+                    let op = nccl_op(kind);
+                    let call = || {
+                        nc.enqueue(
+                            &comm,
+                            op,
+                            &b,
+                            nccl_count(&req),
+                            (nffi::BFLOAT16, 2),
+                            nffi::SUM,
+                            &stream,
+                        )
+                    };
+                    let n = count(&comm, &stream, &call)?;
+                    let us = timed(&comm, &stream, n, &call)?;
+                    out.push(Sample::new(
+                        kind,
+                        size,
+                        "nccl",
+                        "eager",
+                        us,
+                        u64::MAX,
+                        "nccl",
+                    ));
+                    let g = graphed(&comm, &stream, n, &call)?;
+                    out.push(Sample::new(
+                        kind,
+                        size,
+                        "nccl",
+                        "graph",
+                        g,
+                        u64::MAX,
+                        "nccl",
+                    ));
+                }
+                Ok(())
+            })();
+            comm.free(&b).map_err(e)?;
+            r?;
+        }
+    }
+    drop(stream);
+    drop(nccl);
+    comm.finish().map_err(e)?;
+    Ok(out)
+}
