@@ -244,6 +244,24 @@ fn path(req: &Request) -> Path {
 }
 
 /// Predicted time of a request in microseconds, launch included.
+///
+/// ```
+/// use symm_core::cost::{predict, Link};
+/// use symm_core::dtype::{DType, ReduceOp};
+/// use symm_core::sched::{Algorithm, Collective, Request};
+///
+/// let at = |alg, bytes| {
+///     let req = Request::new(Collective::AllReduce, alg, 8, bytes, DType::Bf16, ReduceOp::Sum);
+///     predict(&req, &Link::NVLINK4)
+/// };
+/// // Small messages are latency bound: one-shot's few hops beat the ring's many.
+/// assert!(at(Algorithm::OneShot, 1024) < at(Algorithm::Ring, 1024));
+/// // Large ones are bandwidth bound: two-shot moves 2(p-1)/p of the data per rank, one-shot
+/// // reads all p-1 peers' inputs whole.
+/// assert!(at(Algorithm::TwoShot, 256 << 20) < at(Algorithm::OneShot, 256 << 20));
+/// // Every prediction includes the launch.
+/// assert!(at(Algorithm::Ring, 0) >= Link::NVLINK4.launch_us);
+/// ```
 pub fn predict(req: &Request, link: &Link) -> f64 {
     let path = path(req);
     let mc = if link.multicast_bytes_per_us > 0.0 {

@@ -74,6 +74,58 @@ pub enum ExecError<E> {
 }
 
 /// Steps one rank's op stream against a fabric.
+///
+/// A tiny fabric (one rank's signal pad, data ops ignored) and a stream that signals a peer,
+/// then waits for a signal back: the wait is [`Step::Blocked`] until the peer's signal lands.
+///
+/// ```
+/// use symm_core::exec::{Executor, Fabric, Step};
+/// use symm_core::op::{Op, SignalOp};
+/// use symm_core::signal;
+///
+/// /// Signal pads of two ranks; this fabric is rank 0's view.
+/// struct Pads([[u64; 2]; 2]);
+///
+/// impl Fabric for Pads {
+///     type Error = &'static str;
+///     fn execute(&mut self, op: &Op) -> Result<(), Self::Error> {
+///         match *op {
+///             Op::Signal { peer, slot, op, value } => {
+///                 let s = self.0.get_mut(peer as usize).and_then(|p| p.get_mut(slot as usize));
+///                 let s = s.ok_or("no such slot")?;
+///                 *s = signal::apply(op, *s, value);
+///                 Ok(())
+///             }
+///             _ => Ok(()), // a real fabric moves bytes here
+///         }
+///     }
+///     fn load_slot(&mut self, slot: u32) -> Result<u64, Self::Error> {
+///         self.0[0].get(slot as usize).copied().ok_or("no such slot")
+///     }
+/// }
+///
+/// let ops = [
+///     Op::Signal { peer: 1, slot: 0, op: SignalOp::Add, value: 1 },
+///     Op::Wait { slot: 1, count: 1 },
+/// ];
+/// let mut pads = Pads([[0; 2]; 2]);
+/// let mut expected = [0u64; 2]; // rank 0's counters, kept across collectives
+/// let mut ex = Executor::new(ops.into_iter(), &mut expected);
+///
+/// assert!(matches!(ex.step(&mut pads), Ok(Step::Ran { index: 0, .. })));
+/// assert_eq!(pads.0[1][0], 1); // rank 1's slot 0 got the signal
+/// assert_eq!(
+///     ex.step(&mut pads),
+///     Ok(Step::Blocked { index: 1, slot: 1, target: 1, found: 0 })
+/// );
+/// pads.0[0][1] = 1; // rank 1 signals back (in a real runtime: another thread, or a later turn)
+/// assert!(matches!(ex.step(&mut pads), Ok(Step::Ran { index: 1, .. })));
+/// assert_eq!(ex.step(&mut pads), Ok(Step::Done));
+/// assert_eq!(ex.expected(), &[0, 1]);
+/// ```
+///
+/// `examples/foreign_runtime.rs` is a whole runtime built this way: buffers, pads, and a
+/// scheduler that runs every rank's executors in turn.
 pub struct Executor<'e, I> {
     ops: I,
     current: Option<Op>,

@@ -372,6 +372,29 @@ impl Rng {
 }
 
 /// Runs `req` symbolically on every rank and channel under the interleaving chosen by `seed`.
+///
+/// ```
+/// use symm_core::dtype::{DType, ReduceOp};
+/// use symm_core::sched::{algorithms, Collective, Request, Schedule};
+/// use symm_core::symbolic::check;
+///
+/// // Every all-reduce algorithm at 5 ranks (not a power of two), under three interleavings:
+/// // every output element holds every rank's contribution exactly once.
+/// for &alg in algorithms(Collective::AllReduce) {
+///     let req = Request::new(Collective::AllReduce, alg, 5, 4096, DType::F32, ReduceOp::Sum)
+///         .with_channels(2)
+///         .with_pipeline(512, 2);
+///     for seed in 0..3 {
+///         let report = check(&req, seed).unwrap();
+///         // It ran every op of every (rank, channel) stream.
+///         let ops: u64 = (0..5)
+///             .flat_map(|r| (0..2).map(move |c| (r, c)))
+///             .map(|(r, c)| Schedule::count(&Schedule::new(req, r, c).unwrap()))
+///             .sum();
+///         assert_eq!(report.ops, ops);
+///     }
+/// }
+/// ```
 pub fn check(req: &Request, seed: u64) -> Result<Report, SymError> {
     let mut world = SymWorld::new(req)?;
     let slots = req.layout().slots() as usize;

@@ -161,6 +161,25 @@ impl Team {
 
     /// The team of rank `me` in a split where rank `r` gave `colors[r] = (colour, key)`: the
     /// ranks of `me`'s colour ordered by (key, rank). `None` when `me`'s colour is negative.
+    ///
+    /// ```
+    /// use symm_core::team::Team;
+    ///
+    /// // Six ranks split into even and odd ranks, each ordered by descending rank (key -r);
+    /// // rank 5 opts out with a negative colour.
+    /// let colors: Vec<(i32, i32)> = (0..6)
+    ///     .map(|r: i32| if r == 5 { (-1, 0) } else { (r % 2, -r) })
+    ///     .collect();
+    /// let even = Team::split(1, &colors, 2).unwrap().unwrap();
+    /// assert_eq!(even.members(), &[4, 2, 0]);
+    /// assert_eq!((even.id(), even.size(), even.world_size()), (1, 3, 6));
+    /// assert_eq!(even.local(2), Some(1));
+    /// assert_eq!(even.global(0), Some(4));
+    ///
+    /// let odd = Team::split(1, &colors, 3).unwrap().unwrap();
+    /// assert_eq!(odd.members(), &[3, 1]);
+    /// assert_eq!(Team::split(1, &colors, 5).unwrap(), None);
+    /// ```
     pub fn split(id: u16, colors: &[(i32, i32)], me: u16) -> Result<Option<Team>, TeamError> {
         let world = u16::try_from(colors.len()).map_err(|_| TeamError::BadSplit)?;
         if world == 0 || world > MAX_WORLD {

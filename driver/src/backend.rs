@@ -108,6 +108,31 @@ pub fn check_inputs(
 }
 
 /// A way to run requests.
+///
+/// Code written against the trait runs on every backend: here one check on the simulator and on
+/// real threads (on a GPU machine, the CUDA `World` and `Comm` too).
+///
+/// ```
+/// use symm_core::dtype::{DType, ReduceOp};
+/// use symm_core::sched::{Algorithm, Collective, Request};
+/// use symm_driver::backend::{Backend, Simulator, Threads};
+/// use symm_driver::host;
+///
+/// fn broadcast_is_right(b: &mut dyn Backend) -> bool {
+///     let (c, a) = (Collective::Broadcast { root: 2 }, Algorithm::Tree);
+///     let req = Request::new(c, a, 5, 512, DType::F32, ReduceOp::Sum);
+///     let inputs = host::random_inputs(&req, 3);
+///     let out = b.run(&req, &inputs, true).unwrap();
+///     out.trace.is_some() && out.outputs == host::reference(&req, &inputs)
+/// }
+///
+/// assert!(broadcast_is_right(&mut Simulator::default()));
+/// assert!(broadcast_is_right(&mut Threads::default()));
+/// assert_eq!(Simulator::default().fixed_world(), None); // runs any world size
+/// ```
+///
+/// A new backend implements [`Backend::run`] (and [`Backend::fixed_world`] when it runs one
+/// world size) and gets the shared conformance matrix (`symm_tests::matrix::run`).
 pub trait Backend {
     /// A short name for reports ("simulator", "threads", "cuda w2").
     fn name(&self) -> String;

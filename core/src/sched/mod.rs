@@ -184,6 +184,37 @@ pub struct Schedule {
 
 impl Schedule {
     /// The schedule of `rank` on `channel`.
+    ///
+    /// ```
+    /// use symm_core::dtype::{DType, ReduceOp};
+    /// use symm_core::op::{Buf, Op};
+    /// use symm_core::sched::{Algorithm, Collective, Request, Schedule};
+    ///
+    /// let (c, a) = (Collective::AllGather, Algorithm::Direct);
+    /// let req = Request::new(c, a, 4, 256, DType::F32, ReduceOp::Sum);
+    /// let ops: Vec<Op> = Schedule::new(req, 1, 0).unwrap().collect();
+    ///
+    /// // Rank 1 writes its block into every rank's output (its own included): four copies,
+    /// // each 256 bytes to block 1, with signals and waits around them.
+    /// let puts: Vec<_> = ops
+    ///     .iter()
+    ///     .filter_map(|op| match *op {
+    ///         Op::Copy { dst, bytes, .. } if dst.buf == Buf::Output => Some((dst.offset, bytes)),
+    ///         _ => None,
+    ///     })
+    ///     .collect();
+    /// assert_eq!(puts.len(), 4);
+    /// assert!(puts.iter().all(|&(offset, bytes)| offset == 256 && bytes == 256));
+    /// assert!(ops.iter().any(|op| matches!(op, Op::Wait { .. })));
+    ///
+    /// // `Schedule::count` walks a fresh copy without consuming the schedule. (Method syntax
+    /// // on a value, `schedule.count()`, picks `Iterator::count`, which consumes it.)
+    /// let schedule = Schedule::new(req, 1, 0).unwrap();
+    /// assert_eq!(Schedule::count(&schedule), ops.len() as u64);
+    /// assert_eq!(schedule.count(), ops.len());
+    /// // A rank outside the world is refused.
+    /// assert!(Schedule::new(req, 4, 0).is_err());
+    /// ```
     pub fn new(req: Request, rank: u16, channel: u16) -> Result<Schedule, SchedError> {
         let ctx = Ctx::new(req, rank, channel)?;
         if req.collective == Collective::AllToAllV {

@@ -168,6 +168,28 @@ pub fn pairs(world: u16) -> impl Iterator<Item = (Collective, Algorithm)> {
 }
 
 /// A collective request: everything a schedule depends on.
+///
+/// ```
+/// use symm_core::dtype::{DType, ReduceOp};
+/// use symm_core::sched::{Algorithm, Collective, Request, SchedError};
+///
+/// // 1 MiB of bf16 summed over 8 ranks by a ring, on two channels.
+/// let (c, a) = (Collective::AllReduce, Algorithm::Ring);
+/// let req = Request::new(c, a, 8, 1 << 20, DType::Bf16, ReduceOp::Sum).with_channels(2);
+/// assert_eq!(req.validate(), Ok(()));
+///
+/// // Each rank provides its 1 MiB input and output; the ring stages chunks in scratch: one
+/// // stream of 2 slots of 128 KiB per channel.
+/// let sz = req.buffer_sizes();
+/// assert_eq!((sz.input, sz.output), (1 << 20, 1 << 20));
+/// assert_eq!(sz.scratch, 2 * 2 * (128 << 10));
+///
+/// // What a schedule cannot run is refused with the reason.
+/// let odd = Request { bytes: 1001, ..req };
+/// assert_eq!(odd.validate(), Err(SchedError::UnalignedBytes { bytes: 1001, elem: 2 }));
+/// let one_slot = req.with_pipeline(0, 1);
+/// assert_eq!(one_slot.validate(), Err(SchedError::TooFewSlots { slots: 1, min: 2 }));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Request {
     /// The collective.

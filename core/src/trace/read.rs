@@ -214,6 +214,48 @@ pub struct Decoded {
 
 /// Reads a whole trace. A trace cut short (see [`TraceError::is_truncation`]) is read up to the
 /// cut, with the reason as a warning; any other problem is an error.
+///
+/// ```
+/// use symm_core::dtype::{DType, ReduceOp};
+/// use symm_core::op::Op;
+/// use symm_core::sched::{Algorithm, Collective, Request};
+/// use symm_core::trace::{decode, encode, Event, EventKind, Header, Source, TraceError};
+///
+/// let (c, a) = (Collective::AllReduce, Algorithm::Ring);
+/// let request = Request::new(c, a, 2, 16, DType::F32, ReduceOp::Sum);
+/// let header = Header {
+///     world: 2,
+///     channels: 1,
+///     request,
+///     source: Source::Host { simulated: false },
+///     time_unit_ns: 1,
+///     team: None,
+/// };
+/// let wait = Op::Wait { slot: 0, count: 1 };
+/// let mut events: Vec<Event> = (0..2)
+///     .map(|rank| Event {
+///         time: 5,
+///         rank,
+///         channel: 0,
+///         index: 0,
+///         kind: EventKind::End,
+///         op: wait,
+///         contents: None,
+///     })
+///     .collect();
+/// let bytes = encode(&header, &mut events).unwrap();
+/// assert_eq!(decode(&bytes).unwrap().events.len(), 2);
+///
+/// // Cut short (a crash while writing): the whole events before the cut, with a warning.
+/// let cut = decode(&bytes[..bytes.len() - 3]).unwrap();
+/// assert_eq!(cut.events.len(), 2);
+/// assert!(cut.warning.is_some_and(|w| w.is_truncation()));
+///
+/// // Damaged: an error naming what is wrong, never a panic.
+/// let mut bad = bytes.clone();
+/// bad[0] = b'X';
+/// assert_eq!(decode(&bad), Err(TraceError::BadMagic));
+/// ```
 #[cfg(feature = "alloc")]
 pub fn decode(bytes: &[u8]) -> Result<Decoded, TraceError> {
     let mut reader = Reader::new(bytes)?;

@@ -87,6 +87,47 @@ impl<S: Sink> Writer<S> {
 
 /// Encodes a whole trace: sorts `events` by (time, rank, channel, index), the order every reader
 /// expects, and writes them after `header`, then the end record.
+///
+/// ```
+/// use symm_core::dtype::{DType, ReduceOp};
+/// use symm_core::op::{Buf, Loc, Op};
+/// use symm_core::sched::{Algorithm, Collective, Request};
+/// use symm_core::trace::{decode, encode, Event, EventKind, Header, Source};
+///
+/// let (c, a) = (Collective::SendRecv { src: 0, dst: 1 }, Algorithm::Direct);
+/// let request = Request::new(c, a, 2, 64, DType::U8, ReduceOp::Sum);
+/// let header = Header {
+///     world: 2,
+///     channels: 1,
+///     request,
+///     source: Source::Host { simulated: true },
+///     time_unit_ns: 1,
+///     team: None,
+/// };
+/// let op = Op::Copy {
+///     src: Loc::new(0, Buf::Input, 0),
+///     dst: Loc::new(1, Buf::Output, 0),
+///     bytes: 64,
+/// };
+/// let event = |time, kind| Event {
+///     time,
+///     rank: 0,
+///     channel: 0,
+///     index: 0,
+///     kind,
+///     op,
+///     contents: None,
+/// };
+/// // Out of order on purpose: `encode` sorts by time.
+/// let mut events = [event(90, EventKind::End), event(10, EventKind::Begin)];
+/// let bytes = encode(&header, &mut events).unwrap();
+/// assert_eq!(&bytes[..8], b"SYMMTRCE");
+///
+/// let back = decode(&bytes).unwrap();
+/// assert_eq!(back.header, header);
+/// assert_eq!(back.events, [event(10, EventKind::Begin), event(90, EventKind::End)]);
+/// assert_eq!(back.warning, None);
+/// ```
 #[cfg(feature = "alloc")]
 pub fn encode(header: &Header, events: &mut [Event]) -> Result<alloc::vec::Vec<u8>, TraceError> {
     events.sort_by_key(|e| (e.time, e.rank, e.channel, e.index));

@@ -129,6 +129,30 @@ impl History {
 }
 
 /// Runs `req` over `inputs` (one buffer per rank) in the simulator.
+///
+/// ```
+/// use symm_core::dtype::{DType, ReduceOp};
+/// use symm_core::sched::{Algorithm, Collective, Request};
+/// use symm_core::trace;
+/// use symm_driver::host::{self, SimOptions};
+///
+/// let (c, a) = (Collective::AllReduce, Algorithm::Rhd);
+/// let req = Request::new(c, a, 6, 4096, DType::F32, ReduceOp::Sum);
+/// let inputs = host::random_inputs(&req, 1);
+/// let run = host::simulate(&req, &inputs, &SimOptions::default()).unwrap();
+///
+/// // Every rank holds the sum of every rank's input.
+/// assert_eq!(run.outputs, host::reference(&req, &inputs));
+/// // Virtual time on the default link model, launch included, and a trace of every op.
+/// assert!(run.time_us > SimOptions::default().link.launch_us);
+/// let decoded = trace::decode(&run.trace).unwrap();
+/// assert_eq!(decoded.events.len() as u64, 2 * run.ops); // a begin and an end per op
+///
+/// // Timing only: no buffers, so any size can be timed.
+/// let big = Request { bytes: 1 << 30, ..req };
+/// let timing = SimOptions { data: false, trace: false, ..SimOptions::default() };
+/// assert!(host::simulate(&big, &[], &timing).unwrap().time_us > run.time_us);
+/// ```
 pub fn simulate(req: &Request, inputs: &[Vec<u8>], opts: &SimOptions) -> Result<Run, HostError> {
     simulate_streams(req, inputs, opts, |r, c| {
         Schedule::new(*req, r, c).map_err(HostError::Sched)

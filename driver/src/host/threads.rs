@@ -129,6 +129,28 @@ fn stream<I: Iterator<Item = Op>>(
 }
 
 /// Runs `req` over `inputs` with one thread per (rank, channel).
+///
+/// ```
+/// use std::time::Duration;
+/// use symm_core::dtype::{DType, ReduceOp};
+/// use symm_core::sched::{Algorithm, Collective, Request};
+/// use symm_driver::host::{self, HostError, ThreadOptions};
+///
+/// let (c, a) = (Collective::ReduceScatter, Algorithm::Ring);
+/// let req = Request::new(c, a, 4, 1024, DType::I32, ReduceOp::Max).with_channels(2);
+/// let inputs = host::random_inputs(&req, 7);
+/// let opts = ThreadOptions { deadline: Duration::from_secs(10), trace: false };
+/// let run = host::run_threads(&req, &inputs, &opts).unwrap();
+/// // Rank r holds block r of the element-wise maximum.
+/// assert_eq!(run.outputs, host::reference(&req, &inputs));
+///
+/// // Bad input is an error before any thread starts.
+/// let short = &inputs[..3];
+/// assert!(matches!(
+///     host::run_threads(&req, short, &opts),
+///     Err(HostError::BadWorld { expected: 4, found: 3 })
+/// ));
+/// ```
 pub fn run_threads(
     req: &Request,
     inputs: &[Vec<u8>],
