@@ -113,7 +113,8 @@ fn run() -> Result<(), Box<dyn Error>> {
         .map_err(|e| fail(format!("the request: {e}")))?;
     let sz = base.buffer_sizes();
     println!(
-        "all_reduce, {world} ranks, {bytes} B of f32 per rank, {} channels: input {} B, output {} B",
+        "all_reduce, {world} ranks, {bytes} B of f32 per rank, {} channels: \
+         input {} B, output {} B per rank",
         base.channels, sz.input, sz.output
     );
 

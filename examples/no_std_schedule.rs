@@ -154,8 +154,9 @@ fn run() -> Result<(), Box<dyn Error>> {
         DType::F32,
         ReduceOp::Sum,
     );
+    println!("\nall_reduce, 8 ranks, 1 MiB f32: counted with core alone");
     println!(
-        "\nall_reduce, 8 ranks, 1 MiB f32: counted with core alone\n{:<10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>12} {:>12} {:>8}",
+        "{:<10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>12} {:>12} {:>8}",
         "algorithm", "copy", "reduce", "signal", "wait", "mc", "bytes", "remote", "longest"
     );
     for &a in algorithms(Collective::AllReduce) {

@@ -21,7 +21,8 @@
 //! use symm_core::dtype::{DType, ReduceOp};
 //! use symm_core::sched::{Algorithm, Collective, Request};
 //!
-//! let req = Request::new(Collective::AllGather, Algorithm::Ring, 4, 1024, DType::F32, ReduceOp::Sum);
+//! let (c, a) = (Collective::AllGather, Algorithm::Ring);
+//! let req = Request::new(c, a, 4, 1024, DType::F32, ReduceOp::Sum);
 //! let t = symm_example_no_std::tally(&req).unwrap();
 //! // Each rank copies its block into its own output, and each block travels to the 3 others.
 //! assert_eq!(t.copies, 4 + 4 * 3);
