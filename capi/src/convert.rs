@@ -1,0 +1,418 @@
+//! Conversions between the C structs and symm-core's types; every code is checked.
+
+use symm_core::cost::Link;
+use symm_core::dtype::{DType, ReduceOp};
+use symm_core::op::{Buf, Loc, McLoc, Op, SignalOp};
+use symm_core::plan;
+use symm_core::sched::{Algorithm, Collective, Request};
+use symm_core::trace::{Event, EventKind};
+
+use crate::error::Error;
+use crate::types::codes::{self, COLLECTIVES};
+use crate::types::{symm_event, symm_link, symm_loc, symm_op, symm_request};
+
+fn code<T: Copy>(table: &[T], field: &'static str, value: u32) -> Result<T, Error> {
+    table.get(value as usize).copied().ok_or(Error::BadCode {
+        field,
+        value: value.into(),
+    })
+}
+
+fn dtype(v: u32) -> Result<DType, Error> {
+    u8::try_from(v)
+        .ok()
+        .and_then(DType::from_u8)
+        .ok_or(Error::BadCode {
+            field: "dtype",
+            value: v.into(),
+        })
+}
+
+fn redop(v: u32) -> Result<ReduceOp, Error> {
+    u8::try_from(v)
+        .ok()
+        .and_then(ReduceOp::from_u8)
+        .ok_or(Error::BadCode {
+            field: "redop",
+            value: v.into(),
+        })
+}
+
+fn buf(v: u32) -> Result<Buf, Error> {
+    u8::try_from(v)
+        .ok()
+        .and_then(Buf::from_u8)
+        .ok_or(Error::BadCode {
+            field: "buf",
+            value: v.into(),
+        })
+}
+
+impl symm_request {
+    /// The core request (codes checked; not validated: see [`Request::validate`]).
+    pub fn to_core(&self) -> Result<Request, Error> {
+        let collective = match code(&COLLECTIVES, "collective", self.collective)? {
+            Collective::Broadcast { .. } => Collective::Broadcast { root: self.root },
+            Collective::Reduce { .. } => Collective::Reduce { root: self.root },
+            Collective::Scatter { .. } => Collective::Scatter { root: self.root },
+            Collective::Gather { .. } => Collective::Gather { root: self.root },
+            Collective::SendRecv { .. } => Collective::SendRecv {
+                src: self.src,
+                dst: self.dst,
+            },
+            c => c,
+        };
+        let slots = u8::try_from(self.slots).map_err(|_| Error::Range {
+            what: "slots",
+            value: self.slots.into(),
+            max: u8::MAX.into(),
+        })?;
+        let req = Request::new(
+            collective,
+            code(&Algorithm::ALL, "algorithm", self.algorithm)?,
+            self.world,
+            self.bytes,
+            dtype(self.dtype)?,
+            redop(self.redop)?,
+        )
+        .with_channels(self.channels)
+        .with_pipeline(self.chunk_bytes, slots);
+        Ok(req)
+    }
+
+    /// The core request, validated.
+    pub fn validated(&self) -> Result<Request, Error> {
+        let req = self.to_core()?;
+        req.validate()?;
+        Ok(req)
+    }
+}
+
+impl symm_loc {
+    fn of(l: Loc) -> symm_loc {
+        symm_loc {
+            rank: l.rank,
+            reserved: 0,
+            buf: l.buf as u32,
+            offset: l.offset,
+        }
+    }
+
+    fn of_mc(l: McLoc) -> symm_loc {
+        symm_loc {
+            rank: 0,
+            reserved: 0,
+            buf: l.buf as u32,
+            offset: l.offset,
+        }
+    }
+
+    fn to_core(self) -> Result<Loc, Error> {
+        Ok(Loc::new(self.rank, buf(self.buf)?, self.offset))
+    }
+
+    fn to_mc(self) -> Result<McLoc, Error> {
+        Ok(McLoc {
+            buf: buf(self.buf)?,
+            offset: self.offset,
+        })
+    }
+}
+
+impl symm_op {
+    /// The C form of an op.
+    pub fn of(op: &Op) -> symm_op {
+        let mut o = symm_op::default();
+        match *op {
+            Op::Copy { src, dst, bytes } => {
+                o.kind = plan::COPY.into();
+                o.a = symm_loc::of(src);
+                o.dst = symm_loc::of(dst);
+                o.count = bytes;
+            }
+            Op::Reduce {
+                a,
+                b,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => {
+                o.kind = plan::REDUCE.into();
+                o.a = symm_loc::of(a);
+                o.b = symm_loc::of(b);
+                o.dst = symm_loc::of(dst);
+                o.count = elems;
+                o.dtype = dtype as u32;
+                o.redop = op as u32;
+                o.div = div;
+            }
+            Op::Signal {
+                peer,
+                slot,
+                op,
+                value,
+            } => {
+                o.kind = plan::SIGNAL.into();
+                o.peer = peer;
+                o.slot = slot;
+                o.sigop = op as u32;
+                o.count = value;
+            }
+            Op::Wait { slot, count } => {
+                o.kind = plan::WAIT.into();
+                o.slot = slot;
+                o.count = count;
+            }
+            Op::McReduce {
+                src,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => {
+                o.kind = plan::MC_REDUCE.into();
+                o.a = symm_loc::of_mc(src);
+                o.dst = symm_loc::of(dst);
+                o.count = elems;
+                o.dtype = dtype as u32;
+                o.redop = op as u32;
+                o.div = div;
+            }
+            Op::McStore { src, dst, bytes } => {
+                o.kind = plan::MC_STORE.into();
+                o.a = symm_loc::of(src);
+                o.dst = symm_loc::of_mc(dst);
+                o.count = bytes;
+            }
+        }
+        o
+    }
+
+    /// The core op (every code checked).
+    pub fn to_core(&self) -> Result<Op, Error> {
+        let kind = u8::try_from(self.kind).unwrap_or(u8::MAX);
+        Ok(match kind {
+            plan::COPY => Op::Copy {
+                src: self.a.to_core()?,
+                dst: self.dst.to_core()?,
+                bytes: self.count,
+            },
+            plan::REDUCE => Op::Reduce {
+                a: self.a.to_core()?,
+                b: self.b.to_core()?,
+                dst: self.dst.to_core()?,
+                elems: self.count,
+                dtype: dtype(self.dtype)?,
+                op: redop(self.redop)?,
+                div: self.div,
+            },
+            plan::SIGNAL => Op::Signal {
+                peer: self.peer,
+                slot: self.slot,
+                op: match self.sigop {
+                    0 => SignalOp::Set,
+                    1 => SignalOp::Add,
+                    v => {
+                        return Err(Error::BadCode {
+                            field: "sigop",
+                            value: v.into(),
+                        })
+                    }
+                },
+                value: self.count,
+            },
+            plan::WAIT => Op::Wait {
+                slot: self.slot,
+                count: self.count,
+            },
+            plan::MC_REDUCE => Op::McReduce {
+                src: self.a.to_mc()?,
+                dst: self.dst.to_core()?,
+                elems: self.count,
+                dtype: dtype(self.dtype)?,
+                op: redop(self.redop)?,
+                div: self.div,
+            },
+            plan::MC_STORE => Op::McStore {
+                src: self.a.to_core()?,
+                dst: self.dst.to_mc()?,
+                bytes: self.count,
+            },
+            _ => {
+                return Err(Error::BadCode {
+                    field: "kind",
+                    value: self.kind.into(),
+                })
+            }
+        })
+    }
+}
+
+impl symm_link {
+    /// The C form of a link.
+    pub fn of(l: &Link) -> symm_link {
+        symm_link {
+            launch_us: l.launch_us,
+            alpha_us: l.alpha_us,
+            beta_bytes_per_us: l.beta_bytes_per_us,
+            multicast_bytes_per_us: l.multicast_bytes_per_us,
+        }
+    }
+
+    /// A named link (`SYMM_LINK_*`).
+    pub fn preset(code: u32) -> Result<symm_link, Error> {
+        match code {
+            codes::LINK_NVLINK4 => Ok(symm_link::of(&Link::NVLINK4)),
+            codes::LINK_HOST => Ok(symm_link::of(&Link::HOST)),
+            v => Err(Error::BadCode {
+                field: "link preset",
+                value: v.into(),
+            }),
+        }
+    }
+
+    /// The core link: every field finite and non-negative, the bandwidth positive.
+    pub fn to_core(&self) -> Result<Link, Error> {
+        let ok = |v: f64| v.is_finite() && v >= 0.0;
+        for (field, v) in [
+            ("launch_us", self.launch_us),
+            ("alpha_us", self.alpha_us),
+            ("multicast_bytes_per_us", self.multicast_bytes_per_us),
+        ] {
+            if !ok(v) {
+                return Err(Error::Link { field });
+            }
+        }
+        if !(ok(self.beta_bytes_per_us) && self.beta_bytes_per_us > 0.0) {
+            return Err(Error::Link {
+                field: "beta_bytes_per_us",
+            });
+        }
+        Ok(Link {
+            launch_us: self.launch_us,
+            alpha_us: self.alpha_us,
+            beta_bytes_per_us: self.beta_bytes_per_us,
+            multicast_bytes_per_us: self.multicast_bytes_per_us,
+        })
+    }
+}
+
+impl symm_event {
+    /// The core event (codes checked; the rank and channel are checked by the writer).
+    pub fn to_core(&self) -> Result<Event, Error> {
+        let kind = match self.kind {
+            codes::EVENT_BEGIN => EventKind::Begin,
+            codes::EVENT_END => EventKind::End,
+            codes::EVENT_STALL => EventKind::Stall {
+                target: self.stall_target,
+                found: self.stall_found,
+            },
+            v => {
+                return Err(Error::BadCode {
+                    field: "event kind",
+                    value: v.into(),
+                })
+            }
+        };
+        Ok(Event {
+            time: self.time,
+            rank: self.rank,
+            channel: self.channel,
+            index: self.index,
+            kind,
+            op: self.op.to_core()?,
+            contents: (self.has_contents != 0).then_some(self.contents),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symm_core::sched::{collectives, pairs, Schedule};
+
+    fn c_request(req: &Request) -> symm_request {
+        let code = COLLECTIVES
+            .iter()
+            .position(|c| c.name() == req.collective.name())
+            .unwrap() as u32;
+        let (root, src, dst) = match req.collective {
+            Collective::Broadcast { root }
+            | Collective::Reduce { root }
+            | Collective::Scatter { root }
+            | Collective::Gather { root } => (root, 0, 0),
+            Collective::SendRecv { src, dst } => (0, src, dst),
+            _ => (0, 0, 0),
+        };
+        symm_request {
+            collective: code,
+            algorithm: Algorithm::ALL
+                .iter()
+                .position(|&a| a == req.algorithm)
+                .unwrap() as u32,
+            dtype: req.dtype as u32,
+            redop: req.op as u32,
+            world: req.world,
+            channels: req.channels,
+            root,
+            src,
+            dst,
+            reserved: 0,
+            slots: req.slots.into(),
+            bytes: req.bytes,
+            chunk_bytes: req.chunk_bytes,
+        }
+    }
+
+    #[test]
+    fn every_collective_has_a_code() {
+        for c in collectives(5) {
+            assert!(COLLECTIVES.iter().any(|k| k.name() == c.name()), "{c:?}");
+        }
+        assert!(COLLECTIVES.contains(&Collective::AllToAllV));
+    }
+
+    #[test]
+    fn requests_and_ops_round_trip() {
+        for (c, a) in pairs(5) {
+            let req = Request::new(c, a, 5, 4000, DType::F32, ReduceOp::Avg)
+                .with_channels(2)
+                .with_pipeline(512, 3);
+            assert_eq!(c_request(&req).to_core().unwrap(), req);
+            for op in Schedule::new(req, 3, 1).unwrap() {
+                assert_eq!(symm_op::of(&op).to_core().unwrap(), op);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_codes_and_links_are_refused() {
+        let mut r = c_request(&Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            4,
+            1024,
+            DType::F32,
+            ReduceOp::Sum,
+        ));
+        r.dtype = 99;
+        assert!(matches!(r.to_core(), Err(Error::BadCode { .. })));
+        r.dtype = 0;
+        r.slots = 256;
+        assert!(matches!(r.to_core(), Err(Error::Range { .. })));
+        let op = symm_op {
+            kind: 6,
+            ..Default::default()
+        };
+        assert!(op.to_core().is_err());
+        let mut l = symm_link::preset(codes::LINK_NVLINK4).unwrap();
+        assert_eq!(l.to_core().unwrap(), Link::NVLINK4);
+        l.beta_bytes_per_us = 0.0;
+        assert!(l.to_core().is_err());
+        l.beta_bytes_per_us = f64::NAN;
+        assert!(l.to_core().is_err());
+    }
+}

@@ -1,0 +1,197 @@
+//! Status codes, the typed errors behind them and the per-thread last error message.
+
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::fmt;
+use std::os::raw::c_int;
+
+use symm_core::sched::SchedError;
+use symm_core::trace::{HeaderError, TraceError};
+
+/// Success.
+pub const SYMM_OK: c_int = 0;
+/// A required pointer argument was null.
+pub const SYMM_ERR_NULL: c_int = -1;
+/// An argument is out of range: an unknown code, a request that does not validate, a rank or
+/// channel outside the request, a link with a non-positive bandwidth.
+pub const SYMM_ERR_INVALID: c_int = -2;
+/// An output buffer is smaller than what must be written into it.
+pub const SYMM_ERR_TOO_SMALL: c_int = -3;
+/// A bound was reached (the trace writer's event budget).
+pub const SYMM_ERR_LIMIT: c_int = -4;
+/// The trace could not be encoded.
+pub const SYMM_ERR_TRACE: c_int = -5;
+/// An internal error (a panic, caught at the boundary).
+pub const SYMM_ERR_INTERNAL: c_int = -6;
+
+/// Every status: its C name, value and meaning (the header's `symm_status`).
+pub const STATUSES: [(&CStr, c_int, &str); 7] = [
+    (c"SYMM_OK", SYMM_OK, "Success."),
+    (
+        c"SYMM_ERR_NULL",
+        SYMM_ERR_NULL,
+        "A required pointer argument was null.",
+    ),
+    (
+        c"SYMM_ERR_INVALID",
+        SYMM_ERR_INVALID,
+        "An argument is out of range (unknown code, invalid request, rank or channel outside it).",
+    ),
+    (
+        c"SYMM_ERR_TOO_SMALL",
+        SYMM_ERR_TOO_SMALL,
+        "An output buffer is smaller than what must be written into it.",
+    ),
+    (
+        c"SYMM_ERR_LIMIT",
+        SYMM_ERR_LIMIT,
+        "A bound was reached (the trace writer's event budget).",
+    ),
+    (
+        c"SYMM_ERR_TRACE",
+        SYMM_ERR_TRACE,
+        "The trace could not be encoded.",
+    ),
+    (
+        c"SYMM_ERR_INTERNAL",
+        SYMM_ERR_INTERNAL,
+        "An internal error (a panic, caught at the boundary).",
+    ),
+];
+
+/// Why a call failed.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A required pointer argument was null.
+    Null {
+        /// The argument's name.
+        arg: &'static str,
+    },
+    /// A field holds a value that is not one of its codes.
+    BadCode {
+        /// The field.
+        field: &'static str,
+        /// The value found.
+        value: u64,
+    },
+    /// A value is outside its range.
+    Range {
+        /// What the value is.
+        what: &'static str,
+        /// The value found.
+        value: u64,
+        /// The largest value allowed.
+        max: u64,
+    },
+    /// The request does not validate.
+    Request(SchedError),
+    /// The trace header does not validate.
+    Header(HeaderError),
+    /// A link parameter is not finite and non-negative (bandwidths: positive).
+    Link {
+        /// The field.
+        field: &'static str,
+    },
+    /// An output buffer is too small.
+    TooSmall {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes given.
+        have: usize,
+    },
+    /// The trace writer holds its maximum number of events.
+    EventLimit {
+        /// The writer's budget.
+        max: u64,
+    },
+    /// The trace could not be encoded.
+    Trace(TraceError),
+    /// A panic was caught at the boundary.
+    Internal,
+}
+
+impl Error {
+    /// The status code the error returns as.
+    pub fn status(&self) -> c_int {
+        match self {
+            Error::Null { .. } => SYMM_ERR_NULL,
+            Error::BadCode { .. }
+            | Error::Range { .. }
+            | Error::Request(_)
+            | Error::Header(_)
+            | Error::Link { .. } => SYMM_ERR_INVALID,
+            Error::TooSmall { .. } => SYMM_ERR_TOO_SMALL,
+            Error::EventLimit { .. } => SYMM_ERR_LIMIT,
+            Error::Trace(_) => SYMM_ERR_TRACE,
+            Error::Internal => SYMM_ERR_INTERNAL,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Null { arg } => write!(f, "{arg} is null"),
+            Error::BadCode { field, value } => write!(f, "{field} {value} is not a known code"),
+            Error::Range { what, value, max } => {
+                write!(f, "{what} {value} is out of range (at most {max})")
+            }
+            Error::Request(e) => write!(f, "invalid request: {e}"),
+            Error::Header(e) => write!(f, "invalid trace header: {e}"),
+            Error::Link { field } => write!(
+                f,
+                "link {field} must be finite and non-negative (bandwidth: positive)"
+            ),
+            Error::TooSmall { need, have } => {
+                write!(f, "the buffer holds {have} bytes, {need} are needed")
+            }
+            Error::EventLimit { max } => {
+                write!(f, "the trace writer already holds its {max} events")
+            }
+            Error::Trace(e) => write!(f, "trace: {e}"),
+            Error::Internal => write!(f, "internal error (a panic was caught)"),
+        }
+    }
+}
+
+impl From<SchedError> for Error {
+    fn from(e: SchedError) -> Error {
+        Error::Request(e)
+    }
+}
+
+impl From<TraceError> for Error {
+    fn from(e: TraceError) -> Error {
+        Error::Trace(e)
+    }
+}
+
+thread_local! {
+    static LAST: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Records the outcome of a call on this thread: the message of `err`, or none.
+pub fn set_last(err: Option<&Error>) {
+    LAST.with(|l| {
+        let mut l = l.borrow_mut();
+        l.clear();
+        if let Some(e) = err {
+            use fmt::Write as _;
+            let _ = write!(l, "{e}");
+        }
+    });
+}
+
+/// Runs `f` with the last error message of this thread.
+pub fn with_last<R>(f: impl FnOnce(&str) -> R) -> R {
+    LAST.with(|l| f(&l.borrow()))
+}
+
+/// The status's C name, for `symm_status_name`.
+pub fn status_name(status: c_int) -> Option<&'static CStr> {
+    STATUSES
+        .iter()
+        .find(|(_, v, _)| *v == status)
+        .map(|(n, _, _)| *n)
+}
