@@ -266,9 +266,10 @@ struct Runtime {
 /// What one collective cost the scheduler.
 #[derive(Debug, Default)]
 struct Stats {
+    /// Ops run over every task.
     ops: u64,
+    /// Turns given to tasks (a turn ends when the task blocks, finishes or used its quantum).
     turns: u64,
-    blocked: u64,
 }
 
 impl Runtime {
@@ -338,10 +339,7 @@ impl Runtime {
                             stats.ops += 1;
                             progressed = true;
                         }
-                        Step::Blocked { .. } => {
-                            stats.blocked += 1;
-                            break;
-                        }
+                        Step::Blocked { .. } => break,
                         Step::Done => {
                             *done = true;
                             live -= 1;
