@@ -275,6 +275,81 @@ pub fn predict(req: &Request, link: &Link) -> f64 {
         + path.mc_bytes / mc
 }
 
+mod calibration;
+
+/// One measured choice of the calibration table ([`tune`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Calibrated {
+    /// [`crate::sched::Collective::name`] of the collective.
+    pub collective: &'static str,
+    /// Ranks.
+    pub world: u16,
+    /// `Request::bytes`.
+    pub bytes: u64,
+    /// The fastest algorithm measured.
+    pub algorithm: Algorithm,
+    /// With this many channels.
+    pub channels: u16,
+    /// Its time per op, microseconds.
+    pub us: f64,
+}
+
+/// The calibration table kept in the repository, and where it was measured.
+pub fn calibration() -> (&'static [Calibrated], &'static str) {
+    (calibration::TABLE, calibration::SOURCE)
+}
+
+/// Where [`tune`]'s choice came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// The calibration table's entry for this collective and world, at the nearest size.
+    Calibrated,
+    /// The model ([`select`] on NVLink 4), with channels by size.
+    Model,
+}
+
+/// Channels by size when nothing was measured: one block up to 16 KiB, then more as the
+/// message grows (4 to 256 KiB, 16 to 4 MiB, 64 beyond).
+pub fn default_channels(bytes: u64) -> u16 {
+    match bytes {
+        0..=16_384 => 1,
+        16_385..=262_144 => 4,
+        262_145..=4_194_304 => 16,
+        _ => 64,
+    }
+}
+
+/// `req` with the algorithm and channels symm picks by default: the calibration table's
+/// entry for (collective, world) at the size nearest `req.bytes` (in log scale), else the
+/// model's pick. A request the caller builds with an explicit algorithm and channels is run as
+/// given; this is the default for callers that do not choose.
+pub fn tune(req: Request) -> (Request, Choice) {
+    let (table, _) = calibration();
+    let near = table
+        .iter()
+        .filter(|e| e.collective == req.collective.name() && e.world == req.world)
+        .min_by_key(|e| {
+            let (a, b) = (e.bytes.max(1).ilog2(), req.bytes.max(1).ilog2());
+            (a.abs_diff(b), e.bytes)
+        });
+    if let Some(e) = near {
+        let r = Request {
+            algorithm: e.algorithm,
+            channels: e.channels,
+            ..req
+        };
+        if r.validate().is_ok() {
+            return (r, Choice::Calibrated);
+        }
+    }
+    let r = Request {
+        algorithm: select(&req, &Link::NVLINK4, false),
+        channels: default_channels(req.bytes),
+        ..req
+    };
+    (r, Choice::Model)
+}
+
 /// Picks the algorithm with the lowest predicted time for a request (its `algorithm` field is
 /// ignored). Multicast is considered only when `multicast` is true.
 pub fn select(req: &Request, link: &Link, multicast: bool) -> Algorithm {
@@ -348,5 +423,58 @@ mod tests {
                 assert!(t >= bound, "{a:?} at p={p}: {t} < {bound}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tune_tests {
+    use super::*;
+    use crate::dtype::{DType, ReduceOp};
+    use crate::sched::Collective;
+
+    /// Every table entry is a request that validates; `tune` takes the nearest entry of the
+    /// request's (collective, world), and the model elsewhere.
+    #[test]
+    fn tune_reads_the_calibration_table() {
+        let (table, _) = calibration();
+        for e in table {
+            let c = crate::sched::collectives(e.world)
+                .into_iter()
+                .find(|c| c.name() == e.collective)
+                .unwrap_or_else(|| panic!("{} is not a collective", e.collective));
+            let req = Request::new(c, e.algorithm, e.world, e.bytes, DType::Bf16, ReduceOp::Sum)
+                .with_channels(e.channels);
+            req.validate()
+                .unwrap_or_else(|err| panic!("{e:?}: {err:?}"));
+            let (t, how) = tune(Request::new(
+                c,
+                Algorithm::Ring,
+                e.world,
+                e.bytes,
+                DType::Bf16,
+                ReduceOp::Sum,
+            ));
+            assert_eq!(how, Choice::Calibrated);
+            let same = table
+                .iter()
+                .filter(|x| {
+                    x.collective == e.collective && x.world == e.world && x.bytes == e.bytes
+                })
+                .any(|x| x.algorithm == t.algorithm && x.channels == t.channels);
+            assert!(same, "{e:?} -> {t:?}");
+        }
+        // A world the table does not cover falls back to the model.
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            7,
+            1 << 20,
+            DType::F32,
+            ReduceOp::Sum,
+        );
+        let (t, how) = tune(req);
+        assert_eq!(how, Choice::Model);
+        assert_eq!(t.algorithm, select(&req, &Link::NVLINK4, false));
+        assert_eq!(t.channels, default_channels(1 << 20));
     }
 }

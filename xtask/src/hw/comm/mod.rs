@@ -247,9 +247,11 @@ pub fn rank(args: &[String]) -> Result<(), String> {
             life::death,
         )],
         "bench" => vec![Check::timed("all-reduce beside NCCL", 3, bench::run)],
-        "perf" | "perf-quick" => vec![Check::timed("bench", 1, || {
-            super::perf::rank_main(phase == "perf-quick", &p.out)
-        })],
+        "perf" | "perf-quick" | "perf-cal" | "perf-quick-cal" => {
+            vec![Check::timed("bench", 1, || {
+                super::perf::rank_main(phase, &p.out)
+            })]
+        }
         other => return Err(format!("unknown phase {other:?}")),
     };
     let mut text = String::new();

@@ -142,7 +142,11 @@ pub const USAGE: &str =
   one-shot / two-shot all-reduce when torch is importable; prints nccl-tests columns and writes
   bench-wN.json and SVG plots to DIR (default docs/perf)
   --quick      sizes 1 KiB, 1 MiB, 256 MiB only
-  --no-torch   skip the PyTorch script";
+  --no-torch   skip the PyTorch script
+  --calibrate FILE
+               also try a quarter and four times the default channels, and write the fastest
+               (algorithm, channels) per collective and size as symm-core's calibration table
+               (commit it as core/src/cost/calibration.rs; cost::tune reads it)";
 
 /// The sizes of a run.
 fn sizes(quick: bool) -> Vec<u64> {
@@ -162,6 +166,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             ("--quick", false),
             ("--out", true),
             ("--no-torch", false),
+            ("--calibrate", true),
         ],
         USAGE,
     )?
@@ -170,6 +175,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let out = PathBuf::from(a.value("--out").unwrap_or("docs/perf"));
     let quick = a.flag("--quick");
+    let cal = a.value("--calibrate").map(PathBuf::from);
     let worlds: Vec<u16> = a
         .value("--worlds")
         .unwrap_or("2")
@@ -189,8 +195,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
             cycles: 0,
             out: out.clone(),
         };
-        let code =
-            super::comm::launch(w, &format!("perf{}", if quick { "-quick" } else { "" }), &p)?;
+        let phase = match (quick, cal.is_some()) {
+            (true, true) => "perf-quick-cal",
+            (true, false) => "perf-quick",
+            (false, true) => "perf-cal",
+            (false, false) => "perf",
+        };
+        let code = super::comm::launch(w, phase, &p)?;
         if code != 0 {
             return Err(format!("the bench job exited {code}"));
         }
@@ -210,13 +221,21 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         report::write(w, &samples, &out)?;
         let _ = std::fs::remove_file(out.join("perf-samples.tsv"));
+        for r in 0..w {
+            let _ = std::fs::remove_file(out.join(format!("{phase}-rank{r}.tsv")));
+        }
+        if let Some(path) = &cal {
+            let text = report::calibration(w, &samples);
+            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            println!("bench: calibration table written to {}", path.display());
+        }
     }
     Ok(())
 }
 
 /// The child's part: measures and (rank 0) writes the samples.
-pub(super) fn rank_main(quick: bool, out: &Path) -> Result<String, String> {
-    let samples = rank::run(&sizes(quick))?;
+pub(super) fn rank_main(phase: &str, out: &Path) -> Result<String, String> {
+    let samples = rank::run(&sizes(phase.contains("quick")), phase.contains("cal"))?;
     let rank0 = std::env::var("RANK").as_deref() == Ok("0");
     if rank0 {
         let text: String = samples.iter().map(|s| s.line() + "\n").collect();

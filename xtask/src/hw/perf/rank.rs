@@ -45,26 +45,29 @@ pub(super) fn request(kind: Kind, size: u64, world: u16, a: Algorithm, ch: u16) 
     Request::new(c, a, world, bytes, DType::Bf16, ReduceOp::Sum).with_channels(ch)
 }
 
-fn channels(size: u64) -> u16 {
-    match size {
-        0..=16_384 => 1,
-        16_385..=262_144 => 4,
-        262_145..=4_194_304 => 16,
-        _ => 64,
-    }
-}
-
-/// The (algorithm, channels) pairs symm tries.
-fn candidates(kind: Kind, size: u64) -> Vec<(Algorithm, u16)> {
-    let ch = channels(size);
-    let algos: &[Algorithm] = match kind {
-        Kind::AllReduce if size <= 1 << 20 => &[Algorithm::OneShot, Algorithm::TwoShot],
-        Kind::AllReduce => &[Algorithm::TwoShot, Algorithm::Ring],
-        Kind::AllGather | Kind::ReduceScatter => &[Algorithm::Direct, Algorithm::Ring],
-        Kind::AllToAll => &[Algorithm::Direct],
-        Kind::Broadcast => &[Algorithm::Direct, Algorithm::Ring, Algorithm::Tree],
+/// The (algorithm, channels) pairs symm tries: every algorithm of the collective (multicast
+/// never) at the default channels for the size, and with `wide` also a quarter and four times
+/// as many (the calibration run).
+fn candidates(kind: Kind, size: u64, world: u16, wide: bool) -> Vec<(Algorithm, u16)> {
+    let probe = request(kind, size, world, Algorithm::Ring, 1);
+    let ch = symm_core::cost::default_channels(probe.bytes);
+    let chans: Vec<u16> = if wide {
+        let mut v = vec![(ch / 4).max(1), ch, (ch * 4).min(64)];
+        v.dedup();
+        v
+    } else {
+        vec![ch]
     };
-    algos.iter().map(|&a| (a, ch)).collect()
+    let mut out = Vec::new();
+    for &a in symm_core::sched::algorithms(probe.collective) {
+        if a == Algorithm::Multicast {
+            continue;
+        }
+        for &c in &chans {
+            out.push((a, c));
+        }
+    }
+    out
 }
 
 fn nccl_op(kind: Kind) -> NcclOp {
@@ -181,7 +184,7 @@ fn wrong(found: &[u8], want: &[u8]) -> u64 {
 }
 
 /// Every sample of this rank's run (all ranks measure; rank 0's list is the result).
-pub(super) fn run(sizes: &[u64]) -> Result<Vec<Sample>, String> {
+pub(super) fn run(sizes: &[u64], wide: bool) -> Result<Vec<Sample>, String> {
     let comm = Comm::from_env(CommOptions {
         heap_bytes: 5 << 30,
         timeout: Duration::from_secs(20),
@@ -195,7 +198,7 @@ pub(super) fn run(sizes: &[u64]) -> Result<Vec<Sample>, String> {
     for &kind in &COLLECTIVES {
         for &size in sizes {
             let mut best: Option<(f64, Algorithm, u16, u32, u64)> = None;
-            for (a, ch) in candidates(kind, size) {
+            for (a, ch) in candidates(kind, size, w, wide) {
                 let req = request(kind, size, w, a, ch);
                 if req.validate().is_err() {
                     continue;
