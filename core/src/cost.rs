@@ -26,7 +26,7 @@
 //! algorithm over worlds 2..72 and 1 KiB..1 GiB. Both count every op of a channel as serial and
 //! charge local passes at link bandwidth; `cargo xtask hw` measures the truth on GPUs.
 
-use crate::sched::{algorithms, Algorithm, Collective, Request};
+use crate::sched::{algorithms, Algorithm, Request};
 
 /// Link and launch parameters of a machine.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -61,7 +61,7 @@ impl Link {
 }
 
 /// `log2(p)` as a real number (0 for p <= 1), without `std`.
-fn lg(p: u64) -> f64 {
+pub(crate) fn lg(p: u64) -> f64 {
     if p <= 1 {
         return 0.0;
     }
@@ -73,7 +73,7 @@ fn lg(p: u64) -> f64 {
 }
 
 /// Depth of a heap-ordered binary tree of `p` nodes.
-fn depth(p: u64) -> u64 {
+pub(crate) fn depth(p: u64) -> u64 {
     if p <= 1 {
         0
     } else {
@@ -81,7 +81,7 @@ fn depth(p: u64) -> u64 {
     }
 }
 
-fn div_ceil(a: u64, b: u64) -> u64 {
+pub(crate) fn div_ceil(a: u64, b: u64) -> u64 {
     if b == 0 {
         0
     } else {
@@ -91,14 +91,14 @@ fn div_ceil(a: u64, b: u64) -> u64 {
 
 /// Hops and bytes (`alpha` and `beta` multiples) of an algorithm's critical path.
 #[derive(Clone, Copy, Debug, Default)]
-struct Path {
-    hops: f64,
-    bytes: f64,
-    mc_bytes: f64,
+pub(crate) struct Path {
+    pub hops: f64,
+    pub bytes: f64,
+    pub mc_bytes: f64,
 }
 
 impl Path {
-    fn new(hops: f64, bytes: f64) -> Path {
+    pub(crate) fn new(hops: f64, bytes: f64) -> Path {
         Path {
             hops,
             bytes,
@@ -107,140 +107,63 @@ impl Path {
     }
 }
 
-/// The critical path of `req` on one channel.
-fn path(req: &Request) -> Path {
-    let p = req.world.max(1) as u64;
-    let e = req.dtype.size();
-    let ch = req.channels.max(1) as u64;
-    // Per-channel bytes of the whole buffer and of one block.
-    let n = div_ceil(req.elems(), ch) * e;
-    let pf = p as f64;
-    let chunk = req.chunk_elems() * e;
-    // Chunks of `len` bytes, and the chunk size actually used for them.
-    let pipe = |len: u64| -> (f64, f64) {
-        let c = chunk.min(len).max(1);
+/// What every algorithm's cost reads of a request, per channel.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shape {
+    /// Ranks.
+    pub p: u64,
+    /// Ranks, as a real.
+    pub pf: f64,
+    /// Element size.
+    pub e: u64,
+    /// Bytes of the whole buffer on one channel.
+    pub n: u64,
+    /// Pipelining chunk in bytes.
+    pub chunk: u64,
+    /// Depth of a binary tree of `p` nodes.
+    pub d: f64,
+}
+
+impl Shape {
+    fn of(req: &Request) -> Shape {
+        let p = req.world.max(1) as u64;
+        let e = req.dtype.size();
+        let ch = req.channels.max(1) as u64;
+        Shape {
+            p,
+            pf: p as f64,
+            e,
+            n: div_ceil(req.elems(), ch) * e,
+            chunk: req.chunk_elems() * e,
+            d: depth(p) as f64,
+        }
+    }
+
+    /// Chunks of `len` bytes, and the chunk size actually used for them.
+    pub(crate) fn pipe(&self, len: u64) -> (f64, f64) {
+        let c = self.chunk.min(len).max(1);
         (div_ceil(len, c) as f64, c as f64)
-    };
-    if p == 1 {
-        return Path::new(0.0, n as f64);
     }
-    let d = depth(p) as f64;
-    match (req.collective, req.algorithm) {
-        (Collective::AllReduce, Algorithm::Ring) => {
-            let s = div_ceil(n, p * e) * e;
-            let (k, _) = pipe(s);
-            Path::new(1.0 + k * (5.0 * pf - 5.0), (2.0 * pf - 1.0) * s as f64)
-        }
-        (Collective::AllReduce, Algorithm::Tree) => {
-            let half = div_ceil(n, 2 * e) * e;
-            let (k, c) = pipe(half);
-            let (a, b) = match p {
-                2 => (8.0, 4.0),
-                3 => (12.0, 8.0),
-                4 => (14.0, 7.0),
-                _ => (16.0, 8.0),
-            };
-            let l = lg(p);
-            let steady = (k - 1.0).max(0.0);
-            Path::new(8.0 * l + 2.0 + steady * a, (5.0 * l + steady * b) * c)
-        }
-        (Collective::AllReduce, Algorithm::Rhd) => {
-            let big = 1u64 << depth(p);
-            let extra = p - big;
-            // Halving: each step sends half the range, a credited stream of chunks (put, data
-            // signal, credit: 3 hops) combined locally on arrival.
-            let (mut chunks, mut halving, mut range) = (0.0, 0.0, n);
-            for _ in 0..depth(big) {
-                let send = div_ceil(range, 2 * e) * e;
-                chunks += pipe(send).0;
-                halving += 2.0 * send as f64;
-                range = send;
-            }
-            let lgp = depth(big) as f64;
-            let doubling = (big - 1) as f64 / big as f64 * n as f64;
-            let mut path = Path::new(2.0 + 3.0 * chunks + 2.0 * lgp, halving + doubling);
-            if extra > 0 {
-                let (kf, cf) = pipe(n);
-                path.hops += 2.0 * kf + 2.0;
-                path.bytes += kf * cf + n as f64;
-            }
-            path
-        }
-        (Collective::AllReduce, Algorithm::OneShot) => {
-            Path::new(3.0 * (pf - 1.0), (pf - 1.0) * n as f64)
-        }
-        (Collective::AllReduce, Algorithm::TwoShot) => Path::new(
-            4.0 * (pf - 1.0),
-            2.0 * (pf - 1.0) * (div_ceil(n, p * e) * e) as f64,
-        ),
-        (Collective::AllReduce, Algorithm::Multicast) => Path {
-            hops: 2.0 * pf,
-            bytes: 0.0,
-            mc_bytes: 2.0 * (div_ceil(n, p * e) * e) as f64,
-        },
-        (Collective::ReduceScatter, Algorithm::Ring) => {
-            let (k, _) = pipe(n);
-            Path::new(1.0 + k * (3.0 * pf - 3.0), pf * n as f64)
-        }
-        (Collective::AllGather, Algorithm::Ring) => {
-            let (k, _) = pipe(n);
-            Path::new(1.0 + k * (2.0 * pf - 2.0), pf * n as f64)
-        }
-        (Collective::ReduceScatter | Collective::AllGather, Algorithm::Multicast) => Path {
-            hops: 2.0 * pf - 1.0,
-            bytes: 0.0,
-            mc_bytes: n as f64,
-        },
-        (Collective::ReduceScatter, _) => Path::new(3.0 * (pf - 1.0), (pf - 1.0) * n as f64),
-        (Collective::AllGather | Collective::AllToAll, _) => {
-            Path::new(3.0 * (pf - 1.0), pf * n as f64)
-        }
-        (Collective::Broadcast { .. }, Algorithm::Ring) => {
-            let (k, c) = pipe(n);
-            let steps = k + pf - 2.0;
-            Path::new(1.0 + 2.0 * steps, 2.0 * steps * c)
-        }
-        (Collective::Broadcast { .. }, Algorithm::Tree) => {
-            // Fill: the first chunk reaches the deepest second child after two puts a level;
-            // then a chunk per local copy and two forwards.
-            let (k, c) = pipe(n);
-            let fill = if p == 2 {
-                2.0
-            } else {
-                4.0 * (d - 1.0).max(1.0)
-            };
-            let (a, b) = if p == 2 { (2.0, 2.0) } else { (4.0, 3.0) };
-            let steady = (k - 1.0).max(0.0);
-            Path::new(2.0 + fill + a * steady, ((d + 1.0) + b * steady) * c)
-        }
-        (Collective::Reduce { .. }, Algorithm::Tree) => {
-            // Fill: a put and a signal a level; then the busiest node's ops per chunk (a root
-            // with two children combines twice; an inner node also forwards and credits).
-            let (k, c) = pipe(n);
-            let (a, b) = match p {
-                2 => (2.0, 1.0),
-                3 => (2.0, 2.0),
-                4 => (3.0, 1.0),
-                _ => (4.0, 2.0),
-            };
-            let steady = (k - 1.0).max(0.0);
-            Path::new(2.0 + 2.0 * d + a * steady, ((d + 1.0) + b * steady) * c)
-        }
-        (Collective::Broadcast { .. }, Algorithm::Multicast) => Path {
-            hops: pf + 1.0,
-            bytes: 0.0,
-            mc_bytes: n as f64,
-        },
-        (Collective::Broadcast { .. } | Collective::Scatter { .. }, _) => {
-            Path::new(2.0 * pf - 1.0, pf * n as f64)
-        }
-        (Collective::Reduce { .. }, _) => Path::new(2.0 * pf - 2.0, (pf - 1.0) * n as f64),
-        (Collective::Gather { .. }, _) => Path::new(pf + 1.0, n as f64),
-        (Collective::SendRecv { .. }, _) => Path::new(3.0, n as f64),
-        (Collective::AllToAllV, _) => Path::new(3.0 * (pf - 1.0), pf * n as f64),
-        // Pairs `validate` refuses: price them as a serial exchange with every peer.
-        _ => Path::new(3.0 * (pf - 1.0), pf * n as f64),
+
+    /// One block of the buffer (`n / p`, whole elements).
+    pub(crate) fn block(&self) -> u64 {
+        div_ceil(self.n, self.p * self.e) * self.e
     }
+
+    /// A serial exchange with every peer: what a pair `validate` refuses is priced as.
+    pub(crate) fn serial(&self) -> Path {
+        Path::new(3.0 * (self.pf - 1.0), self.pf * self.n as f64)
+    }
+}
+
+/// The critical path of `req` on one channel: the algorithm's own cost
+/// ([`crate::sched::Desc::cost`]).
+fn path(req: &Request) -> Path {
+    let s = Shape::of(req);
+    if s.p == 1 {
+        return Path::new(0.0, s.n as f64);
+    }
+    (req.algorithm.desc().cost)(req, &s)
 }
 
 /// Predicted time of a request in microseconds, launch included.
@@ -377,6 +300,7 @@ pub fn select(req: &Request, link: &Link, multicast: bool) -> Algorithm {
 mod tests {
     use super::*;
     use crate::dtype::{DType, ReduceOp};
+    use crate::sched::Collective;
 
     fn req(alg: Algorithm, world: u16, bytes: u64) -> Request {
         Request::new(

@@ -17,7 +17,9 @@
 //! one-shot all-reduce computes the same bits.
 
 use super::part::{part, Part};
-use super::{Algorithm, Batch, Collective, Ctx, Program};
+use super::table::{no_streams, one_slot, serves, Desc};
+use super::{Algorithm, Batch, Collective, Ctx, Program, Request};
+use crate::cost::{Path, Shape};
 use crate::op::{Buf, McLoc, Op};
 use crate::signal::SlotKind::{self, Data, Done, Ready};
 
@@ -287,6 +289,10 @@ impl Direct {
 impl Program for Direct {
     const PHASES: u8 = 5;
 
+    fn new(ctx: &Ctx) -> Self {
+        Direct::new(ctx)
+    }
+
     fn units(&self, ctx: &Ctx, p: u8) -> u64 {
         match p {
             2 => self.body_units(ctx),
@@ -413,3 +419,130 @@ impl Direct {
         }
     }
 }
+
+/// Every collective a direct-family algorithm does not serve, priced as a serial exchange.
+macro_rules! unserved {
+    () => {
+        Collective::ReduceScatter
+            | Collective::AllGather
+            | Collective::Broadcast { .. }
+            | Collective::Reduce { .. }
+            | Collective::Scatter { .. }
+            | Collective::Gather { .. }
+            | Collective::AllToAll
+            | Collective::AllToAllV
+            | Collective::SendRecv { .. }
+    };
+}
+
+fn one_shot_cost(r: &Request, s: &Shape) -> Path {
+    match r.collective {
+        Collective::AllReduce => Path::new(3.0 * (s.pf - 1.0), (s.pf - 1.0) * s.n as f64),
+        unserved!() => s.serial(),
+    }
+}
+
+fn two_shot_cost(r: &Request, s: &Shape) -> Path {
+    match r.collective {
+        Collective::AllReduce => {
+            Path::new(4.0 * (s.pf - 1.0), 2.0 * (s.pf - 1.0) * s.block() as f64)
+        }
+        unserved!() => s.serial(),
+    }
+}
+
+fn multicast_cost(r: &Request, s: &Shape) -> Path {
+    let mc = |hops: f64, mc_bytes: f64| Path {
+        hops,
+        bytes: 0.0,
+        mc_bytes,
+    };
+    match r.collective {
+        Collective::AllReduce => mc(2.0 * s.pf, 2.0 * s.block() as f64),
+        Collective::ReduceScatter | Collective::AllGather => mc(2.0 * s.pf - 1.0, s.n as f64),
+        Collective::Broadcast { .. } => mc(s.pf + 1.0, s.n as f64),
+        Collective::Reduce { .. }
+        | Collective::Scatter { .. }
+        | Collective::Gather { .. }
+        | Collective::AllToAll
+        | Collective::AllToAllV
+        | Collective::SendRecv { .. } => s.serial(),
+    }
+}
+
+fn direct_cost(r: &Request, s: &Shape) -> Path {
+    let (pf, n) = (s.pf, s.n as f64);
+    match r.collective {
+        Collective::ReduceScatter => Path::new(3.0 * (pf - 1.0), (pf - 1.0) * n),
+        Collective::AllGather => Path::new(3.0 * (pf - 1.0), pf * n),
+        Collective::Broadcast { .. } | Collective::Scatter { .. } => {
+            Path::new(2.0 * pf - 1.0, pf * n)
+        }
+        Collective::Reduce { .. } => Path::new(2.0 * pf - 2.0, (pf - 1.0) * n),
+        Collective::Gather { .. } => Path::new(pf + 1.0, n),
+        Collective::SendRecv { .. } => Path::new(3.0, n),
+        Collective::AllReduce | Collective::AllToAll | Collective::AllToAllV => s.serial(),
+    }
+}
+
+fn pairwise_cost(r: &Request, s: &Shape) -> Path {
+    match r.collective {
+        Collective::AllToAll | Collective::AllToAllV => {
+            Path::new(3.0 * (s.pf - 1.0), s.pf * s.n as f64)
+        }
+        Collective::AllReduce
+        | Collective::ReduceScatter
+        | Collective::AllGather
+        | Collective::Broadcast { .. }
+        | Collective::Reduce { .. }
+        | Collective::Scatter { .. }
+        | Collective::Gather { .. }
+        | Collective::SendRecv { .. } => s.serial(),
+    }
+}
+
+/// One-shot all-reduce.
+pub(crate) const ONE_SHOT: Desc = Desc {
+    serves: serves::ALL_REDUCE,
+    streams: no_streams,
+    min_slots: one_slot,
+    cost: one_shot_cost,
+};
+
+/// Two-shot all-reduce.
+pub(crate) const TWO_SHOT: Desc = Desc {
+    serves: serves::ALL_REDUCE,
+    streams: no_streams,
+    min_slots: one_slot,
+    cost: two_shot_cost,
+};
+
+/// The host model of NVLink multicast (never launched on shared GPUs).
+pub(crate) const MULTICAST: Desc = Desc {
+    serves: serves::ALL_REDUCE | serves::REDUCE_SCATTER | serves::ALL_GATHER | serves::BROADCAST,
+    streams: no_streams,
+    min_slots: one_slot,
+    cost: multicast_cost,
+};
+
+/// Direct reads and writes of the peers' buffers.
+pub(crate) const DIRECT: Desc = Desc {
+    serves: serves::REDUCE_SCATTER
+        | serves::ALL_GATHER
+        | serves::BROADCAST
+        | serves::REDUCE
+        | serves::SCATTER
+        | serves::GATHER
+        | serves::SEND_RECV,
+    streams: no_streams,
+    min_slots: one_slot,
+    cost: direct_cost,
+};
+
+/// Pairwise all-to-all.
+pub(crate) const PAIRWISE: Desc = Desc {
+    serves: serves::ALL_TO_ALL | serves::ALL_TO_ALLV,
+    streams: no_streams,
+    min_slots: one_slot,
+    cost: pairwise_cost,
+};

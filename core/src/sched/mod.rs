@@ -25,19 +25,43 @@
 //! * Outputs are written exactly once per element per collective.
 
 mod alltoallv;
-mod direct;
 mod part;
 mod request;
-mod rhd;
-mod ring;
-mod tree;
+#[macro_use]
+mod table;
 
 pub use alltoallv::{alltoallv, capacity as alltoallv_capacity, AllToAllV};
 pub use part::{part, Part};
-pub use request::{
-    algorithms, collectives, pairs, Algorithm, BufferSizes, Collective, Request, SchedError,
-    MAX_BUFFER,
-};
+pub use request::{collectives, pairs, BufferSizes, Collective, Request, SchedError, MAX_BUFFER};
+pub use table::Desc;
+
+// The algorithm table: each file's algorithms with (name, program, description). See `table`.
+algorithms! {
+    ring {
+        /// Ring (pipelined, credit flow control); for broadcast a pipelined chain.
+        Ring = "ring", RingOrChain, DESC;
+    }
+    tree {
+        /// Double binary tree (all-reduce) or binary tree (broadcast, reduce), pipelined.
+        Tree = "tree", Tree, DESC;
+    }
+    rhd {
+        /// Recursive halving (reduce-scatter) then doubling (all-gather), any world size.
+        Rhd = "rhd", Rhd, DESC;
+    }
+    direct {
+        /// Every rank reads every input and reduces the whole buffer.
+        OneShot = "one_shot", Direct, ONE_SHOT;
+        /// Direct reduce-scatter then direct all-gather.
+        TwoShot = "two_shot", Direct, TWO_SHOT;
+        /// NVLink multicast: load-reduce and multicast store.
+        Multicast = "multicast", Direct, MULTICAST;
+        /// Each rank reads or writes its peers directly.
+        Direct = "direct", Direct, DIRECT;
+        /// All-to-all in world - 1 pairwise steps.
+        Pairwise = "pairwise", Direct, PAIRWISE;
+    }
+}
 
 use crate::dtype::ReduceOp;
 use crate::op::{Buf, Loc, Op, SignalOp};
@@ -156,22 +180,15 @@ impl Ctx {
 }
 
 /// An algorithm as phases of units.
-pub(crate) trait Program {
+pub(crate) trait Program: Sized {
+    /// The program of (rank, channel) of the context's request.
+    fn new(ctx: &Ctx) -> Self;
     /// Units in phase `p`; phases past the last return 0 and [`Program::PHASES`] bounds them.
     fn units(&self, ctx: &Ctx, p: u8) -> u64;
     /// Emits the ops of unit `u` of phase `p`.
     fn emit(&self, ctx: &Ctx, p: u8, u: u64, out: &mut Batch);
     /// Number of phases.
     const PHASES: u8;
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Algo {
-    Ring(ring::Ring),
-    Tree(tree::Tree),
-    Rhd(rhd::Rhd),
-    Direct(direct::Direct),
-    Empty,
 }
 
 /// One (rank, channel)'s ops for a request, produced lazily.
@@ -223,24 +240,7 @@ impl Schedule {
         let algo = if req.bytes == 0 {
             Algo::Empty
         } else {
-            match req.algorithm {
-                Algorithm::Ring
-                    if matches!(
-                        req.collective,
-                        Collective::AllReduce | Collective::ReduceScatter | Collective::AllGather
-                    ) =>
-                {
-                    Algo::Ring(ring::Ring::new(&ctx))
-                }
-                Algorithm::Ring | Algorithm::Tree => match req.collective {
-                    Collective::AllReduce
-                    | Collective::Reduce { .. }
-                    | Collective::Broadcast { .. } => Algo::Tree(tree::Tree::new(&ctx)),
-                    _ => Algo::Empty,
-                },
-                Algorithm::Rhd => Algo::Rhd(rhd::Rhd::new(&ctx)),
-                _ => Algo::Direct(direct::Direct::new(&ctx)),
-            }
+            Algo::new(&ctx)
         };
         Ok(Schedule {
             ctx,
@@ -269,38 +269,6 @@ impl Schedule {
         let mut s = self.clone();
         s.cursor = Cursor::default();
         s.fold(0, |n, _| n + 1)
-    }
-}
-
-impl Algo {
-    fn phases(&self) -> u8 {
-        match self {
-            Algo::Ring(_) => ring::Ring::PHASES,
-            Algo::Tree(_) => tree::Tree::PHASES,
-            Algo::Rhd(_) => rhd::Rhd::PHASES,
-            Algo::Direct(_) => direct::Direct::PHASES,
-            Algo::Empty => 0,
-        }
-    }
-
-    fn units(&self, c: &Ctx, p: u8) -> u64 {
-        match self {
-            Algo::Ring(a) => a.units(c, p),
-            Algo::Tree(a) => a.units(c, p),
-            Algo::Rhd(a) => a.units(c, p),
-            Algo::Direct(a) => a.units(c, p),
-            Algo::Empty => 0,
-        }
-    }
-
-    fn emit(&self, c: &Ctx, p: u8, u: u64, out: &mut Batch) {
-        match self {
-            Algo::Ring(a) => a.emit(c, p, u, out),
-            Algo::Tree(a) => a.emit(c, p, u, out),
-            Algo::Rhd(a) => a.emit(c, p, u, out),
-            Algo::Direct(a) => a.emit(c, p, u, out),
-            Algo::Empty => {}
-        }
     }
 }
 

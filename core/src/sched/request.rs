@@ -1,7 +1,7 @@
 //! What a collective asks for: the collective, the algorithm and the request's parameters,
 //! their validation, the buffer sizes they imply, and the typed scheduling errors.
 
-use super::{rhd, DEFAULT_CHUNK, DEFAULT_SLOTS, MAX_CHANNELS, MAX_WORLD};
+use super::{algorithms, Algorithm, DEFAULT_CHUNK, DEFAULT_SLOTS, MAX_CHANNELS, MAX_WORLD};
 use crate::dtype::{DType, ReduceOp};
 use crate::signal::SlotLayout;
 use serde::{Deserialize, Serialize};
@@ -74,71 +74,6 @@ impl Collective {
             self,
             Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
         )
-    }
-}
-
-/// An algorithm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[non_exhaustive]
-pub enum Algorithm {
-    /// Ring (pipelined, credit flow control); for broadcast a pipelined chain.
-    Ring,
-    /// Double binary tree (all-reduce) or binary tree (broadcast, reduce), pipelined.
-    Tree,
-    /// Recursive halving (reduce-scatter) then doubling (all-gather), any world size.
-    Rhd,
-    /// Every rank reads every input and reduces the whole buffer.
-    OneShot,
-    /// Direct reduce-scatter then direct all-gather.
-    TwoShot,
-    /// NVLink multicast: load-reduce and multicast store.
-    Multicast,
-    /// Each rank reads or writes its peers directly.
-    Direct,
-    /// All-to-all in world - 1 pairwise steps.
-    Pairwise,
-}
-
-impl Algorithm {
-    /// Every algorithm.
-    pub const ALL: [Algorithm; 8] = [
-        Algorithm::Ring,
-        Algorithm::Tree,
-        Algorithm::Rhd,
-        Algorithm::OneShot,
-        Algorithm::TwoShot,
-        Algorithm::Multicast,
-        Algorithm::Direct,
-        Algorithm::Pairwise,
-    ];
-
-    /// Short name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Algorithm::Ring => "ring",
-            Algorithm::Tree => "tree",
-            Algorithm::Rhd => "rhd",
-            Algorithm::OneShot => "one_shot",
-            Algorithm::TwoShot => "two_shot",
-            Algorithm::Multicast => "multicast",
-            Algorithm::Direct => "direct",
-            Algorithm::Pairwise => "pairwise",
-        }
-    }
-}
-
-/// Which algorithms each collective supports.
-pub fn algorithms(c: Collective) -> &'static [Algorithm] {
-    use Algorithm::*;
-    match c {
-        Collective::AllReduce => &[Ring, Tree, Rhd, OneShot, TwoShot, Multicast],
-        Collective::ReduceScatter => &[Ring, Direct, Multicast],
-        Collective::AllGather => &[Ring, Direct, Multicast],
-        Collective::Broadcast { .. } => &[Ring, Tree, Direct, Multicast],
-        Collective::Reduce { .. } => &[Tree, Direct],
-        Collective::Scatter { .. } | Collective::Gather { .. } => &[Direct],
-        Collective::AllToAll | Collective::AllToAllV => &[Pairwise],
-        Collective::SendRecv { .. } => &[Direct],
     }
 }
 
@@ -264,23 +199,11 @@ impl Request {
         (b / self.dtype.size()).min(self.elems()).max(1)
     }
 
-    /// The fewest scratch slots per stream the request's schedule can run with.
-    ///
-    /// Ring reduce-scatter (and the reduce-scatter half of ring all-reduce) receives, combines
-    /// and forwards in one op: a rank frees its slot only after it wrote into its successor's.
-    /// With one slot per rank and three or more ranks, every slot of the ring fills at the first
-    /// step and every rank then waits for its successor's credit, so they need two.
+    /// The fewest scratch slots per stream the request's schedule can run with (the
+    /// algorithm's description says; ring reduce-scatter and all-reduce need two from three
+    /// ranks, see `sched/ring.rs`).
     pub fn min_slots(&self) -> u8 {
-        let fused_ring = self.algorithm == Algorithm::Ring
-            && matches!(
-                self.collective,
-                Collective::AllReduce | Collective::ReduceScatter
-            );
-        if fused_ring && self.world >= 3 {
-            2
-        } else {
-            1
-        }
+        (self.algorithm.desc().min_slots)(self)
     }
 
     /// Scratch slots per stream.
@@ -373,13 +296,7 @@ impl Request {
             .slot_count()
             .saturating_mul(self.chunk_elems())
             .saturating_mul(self.dtype.size());
-        let streams = match (self.collective, self.algorithm) {
-            (Collective::AllReduce | Collective::ReduceScatter, Algorithm::Ring) => 1,
-            (Collective::AllReduce, Algorithm::Tree) => 4,
-            (Collective::Reduce { .. }, Algorithm::Tree) => 2,
-            (Collective::AllReduce, Algorithm::Rhd) => rhd::regions(self.world) as u64,
-            _ => 0,
-        };
+        let streams = (self.algorithm.desc().streams)(self);
         BufferSizes {
             input,
             output,

@@ -17,7 +17,9 @@
 //! region (the partner of step i+1 may start writing before this rank has drained step i).
 
 use super::part::{chunks, part, Part};
-use super::{Batch, Ctx, Program};
+use super::table::{no_streams, one_slot, serves, Desc};
+use super::{Batch, Collective, Ctx, Program, Request};
+use crate::cost::{depth, div_ceil, Path, Shape};
 use crate::op::Buf;
 use crate::signal::SlotKind::{Credit, Data, Ready};
 
@@ -113,6 +115,10 @@ impl Rhd {
 
 impl Program for Rhd {
     const PHASES: u8 = 6;
+
+    fn new(ctx: &Ctx) -> Self {
+        Rhd::new(ctx)
+    }
 
     fn units(&self, ctx: &Ctx, p: u8) -> u64 {
         let role = self.role(ctx.rank);
@@ -253,3 +259,55 @@ impl Program for Rhd {
         }
     }
 }
+
+fn streams(r: &Request) -> u64 {
+    match r.collective {
+        Collective::AllReduce => regions(r.world) as u64,
+        _ => no_streams(r),
+    }
+}
+
+fn cost(r: &Request, s: &Shape) -> Path {
+    let (p, n, e) = (s.p, s.n, s.e);
+    match r.collective {
+        Collective::AllReduce => {
+            let big = 1u64 << depth(p);
+            let extra = p - big;
+            // Halving: each step sends half the range, a credited stream of chunks (put, data
+            // signal, credit: 3 hops) combined locally on arrival.
+            let (mut chunks, mut halving, mut range) = (0.0, 0.0, n);
+            for _ in 0..depth(big) {
+                let send = div_ceil(range, 2 * e) * e;
+                chunks += s.pipe(send).0;
+                halving += 2.0 * send as f64;
+                range = send;
+            }
+            let lgp = depth(big) as f64;
+            let doubling = (big - 1) as f64 / big as f64 * n as f64;
+            let mut path = Path::new(2.0 + 3.0 * chunks + 2.0 * lgp, halving + doubling);
+            if extra > 0 {
+                let (kf, cf) = s.pipe(n);
+                path.hops += 2.0 * kf + 2.0;
+                path.bytes += kf * cf + n as f64;
+            }
+            path
+        }
+        Collective::ReduceScatter
+        | Collective::AllGather
+        | Collective::Broadcast { .. }
+        | Collective::Reduce { .. }
+        | Collective::Scatter { .. }
+        | Collective::Gather { .. }
+        | Collective::AllToAll
+        | Collective::AllToAllV
+        | Collective::SendRecv { .. } => s.serial(),
+    }
+}
+
+/// Recursive halving-doubling: all-reduce at any world size.
+pub(crate) const DESC: Desc = Desc {
+    serves: serves::ALL_REDUCE,
+    streams,
+    min_slots: one_slot,
+    cost,
+};

@@ -18,7 +18,10 @@
 //! overwrite data a neighbour still has to send.
 
 use super::part::{chunks, part, Part};
-use super::{Batch, Collective, Ctx, Program};
+use super::table::{no_streams, serves, Desc};
+use super::tree::Tree;
+use super::{Batch, Collective, Ctx, Program, Request};
+use crate::cost::{Path, Shape};
 use crate::op::{Buf, Loc};
 use crate::signal::SlotKind::{Credit, Data, Ready};
 
@@ -91,6 +94,10 @@ impl Ring {
 
 impl Program for Ring {
     const PHASES: u8 = 2;
+
+    fn new(ctx: &Ctx) -> Self {
+        Ring::new(ctx)
+    }
 
     fn units(&self, ctx: &Ctx, p: u8) -> u64 {
         match p {
@@ -185,3 +192,98 @@ impl Program for Ring {
         }
     }
 }
+
+/// The ring algorithm's program: the ring for all-reduce, reduce-scatter and all-gather; for
+/// broadcast, a pipelined chain (the tree program in its chain shape).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RingOrChain {
+    Ring(Ring),
+    Chain(Tree),
+}
+
+impl Program for RingOrChain {
+    const PHASES: u8 = if Ring::PHASES > Tree::PHASES {
+        Ring::PHASES
+    } else {
+        Tree::PHASES
+    };
+
+    fn new(ctx: &Ctx) -> Self {
+        match ctx.req.collective {
+            Collective::AllReduce | Collective::ReduceScatter | Collective::AllGather => {
+                RingOrChain::Ring(Ring::new(ctx))
+            }
+            _ => RingOrChain::Chain(Tree::new(ctx)),
+        }
+    }
+
+    fn units(&self, ctx: &Ctx, p: u8) -> u64 {
+        match self {
+            RingOrChain::Ring(r) => r.units(ctx, p),
+            RingOrChain::Chain(t) => t.units(ctx, p),
+        }
+    }
+
+    fn emit(&self, ctx: &Ctx, p: u8, u: u64, out: &mut Batch) {
+        match self {
+            RingOrChain::Ring(r) => r.emit(ctx, p, u, out),
+            RingOrChain::Chain(t) => t.emit(ctx, p, u, out),
+        }
+    }
+}
+
+/// Ring reduce-scatter (and the reduce-scatter half of ring all-reduce) receives, combines and
+/// forwards in one op: a rank frees its slot only after it wrote into its successor's. With one
+/// slot per rank and three or more ranks, every slot of the ring fills at the first step and
+/// every rank then waits for its successor's credit, so they need two.
+fn min_slots(r: &Request) -> u8 {
+    match r.collective {
+        Collective::AllReduce | Collective::ReduceScatter if r.world >= 3 => 2,
+        _ => 1,
+    }
+}
+
+fn streams(r: &Request) -> u64 {
+    match r.collective {
+        Collective::AllReduce | Collective::ReduceScatter => 1,
+        _ => no_streams(r),
+    }
+}
+
+fn cost(r: &Request, s: &Shape) -> Path {
+    let (pf, n) = (s.pf, s.n);
+    match r.collective {
+        Collective::AllReduce => {
+            let b = s.block();
+            let (k, _) = s.pipe(b);
+            Path::new(1.0 + k * (5.0 * pf - 5.0), (2.0 * pf - 1.0) * b as f64)
+        }
+        Collective::ReduceScatter => {
+            let (k, _) = s.pipe(n);
+            Path::new(1.0 + k * (3.0 * pf - 3.0), pf * n as f64)
+        }
+        Collective::AllGather => {
+            let (k, _) = s.pipe(n);
+            Path::new(1.0 + k * (2.0 * pf - 2.0), pf * n as f64)
+        }
+        Collective::Broadcast { .. } => {
+            let (k, c) = s.pipe(n);
+            let steps = k + pf - 2.0;
+            Path::new(1.0 + 2.0 * steps, 2.0 * steps * c)
+        }
+        Collective::Reduce { .. }
+        | Collective::Scatter { .. }
+        | Collective::Gather { .. }
+        | Collective::AllToAll
+        | Collective::AllToAllV
+        | Collective::SendRecv { .. } => s.serial(),
+    }
+}
+
+/// Ring: all-reduce, reduce-scatter, all-gather, and broadcast as a chain.
+pub(crate) const DESC: Desc = Desc {
+    serves: serves::ALL_REDUCE | serves::REDUCE_SCATTER | serves::ALL_GATHER | serves::BROADCAST,
+    streams,
+    min_slots,
+    cost,
+};

@@ -18,7 +18,9 @@
 //! Scratch: one stream per (tree, child) with `slots` slots; credits as in the ring.
 
 use super::part::{chunks, part, Part};
-use super::{Batch, Collective, Ctx, Program};
+use super::table::{no_streams, one_slot, serves, Desc};
+use super::{Batch, Collective, Ctx, Program, Request};
+use crate::cost::{self, div_ceil, lg, Path};
 use crate::op::Buf;
 use crate::signal::SlotKind::{self, Credit, CreditB, Data, DataB, Ready};
 
@@ -241,6 +243,10 @@ impl Tree {
 impl Program for Tree {
     const PHASES: u8 = 4;
 
+    fn new(ctx: &Ctx) -> Self {
+        Tree::new(ctx)
+    }
+
     fn units(&self, _ctx: &Ctx, p: u8) -> u64 {
         match p {
             0 | 1 => self.trees * 3,
@@ -274,3 +280,71 @@ impl Program for Tree {
         }
     }
 }
+
+fn streams(r: &Request) -> u64 {
+    match r.collective {
+        Collective::AllReduce => 4,
+        Collective::Reduce { .. } => 2,
+        _ => no_streams(r),
+    }
+}
+
+fn cost(r: &Request, s: &cost::Shape) -> Path {
+    let (p, n, e, d) = (s.p, s.n, s.e, s.d);
+    match r.collective {
+        Collective::AllReduce => {
+            let half = div_ceil(n, 2 * e) * e;
+            let (k, c) = s.pipe(half);
+            let (a, b) = match p {
+                2 => (8.0, 4.0),
+                3 => (12.0, 8.0),
+                4 => (14.0, 7.0),
+                _ => (16.0, 8.0),
+            };
+            let l = lg(p);
+            let steady = (k - 1.0).max(0.0);
+            Path::new(8.0 * l + 2.0 + steady * a, (5.0 * l + steady * b) * c)
+        }
+        Collective::Broadcast { .. } => {
+            // Fill: the first chunk reaches the deepest second child after two puts a level;
+            // then a chunk per local copy and two forwards.
+            let (k, c) = s.pipe(n);
+            let fill = if p == 2 {
+                2.0
+            } else {
+                4.0 * (d - 1.0).max(1.0)
+            };
+            let (a, b) = if p == 2 { (2.0, 2.0) } else { (4.0, 3.0) };
+            let steady = (k - 1.0).max(0.0);
+            Path::new(2.0 + fill + a * steady, ((d + 1.0) + b * steady) * c)
+        }
+        Collective::Reduce { .. } => {
+            // Fill: a put and a signal a level; then the busiest node's ops per chunk (a root
+            // with two children combines twice; an inner node also forwards and credits).
+            let (k, c) = s.pipe(n);
+            let (a, b) = match p {
+                2 => (2.0, 1.0),
+                3 => (2.0, 2.0),
+                4 => (3.0, 1.0),
+                _ => (4.0, 2.0),
+            };
+            let steady = (k - 1.0).max(0.0);
+            Path::new(2.0 + 2.0 * d + a * steady, ((d + 1.0) + b * steady) * c)
+        }
+        Collective::ReduceScatter
+        | Collective::AllGather
+        | Collective::Scatter { .. }
+        | Collective::Gather { .. }
+        | Collective::AllToAll
+        | Collective::AllToAllV
+        | Collective::SendRecv { .. } => s.serial(),
+    }
+}
+
+/// Tree: all-reduce (double binary tree), reduce and broadcast (binary tree).
+pub(crate) const DESC: Desc = Desc {
+    serves: serves::ALL_REDUCE | serves::REDUCE | serves::BROADCAST,
+    streams,
+    min_slots: one_slot,
+    cost,
+};
