@@ -4,6 +4,7 @@ mod codegen;
 mod demo;
 mod fuzz;
 mod hw;
+mod lab;
 mod mutants;
 mod test;
 mod trace;
@@ -22,6 +23,8 @@ commands:
   fuzz [--seconds N] [--runs N] [--target T] [--jobs N] [--merge]
                              run every fuzz target for N seconds (default 10)
   bench                      the plan-building benchmark
+  lab [N | check N [--solution] | view N | grade]
+                             the teaching labs: list, show, grade, view in the viz
   viz [--serve [--port N] [--traces DIR]] [--test] [--screenshots]
                              build the browser replayer into viz/dist
   trace export --perfetto FILE [-o OUT]
@@ -45,6 +48,7 @@ fn dispatch(cmd: &str, rest: &[String]) -> Result<(), String> {
         "codegen" => codegen::run(rest),
         "hw" => hw::run(rest),
         "mutants" => mutants::run(rest),
+        "lab" => lab::run(rest),
         "help" | "--help" | "-h" => match rest.first().map(String::as_str) {
             Some(c) if !matches!(c, "help" | "--help" | "-h") => {
                 dispatch(c, &["--help".to_string()])

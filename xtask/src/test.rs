@@ -10,7 +10,8 @@
 //! 4. symm-core for `thumbv7em-none-eabihf` with no default features (installs the target);
 //!    then the examples: `host-allreduce`, `foreign-runtime` and `no-std-schedule` run (each
 //!    exits non-zero when a result differs from the reference) and `symm-example-no-std` builds
-//!    for `thumbv7em-none-eabihf`;
+//!    for `thumbv7em-none-eabihf`; then the labs (`cargo xtask lab grade`): every solution
+//!    passes and every untouched skeleton fails;
 //! 5. the schedule-building benchmark;
 //! 6. the kernels' generated-header check and NVRTC compile of every kernel variant;
 //! 7. `cargo doc --workspace --no-deps` with warnings denied;
@@ -53,9 +54,10 @@ pub const USAGE: &str = "usage: cargo xtask test [--no-browser]
   warnings denied, every workspace test (doctests included) in release mode, symm-driver's
   multicast tests against the fake driver, the loom models, cargo xtask mutants, symm-core for
   thumbv7em-none-eabihf (no_std), the examples (run, and the no_std one built for thumbv7em),
-  the plan-building benchmark, plan.cuh freshness and the NVRTC compile of every kernel variant,
-  cargo doc with warnings denied, cargo +MSRV xtask demo --no-serve, and the viz in headless
-  Chromium; then the time of each step.
+  the labs (every solution passes, every untouched skeleton fails), the plan-building
+  benchmark, plan.cuh freshness and the NVRTC compile of every kernel variant, cargo doc with
+  warnings denied, cargo +MSRV xtask demo --no-serve, and the viz in headless Chromium; then
+  the time of each step.
   Installs what is missing, saying so first: rustup targets (thumbv7em-none-eabihf,
   wasm32-unknown-unknown), the MSRV toolchain (rustup, minimal profile), wasm-bindgen-cli
   (cargo install), the NVRTC wheel (python3 and pip, into <target>/nvrtc-wheel) and chromium with
@@ -182,6 +184,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "thumbv7em-none-eabihf",
         ]))
     })?;
+    step(
+        "labs (solutions pass, skeletons fail)",
+        &mut times,
+        crate::lab::grade,
+    )?;
     step("bench (plan building)", &mut times, || {
         crate::demo::bench(&[])
     })?;

@@ -1,0 +1,130 @@
+//! Grading a lab: which schedule runs (the student's or the reference solution), what passed,
+//! and the first failure with its hint.
+
+use crate::problem::Problem;
+use crate::run::{self, Case, Passed, Plan};
+use std::path::PathBuf;
+use symm_core::sched::Request;
+
+/// Whose code a check runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    /// The file the student edits (`skeleton.rs`).
+    Student,
+    /// The reference solution (`solution.rs`).
+    Solution,
+}
+
+/// The first thing that failed.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// The case ("world 3, 5 elements per block").
+    pub case: String,
+    /// Its request (names slots and buffers in the words).
+    pub req: Request,
+    /// What went wrong.
+    pub problem: Problem,
+    /// The lab's hint, or the problem's general one.
+    pub hint: Option<String>,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "FAIL  {}", self.case)?;
+        for line in self.problem.words(&self.req).to_string().lines() {
+            writeln!(f, "      {line}")?;
+        }
+        if let Some(h) = &self.hint {
+            writeln!(f, "hint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a lab's check returns: its value, or the first failure.
+pub type Graded<T = ()> = Result<T, Box<Failure>>;
+
+/// Runs one lab's checks and collects what passed.
+pub struct Grader {
+    /// Whose code runs.
+    pub which: Which,
+    /// Where traces are written (`None`: not written).
+    pub out: Option<PathBuf>,
+    /// Passed cases and notes, in order.
+    pub passed: Vec<String>,
+}
+
+/// A lab's hints: a specific hint for a problem, or `None` for the general one.
+pub type Hints<'a> = &'a dyn Fn(&Problem) -> Option<String>;
+
+impl Grader {
+    /// A grader of `which` writing traces to `out`.
+    pub fn new(which: Which, out: Option<PathBuf>) -> Grader {
+        Grader {
+            which,
+            out,
+            passed: Vec::new(),
+        }
+    }
+
+    /// The student's or the solution's version of something.
+    pub fn pick<'a, T: ?Sized>(&self, student: &'a T, solution: &'a T) -> &'a T {
+        match self.which {
+            Which::Student => student,
+            Which::Solution => solution,
+        }
+    }
+
+    /// A failure of `case` with the lab's hint, or the general one.
+    pub fn fail(case: &Case, problem: Problem, hints: Hints) -> Box<Failure> {
+        let hint = hints(&problem).or_else(|| problem.hint().map(String::from));
+        Box::new(Failure {
+            case: case.label.clone(),
+            req: case.req,
+            problem,
+            hint,
+        })
+    }
+
+    /// Runs every check of `case` on `plan`.
+    pub fn case(&mut self, case: &Case, plan: Plan, hints: Hints) -> Graded<Passed> {
+        match run::check_case(case, plan) {
+            Ok(p) => {
+                self.passed.push(format!("pass  {}", case.label));
+                Ok(p)
+            }
+            Err(problem) => Err(Self::fail(case, problem, hints)),
+        }
+    }
+
+    /// A note shown with the passed cases.
+    pub fn note(&mut self, s: impl Into<String>) {
+        self.passed.push(s.into());
+    }
+
+    /// Writes `yours.trace` (`plan` on `case`) and `reference.trace` (`reference` on `case`) to
+    /// the output folder, when there is one. Yours is written even when it fails (up to the
+    /// failure, with stalls at a deadlock).
+    pub fn traces(&mut self, case: &Case, plan: Plan, reference: Plan) {
+        let Some(dir) = self.out.clone() else {
+            return;
+        };
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            self.note(format!("note  cannot create {}: {e}", dir.display()));
+            return;
+        }
+        for (name, p) in [("yours.trace", plan), ("reference.trace", reference)] {
+            let path = dir.join(name);
+            match run::trace_of(case, p) {
+                Some(t) => {
+                    if let Err(e) = std::fs::write(&path, t) {
+                        self.note(format!("note  cannot write {}: {e}", path.display()));
+                    }
+                }
+                None => {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+    }
+}

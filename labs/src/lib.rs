@@ -1,0 +1,58 @@
+//! Teaching labs: write collective schedules by hand, and have every check of the library
+//! grade them.
+//!
+//! Each lab lives in its own folder `labs/NN-name/`: a `README.md` that teaches one idea, a
+//! `skeleton.rs` the student edits (a schedule written against [`kit::Kit`], the library's own
+//! instruction set in element units) and a `solution.rs`, the reference solution. This crate
+//! compiles both into every build (`labNN::skeleton`, `labNN::solution`), so neither can rot.
+//!
+//! A lab's checker ([`LABS`]) runs a schedule over several requests through [`run::check_case`]:
+//! each op on its own, the symbolic check under random interleavings, the host simulator and
+//! real threads against the reference. It stops at the first [`problem::Problem`], says it in
+//! words with a hint, and writes the schedule's trace beside the reference solution's for the
+//! viz's compare view.
+//!
+//! `cargo xtask lab` lists the labs, `cargo xtask lab N` shows one, `cargo xtask lab check N`
+//! grades the student's file (`--solution`: the reference), `cargo xtask lab view N` opens the
+//! traces in the viz. `cargo xtask test` grades every solution (must pass) and every untouched
+//! skeleton (must fail).
+
+// Lab files are written as a student's crate would write them: `use symm_labs::...`.
+extern crate self as symm_labs;
+
+pub mod grade;
+pub mod kit;
+pub mod problem;
+pub mod run;
+
+pub mod lab01;
+
+use grade::{Graded, Grader};
+
+/// One lab.
+pub struct Lab {
+    /// Its number.
+    pub number: u8,
+    /// Its folder under `labs/`.
+    pub dir: &'static str,
+    /// Its title.
+    pub title: &'static str,
+    /// Its checker.
+    pub check: fn(&mut Grader) -> Graded,
+    /// Whether part of it is a loom model (`tests/lab04_loom.rs`, run with `--cfg loom`).
+    pub loom: bool,
+}
+
+/// Every lab, in order.
+pub const LABS: &[Lab] = &[Lab {
+    number: 1,
+    dir: "01-ring-all-gather",
+    title: "ring all-gather",
+    check: lab01::check,
+    loom: false,
+}];
+
+/// The lab numbered `n`.
+pub fn lab(n: u8) -> Option<&'static Lab> {
+    LABS.iter().find(|l| l.number == n)
+}

@@ -1,0 +1,136 @@
+//! `symm-labs`: the labs' checker. `cargo xtask lab ...` runs it; see `labs/README.md`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+use symm_labs::grade::{Grader, Which};
+use symm_labs::{lab, Lab, LABS};
+
+const USAGE: &str = "usage: symm-labs list
+       symm-labs check N [--solution] [--out DIR]
+       symm-labs grade-all
+  list        the labs
+  check N     grade lab N: the student's skeleton.rs (--solution: the reference solution);
+              writes yours.trace and reference.trace to DIR (default <target>/labs/NN)
+  grade-all   every solution must pass and every skeleton must fail (what CI runs)";
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .map_or_else(|| PathBuf::from("target"), |root| root.join("target")),
+    }
+}
+
+fn check(l: &Lab, which: Which, out: PathBuf) -> bool {
+    let file = match which {
+        Which::Student => "skeleton.rs",
+        Which::Solution => "solution.rs",
+    };
+    println!("lab {}: {} (labs/{}/{file})", l.number, l.title, l.dir);
+    let mut g = Grader::new(which, Some(out.clone()));
+    let verdict = (l.check)(&mut g);
+    for p in &g.passed {
+        println!("{p}");
+    }
+    let ok = match &verdict {
+        Ok(()) => {
+            println!("lab {} passes", l.number);
+            true
+        }
+        Err(f) => {
+            print!("{f}");
+            false
+        }
+    };
+    let yours = out.join("yours.trace");
+    if yours.exists() {
+        println!(
+            "traces: {} (yours) and {} (the reference solution)",
+            yours.display(),
+            out.join("reference.trace").display()
+        );
+        println!(
+            "compare them in the viz: cargo xtask lab view {} (then open \
+             http://127.0.0.1:8000/?trace=traces/reference.trace&compare=traces/yours.trace)",
+            l.number
+        );
+    }
+    ok
+}
+
+fn grade_all() -> bool {
+    let mut ok = true;
+    for l in LABS {
+        let t = Instant::now();
+        let sol = (l.check)(&mut Grader::new(Which::Solution, None));
+        let stu = (l.check)(&mut Grader::new(Which::Student, None));
+        let secs = t.elapsed().as_secs_f64();
+        let head = format!("lab {} {:<34}", l.number, l.title);
+        match (sol, stu) {
+            (Ok(()), Err(f)) => {
+                let first = f.problem.words(&f.req).to_string();
+                let first = first.lines().next().unwrap_or("").to_string();
+                let cut: String = first.chars().take(90).collect();
+                println!("{head} ok ({secs:.1} s): the skeleton fails: {cut}");
+            }
+            (Err(f), _) => {
+                ok = false;
+                println!("{head} FAILED: the solution fails\n{f}");
+            }
+            (Ok(()), Ok(())) => {
+                ok = false;
+                println!("{head} FAILED: the untouched skeleton passes");
+            }
+        }
+    }
+    ok
+}
+
+fn run(args: &[String]) -> Result<bool, String> {
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    match words.as_slice() {
+        [] | ["--help" | "-h" | "help", ..] => {
+            println!("{USAGE}");
+            Ok(true)
+        }
+        ["list"] => {
+            for l in LABS {
+                println!("{:>2}  {:<36} labs/{}/", l.number, l.title, l.dir);
+            }
+            Ok(true)
+        }
+        ["grade-all"] => Ok(grade_all()),
+        ["check", n, rest @ ..] => {
+            let n: u8 = n
+                .parse()
+                .map_err(|_| format!("{n:?} is not a lab number"))?;
+            let l = lab(n).ok_or_else(|| format!("there is no lab {n} (symm-labs list)"))?;
+            let mut which = Which::Student;
+            let mut out = target_dir().join("labs").join(format!("{n:02}"));
+            let mut it = rest.iter();
+            while let Some(a) = it.next() {
+                match *a {
+                    "--solution" => which = Which::Solution,
+                    "--out" => out = PathBuf::from(it.next().ok_or("--out needs a folder")?),
+                    other => return Err(format!("unexpected argument {other:?}\n{USAGE}")),
+                }
+            }
+            Ok(check(l, which, out))
+        }
+        _ => Err(format!("unexpected arguments {args:?}\n{USAGE}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

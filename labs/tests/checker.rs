@@ -1,0 +1,184 @@
+//! The checker on broken schedules: every mistake is a typed problem in words, never a crash.
+
+use symm_core::dtype::{DType, ReduceOp};
+use symm_core::op::{Buf, Op, SignalOp};
+use symm_core::sched::{Algorithm, Collective, Request};
+use symm_core::signal::SlotKind::{Data, Ready};
+use symm_labs::kit::Kit;
+use symm_labs::problem::Problem;
+use symm_labs::run::{check_case, trace_of, Case};
+
+fn case() -> Case {
+    let req = Request::new(
+        Collective::AllGather,
+        Algorithm::Ring,
+        3,
+        16,
+        DType::F32,
+        ReduceOp::Sum,
+    );
+    Case::new("world 3", req)
+}
+
+fn problem(plan: &dyn Fn(&Kit) -> Vec<Op>) -> (Problem, String) {
+    let c = case();
+    let p = check_case(&c, plan).err().expect("the check must fail");
+    let words = p.words(&c.req).to_string();
+    (p, words)
+}
+
+#[test]
+fn a_panicking_schedule_is_reported_with_its_message() {
+    #[allow(clippy::unnecessary_lazy_evaluations)]
+    let plan = |k: &Kit| {
+        let prev = k
+            .rank()
+            .checked_sub(1)
+            .unwrap_or_else(|| panic!("rank 0 has no rank - 1"));
+        vec![k.signal(prev, Ready)]
+    };
+    let (p, words) = problem(&plan);
+    assert!(matches!(p, Problem::Panicked { rank: 0, .. }), "{p:?}");
+    assert!(words.contains("panicked building rank 0's ops"), "{words}");
+}
+
+#[test]
+fn a_rank_outside_the_world_is_named() {
+    let plan = |k: &Kit| {
+        vec![k.copy(
+            k.at(k.rank(), Buf::Input, 0),
+            k.at(k.rank() + 1, Buf::Output, 0),
+            4,
+        )]
+    };
+    let (p, words) = problem(&plan);
+    assert!(
+        matches!(
+            p,
+            Problem::RankOutside {
+                rank: 2,
+                named: 3,
+                ..
+            }
+        ),
+        "{p:?}"
+    );
+    assert!(
+        words.contains("names rank 3, but the world is ranks 0..=2"),
+        "{words}"
+    );
+    assert!(p.hint().unwrap().contains("% world"));
+}
+
+#[test]
+fn a_copy_past_the_buffer_is_named() {
+    let plan = |k: &Kit| {
+        vec![k.copy(
+            k.at(k.rank(), Buf::Input, 0),
+            k.at(k.rank(), Buf::Output, 10),
+            4,
+        )]
+    };
+    let (p, words) = problem(&plan);
+    assert!(matches!(p, Problem::OutsideBuffer { .. }), "{p:?}");
+    assert!(
+        words.contains("reaches bytes 40..56 of rank 0's output, which has 48 bytes"),
+        "{words}"
+    );
+}
+
+#[test]
+fn a_signal_on_a_slot_named_for_another_writer_is_refused() {
+    let plan = |k: &Kit| {
+        vec![Op::Signal {
+            peer: k.next(),
+            slot: k.slot(Data, k.prev()),
+            op: SignalOp::Add,
+            value: 1,
+        }]
+    };
+    let (p, words) = problem(&plan);
+    assert!(matches!(p, Problem::ForeignSlot { .. }), "{p:?}");
+    assert!(
+        words.contains("a slot is written only by the rank it names"),
+        "{words}"
+    );
+}
+
+#[test]
+fn a_wait_no_one_signals_is_a_deadlock_naming_the_missing_signal() {
+    let plan = |k: &Kit| vec![k.wait(k.prev(), Data, 1)];
+    let (p, words) = problem(&plan);
+    let Problem::Deadlock { chain } = &p else {
+        panic!("{p:?}")
+    };
+    assert_eq!(chain[0].sent_in_all, 0);
+    assert!(
+        words.contains("sends only 0 such signal(s) in its whole schedule"),
+        "{words}"
+    );
+    // The trace still comes out, ending in stalls.
+    let trace = trace_of(&case(), &plan).expect("a trace of the deadlock");
+    let decoded = symm_core::trace::decode(&trace).unwrap();
+    let stalls = decoded
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, symm_core::trace::EventKind::Stall { .. }))
+        .count();
+    assert_eq!(stalls, 3);
+    // The viz replays it and its hang analysis finds the stalled waits.
+    let t = symm_viz::model::Trace::decode("yours", trace).unwrap();
+    assert!(symm_viz::hang::analyse(&t).is_some());
+}
+
+#[test]
+fn a_cycle_of_waits_is_followed_around_the_ring() {
+    let plan = |k: &Kit| vec![k.wait(k.prev(), Data, 1), k.signal(k.next(), Data)];
+    let (p, words) = problem(&plan);
+    let Problem::Deadlock { chain } = &p else {
+        panic!("{p:?}")
+    };
+    assert_eq!(chain.len(), 3, "{words}");
+    assert!(words.contains("has not sent it yet"), "{words}");
+}
+
+#[test]
+fn a_signal_never_waited_for_is_unbalanced() {
+    let plan = |k: &Kit| {
+        let me = k.rank() as u64;
+        let n = k.elems();
+        let own = k.at(k.rank(), Buf::Input, 0);
+        let mut ops: Vec<Op> = (0..k.world())
+            .map(|q| k.copy(own, k.at(q, Buf::Output, me * n), n))
+            .collect();
+        ops.push(k.signal(k.next(), Data));
+        ops
+    };
+    let (p, words) = problem(&plan);
+    assert!(
+        matches!(
+            p,
+            Problem::Unbalanced {
+                pad: 1,
+                expected: 0,
+                ..
+            }
+        ),
+        "{p:?}"
+    );
+    assert!(words.contains("received 1 signals but rank"), "{words}");
+}
+
+#[test]
+fn a_block_in_the_wrong_place_is_described_by_origin() {
+    // Every rank writes its block at block 0 of every output: a race and a wrong layout.
+    let plan = |k: &Kit| {
+        let own = k.at(k.rank(), Buf::Input, 0);
+        (0..k.world())
+            .map(|q| k.copy(own, k.at(q, Buf::Output, 0), k.elems()))
+            .collect()
+    };
+    let (p, words) = problem(&plan);
+    assert!(matches!(p, Problem::Wrong { .. }), "{p:?}");
+    assert!(words.contains("it should hold rank"), "{words}");
+}

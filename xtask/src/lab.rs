@@ -1,0 +1,235 @@
+//! `cargo xtask lab`: the teaching labs of `labs/`.
+//!
+//! Each lab is a folder `labs/NN-name/` with a README that teaches one idea, a `skeleton.rs` the
+//! student edits and a `solution.rs`. The checker is the `symm-labs` binary (run with
+//! `cargo run --release -p symm-labs`, so a student's compile error never breaks xtask itself);
+//! lab 4's memory-ordering half is a loom model (`labs/tests/lab04_loom.rs`), built with
+//! `--cfg loom` in `<target>/loom` beside the library's own loom models.
+//!
+//! * `cargo xtask lab`: the labs, read from their READMEs (nothing is built).
+//! * `cargo xtask lab N`: lab N's introduction and the file to edit.
+//! * `cargo xtask lab check N [--solution]`: grade the student's file (or the reference).
+//! * `cargo xtask lab view N`: build the viz and serve lab N's traces, the student's beside the
+//!   reference solution's.
+//! * `cargo xtask lab grade`: every solution must pass and every untouched skeleton must fail
+//!   (a step of `cargo xtask test`).
+
+use crate::util::{self, cargo};
+use std::path::{Path, PathBuf};
+
+/// Usage of `cargo xtask lab`.
+pub const USAGE: &str = "usage: cargo xtask lab                       list the labs
+       cargo xtask lab N                     show lab N and the file to edit
+       cargo xtask lab check N [--solution]  grade lab N (your skeleton.rs; --solution: the
+                                             reference solution); writes your trace and the
+                                             reference's to <target>/labs/NN
+       cargo xtask lab view N                build the viz (installing, and saying so first, the
+                                             wasm32 target and wasm-bindgen-cli when missing) and
+                                             serve lab N's traces on 127.0.0.1, yours beside the
+                                             reference in the compare view
+       cargo xtask lab grade                 every solution must pass and every untouched
+                                             skeleton must fail (run by cargo xtask test)
+  <target> is $CARGO_TARGET_DIR when set, else target/.";
+
+/// Labs with a loom half: (number, test target of `symm-labs`).
+const LOOM: &[(u8, &str)] = &[(4, "lab04_loom")];
+
+/// A lab folder: its number, folder and README title.
+struct Lab {
+    number: u8,
+    dir: PathBuf,
+    title: String,
+}
+
+fn labs_dir() -> PathBuf {
+    util::root().join("labs")
+}
+
+/// Every lab folder (`NN-name` with a README), in order.
+fn labs() -> Result<Vec<Lab>, String> {
+    let root = labs_dir();
+    let entries = std::fs::read_dir(&root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(number) = name.get(..2).and_then(|n| n.parse::<u8>().ok()) else {
+            continue;
+        };
+        let readme = e.path().join("README.md");
+        let Ok(text) = std::fs::read_to_string(&readme) else {
+            continue;
+        };
+        let title = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches('#')
+            .trim()
+            .to_string();
+        out.push(Lab {
+            number,
+            dir: e.path(),
+            title,
+        });
+    }
+    out.sort_by_key(|l| l.number);
+    Ok(out)
+}
+
+fn find(n: &str) -> Result<Lab, String> {
+    let number: u8 = n
+        .parse()
+        .map_err(|_| format!("{n:?} is not a lab number\n{USAGE}"))?;
+    labs()?
+        .into_iter()
+        .find(|l| l.number == number)
+        .ok_or_else(|| format!("there is no lab {number} (cargo xtask lab lists them)"))
+}
+
+fn rel(p: &Path) -> String {
+    p.strip_prefix(util::root())
+        .unwrap_or(p)
+        .display()
+        .to_string()
+}
+
+fn list() -> Result<(), String> {
+    println!("labs (each about an hour; start with cargo xtask lab N):");
+    for l in labs()? {
+        let title = l
+            .title
+            .split_once(": ")
+            .map_or(l.title.as_str(), |(_, t)| t);
+        println!("  {:>2}  {:<52} {}/", l.number, title, rel(&l.dir));
+    }
+    println!("\nthe labs' index: labs/README.md");
+    Ok(())
+}
+
+/// The README up to its first second-level heading: the lab's introduction.
+fn show(l: &Lab) -> Result<(), String> {
+    let readme = l.dir.join("README.md");
+    let text =
+        std::fs::read_to_string(&readme).map_err(|e| format!("{}: {e}", readme.display()))?;
+    let intro: Vec<&str> = text
+        .lines()
+        .enumerate()
+        .take_while(|(i, line)| *i == 0 || !line.starts_with("## "))
+        .map(|(_, line)| line)
+        .collect();
+    println!("{}", intro.join("\n").trim_end());
+    println!();
+    println!("read:  {}", rel(&readme));
+    println!("edit:  {}", rel(&l.dir.join("skeleton.rs")));
+    println!("check: cargo xtask lab check {}", l.number);
+    println!("view:  cargo xtask lab view {}", l.number);
+    Ok(())
+}
+
+fn out_dir(n: u8) -> PathBuf {
+    util::target_dir().join("labs").join(format!("{n:02}"))
+}
+
+/// The loom half of lab `n`, when it has one: `args` go to the model's `main`.
+fn loom(n: u8, args: &[&str]) -> Result<(), String> {
+    let Some((_, test)) = LOOM.iter().find(|(l, _)| *l == n) else {
+        return Ok(());
+    };
+    eprintln!("lab {n}: the memory orderings, under loom (built with --cfg loom in <target>/loom)");
+    util::run(
+        cargo()
+            .args([
+                "test",
+                "-q",
+                "--release",
+                "-p",
+                "symm-labs",
+                "--test",
+                test,
+                "--",
+            ])
+            .args(args)
+            .env("RUSTFLAGS", "--cfg loom")
+            .env("CARGO_TARGET_DIR", util::target_dir().join("loom")),
+    )
+    .map_err(|_| format!("lab {n}: the loom model failed (see above)"))
+}
+
+fn check(l: &Lab, solution: bool) -> Result<(), String> {
+    let out = out_dir(l.number);
+    let n = l.number.to_string();
+    let mut args = vec![
+        "run",
+        "-q",
+        "--release",
+        "-p",
+        "symm-labs",
+        "--",
+        "check",
+        &n,
+    ];
+    if solution {
+        args.push("--solution");
+    }
+    let out_s = out.display().to_string();
+    args.extend(["--out", &out_s]);
+    let first = util::run(cargo().args(&args)).map_err(|_| format!("lab {n} does not pass yet"));
+    let second = loom(l.number, if solution { &["--solution"] } else { &[] });
+    first.and(second)
+}
+
+fn view(l: &Lab) -> Result<(), String> {
+    let out = out_dir(l.number);
+    if !out.join("reference.trace").exists() {
+        eprintln!("lab {}: no traces yet; running the check first", l.number);
+        let _ = check(l, false);
+    }
+    let dist = crate::viz::build()?;
+    println!(
+        "lab {}: open http://127.0.0.1:8000/?trace=traces/reference.trace&compare=traces/yours.trace \
+         (the reference solution, with yours in the compare view; the port differs when 8000 is taken)",
+        l.number
+    );
+    crate::viz::serve(&dist, &out)
+}
+
+/// Every solution passes and every untouched skeleton fails, loom halves included.
+pub fn grade() -> Result<(), String> {
+    util::run(cargo().args([
+        "run",
+        "-q",
+        "--release",
+        "-p",
+        "symm-labs",
+        "--",
+        "grade-all",
+    ]))?;
+    for (n, _) in LOOM {
+        if labs()?.iter().any(|l| l.number == *n) {
+            loom(*n, &["--grade"])?;
+        }
+    }
+    Ok(())
+}
+
+/// `cargo xtask lab ...`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let (words, flags): (Vec<String>, Vec<String>) =
+        args.iter().cloned().partition(|a| !a.starts_with('-'));
+    let Some(parsed) = util::command_args(&flags, &[("--solution", false)], USAGE)? else {
+        return Ok(());
+    };
+    let solution = parsed.flag("--solution");
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    if solution && !matches!(words.as_slice(), ["check", _]) {
+        return Err(format!("--solution goes with check N\n{USAGE}"));
+    }
+    match words.as_slice() {
+        [] => list(),
+        ["check", n] => check(&find(n)?, solution),
+        ["view", n] => view(&find(n)?),
+        ["grade"] => grade(),
+        [n] if n.parse::<u8>().is_ok() => show(&find(n)?),
+        _ => Err(format!("unexpected arguments {words:?}\n{USAGE}")),
+    }
+}
