@@ -26,6 +26,7 @@ pub mod problem;
 pub mod run;
 
 pub mod lab01;
+pub mod lab02;
 
 use grade::{Graded, Grader};
 
@@ -44,13 +45,22 @@ pub struct Lab {
 }
 
 /// Every lab, in order.
-pub const LABS: &[Lab] = &[Lab {
-    number: 1,
-    dir: "01-ring-all-gather",
-    title: "ring all-gather",
-    check: lab01::check,
-    loom: false,
-}];
+pub const LABS: &[Lab] = &[
+    Lab {
+        number: 1,
+        dir: "01-ring-all-gather",
+        title: "ring all-gather",
+        check: lab01::check,
+        loom: false,
+    },
+    Lab {
+        number: 2,
+        dir: "02-ring-reduce-scatter",
+        title: "ring reduce-scatter and all-reduce",
+        check: lab02::check,
+        loom: false,
+    },
+];
 
 /// The lab numbered `n`.
 pub fn lab(n: u8) -> Option<&'static Lab> {
