@@ -106,25 +106,23 @@ impl Grader {
     /// the output folder, when there is one. Yours is written even when it fails (up to the
     /// failure, with stalls at a deadlock).
     pub fn traces(&mut self, case: &Case, plan: Plan, reference: Plan) {
+        self.trace("yours.trace", case, plan);
+        self.trace("reference.trace", case, reference);
+    }
+
+    /// Writes `plan`'s trace on `case` as `name` in the output folder, when there is one.
+    pub fn trace(&mut self, name: &str, case: &Case, plan: Plan) {
         let Some(dir) = self.out.clone() else {
             return;
         };
-        if let Err(e) = std::fs::create_dir_all(&dir) {
-            self.note(format!("note  cannot create {}: {e}", dir.display()));
-            return;
-        }
-        for (name, p) in [("yours.trace", plan), ("reference.trace", reference)] {
-            let path = dir.join(name);
-            match run::trace_of(case, p) {
-                Some(t) => {
-                    if let Err(e) = std::fs::write(&path, t) {
-                        self.note(format!("note  cannot write {}: {e}", path.display()));
-                    }
-                }
-                None => {
-                    let _ = std::fs::remove_file(&path);
-                }
-            }
+        let path = dir.join(name);
+        let written =
+            std::fs::create_dir_all(&dir).and_then(|()| match run::trace_of(case, plan) {
+                Some(t) => std::fs::write(&path, t),
+                None => std::fs::remove_file(&path).or(Ok(())),
+            });
+        if let Err(e) = written {
+            self.note(format!("note  cannot write {}: {e}", path.display()));
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod run;
 
 pub mod lab01;
 pub mod lab02;
+pub mod lab03;
 
 use grade::{Graded, Grader};
 
@@ -58,6 +59,13 @@ pub const LABS: &[Lab] = &[
         dir: "02-ring-reduce-scatter",
         title: "ring reduce-scatter and all-reduce",
         check: lab02::check,
+        loom: false,
+    },
+    Lab {
+        number: 3,
+        dir: "03-pipelining-credits",
+        title: "pipelining with credits and scratch slots",
+        check: lab03::check,
         loom: false,
     },
 ];

@@ -67,7 +67,7 @@ fn grade_all() -> bool {
         let sol = (l.check)(&mut Grader::new(Which::Solution, None));
         let stu = (l.check)(&mut Grader::new(Which::Student, None));
         let secs = t.elapsed().as_secs_f64();
-        let head = format!("lab {} {:<34}", l.number, l.title);
+        let head = format!("lab {} {:<42}", l.number, l.title);
         match (sol, stu) {
             (Ok(()), Err(f)) => {
                 let first = f.problem.words(&f.req).to_string();
