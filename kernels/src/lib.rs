@@ -98,7 +98,12 @@ pub const EXAMPLES: Variant = Variant {
     file: "symm/examples.cu",
     source: EXAMPLES_CU,
     defines: &[],
-    entries: &["symm_example_ring_pass", "symm_example_variants"],
+    entries: &[
+        "symm_example_ring_pass",
+        "symm_example_variants",
+        "symm_example_put_bw",
+        "symm_example_ping_pong",
+    ],
     multicast: false,
 };
 

@@ -173,3 +173,103 @@ impl RingPass {
         Ok(())
     }
 }
+
+/// The device API measured on a communicator: a kernel put (`symm_put_block` from every block of
+/// a grid) beside the copy engine, and the one-way latency of a signal bounced between ranks 0
+/// and 1 (`symm_example_put_bw`, `symm_example_ping_pong`).
+pub struct DeviceBench {
+    put: Kernel,
+    ping: Kernel,
+    status: DevBuf,
+    bounces: u64,
+}
+
+impl DeviceBench {
+    /// Loads the examples on `comm`'s device.
+    pub fn new(comm: &Comm) -> Result<DeviceBench> {
+        let _ctx = device::keep_current()?;
+        let dev = comm.device();
+        let compiler = Compiler::load(None)?;
+        let drv = device::driver_version()?;
+        let (cubin, _) = compile::cubin(&compiler, &symm_kernels::EXAMPLES, dev.arch, drv)?;
+        Ok(DeviceBench {
+            put: Kernel::load(dev, &cubin, "symm_example_put_bw")?,
+            ping: Kernel::load(dev, &cubin, "symm_example_ping_pong")?,
+            status: DevBuf::zeroed(dev, 4)?,
+            bounces: 0,
+        })
+    }
+
+    /// Enqueues one kernel put of `bytes` from heap offset `src` to the next rank's `dst`, on
+    /// `blocks` blocks of 512 threads. Ranges are checked against the buffer area.
+    pub fn put(
+        &self,
+        comm: &Comm,
+        (src, dst, bytes): (u64, u64, u64),
+        blocks: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        let (lo, hi) = comm.buffer_area();
+        check_range(src, bytes, lo, hi)?;
+        check_range(dst, bytes, lo, hi)?;
+        let mut sw = comm.symm_world();
+        let (mut s, mut d, mut n) = (src, dst, bytes);
+        let mut args: [*mut c_void; 4] = [
+            (&mut sw as *mut SymmWorld).cast(),
+            (&mut s as *mut u64).cast(),
+            (&mut d as *mut u64).cast(),
+            (&mut n as *mut u64).cast(),
+        ];
+        comm.device().bind()?;
+        // SAFETY: the arguments match `symm_example_put_bw(symm_world, u64, u64, u64)`; both
+        // ranges lie in the heap's buffer area (checked above), the same on every rank.
+        unsafe { self.put.launch_args(stream, blocks.clamp(1, 1024), 512, &mut args) }
+    }
+
+    /// Bounces a signal `iters` times between ranks 0 and 1 over the private pad at `pad`
+    /// (`KINDS * world` slots, zero before the first call) and returns this rank's kernel time
+    /// per bounce (a round trip) in microseconds. Collective over ranks 0 and 1; the others
+    /// return 0.
+    pub fn ping_pong(&mut self, comm: &Comm, pad: u64, iters: u64, stream: &Stream) -> Result<f64> {
+        let _ctx = device::keep_current()?;
+        let (lo, hi) = comm.buffer_area();
+        check_range(pad, KINDS as u64 * comm.world() as u64 * 8, lo, hi)?;
+        let mut sw = comm.symm_world();
+        let (mut p, mut base, mut n, mut deadline) = (pad, self.bounces, iters, 5_000_000_000u64);
+        let mut status = self.status.ptr;
+        let mut args: [*mut c_void; 6] = [
+            (&mut sw as *mut SymmWorld).cast(),
+            (&mut p as *mut u64).cast(),
+            (&mut base as *mut u64).cast(),
+            (&mut n as *mut u64).cast(),
+            (&mut deadline as *mut u64).cast(),
+            (&mut status as *mut u64).cast(),
+        ];
+        let dev = comm.device();
+        let (s, e) = (device::Event::new(dev)?, device::Event::new(dev)?);
+        dev.bind()?;
+        s.record(stream)?;
+        // SAFETY: the arguments match `symm_example_ping_pong(symm_world, u64, u64, u64, u64,
+        // int*)`; the pad lies in the buffer area (checked above) and `status` is 4 bytes of
+        // this rank's device memory.
+        unsafe { self.ping.launch_args(stream, 1, 32, &mut args)? };
+        e.record(stream)?;
+        comm.synchronize(stream)?;
+        self.bounces += iters;
+        dev.bind()?;
+        self.check_status(comm.rank())?;
+        Ok(s.elapsed_ms(&e)? as f64 * 1000.0 / iters.max(1) as f64)
+    }
+
+    fn check_status(&self, rank: u16) -> Result<()> {
+        let mut st = [0u8; 4];
+        device::dtoh(&mut st, self.status.ptr)?;
+        if i32::from_le_bytes(st) != 0 {
+            return Err(CudaError::Invalid(format!(
+                "rank {rank}: a ping-pong wait passed its deadline"
+            )));
+        }
+        Ok(())
+    }
+}

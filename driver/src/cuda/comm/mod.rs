@@ -352,6 +352,39 @@ impl Comm {
         Ok(v)
     }
 
+    /// Enqueues a copy of `bytes` from this rank's heap offset `src` into `peer`'s heap offset
+    /// `dst` on `stream`, done by the copy engine (no kernel, no signal): the stream-ordered put
+    /// of the symmetric heap. Both ranges are checked against the buffer area first.
+    pub fn put_on_stream(
+        &self,
+        peer: u16,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        stream: &Stream,
+    ) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        if peer >= self.world {
+            return Err(CudaError::Invalid(format!(
+                "peer {peer} in a job of {}",
+                self.world
+            )));
+        }
+        self.check_range(src, bytes)?;
+        self.check_range(dst, bytes)?;
+        let (s, d) = (self.ptr(self.rank, src)?, self.ptr(peer, dst)?);
+        let len = usize::try_from(bytes).map_err(|_| CudaError::Invalid("put too large".into()))?;
+        self.dev.bind()?;
+        let api = driver()?;
+        // SAFETY: `s` and `d` address `bytes` bytes inside this rank's and `peer`'s buffer areas
+        // of the heap (checked above), both mapped into this rank's context; the stream belongs
+        // to this rank's device, whose context is bound.
+        check("cuMemcpyDtoDAsync", unsafe {
+            (api.memcpy_dtod_async)(d, s, len, stream.raw)
+        })
+    }
+
     /// Sets `len` bytes of this rank's heap at `off` to `value`.
     pub fn fill(&self, off: u64, len: u64, value: u8) -> Result<()> {
         let _ctx = device::keep_current()?;

@@ -115,6 +115,7 @@ api_table! {
         memcpy_htod = "cuMemcpyHtoD_v2"(DevPtr, *const c_void, usize);
         memcpy_dtoh = "cuMemcpyDtoH_v2"(*mut c_void, DevPtr, usize);
         memset_d8 = "cuMemsetD8_v2"(DevPtr, u8, usize);
+        memcpy_dtod_async = "cuMemcpyDtoDAsync_v2"(DevPtr, DevPtr, usize, Handle);
         mem_host_alloc = "cuMemHostAlloc"(*mut *mut c_void, usize, c_uint);
         mem_free_host = "cuMemFreeHost"(*mut c_void);
         mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2"(*mut DevPtr, *mut c_void, c_uint);

@@ -27,7 +27,22 @@ pub(super) enum Kind {
     ReduceScatter,
     AllToAll,
     Broadcast,
+    /// The device API's put (kernel, or the copy engine) of `size` bytes to the next rank.
+    Put,
+    /// One signal from one rank to another, one way (`size`: the 8-byte slot).
+    Signal,
 }
+
+/// Everything the report shows, in order.
+pub(super) const REPORTED: [Kind; 7] = [
+    Kind::AllReduce,
+    Kind::AllGather,
+    Kind::ReduceScatter,
+    Kind::AllToAll,
+    Kind::Broadcast,
+    Kind::Put,
+    Kind::Signal,
+];
 
 /// Every collective, in report order.
 pub(super) const COLLECTIVES: [Kind; 5] = [
@@ -46,11 +61,13 @@ impl Kind {
             Kind::ReduceScatter => "reduce_scatter",
             Kind::AllToAll => "alltoall",
             Kind::Broadcast => "broadcast",
+            Kind::Put => "put",
+            Kind::Signal => "signal",
         }
     }
 
     fn parse(s: &str) -> Option<Kind> {
-        COLLECTIVES.into_iter().find(|k| k.name() == s)
+        REPORTED.into_iter().find(|k| k.name() == s)
     }
 
     /// nccl-tests' bus-bandwidth factor at `world` ranks.
@@ -59,7 +76,7 @@ impl Kind {
         match self {
             Kind::AllReduce => 2.0 * (n - 1.0) / n,
             Kind::AllGather | Kind::ReduceScatter | Kind::AllToAll => (n - 1.0) / n,
-            Kind::Broadcast => 1.0,
+            Kind::Broadcast | Kind::Put | Kind::Signal => 1.0,
         }
     }
 }

@@ -12,8 +12,9 @@
 use std::time::Duration;
 
 use symm_core::dtype::{DType, ReduceOp};
-use symm_core::sched::{Algorithm, Collective, Request};
+use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
 use symm_driver::cuda::device::{Event, Stream};
+use symm_driver::cuda::examples::DeviceBench;
 use symm_driver::cuda::ffi::nccl as nffi;
 use symm_driver::cuda::launch::Graph;
 use symm_driver::cuda::nccl::{NcclOp, NcclRank};
@@ -33,7 +34,7 @@ const CHECKED: u64 = 16 << 20;
 const TARGET_US: f64 = 20_000.0;
 
 /// The request of `kind` whose nccl-tests size is `size` bytes.
-pub(super) fn request(kind: Kind, size: u64, world: u16, a: Algorithm, ch: u16) -> Request {
+pub(super) fn request(kind: Kind, size: u64, world: u16, a: Algorithm, ch: u16) -> Option<Request> {
     let per = |s: u64| s / world as u64;
     let (c, bytes) = match kind {
         Kind::AllReduce => (Collective::AllReduce, size),
@@ -41,15 +42,18 @@ pub(super) fn request(kind: Kind, size: u64, world: u16, a: Algorithm, ch: u16) 
         Kind::ReduceScatter => (Collective::ReduceScatter, per(size)),
         Kind::AllToAll => (Collective::AllToAll, per(size)),
         Kind::Broadcast => (Collective::Broadcast { root: 0 }, size),
+        Kind::Put | Kind::Signal => return None,
     };
-    Request::new(c, a, world, bytes, DType::Bf16, ReduceOp::Sum).with_channels(ch)
+    Some(Request::new(c, a, world, bytes, DType::Bf16, ReduceOp::Sum).with_channels(ch))
 }
 
 /// The (algorithm, channels) pairs symm tries: every algorithm of the collective (multicast
 /// never) at the default channels for the size, and with `wide` also a quarter and four times
 /// as many (the calibration run).
 fn candidates(kind: Kind, size: u64, world: u16, wide: bool) -> Vec<(Algorithm, u16)> {
-    let probe = request(kind, size, world, Algorithm::Ring, 1);
+    let Some(probe) = request(kind, size, world, Algorithm::Ring, 1) else {
+        return Vec::new();
+    };
     let ch = symm_core::cost::default_channels(probe.bytes);
     let chans: Vec<u16> = if wide {
         let mut v = vec![(ch / 4).max(1), ch, (ch * 4).min(64)];
@@ -76,7 +80,7 @@ fn nccl_op(kind: Kind) -> NcclOp {
         Kind::AllGather => NcclOp::AllGather,
         Kind::ReduceScatter => NcclOp::ReduceScatter,
         Kind::AllToAll => NcclOp::AllToAll,
-        Kind::Broadcast => NcclOp::Broadcast,
+        Kind::Broadcast | Kind::Put | Kind::Signal => NcclOp::Broadcast,
     }
 }
 
@@ -199,10 +203,10 @@ pub(super) fn run(sizes: &[u64], wide: bool) -> Result<Vec<Sample>, String> {
         for &size in sizes {
             let mut best: Option<(f64, Algorithm, u16, u32, u64)> = None;
             for (a, ch) in candidates(kind, size, w, wide) {
-                let req = request(kind, size, w, a, ch);
-                if req.validate().is_err() {
+                let Some(req) = request(kind, size, w, a, ch).filter(|r| r.validate().is_ok())
+                else {
                     continue;
-                }
+                };
                 let b = comm.alloc(&req).map_err(e)?;
                 let r = (|| -> Result<(f64, u32, u64), String> {
                     let want = fill(&comm, &req, &b, size ^ a as u64)?;
@@ -230,7 +234,9 @@ pub(super) fn run(sizes: &[u64], wide: bool) -> Result<Vec<Sample>, String> {
             };
             let label = format!("{}/{ch}ch", a.name());
             out.push(Sample::new(kind, size, "symm", "eager", us, bad, &label));
-            let req = request(kind, size, w, a, ch);
+            let Some(req) = request(kind, size, w, a, ch) else {
+                continue;
+            };
             let b = comm.alloc(&req).map_err(e)?;
             let r = (|| -> Result<(), String> {
                 fill(&comm, &req, &b, 7)?;
@@ -286,8 +292,109 @@ pub(super) fn run(sizes: &[u64], wide: bool) -> Result<Vec<Sample>, String> {
             r?;
         }
     }
+    device_api(&comm, &stream, sizes, &mut out)?;
     drop(stream);
     drop(nccl);
     comm.finish().map_err(e)?;
     Ok(out)
+}
+
+/// The device API: a kernel put (the best of several grid sizes) beside the copy engine at
+/// 1 MiB, 16 MiB and 256 MiB (the bench's sizes allowing), every rank putting to the next at
+/// once; and a signal's one-way latency, bounced between ranks 0 and 1 (the faster rank's
+/// kernel time per round trip, halved: the slower one also counts its wait for the other's
+/// launch).
+fn device_api(
+    comm: &Comm,
+    stream: &Stream,
+    sizes: &[u64],
+    out: &mut Vec<Sample>,
+) -> Result<(), String> {
+    let mut bench = DeviceBench::new(comm).map_err(e)?;
+    let next = (comm.rank() + 1) % comm.world();
+    let most = sizes.iter().copied().max().unwrap_or(0);
+    for size in [1u64 << 20, 16 << 20, 256 << 20]
+        .into_iter()
+        .filter(|&s| s <= most.max(1 << 20))
+    {
+        let b = comm
+            .alloc_sizes(BufferSizes {
+                input: size,
+                output: size,
+                scratch: 16,
+            })
+            .map_err(e)?;
+        let r = (|| -> Result<(), String> {
+            comm.fill(b.input, size, 0x5a).map_err(e)?;
+            comm.exchange(&[]).map_err(e)?;
+            let mut best = (f64::MAX, 0u32);
+            for blocks in [16u32, 32, 66, 132, 264] {
+                let call = || bench.put(comm, (b.input, b.output, size), blocks, stream);
+                let n = count(comm, stream, &call)?;
+                let us = timed(comm, stream, n, &call)?;
+                if us < best.0 {
+                    best = (us, blocks);
+                }
+            }
+            let label = format!("{} blocks", best.1);
+            out.push(Sample::new(
+                Kind::Put,
+                size,
+                "symm-put-kernel",
+                "eager",
+                best.0,
+                u64::MAX,
+                &label,
+            ));
+            let call = || comm.put_on_stream(next, b.output, b.input, size, stream);
+            let n = count(comm, stream, &call)?;
+            let us = timed(comm, stream, n, &call)?;
+            out.push(Sample::new(
+                Kind::Put,
+                size,
+                "copy-engine",
+                "eager",
+                us,
+                u64::MAX,
+                "cuMemcpyDtoDAsync",
+            ));
+            Ok(())
+        })();
+        comm.free(&b).map_err(e)?;
+        r?;
+    }
+    let pad = comm
+        .alloc_sizes(BufferSizes {
+            input: 4096,
+            output: 16,
+            scratch: 16,
+        })
+        .map_err(e)?;
+    let r = (|| -> Result<(), String> {
+        comm.fill(pad.input, 4096, 0).map_err(e)?;
+        comm.exchange(&[]).map_err(e)?;
+        bench.ping_pong(comm, pad.input, 1000, stream).map_err(e)?;
+        comm.exchange(&[]).map_err(e)?;
+        let mine = bench
+            .ping_pong(comm, pad.input, 20_000, stream)
+            .map_err(e)?;
+        let all = comm.exchange(&mine.to_le_bytes()).map_err(e)?;
+        let fastest = all
+            .iter()
+            .take(2)
+            .filter_map(|v| v.as_slice().try_into().ok().map(f64::from_le_bytes))
+            .fold(f64::MAX, f64::min);
+        out.push(Sample::new(
+            Kind::Signal,
+            8,
+            "symm-signal",
+            "eager",
+            fastest / 2.0,
+            u64::MAX,
+            "one way, half a round trip",
+        ));
+        Ok(())
+    })();
+    comm.free(&pad).map_err(e)?;
+    r
 }

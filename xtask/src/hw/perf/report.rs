@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{Kind, Sample, COLLECTIVES};
+use super::{Kind, Sample, REPORTED};
 
 fn algbw(s: &Sample) -> f64 {
     s.size as f64 / s.us / 1e3
@@ -47,7 +47,7 @@ pub(super) fn write(world: u16, samples: &[Sample], out: &Path) -> Result<(), St
     let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
     let json = out.join(format!("bench-w{world}.json"));
     std::fs::write(&json, to_json(world, samples)).map_err(|e| io(&json, e))?;
-    for kind in COLLECTIVES {
+    for kind in REPORTED {
         let these: Vec<&Sample> = samples.iter().filter(|s| s.kind == kind).collect();
         if these.is_empty() {
             continue;
@@ -73,7 +73,7 @@ pub(super) fn write(world: u16, samples: &[Sample], out: &Path) -> Result<(), St
 }
 
 fn print_tables(world: u16, samples: &[Sample]) {
-    for kind in COLLECTIVES {
+    for kind in REPORTED {
         for (system, mode) in series(samples) {
             let rows: Vec<&Sample> = samples
                 .iter()
@@ -146,7 +146,7 @@ fn to_json(world: u16, samples: &[Sample]) -> String {
 fn markdown(world: u16, samples: &[Sample]) -> String {
     let mut m = String::new();
     let all = series(samples);
-    for kind in COLLECTIVES {
+    for kind in REPORTED {
         let these: Vec<&Sample> = samples.iter().filter(|s| s.kind == kind).collect();
         if these.is_empty() {
             continue;
@@ -224,7 +224,9 @@ pub(super) fn calibration(world: u16, samples: &[Sample]) -> String {
         let Ok(ch) = ch.trim_end_matches("ch").parse::<u16>() else {
             continue;
         };
-        let req = super::rank::request(s.kind, s.size, world, a, ch);
+        let Some(req) = super::rank::request(s.kind, s.size, world, a, ch) else {
+            continue;
+        };
         rows.push((
             req.collective.name(),
             world,
