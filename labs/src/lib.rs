@@ -28,6 +28,7 @@ pub mod run;
 pub mod lab01;
 pub mod lab02;
 pub mod lab03;
+pub mod lab04;
 
 use grade::{Graded, Grader};
 
@@ -67,6 +68,13 @@ pub const LABS: &[Lab] = &[
         title: "pipelining with credits and scratch slots",
         check: lab03::check,
         loom: false,
+    },
+    Lab {
+        number: 4,
+        dir: "04-signal-barrier",
+        title: "the signal protocol: a barrier, and loom",
+        check: lab04::check,
+        loom: true,
     },
 ];
 
