@@ -224,7 +224,10 @@ impl DeviceBench {
         comm.device().bind()?;
         // SAFETY: the arguments match `symm_example_put_bw(symm_world, u64, u64, u64)`; both
         // ranges lie in the heap's buffer area (checked above), the same on every rank.
-        unsafe { self.put.launch_args(stream, blocks.clamp(1, 1024), 512, &mut args) }
+        unsafe {
+            self.put
+                .launch_args(stream, blocks.clamp(1, 1024), 512, &mut args)
+        }
     }
 
     /// Bounces a signal `iters` times between ranks 0 and 1 over the private pad at `pad`
