@@ -25,7 +25,7 @@
 //! `k.at(peer, Buf::Output, e)` is element `e` of `peer`'s output.
 
 use symm_core::op::{Buf, Loc, McLoc, Op, SignalOp};
-use symm_core::sched::{part, Part, Request};
+use symm_core::sched::{part, Collective, Part, Request};
 use symm_core::signal::SlotKind;
 
 /// One rank's view of a collective: its rank, the request, and op builders.
@@ -76,6 +76,17 @@ impl Kit {
     /// Ranks in the world: they are numbered `0 .. world`.
     pub fn world(&self) -> u16 {
         self.req.world
+    }
+
+    /// The root of a rooted collective (broadcast, reduce, scatter, gather); 0 otherwise.
+    pub fn root(&self) -> u16 {
+        match self.req.collective {
+            Collective::Broadcast { root }
+            | Collective::Reduce { root }
+            | Collective::Scatter { root }
+            | Collective::Gather { root } => root,
+            _ => 0,
+        }
     }
 
     /// The next rank on the ring: `(rank + 1) % world`.
@@ -225,7 +236,7 @@ impl Kit {
 mod tests {
     use super::*;
     use symm_core::dtype::{DType, ReduceOp};
-    use symm_core::sched::{Algorithm, Collective};
+    use symm_core::sched::Algorithm;
 
     #[test]
     fn ring_neighbours_wrap_and_slots_name_the_signaller() {

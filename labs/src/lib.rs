@@ -29,6 +29,7 @@ pub mod lab01;
 pub mod lab02;
 pub mod lab03;
 pub mod lab04;
+pub mod lab05;
 
 use grade::{Graded, Grader};
 
@@ -75,6 +76,13 @@ pub const LABS: &[Lab] = &[
         title: "the signal protocol: a barrier, and loom",
         check: lab04::check,
         loom: true,
+    },
+    Lab {
+        number: 5,
+        dir: "05-double-binary-tree",
+        title: "double binary tree broadcast",
+        check: lab05::check,
+        loom: false,
     },
 ];
 
