@@ -30,6 +30,7 @@ pub mod lab02;
 pub mod lab03;
 pub mod lab04;
 pub mod lab05;
+pub mod lab06;
 
 use grade::{Graded, Grader};
 
@@ -82,6 +83,13 @@ pub const LABS: &[Lab] = &[
         dir: "05-double-binary-tree",
         title: "double binary tree broadcast",
         check: lab05::check,
+        loom: false,
+    },
+    Lab {
+        number: 6,
+        dir: "06-halving-doubling",
+        title: "recursive halving-doubling, any world",
+        check: lab06::check,
         loom: false,
     },
 ];
