@@ -86,6 +86,16 @@ impl Grader {
         })
     }
 
+    /// A failure of one of the lab's own checks (`check` names it) on `case`.
+    pub fn lab_failure(case: &Case, check: &str, message: String, hint: &str) -> Box<Failure> {
+        Box::new(Failure {
+            case: format!("{}: {check}", case.label),
+            req: case.req,
+            problem: Problem::Lab(message),
+            hint: Some(hint.to_string()),
+        })
+    }
+
     /// Runs every check of `case` on `plan`.
     pub fn case(&mut self, case: &Case, plan: Plan, hints: Hints) -> Graded<Passed> {
         match run::check_case(case, plan) {

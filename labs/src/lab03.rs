@@ -78,18 +78,16 @@ pub fn check(g: &mut Grader) -> Graded {
         let want = request(w, 8, 2, 2).min_slots() as u64;
         let said = min_slots(w);
         if said != want {
-            let c = case(w, 8, 2, 2);
-            let problem = Problem::Lab(format!(
+            let message = format!(
                 "min_slots({w}) says {said}; the schedule needs {want} slot(s) at {w} ranks"
+            );
+            return Err(Grader::lab_failure(
+                &case(w, 8, 2, 2),
+                "min_slots",
+                message,
+                "run the schedule with one slot at world 3 and follow the deadlock's chain; then \
+                 ask what is different with two ranks (where does the last step write?)",
             ));
-            return Err(Grader::fail(&c, problem, &|_| {
-                Some(
-                    "run the schedule with one slot at world 3 and follow the deadlock's chain \
-                     below; then ask what is different with two ranks (where does the last \
-                     step write?)"
-                        .into(),
-                )
-            }));
         }
     }
     g.note("pass  min_slots agrees with the library's Request::min_slots for worlds 2..=6");
@@ -110,10 +108,15 @@ pub fn check(g: &mut Grader) -> Graded {
                 Ok(_) => "runs through".to_string(),
                 Err(p) => format!("fails otherwise: {}", p.words(&one.req)),
             };
-            let problem = Problem::Lab(format!(
+            let message = format!(
                 "with one slot at world 3 the schedule {what}; with credits it must deadlock"
-            ));
-            Err(Grader::fail(&one, problem, &|_| None))
+            );
+            Err(Grader::lab_failure(
+                &one,
+                "one slot",
+                message,
+                "a sender must wait for a credit before reusing its receiver's only slot",
+            ))
         }
     }
 }

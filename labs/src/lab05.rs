@@ -90,18 +90,18 @@ pub fn check(g: &mut Grader) -> Graded {
             .enumerate()
             .find(|&(_, e)| e > limit);
         if let Some((r, e)) = over {
-            let problem = Problem::Lab(format!(
+            let message = format!(
                 "rank {r} sends {e} elements, more than the {n} of the whole buffer: it forwards \
                  everything to two children"
+            );
+            return Err(Grader::lab_failure(
+                &c,
+                "traffic",
+                message,
+                "in one binary tree every interior rank sends the buffer twice; send each half \
+                 down its own tree, the second tree mirrored, so that a rank interior in one \
+                 tree is a leaf of the other and sends at most one buffer in all",
             ));
-            return Err(Grader::fail(&c, problem, &|_| {
-                Some(
-                    "in one binary tree every interior rank sends the buffer twice; send each \
-                     half down its own tree, the second tree mirrored, so that a rank interior \
-                     in one tree is a leaf of the other and sends at most one buffer in all"
-                        .into(),
-                )
-            }));
         }
     }
     g.note("pass  no rank sends more than one buffer (worlds 4 and up)");

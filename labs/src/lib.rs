@@ -31,6 +31,7 @@ pub mod lab03;
 pub mod lab04;
 pub mod lab05;
 pub mod lab06;
+pub mod lab07;
 
 use grade::{Graded, Grader};
 
@@ -90,6 +91,13 @@ pub const LABS: &[Lab] = &[
         dir: "06-halving-doubling",
         title: "recursive halving-doubling, any world",
         check: lab06::check,
+        loom: false,
+    },
+    Lab {
+        number: 7,
+        dir: "07-one-shot-two-shot",
+        title: "one-shot against two-shot: the crossover",
+        check: lab07::check,
         loom: false,
     },
 ];
