@@ -32,6 +32,7 @@ pub mod lab04;
 pub mod lab05;
 pub mod lab06;
 pub mod lab07;
+pub mod lab08;
 
 use grade::{Graded, Grader};
 
@@ -98,6 +99,13 @@ pub const LABS: &[Lab] = &[
         dir: "07-one-shot-two-shot",
         title: "one-shot against two-shot: the crossover",
         check: lab07::check,
+        loom: false,
+    },
+    Lab {
+        number: 8,
+        dir: "08-multicast",
+        title: "multicast all-reduce on the host model",
+        check: lab08::check,
         loom: false,
     },
 ];
