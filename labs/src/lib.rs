@@ -24,6 +24,7 @@ pub mod grade;
 pub mod kit;
 pub mod problem;
 pub mod run;
+pub mod sym;
 
 pub mod lab01;
 pub mod lab02;
@@ -33,6 +34,7 @@ pub mod lab05;
 pub mod lab06;
 pub mod lab07;
 pub mod lab08;
+pub mod lab09;
 
 use grade::{Graded, Grader};
 
@@ -106,6 +108,13 @@ pub const LABS: &[Lab] = &[
         dir: "08-multicast",
         title: "multicast all-reduce on the host model",
         check: lab08::check,
+        loom: false,
+    },
+    Lab {
+        number: 9,
+        dir: "09-moe-all-to-all",
+        title: "all-to-all for MoE dispatch and combine",
+        check: lab09::check,
         loom: false,
     },
 ];

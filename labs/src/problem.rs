@@ -145,6 +145,8 @@ pub enum Problem {
         backend: &'static str,
         /// The first difference.
         mismatch: Mismatch,
+        /// Whether the element found still holds the poison every output starts with.
+        unwritten: bool,
     },
     /// A host backend refused or failed the run.
     Host {
@@ -427,14 +429,24 @@ impl fmt::Display for Words<'_> {
             Problem::Numbers {
                 backend,
                 mismatch: m,
-            } => write!(
-                f,
-                "on the {backend}, rank {}'s output {} is {}; the reference has {}",
-                m.rank,
-                position(req, false, m.elem as u64),
-                m.found,
-                m.want
-            ),
+                unwritten,
+            } => {
+                let at = position(req, false, m.elem as u64);
+                if *unwritten {
+                    write!(
+                        f,
+                        "on the {backend}, rank {}'s output {at} was never written; the \
+                         reference has {}",
+                        m.rank, m.want
+                    )
+                } else {
+                    write!(
+                        f,
+                        "on the {backend}, rank {}'s output {at} is {}; the reference has {}",
+                        m.rank, m.found, m.want
+                    )
+                }
+            }
             Problem::Host { backend, error } => write!(f, "the {backend} failed: {error}"),
             Problem::Lab(s) => f.write_str(s),
         }
@@ -487,6 +499,9 @@ impl Problem {
                 "a signal no one waits for leaves the counter ahead, and the next collective \
                  then passes a wait early: wait once for each signal sent to you"
             }
+            Problem::Numbers {
+                unwritten: true, ..
+            } => "no op wrote there: which rank's data belongs at that place?",
             Problem::Numbers { .. } => {
                 "the contribution check passed but the numbers differ: two ranks probably write \
                  the same bytes at once (a missing wait), which only real threads show"

@@ -1,0 +1,164 @@
+//! Lab 9's checker: pairwise all-to-all, then a mixture-of-experts layer's dispatch and combine
+//! as all-to-allv with uneven, partly empty counts.
+//!
+//! Dispatch and combine are compared with `host::alltoallv_reference` (the symbolic check still
+//! looks for deadlocks, unwritten reads and unbalanced signals); then dispatch followed by
+//! combine must bring every token back to where it started.
+
+#[path = "../09-moe-all-to-all/skeleton.rs"]
+pub mod skeleton;
+#[path = "../09-moe-all-to-all/solution.rs"]
+pub mod solution;
+
+use crate::grade::{Graded, Grader};
+use crate::kit::Kit;
+use crate::problem::Problem;
+use crate::run::{self, Case, Plan};
+use symm_core::dtype::{DType, ReduceOp};
+use symm_core::op::Op;
+use symm_core::sched::{alltoallv_capacity, Algorithm, Collective, Request};
+use symm_driver::host::{alltoallv_reference, random_inputs};
+
+/// A counts signature: rank r's function of the world's counts.
+type Routed<'a> = &'a dyn Fn(&Kit, &[u64]) -> Vec<Op>;
+
+fn all_to_all(world: u16, n: u64) -> Case {
+    let req = Request::new(
+        Collective::AllToAll,
+        Algorithm::Pairwise,
+        world,
+        n * 4,
+        DType::F32,
+        ReduceOp::Sum,
+    );
+    Case::new(
+        format!("all-to-all, world {world}, {n} elements per block"),
+        req,
+    )
+}
+
+/// Tokens (elements) rank r routes to the expert on rank q: uneven, some pairs empty.
+fn routing(world: u16, salt: u64) -> Vec<u64> {
+    let w = world as u64;
+    (0..w * w)
+        .map(|i| ((i / w + 2 * (i % w) + salt) % 5) * 2)
+        .collect()
+}
+
+fn transpose(counts: &[u64], world: u16) -> Vec<u64> {
+    let w = world as usize;
+    (0..w * w).map(|i| counts[(i % w) * w + i / w]).collect()
+}
+
+/// An all-to-allv case with `counts`, compared with the all-to-allv reference.
+fn routed(what: &str, world: u16, counts: &[u64]) -> Case {
+    let cap = alltoallv_capacity(world, counts).unwrap_or(0).max(1);
+    let req = Request::new(
+        Collective::AllToAllV,
+        Algorithm::Pairwise,
+        world,
+        cap * 4,
+        DType::F32,
+        ReduceOp::Sum,
+    );
+    let c = counts.to_vec();
+    let shown = if world <= 3 {
+        format!("counts {counts:?}")
+    } else {
+        "uneven counts, some pairs empty".to_string()
+    };
+    Case::new(format!("{what}, world {world}, {shown}"), req).reference(Box::new(
+        move |req, inputs| alltoallv_reference(req, inputs, &c),
+    ))
+}
+
+fn hint(p: &Problem) -> Option<String> {
+    Some(match p {
+        Problem::Wrong { .. } => "rank r's input block q is meant for rank q, and lands in q's \
+            output at block r"
+            .into(),
+        Problem::Numbers { .. } => "rank r's elements for q start after its elements for \
+            0 .. q in its input (a prefix sum over counts[r * world + p]), and land in q's \
+            output after those of ranks 0 .. r (a prefix sum over counts[p * world + q])"
+            .into(),
+        Problem::Deadlock { .. } | Problem::Unbalanced { .. } => "every peer waits for one \
+            Data from each other rank, so signal each peer once, even when you send it nothing"
+            .into(),
+        _ => return None,
+    })
+}
+
+/// Dispatch then combine on the simulator must return every rank's routed tokens home.
+fn round_trip(g: &mut Grader, world: u16, dispatch: Routed, combine: Routed) -> Graded {
+    let counts = routing(world, 1);
+    let there = routed("dispatch", world, &counts);
+    let back = routed("combine", world, &counts);
+    let fail = |p: Problem| Grader::fail(&there, p, &hint);
+    let go = run::build(&there, &|k: &Kit| dispatch(k, &counts)).map_err(fail)?;
+    let ret = run::build(&back, &|k: &Kit| combine(k, &counts)).map_err(fail)?;
+    let host = |error| {
+        Grader::fail(
+            &there,
+            Problem::Host {
+                backend: "simulator",
+                error,
+            },
+            &hint,
+        )
+    };
+    let inputs = random_inputs(&there.req, 5);
+    let mid = run::simulate(&there.req, &go, &inputs, false).map_err(host)?;
+    let end = run::simulate(&back.req, &ret, &mid.outputs, false).map_err(host)?;
+    let w = world as usize;
+    for r in 0..w {
+        let sent: u64 = counts[r * w..(r + 1) * w].iter().sum();
+        let len = sent as usize * 4;
+        if end.outputs[r][..len] != inputs[r][..len] {
+            return Err(Grader::lab_failure(
+                &there,
+                "round trip",
+                format!(
+                    "after dispatch then combine, rank {r}'s {sent} routed elements are not \
+                     back where they started"
+                ),
+                "combine is the all-to-allv that undoes dispatch: rank q returns to r exactly \
+                 what r sent q, so its counts are dispatch's transposed",
+            ));
+        }
+    }
+    g.note(format!(
+        "pass  dispatch then combine brings every token home (world {world})"
+    ));
+    Ok(())
+}
+
+/// Grades lab 9.
+pub fn check(g: &mut Grader) -> Graded {
+    let a2a: Plan = g.pick(&skeleton::all_to_all, &solution::all_to_all);
+    let dispatch: Routed = g.pick(&skeleton::dispatch, &solution::dispatch);
+    let combine: Routed = g.pick(&skeleton::combine, &solution::combine);
+    let show = routing(4, 0);
+    let show_case = routed("dispatch", 4, &show);
+    g.traces(&show_case, &|k: &Kit| dispatch(k, &show), &|k: &Kit| {
+        solution::dispatch(k, &show)
+    });
+    for (w, n) in [(4, 3), (2, 5), (3, 2), (5, 4), (6, 1)] {
+        g.case(&all_to_all(w, n), a2a, &hint)?;
+    }
+    for (w, salt) in [(4, 0), (2, 3), (3, 1), (6, 2)] {
+        let counts = routing(w, salt);
+        g.case(
+            &routed("dispatch", w, &counts),
+            &|k: &Kit| dispatch(k, &counts),
+            &hint,
+        )?;
+        let back = transpose(&counts, w);
+        g.case(
+            &routed("combine", w, &back),
+            &|k: &Kit| combine(k, &counts),
+            &hint,
+        )?;
+    }
+    round_trip(g, 4, dispatch, combine)?;
+    round_trip(g, 5, dispatch, combine)
+}
