@@ -182,3 +182,24 @@ fn a_block_in_the_wrong_place_is_described_by_origin() {
     assert!(matches!(p, Problem::Wrong { .. }), "{p:?}");
     assert!(words.contains("it should hold rank"), "{words}");
 }
+
+#[test]
+fn every_solution_writes_traces_the_viz_replays() {
+    use symm_labs::grade::{Grader, Which};
+    let dir = std::env::temp_dir().join(format!("symm-labs-traces-{}", std::process::id()));
+    for lab in symm_labs::LABS {
+        let out = dir.join(format!("{:02}", lab.number));
+        let mut g = Grader::new(Which::Solution, Some(out.clone()));
+        assert!((lab.check)(&mut g).is_ok(), "lab {}", lab.number);
+        for name in ["yours.trace", "reference.trace"] {
+            let bytes = std::fs::read(out.join(name)).unwrap();
+            let t = symm_viz::model::Trace::decode(name, bytes);
+            assert!(t.is_ok(), "lab {} {name}: {:?}", lab.number, t.err());
+        }
+    }
+    // Lab 3's one-slot run deadlocks, and the viz's hang analysis explains it.
+    let bytes = std::fs::read(dir.join("03/one-slot.trace")).unwrap();
+    let t = symm_viz::model::Trace::decode("one-slot", bytes).unwrap();
+    assert!(symm_viz::hang::analyse(&t).is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}
