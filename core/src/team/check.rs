@@ -29,7 +29,14 @@ pub struct Job {
 
 /// The world's slot layout that holds every job's team id and channels.
 pub fn layout(world: u16, jobs: &[Job]) -> Result<SlotLayout, SymError> {
-    let teams = jobs.iter().map(|j| j.team.id() + 1).max().unwrap_or(1);
+    let teams = jobs
+        .iter()
+        .map(|j| j.team.id().saturating_add(1))
+        .max()
+        .unwrap_or(1);
+    if teams > super::MAX_TEAMS {
+        return Err(SymError::Team(super::TeamError::NoSlots { id: teams - 1 }));
+    }
     let channels = jobs.iter().map(|j| j.request.channels).max().unwrap_or(1);
     SlotLayout::new(teams, channels, world).map_err(|_| SymError::WorldTooLarge)
 }

@@ -218,4 +218,11 @@ fn teams_sharing_an_id_are_caught() {
         check_teams(5, &jobs, 0),
         Err(SymError::Team(TeamError::RankOutOfWorld { .. }))
     ));
+    // Ids past MAX_TEAMS would size the pads from input: refused.
+    let far = Team::new(u16::MAX, 4, &[0, 1, 2]).unwrap();
+    let jobs = jobs_for(&[far], |_| Collective::AllReduce, Algorithm::Ring, 1);
+    assert!(matches!(
+        check_teams(4, &jobs, 0),
+        Err(SymError::Team(TeamError::NoSlots { .. }))
+    ));
 }

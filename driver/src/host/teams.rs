@@ -63,7 +63,18 @@ pub fn run_teams_traced(
     mode: TeamMode,
     trace: bool,
 ) -> Result<(TeamOutputs, Vec<Vec<u8>>), HostError> {
-    let teams = jobs.iter().map(|j| j.team.id() + 1).max().unwrap_or(1);
+    // Pads hold every id in use; ids are bounded as on a GPU communicator, so a hostile id cannot
+    // size the pads.
+    let teams = jobs
+        .iter()
+        .map(|j| j.team.id().saturating_add(1))
+        .max()
+        .unwrap_or(1);
+    if teams > symm_core::team::MAX_TEAMS {
+        return Err(HostError::Team(symm_core::team::TeamError::NoSlots {
+            id: teams - 1,
+        }));
+    }
     let channels = jobs.iter().map(|j| j.request.channels).max().unwrap_or(1);
     let outer = SlotLayout::new(teams, channels, world).map_err(|_| HostError::BadWorld {
         expected: world,

@@ -19,10 +19,21 @@ type Gathered = (Vec<Vec<u8>>, Option<Vec<u8>>);
 /// Bytes each rank contributes per bootstrap round (under the frame limit).
 const PIECE: usize = 60 << 10;
 
+/// Most bytes one rank may contribute to a [`Comm::gather`] (a peer announcing more is refused
+/// before anything is allocated for it).
+pub const MAX_GATHER: usize = 1 << 30;
+
 impl Comm {
-    /// Collective: every rank's `mine`, in rank order, of any size (sent in pieces under the
-    /// bootstrap's frame limit; the sizes may differ between ranks).
+    /// Collective: every rank's `mine`, in rank order, up to [`MAX_GATHER`] bytes each (sent in
+    /// pieces under the bootstrap's frame limit; the sizes may differ between ranks). Memory
+    /// grows with what actually arrives, not with what a peer announces.
     pub fn gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        if mine.len() > MAX_GATHER {
+            return Err(CudaError::Invalid(format!(
+                "gather of {} bytes: at most {MAX_GATHER}",
+                mine.len()
+            )));
+        }
         let lens = self
             .boot
             .all_gather(self.rank, &(mine.len() as u64).to_le_bytes())?;
@@ -35,8 +46,16 @@ impl Comm {
                     .map_err(|_| CudaError::Rendezvous("a malformed length".into()))
             })
             .collect::<Result<_>>()?;
+        if let Some((r, n)) = lens.iter().enumerate().find(|(_, &n)| n > MAX_GATHER) {
+            return Err(CudaError::Rendezvous(format!(
+                "rank {r} announced {n} bytes: at most {MAX_GATHER}"
+            )));
+        }
         let most = lens.iter().copied().max().unwrap_or(0);
-        let mut all: Vec<Vec<u8>> = lens.iter().map(|&n| Vec::with_capacity(n)).collect();
+        let mut all: Vec<Vec<u8>> = lens
+            .iter()
+            .map(|&n| Vec::with_capacity(n.min(PIECE)))
+            .collect();
         for i in 0..most.div_ceil(PIECE) {
             let piece = &mine[(i * PIECE).min(mine.len())..((i + 1) * PIECE).min(mine.len())];
             let got = self.boot.all_gather(self.rank, piece)?;
