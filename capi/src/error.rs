@@ -173,7 +173,9 @@ thread_local! {
 
 /// Records the outcome of a call on this thread: the message of `err`, or none.
 pub fn set_last(err: Option<&Error>) {
-    LAST.with(|l| {
+    // `try_with`: a call during thread teardown (the thread-local gone) records nothing
+    // instead of aborting the process.
+    let _ = LAST.try_with(|l| {
         let mut l = l.borrow_mut();
         l.clear();
         if let Some(e) = err {

@@ -241,6 +241,11 @@ impl Heap {
         Ok(start)
     }
 
+    /// Whether a live block starts at `offset` (what [`Heap::free`] would accept).
+    pub fn is_live(&self, offset: u64) -> bool {
+        self.blocks.iter().any(|b| b.offset == offset && b.live)
+    }
+
     /// Frees the block at `offset`.
     pub fn free(&mut self, offset: u64) -> Result<(), HeapError> {
         let i = self

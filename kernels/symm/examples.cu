@@ -26,7 +26,7 @@ extern "C" __global__ void symm_example_ring_pass(symm_world w, symm_u64 pad, sy
 // each block a 16-byte-aligned share with symm_put_block. No signal: the caller times the kernel.
 extern "C" __global__ void symm_example_put_bw(symm_world w, symm_u64 src_off, symm_u64 dst_off, symm_u64 bytes) {
   const symm_u32 next = (w.rank + 1) % w.world;
-  const symm_u64 share = ((bytes / gridDim.x) + 15) & ~15ull;
+  const symm_u64 share = ((bytes + gridDim.x - 1) / gridDim.x + 15) & ~15ull;
   const symm_u64 start = share * blockIdx.x;
   if (start >= bytes) return;
   const symm_u64 n = bytes - start < share ? bytes - start : share;

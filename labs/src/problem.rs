@@ -195,7 +195,12 @@ pub fn slot_words(layout: &SlotLayout, slot: u32) -> String {
 fn range_words(req: &Request, l: Loc, elems: u64) -> String {
     let es = req.dtype.size();
     let e = l.offset / es;
-    format!("rank {}'s {} [{e}..{})", l.rank, buf_name(l.buf), e + elems)
+    format!(
+        "rank {}'s {} [{e}..{})",
+        l.rank,
+        buf_name(l.buf),
+        e.saturating_add(elems)
+    )
 }
 
 /// An op in words, in elements.
@@ -229,7 +234,7 @@ pub fn op_words(req: &Request, op: &Op) -> String {
             "multicast reduce of every rank's {} [{}..{}) into {}",
             buf_name(src.buf),
             src.offset / es,
-            src.offset / es + elems,
+            (src.offset / es).saturating_add(elems),
             range_words(req, dst, elems)
         ),
         Op::McStore { src, dst, bytes } => format!(
@@ -237,7 +242,7 @@ pub fn op_words(req: &Request, op: &Op) -> String {
             range_words(req, src, bytes / es),
             buf_name(dst.buf),
             dst.offset / es,
-            (dst.offset + bytes) / es
+            dst.offset.saturating_add(bytes) / es
         ),
     }
 }

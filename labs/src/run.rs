@@ -19,7 +19,6 @@ use crate::kit::Kit;
 use crate::problem::Problem;
 pub use crate::sym::{symbolic, SymRun};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::Mutex;
 use std::time::Duration;
 use symm_core::cost::Link;
 use symm_core::op::{Buf, Loc, Op};
@@ -85,16 +84,42 @@ impl Case {
     }
 }
 
-static PANIC: Mutex<Option<String>> = Mutex::new(None);
+thread_local! {
+    /// Set while this thread builds a student's ops: the hook records the panic here.
+    static CAPTURE: std::cell::RefCell<Option<Option<String>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Installs, once per process, a panic hook that records a panic of a thread building
+/// student ops (its message becomes the checker's report) and forwards every other panic to
+/// the hook that was there before.
+fn install_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            let captured = CAPTURE
+                .try_with(|c| {
+                    let mut c = c.borrow_mut();
+                    match c.as_mut() {
+                        Some(slot) => {
+                            *slot = Some(info.to_string().replace('\n', " "));
+                            true
+                        }
+                        None => false,
+                    }
+                })
+                .unwrap_or(false);
+            if !captured {
+                previous(info);
+            }
+        }));
+    });
+}
 
 /// Builds every (rank, channel)'s ops, stream `rank * channels + channel`.
 pub fn build(case: &Case, plan: Plan) -> Result<Vec<Vec<Op>>, Problem> {
-    let previous = panic::take_hook();
-    panic::set_hook(Box::new(|info| {
-        if let Ok(mut m) = PANIC.lock() {
-            *m = Some(info.to_string().replace('\n', " "));
-        }
-    }));
+    install_hook();
+    CAPTURE.with(|c| *c.borrow_mut() = Some(None));
     let mut out = Vec::new();
     let mut failed = None;
     'all: for r in 0..case.req.world {
@@ -109,16 +134,12 @@ pub fn build(case: &Case, plan: Plan) -> Result<Vec<Vec<Op>>, Problem> {
             }
         }
     }
-    panic::set_hook(previous);
+    let message = CAPTURE.with(|c| c.borrow_mut().take()).flatten();
     match failed {
         None => Ok(out),
         Some(rank) => Err(Problem::Panicked {
             rank,
-            message: PANIC
-                .lock()
-                .ok()
-                .and_then(|mut m| m.take())
-                .unwrap_or_else(|| "(no message)".into()),
+            message: message.unwrap_or_else(|| "(no message)".into()),
         }),
     }
 }

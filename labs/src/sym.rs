@@ -66,7 +66,7 @@ fn signals_sent(streams: &[Vec<Op>], channels: usize, from: u16, to: u16, slot: 
             } if peer == to && s == slot => value,
             _ => 0,
         })
-        .sum()
+        .fold(0u64, u64::saturating_add)
 }
 
 /// Runs the streams on contribution sets under the interleaving chosen by `seed`.

@@ -155,7 +155,14 @@ pub fn check_teams(world: u16, jobs: &[Job], seed: u64) -> Result<Report, SymErr
         }
     }
     let mut pads = vec![vec![0u64; slots]; world as usize];
-    let mut expected: Vec<Vec<u64>> = vec![vec![0; slots]; streams.len()];
+    // A (team, channel)'s slots are one window of the world's layout: each stream's executor
+    // counts only its window.
+    let len = crate::signal::KINDS * outer.world as u32;
+    let window = |ji: usize, c: u16| {
+        let id = jobs[ji].team.id() as u32;
+        ((id * outer.channels as u32) + c as u32) * len
+    };
+    let mut expected: Vec<Vec<u64>> = vec![vec![0; len as usize]; streams.len()];
     let mut execs: Vec<_> = streams
         .iter()
         .zip(expected.iter_mut())
@@ -165,7 +172,7 @@ pub fn check_teams(world: u16, jobs: &[Job], seed: u64) -> Result<Report, SymErr
                 *rank,
                 *local,
                 *c,
-                Executor::new(ops.iter().copied(), e),
+                Executor::at(ops.iter().copied(), e, window(*ji, *c)),
                 false,
             )
         })
@@ -247,14 +254,19 @@ pub fn check_teams(world: u16, jobs: &[Job], seed: u64) -> Result<Report, SymErr
     for m in &mems {
         m.verify()?;
     }
-    for (rank, pad) in pads.iter().enumerate() {
-        for (slot, &value) in pad.iter().enumerate() {
-            let want: u64 = streams
-                .iter()
-                .zip(&expected)
-                .filter(|((_, r, ..), _)| *r as usize == rank)
-                .map(|(_, e)| e[slot])
-                .sum();
+    // What each rank's executors expected, slot by slot.
+    let mut wants = vec![vec![0u64; slots]; world as usize];
+    for ((ji, rank, _, c, _), e) in streams.iter().zip(&expected) {
+        let base = window(*ji, *c) as usize;
+        for (w, &x) in wants[*rank as usize][base..base + e.len()]
+            .iter_mut()
+            .zip(e)
+        {
+            *w = w.saturating_add(x);
+        }
+    }
+    for (rank, (pad, want)) in pads.iter().zip(&wants).enumerate() {
+        for (slot, (&value, &want)) in pad.iter().zip(want).enumerate() {
             if value != want {
                 return Err(SymError::Unbalanced {
                     rank: rank as u16,

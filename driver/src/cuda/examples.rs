@@ -74,8 +74,10 @@ impl RankRingPass {
     }
 
     /// Enqueues one pass on `stream`. `area` is the heap's buffer area (`[lo, hi)` offsets):
-    /// every range the kernel touches must lie inside it.
-    pub fn launch(
+    /// every range the kernel touches must lie inside it. Crate-private: the world and area come
+    /// from a `Comm` or `World` ([`RankRingPass::run_comm`], [`RingPass::run`]), never from the
+    /// caller.
+    pub(crate) fn launch(
         &mut self,
         w: SymmWorld,
         area: (u64, u64),
@@ -83,6 +85,12 @@ impl RankRingPass {
         stream: &Stream,
     ) -> Result<()> {
         let (lo, hi) = area;
+        if !a.pad.is_multiple_of(8) {
+            return Err(CudaError::Invalid(format!(
+                "pad offset {} is not 8-byte aligned",
+                a.pad
+            )));
+        }
         check_range(a.pad, KINDS as u64 * w.world as u64 * 8, lo, hi)?;
         check_range(a.src, a.bytes, lo, hi)?;
         check_range(a.dst, a.bytes, lo, hi)?;
@@ -237,6 +245,16 @@ impl DeviceBench {
     pub fn ping_pong(&mut self, comm: &Comm, pad: u64, iters: u64, stream: &Stream) -> Result<f64> {
         let _ctx = device::keep_current()?;
         let (lo, hi) = comm.buffer_area();
+        if self.bounces == u64::MAX {
+            return Err(CudaError::Invalid(
+                "a ping-pong timed out before: its counters are unknown".into(),
+            ));
+        }
+        if !pad.is_multiple_of(8) {
+            return Err(CudaError::Invalid(format!(
+                "pad offset {pad} is not 8-byte aligned"
+            )));
+        }
         check_range(pad, KINDS as u64 * comm.world() as u64 * 8, lo, hi)?;
         let mut sw = comm.symm_world();
         let (mut p, mut base, mut n, mut deadline) = (pad, self.bounces, iters, 5_000_000_000u64);
@@ -258,10 +276,15 @@ impl DeviceBench {
         // this rank's device memory.
         unsafe { self.ping.launch_args(stream, 1, 32, &mut args)? };
         e.record(stream)?;
-        comm.synchronize(stream)?;
+        let done = comm.synchronize(stream).and_then(|_| {
+            dev.bind()?;
+            self.check_status(comm.rank())
+        });
+        if let Err(err) = done {
+            self.bounces = u64::MAX;
+            return Err(err);
+        }
         self.bounces += iters;
-        dev.bind()?;
-        self.check_status(comm.rank())?;
         Ok(s.elapsed_ms(&e)? as f64 * 1000.0 / iters.max(1) as f64)
     }
 

@@ -22,6 +22,9 @@ pub struct RankPlan {
     pub chan_start: Vec<u32>,
 }
 
+/// Most ops a rank's plan may hold (64 bytes each on the device: 256 MiB).
+pub const MAX_PLAN_OPS: usize = 1 << 22;
+
 impl RankPlan {
     /// Encodes per-channel op lists.
     pub fn from_channels(channels: &[Vec<Op>]) -> Result<RankPlan> {
@@ -38,12 +41,24 @@ impl RankPlan {
         Ok(p)
     }
 
-    /// The schedule of `rank` for `req`, every channel.
+    /// The schedule of `rank` for `req`, every channel; refused (before the ops are held) when
+    /// it has more than [`MAX_PLAN_OPS`] ops.
     pub fn schedule(req: &Request, rank: u16) -> Result<RankPlan> {
         let mut chans = Vec::with_capacity(req.channels as usize);
+        let mut total = 0usize;
         for c in 0..req.channels {
             let s = Schedule::new(*req, rank, c).map_err(|e| CudaError::Invalid(e.to_string()))?;
-            chans.push(s.collect::<Vec<Op>>());
+            let mut ops = Vec::new();
+            for op in s {
+                total += 1;
+                if total > MAX_PLAN_OPS {
+                    return Err(CudaError::Invalid(format!(
+                        "the plan of rank {rank} has over {MAX_PLAN_OPS} ops (chunks too small for the size?)"
+                    )));
+                }
+                ops.push(op);
+            }
+            chans.push(ops);
         }
         Self::from_channels(&chans)
     }

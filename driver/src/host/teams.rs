@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use symm_core::exec::{ExecError, Executor, Step};
 use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::{Request, Schedule};
-use symm_core::signal::SlotLayout;
+use symm_core::signal::{SlotLayout, KINDS};
 use symm_core::team::{Team, TeamMap};
 use symm_core::trace::{Event, EventKind, Header, Source, TeamTag};
 
@@ -131,19 +131,34 @@ pub fn run_teams_traced(
             }
         }
     }
-    let slots = outer.slots() as usize;
+    // A (team, channel)'s slots are one contiguous window of the world's layout: each stream's
+    // executor counts only its window (memory per stream: KINDS * world counters).
+    let len = KINDS * outer.world as u32;
+    let windows: Vec<(u32, usize)> = streams
+        .iter()
+        .map(|(ji, _, c, ..)| {
+            let id = jobs[*ji].team.id() as u32;
+            (
+                ((id * outer.channels as u32) + *c as u32) * len,
+                len as usize,
+            )
+        })
+        .collect();
     let mut traces = Vec::new();
     match mode {
         TeamMode::Simulate => {
             let mut events: Vec<Vec<Event>> = vec![Vec::new(); jobs.len()];
-            simulate(&mem, &streams, slots, trace.then_some(&mut events))?;
+            simulate(&mem, &streams, &windows, trace.then_some(&mut events))?;
             if trace {
                 for (j, mut ev) in jobs.iter().zip(events) {
                     traces.push(team_trace(j, &mut ev)?);
                 }
             }
         }
-        TeamMode::Threads(deadline) => threads(&mem, &streams, slots, deadline, &outer)?,
+        TeamMode::Threads(deadline) => {
+            let teams: Vec<&Team> = streams.iter().map(|s| &jobs[s.0].team).collect();
+            threads(&mem, &streams, &windows, &teams, deadline, &outer)?
+        }
     }
     let outputs = jobs
         .iter()
@@ -196,14 +211,15 @@ fn oob(rank: u16, channel: u16, e: ExecError<Oob>) -> HostError {
 fn simulate(
     mem: &WorldMem,
     streams: &[Stream],
-    slots: usize,
+    windows: &[(u32, usize)],
     mut events: Option<&mut Vec<Vec<Event>>>,
 ) -> Result<(), HostError> {
-    let mut expected = vec![vec![0u64; slots]; streams.len()];
+    let mut expected: Vec<Vec<u64>> = windows.iter().map(|&(_, n)| vec![0u64; n]).collect();
     let mut execs: Vec<_> = streams
         .iter()
         .zip(expected.iter_mut())
-        .map(|(s, e)| (s, Executor::new(s.3.iter().copied(), e), false))
+        .zip(windows)
+        .map(|((s, e), &(base, _))| (s, Executor::at(s.3.iter().copied(), e, base), false))
         .collect();
     let mut temps = Temps::default();
     let mut live = execs.len();
@@ -274,7 +290,8 @@ fn simulate(
 fn threads(
     mem: &WorldMem,
     streams: &[Stream],
-    slots: usize,
+    windows: &[(u32, usize)],
+    teams: &[&Team],
     deadline: Duration,
     outer: &SlotLayout,
 ) -> Result<(), HostError> {
@@ -282,10 +299,13 @@ fn threads(
     let results: Vec<Result<(), HostError>> = std::thread::scope(|s| {
         let handles: Vec<_> = streams
             .iter()
-            .map(|(_, rank, channel, ops, ..)| {
+            .zip(windows)
+            .zip(teams)
+            .map(|(((_, rank, channel, ops, ..), &window), &team)| {
                 let abort = &abort;
                 s.spawn(move || {
-                    let r = one(mem, *rank, *channel, ops, slots, deadline, abort, outer);
+                    let at = (*rank, *channel);
+                    let r = one(mem, at, ops, window, team, deadline, abort, outer);
                     if r.is_err() {
                         abort.store(true, Ordering::Relaxed);
                     }
@@ -304,16 +324,16 @@ fn threads(
 #[allow(clippy::too_many_arguments)]
 fn one(
     mem: &WorldMem,
-    rank: u16,
-    channel: u16,
+    (rank, channel): (u16, u16),
     ops: &[Op],
-    slots: usize,
+    (base, len): (u32, usize),
+    team: &Team,
     deadline: Duration,
     abort: &AtomicBool,
     outer: &SlotLayout,
 ) -> Result<(), HostError> {
-    let mut expected = vec![0u64; slots];
-    let mut ex = Executor::new(ops.iter().copied(), &mut expected);
+    let mut expected = vec![0u64; len];
+    let mut ex = Executor::at(ops.iter().copied(), &mut expected, base);
     let mut temps = Temps::default();
     let mut view = RankFabric::new(mem, rank, &mut temps);
     let mut since: Option<Instant> = None;
@@ -339,7 +359,11 @@ fn one(
                         rank,
                         channel,
                         index,
-                        peer: outer.key(slot).map_or(u16::MAX, |k| k.peer),
+                        // The slot names the signalling peer by its local rank in the team.
+                        peer: outer
+                            .key(slot)
+                            .and_then(|k| team.global(k.peer))
+                            .unwrap_or(u16::MAX),
                         slot,
                         expected: target,
                         found,

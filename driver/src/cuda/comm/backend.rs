@@ -69,6 +69,13 @@ impl Comm {
                 o.extend_from_slice(p);
             }
         }
+        if let Some(r) = (0..all.len()).find(|&r| all[r].len() != lens[r]) {
+            return Err(CudaError::Rendezvous(format!(
+                "rank {r} sent {} of the {} bytes it announced",
+                all[r].len(),
+                lens[r]
+            )));
+        }
         Ok(all)
     }
 
@@ -87,8 +94,16 @@ impl Comm {
             };
             Ok((self.read(b.output, b.sizes.output)?, part))
         })();
-        self.free(&b)?;
-        let (mine, part) = run?;
+        let freed = self.free(&b);
+        let run = run.and_then(|x| freed.map(|_| x));
+        // Every rank gathers, also after a failure, so the job stays in step.
+        let (mine, part) = match run {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = self.gather(&[]);
+                return Err(e);
+            }
+        };
         let outputs = self.gather(&mine)?;
         let trace = match part {
             Some(p) => Some(trace::merge(&self.gather(&p)?)?),

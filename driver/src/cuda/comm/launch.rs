@@ -45,9 +45,12 @@ impl Comm {
         let host = RankPlan::schedule(req, self.rank)?;
         host.validate(self.rank, self.world, &sizes, self.pad_slots, false)?;
         let p = Arc::new(DevicePlan::upload(&self.dev, host, sizes)?);
-        if let Ok(mut m) = self.plans.lock() {
-            m.insert((0, *req), p.clone());
-        }
+        // Kept even if another thread panicked holding the lock: a launched plan must outlive
+        // its kernels.
+        self.plans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((0, *req), p.clone());
         Ok(p)
     }
 
@@ -77,6 +80,11 @@ impl Comm {
         traced: Option<&Tracing>,
     ) -> Result<Arc<DevicePlan>> {
         self.live()?;
+        // The buffers are checked against the request before its plan is built: a request too
+        // large for them costs nothing.
+        req.validate()
+            .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        check_buffers(b, &req.buffer_sizes(), self.data_off, self.stride())?;
         let plan = self.plan(req)?;
         self.launch_plan(&plan, b, (self.data_off, self.stride()), stream, traced)?;
         Ok(plan)

@@ -104,6 +104,8 @@ pub struct Comm {
     next_team: Mutex<u16>,
     /// This rank's teams by id (to name a team wait's peer by its job rank).
     teams: Mutex<HashMap<u16, symm_core::team::Team>>,
+    /// Heap offsets of the regions splits reserved (never freed by `free`).
+    regions: Mutex<Vec<u64>>,
     rank: u16,
     world: u16,
     pad_slots: u32,
@@ -254,15 +256,28 @@ impl Comm {
     }
 
     /// Collective: returns buffers to the heap after this rank's work on its device finished.
+    /// Every offset is checked first (a live allocation of this heap, not a team's region), so
+    /// a bad set frees nothing.
     pub fn free(&self, b: &Buffers) -> Result<()> {
         let _ctx = device::keep_current()?;
         self.sync_device()?;
         {
+            let regions = self
+                .regions
+                .lock()
+                .map_err(|_| CudaError::Invalid("region lock poisoned".into()))?
+                .clone();
             let mut h = self.heap_lock()?;
-            for o in [b.input, b.output, b.scratch] {
-                let off = o
-                    .checked_sub(self.data_off)
-                    .ok_or_else(|| CudaError::Invalid(format!("offset {o} is not a buffer")))?;
+            let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.data_off));
+            for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {
+                let live = off.is_some_and(|x| h.is_live(x));
+                if !live || regions.contains(o) {
+                    return Err(CudaError::Invalid(format!(
+                        "offset {o} is not a live buffer of this heap"
+                    )));
+                }
+            }
+            for off in offs.into_iter().flatten() {
                 h.free(off)
                     .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))?;
             }
@@ -533,6 +548,7 @@ impl Parts {
             poisoned: Mutex::new(None),
             next_team: Mutex::new(1),
             teams: Mutex::new(HashMap::new()),
+            regions: Mutex::new(Vec::new()),
             rank,
             world,
             pad_slots: self.pad_slots,

@@ -50,6 +50,14 @@ impl Comm {
             .map_err(|e| CudaError::Invalid(format!("slot layout: {e:?}")))
     }
 
+    /// The id the next split will take.
+    fn peek_team(&self) -> Result<u16> {
+        self.next_team
+            .lock()
+            .map(|n| *n)
+            .map_err(|_| CudaError::Invalid("team lock poisoned".into()))
+    }
+
     /// Collective: takes the next team id and reserves `heap_bytes` of the heap for the split.
     fn begin_split(&self, heap_bytes: u64) -> Result<(u16, u64)> {
         let _ctx = device::keep_current()?;
@@ -71,6 +79,9 @@ impl Comm {
                 .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))?
                 + self.data_off
         };
+        if let Ok(mut r) = self.regions.lock() {
+            r.push(off);
+        }
         self.agree()?;
         Ok((id, off))
     }
@@ -126,10 +137,13 @@ impl Comm {
     /// then job rank; a negative colour joins no team) and reserves `heap_bytes` per rank for
     /// the teams' buffers. Returns this rank's team, `None` for a negative colour.
     pub fn split(&self, color: i32, key: i32, heap_bytes: u64) -> Result<Option<CommTeam<'_>>> {
+        self.live()?;
+        let next = self.peek_team()?;
         let mine: Vec<u8> = color
             .to_le_bytes()
             .into_iter()
             .chain(key.to_le_bytes())
+            .chain(next.to_le_bytes())
             .collect();
         let all = self.exchange(&mine)?;
         let colors: Vec<(i32, i32)> = all
@@ -140,8 +154,11 @@ impl Comm {
                         .and_then(|b| b.try_into().ok())
                         .map(i32::from_le_bytes)
                 };
-                match (w(0), w(4)) {
-                    (Some(c), Some(k)) => Ok((c, k)),
+                match (w(0), w(4), v.get(8..10)) {
+                    (Some(c), Some(k), Some(id)) if id == next.to_le_bytes() => Ok((c, k)),
+                    (Some(_), Some(_), Some(_)) => Err(CudaError::Invalid(
+                        "split: the ranks' team counters differ (a rank missed a split)".into(),
+                    )),
                     _ => Err(CudaError::Rendezvous("a malformed split entry".into())),
                 }
             })
@@ -161,13 +178,14 @@ impl Comm {
         size: u16,
         heap_bytes: u64,
     ) -> Result<Option<CommTeam<'_>>> {
-        let desc: Vec<u8> = [start, stride, size]
+        self.live()?;
+        let desc: Vec<u8> = [start, stride, size, self.peek_team()?]
             .iter()
             .flat_map(|x| x.to_le_bytes())
             .collect();
         if self.exchange(&desc)?.iter().any(|d| *d != desc) {
             return Err(CudaError::Invalid(
-                "split_strided: ranks gave different (start, stride, size)".into(),
+                "split_strided: ranks gave different (start, stride, size) or team counters".into(),
             ));
         }
         let (id, off) = self.begin_split(heap_bytes)?;
@@ -220,10 +238,16 @@ impl<'c> CommTeam<'c> {
             .alloc
             .lock()
             .map_err(|_| CudaError::Invalid("team heap lock poisoned".into()))?;
-        for o in [b.input, b.output, b.scratch] {
-            let off = o
-                .checked_sub(self.region.0)
-                .ok_or_else(|| CudaError::Invalid(format!("offset {o} is not a team buffer")))?;
+        // Every offset is checked before any is freed: a bad set frees nothing.
+        let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.region.0));
+        for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {
+            if !off.is_some_and(|x| h.is_live(x)) {
+                return Err(CudaError::Invalid(format!(
+                    "offset {o} is not a live team buffer"
+                )));
+            }
+        }
+        for off in offs.into_iter().flatten() {
             h.free(off)
                 .map_err(|e| CudaError::Invalid(format!("team heap: {e:?}")))?;
         }
@@ -264,9 +288,11 @@ impl<'c> CommTeam<'c> {
             false,
         )?;
         let p = Arc::new(DevicePlan::upload(&self.comm.dev, host, sizes)?);
-        if let Ok(mut m) = self.comm.plans.lock() {
-            m.insert(key, p.clone());
-        }
+        self.comm
+            .plans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, p.clone());
         Ok(p)
     }
 
@@ -288,6 +314,9 @@ impl<'c> CommTeam<'c> {
                 team: self.team.size(),
             }));
         }
+        req.validate()
+            .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        guard::check_buffers(b, &req.buffer_sizes(), self.region.0, self.region.1)?;
         let plan = self.plan(req)?;
         self.comm.launch_plan(&plan, b, self.region, stream, None)
     }

@@ -51,6 +51,11 @@ pub(crate) fn check_buffers(b: &Buffers, need: &BufferSizes, lo: u64, hi: u64) -
                 "the {name} buffer has {have} bytes; the plan needs {need}"
             )));
         }
+        if need > 0 && !off.is_multiple_of(16) {
+            return Err(CudaError::Invalid(format!(
+                "the {name} buffer at {off} is not 16-byte aligned"
+            )));
+        }
         if need > 0 && (off < lo || off.checked_add(need).is_none_or(|e| e > hi)) {
             return Err(CudaError::Invalid(format!(
                 "the {name} buffer at {off}..+{need} is outside the heap's buffer area {lo}..{hi}"

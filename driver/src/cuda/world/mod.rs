@@ -363,8 +363,17 @@ impl World {
             .alloc
             .lock()
             .map_err(|_| CudaError::Invalid("heap lock poisoned".into()))?;
-        for o in [b.input, b.output, b.scratch] {
-            h.free(o - self.data_off)
+        // Every offset is checked before any is freed: a bad set frees nothing.
+        let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.data_off));
+        for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {
+            if !off.is_some_and(|x| h.is_live(x)) {
+                return Err(CudaError::Invalid(format!(
+                    "offset {o} is not a live buffer of this heap"
+                )));
+            }
+        }
+        for off in offs.into_iter().flatten() {
+            h.free(off)
                 .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))?;
         }
         Ok(())
