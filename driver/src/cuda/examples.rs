@@ -9,7 +9,7 @@
 //!
 //! A user kernel receives a [`SymmWorld`] by value ([`Comm::symm_world`]): this rank's view of
 //! the heap range, the stride between peers, the rank and the world size. Offsets it is given
-//! must come from the symmetric allocator; [`RankRingPass::launch`] checks them against the
+//! must come from the symmetric allocator; [`RankRingPass::run_comm`] checks them against the
 //! heap's buffer area before the kernel sees them.
 
 use core::ffi::c_void;

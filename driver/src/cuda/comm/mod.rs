@@ -29,6 +29,7 @@ mod backend;
 mod launch;
 mod team;
 
+pub use backend::MAX_GATHER;
 pub use team::CommTeam;
 
 use std::collections::HashMap;
