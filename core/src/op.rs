@@ -166,6 +166,57 @@ pub enum Op {
 }
 
 impl Op {
+    /// The op with every rank-addressed location passed through `f` (the operands and the
+    /// destination of copies and reductions, the destination of a multicast load-reduce and
+    /// the source of a multicast store); signals, waits and multicast locations are unchanged.
+    pub fn map_locs<E>(self, mut f: impl FnMut(Loc) -> Result<Loc, E>) -> Result<Op, E> {
+        Ok(match self {
+            Op::Copy { src, dst, bytes } => Op::Copy {
+                src: f(src)?,
+                dst: f(dst)?,
+                bytes,
+            },
+            Op::Reduce {
+                a,
+                b,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => Op::Reduce {
+                a: f(a)?,
+                b: f(b)?,
+                dst: f(dst)?,
+                elems,
+                dtype,
+                op,
+                div,
+            },
+            Op::McReduce {
+                src,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => Op::McReduce {
+                src,
+                dst: f(dst)?,
+                elems,
+                dtype,
+                op,
+                div,
+            },
+            Op::McStore { src, dst, bytes } => Op::McStore {
+                src: f(src)?,
+                dst,
+                bytes,
+            },
+            other @ (Op::Signal { .. } | Op::Wait { .. }) => other,
+        })
+    }
+
     /// Bytes this op moves (reads of remote or written data), for cost accounting.
     pub fn bytes(&self) -> u64 {
         match *self {

@@ -371,6 +371,120 @@ impl Rng {
     }
 }
 
+/// What one step of a stream did, for [`interleave`].
+pub(crate) enum Stepped {
+    /// An op ran.
+    Ran,
+    /// The stream waits.
+    Blocked,
+    /// The stream has no ops left.
+    Done,
+}
+
+/// An executor's step as [`Stepped`], its errors as the checker's.
+pub(crate) fn stepped<E>(rank: u16, r: Result<Step, ExecError<E>>) -> Result<Stepped, E>
+where
+    E: From<SymError>,
+{
+    match r {
+        Ok(Step::Ran { .. }) => Ok(Stepped::Ran),
+        Ok(Step::Blocked { .. }) => Ok(Stepped::Blocked),
+        Ok(Step::Done) => Ok(Stepped::Done),
+        Err(ExecError::Fabric { error, .. }) => Err(error),
+        Err(ExecError::SlotOutOfRange { slot, .. }) => Err(SymError::BadSlot { rank, slot }.into()),
+    }
+}
+
+/// The deadlock error for a stream found blocked at `next` (its next op).
+pub(crate) fn deadlock(rank: u16, channel: u16, next: Option<(u32, Op)>) -> SymError {
+    let (index, op) = next.unwrap_or((
+        0,
+        Op::Wait {
+            slot: u32::MAX,
+            count: 0,
+        },
+    ));
+    let slot = if let Op::Wait { slot, .. } = op {
+        slot
+    } else {
+        u32::MAX
+    };
+    SymError::Deadlock {
+        rank,
+        channel,
+        index,
+        slot,
+    }
+}
+
+/// Drives `n` streams through `step(i)` under the seeded random interleaving every symbolic
+/// check uses: each round starts at a random stream and gives streams bursts of 1 to 8 steps,
+/// stopping after a stream with probability 1/2 (so any rank may run far ahead of others); a
+/// round where nothing ran is confirmed by one step of every live stream. Returns the ops run,
+/// or `Err(i)` with a stream still blocked when every live stream is blocked (a deadlock).
+pub(crate) fn interleave(
+    n: usize,
+    seed: u64,
+    mut step: impl FnMut(usize) -> Result<Stepped, SymError>,
+) -> Result<Result<u64, usize>, SymError> {
+    let mut rng = Rng::new(seed);
+    let mut done = vec![false; n];
+    let mut live = n;
+    let mut ops = 0u64;
+    while live > 0 {
+        let mut progressed = false;
+        let start = rng.below(n as u64) as usize;
+        for k in 0..n {
+            let i = (start + k) % n;
+            if done[i] {
+                continue;
+            }
+            for _ in 0..1 + rng.below(8) {
+                match step(i)? {
+                    Stepped::Ran => {
+                        ops += 1;
+                        progressed = true;
+                    }
+                    Stepped::Blocked => break,
+                    Stepped::Done => {
+                        done[i] = true;
+                        live -= 1;
+                        break;
+                    }
+                }
+            }
+            if rng.below(2) == 0 {
+                break;
+            }
+        }
+        if !progressed && live > 0 {
+            // Confirm: a full pass where nobody can run is a deadlock.
+            let mut any = false;
+            for (i, d) in done.iter_mut().enumerate() {
+                if *d {
+                    continue;
+                }
+                match step(i)? {
+                    Stepped::Ran => {
+                        ops += 1;
+                        any = true;
+                    }
+                    Stepped::Blocked => {}
+                    Stepped::Done => {
+                        *d = true;
+                        live -= 1;
+                        any = true;
+                    }
+                }
+            }
+            if !any {
+                return Ok(Err(done.iter().position(|d| !d).unwrap_or(0)));
+            }
+        }
+    }
+    Ok(Ok(ops))
+}
+
 /// Runs `req` symbolically on every rank and channel under the interleaving chosen by `seed`.
 ///
 /// ```
@@ -412,97 +526,24 @@ pub fn check(req: &Request, seed: u64) -> Result<Report, SymError> {
         .zip(expected.iter_mut().flat_map(|v| v.chunks_mut(per_channel)))
         .map(|((r, c, s), e)| {
             let base = c as u32 * per_channel as u32;
-            (r, c, Executor::at(s, e, base), false)
+            (r, c, Executor::at(s, e, base))
         })
         .collect();
-    let mut rng = Rng::new(seed);
-    let mut report = Report::default();
-    let mut live = execs.len();
-    while live > 0 {
-        let mut progressed = false;
-        let start = rng.below(execs.len() as u64) as usize;
-        for k in 0..execs.len() {
-            let i = (start + k) % execs.len();
-            let (rank, _, ex, done) = &mut execs[i];
-            if *done {
-                continue;
-            }
-            let burst = 1 + rng.below(8);
-            for _ in 0..burst {
-                let mut view = RankView {
-                    world: &mut world,
-                    rank: *rank,
-                };
-                match ex.step(&mut view) {
-                    Ok(Step::Ran { .. }) => {
-                        report.ops += 1;
-                        progressed = true;
-                    }
-                    Ok(Step::Blocked { .. }) => break,
-                    Ok(Step::Done) => {
-                        *done = true;
-                        live -= 1;
-                        break;
-                    }
-                    Err(ExecError::Fabric { error, .. }) => return Err(error),
-                    Err(ExecError::SlotOutOfRange { slot, .. }) => {
-                        return Err(SymError::BadSlot { rank: *rank, slot })
-                    }
-                }
-            }
-            if rng.below(2) == 0 {
-                break;
-            }
+    let ran = interleave(execs.len(), seed, |i| {
+        let (rank, _, ex) = &mut execs[i];
+        let mut view = RankView {
+            world: &mut world,
+            rank: *rank,
+        };
+        stepped(*rank, ex.step(&mut view))
+    })?;
+    let report = match ran {
+        Ok(ops) => Report { ops },
+        Err(i) => {
+            let (rank, channel, ex) = &mut execs[i];
+            return Err(deadlock(*rank, *channel, ex.peek()));
         }
-        if !progressed && live > 0 {
-            // Confirm: a full pass where nobody can run is a deadlock.
-            let mut any = false;
-            for (rank, channel, ex, done) in execs.iter_mut() {
-                if *done {
-                    continue;
-                }
-                let mut view = RankView {
-                    world: &mut world,
-                    rank: *rank,
-                };
-                match ex.step(&mut view) {
-                    Ok(Step::Blocked { index, slot, .. }) => {
-                        if !any {
-                            let _ = (index, slot, channel);
-                        }
-                    }
-                    Ok(Step::Ran { .. }) => {
-                        report.ops += 1;
-                        any = true;
-                    }
-                    Ok(Step::Done) => {
-                        *done = true;
-                        live -= 1;
-                        any = true;
-                    }
-                    Err(ExecError::Fabric { error, .. }) => return Err(error),
-                    Err(ExecError::SlotOutOfRange { slot, .. }) => {
-                        return Err(SymError::BadSlot { rank: *rank, slot })
-                    }
-                }
-            }
-            if !any {
-                let (rank, channel, ex, _) = execs.iter_mut().find(|e| !e.3).expect("live stream");
-                let (index, op) = ex.peek().expect("blocked stream has an op");
-                let slot = if let Op::Wait { slot, .. } = op {
-                    slot
-                } else {
-                    u32::MAX
-                };
-                return Err(SymError::Deadlock {
-                    rank: *rank,
-                    channel: *channel,
-                    index,
-                    slot,
-                });
-            }
-        }
-    }
+    };
     drop(execs);
     world.verify()?;
     for (rank, e) in expected.iter().enumerate() {

@@ -292,46 +292,28 @@ impl<'t> TeamMap<'t> {
 
     /// One op of the team's schedule as an op on the world.
     pub fn op(&self, op: Op) -> Result<Op, TeamError> {
-        Ok(match op {
-            Op::Copy { src, dst, bytes } => Op::Copy {
-                src: self.loc(src)?,
-                dst: self.loc(dst)?,
-                bytes,
-            },
-            Op::Reduce {
-                a,
-                b,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            } => Op::Reduce {
-                a: self.loc(a)?,
-                b: self.loc(b)?,
-                dst: self.loc(dst)?,
-                elems,
-                dtype,
-                op,
-                div,
-            },
+        if matches!(op, Op::McReduce { .. } | Op::McStore { .. }) {
+            return Err(TeamError::Multicast);
+        }
+        match op.map_locs(|l| self.loc(l))? {
             Op::Signal {
                 peer,
                 slot,
                 op,
                 value,
-            } => Op::Signal {
+            } => Ok(Op::Signal {
                 peer: self.team.global(peer).ok_or(TeamError::OpOutOfTeam)?,
                 slot: self.slot(slot)?,
                 op,
                 value,
-            },
-            Op::Wait { slot, count } => Op::Wait {
+            }),
+            Op::Wait { slot, count } => Ok(Op::Wait {
                 slot: self.slot(slot)?,
                 count,
-            },
-            Op::McReduce { .. } | Op::McStore { .. } => return Err(TeamError::Multicast),
-        })
+            }),
+            Op::McReduce { .. } | Op::McStore { .. } => Err(TeamError::Multicast),
+            data @ (Op::Copy { .. } | Op::Reduce { .. }) => Ok(data),
+        }
     }
 }
 

@@ -13,11 +13,11 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::{Team, TeamMap};
-use crate::exec::{ExecError, Executor, Fabric, Step};
+use crate::exec::{Executor, Fabric};
 use crate::op::{Loc, Op};
 use crate::sched::{Request, Schedule};
 use crate::signal::{apply, SlotLayout};
-use crate::symbolic::{Report, Rng, SymError, SymWorld};
+use crate::symbolic::{deadlock, interleave, stepped, Report, SymError, SymWorld};
 
 /// One team collective of a [`check_teams`] run.
 pub struct Job {
@@ -62,29 +62,7 @@ impl View<'_> {
 impl Fabric for View<'_> {
     type Error = SymError;
     fn execute(&mut self, op: &Op) -> Result<(), SymError> {
-        let local = match *op {
-            Op::Copy { src, dst, bytes } => Op::Copy {
-                src: self.unmap(src)?,
-                dst: self.unmap(dst)?,
-                bytes,
-            },
-            Op::Reduce {
-                a,
-                b,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            } => Op::Reduce {
-                a: self.unmap(a)?,
-                b: self.unmap(b)?,
-                dst: self.unmap(dst)?,
-                elems,
-                dtype,
-                op,
-                div,
-            },
+        match *op {
             Op::Signal {
                 peer,
                 slot,
@@ -100,14 +78,17 @@ impl Fabric for View<'_> {
                         slot,
                     })?;
                 *s = apply(op, *s, value);
-                return Ok(());
+                Ok(())
             }
-            Op::Wait { .. } => return Ok(()),
+            Op::Wait { .. } => Ok(()),
             Op::McReduce { .. } | Op::McStore { .. } => {
-                return Err(SymError::Team(super::TeamError::Multicast))
+                Err(SymError::Team(super::TeamError::Multicast))
             }
-        };
-        self.mem.apply(self.local, &local).map(|_| ())
+            Op::Copy { .. } | Op::Reduce { .. } => {
+                let local = op.map_locs(|l| self.unmap(l))?;
+                self.mem.apply(self.local, &local).map(|_| ())
+            }
+        }
     }
     fn load_slot(&mut self, slot: u32) -> Result<u64, SymError> {
         self.pads[self.rank as usize]
@@ -173,83 +154,27 @@ pub fn check_teams(world: u16, jobs: &[Job], seed: u64) -> Result<Report, SymErr
                 *local,
                 *c,
                 Executor::at(ops.iter().copied(), e, window(*ji, *c)),
-                false,
             )
         })
         .collect();
-    let mut rng = Rng::new(seed);
-    let mut report = Report::default();
-    let mut live = execs.len();
-    while live > 0 {
-        let mut progressed = false;
-        let start = rng.below(execs.len() as u64) as usize;
-        // A random rotation, random bursts; then a full pass to tell a deadlock from bad luck.
-        for k in 0..execs.len() * 2 {
-            let i = (start + k) % execs.len();
-            let full = k >= execs.len();
-            let (ji, rank, local, _, ex, done) = &mut execs[i];
-            if *done {
-                continue;
-            }
-            let burst = if full { 1 } else { 1 + rng.below(8) };
-            for _ in 0..burst {
-                let mut view = View {
-                    job: &jobs[*ji].team,
-                    mem: &mut mems[*ji],
-                    pads: &mut pads,
-                    rank: *rank,
-                    local: *local,
-                };
-                match ex.step(&mut view) {
-                    Ok(Step::Ran { .. }) => {
-                        report.ops += 1;
-                        progressed = true;
-                    }
-                    Ok(Step::Blocked { .. }) => break,
-                    Ok(Step::Done) => {
-                        *done = true;
-                        live -= 1;
-                        progressed = true;
-                        break;
-                    }
-                    Err(ExecError::Fabric { error, .. }) => return Err(error),
-                    Err(ExecError::SlotOutOfRange { slot, .. }) => {
-                        return Err(SymError::BadSlot { rank: *rank, slot })
-                    }
-                }
-            }
-            if progressed && !full && rng.below(2) == 0 {
-                break;
-            }
-            if progressed && full {
-                break;
-            }
+    let ran = interleave(execs.len(), seed, |i| {
+        let (ji, rank, local, _, ex) = &mut execs[i];
+        let mut view = View {
+            job: &jobs[*ji].team,
+            mem: &mut mems[*ji],
+            pads: &mut pads,
+            rank: *rank,
+            local: *local,
+        };
+        stepped(*rank, ex.step(&mut view))
+    })?;
+    let report = match ran {
+        Ok(ops) => Report { ops },
+        Err(i) => {
+            let (_, rank, _, channel, ex) = &mut execs[i];
+            return Err(deadlock(*rank, *channel, ex.peek()));
         }
-        if !progressed && live > 0 {
-            let (_, rank, _, channel, ex, _) = execs
-                .iter_mut()
-                .find(|e| !e.5)
-                .ok_or(SymError::WorldTooLarge)?;
-            let (index, op) = ex.peek().unwrap_or((
-                0,
-                Op::Wait {
-                    slot: u32::MAX,
-                    count: 0,
-                },
-            ));
-            let slot = if let Op::Wait { slot, .. } = op {
-                slot
-            } else {
-                u32::MAX
-            };
-            return Err(SymError::Deadlock {
-                rank: *rank,
-                channel: *channel,
-                index,
-                slot,
-            });
-        }
-    }
+    };
     drop(execs);
     for m in &mems {
         m.verify()?;
