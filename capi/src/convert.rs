@@ -18,34 +18,24 @@ fn code<T: Copy>(table: &[T], field: &'static str, value: u32) -> Result<T, Erro
     })
 }
 
+/// A one-byte code through the core type's own `from_u8`.
+fn byte_code<T>(v: u32, field: &'static str, from: fn(u8) -> Option<T>) -> Result<T, Error> {
+    u8::try_from(v).ok().and_then(from).ok_or(Error::BadCode {
+        field,
+        value: v.into(),
+    })
+}
+
 fn dtype(v: u32) -> Result<DType, Error> {
-    u8::try_from(v)
-        .ok()
-        .and_then(DType::from_u8)
-        .ok_or(Error::BadCode {
-            field: "dtype",
-            value: v.into(),
-        })
+    byte_code(v, "dtype", DType::from_u8)
 }
 
 fn redop(v: u32) -> Result<ReduceOp, Error> {
-    u8::try_from(v)
-        .ok()
-        .and_then(ReduceOp::from_u8)
-        .ok_or(Error::BadCode {
-            field: "redop",
-            value: v.into(),
-        })
+    byte_code(v, "redop", ReduceOp::from_u8)
 }
 
 fn buf(v: u32) -> Result<Buf, Error> {
-    u8::try_from(v)
-        .ok()
-        .and_then(Buf::from_u8)
-        .ok_or(Error::BadCode {
-            field: "buf",
-            value: v.into(),
-        })
+    byte_code(v, "buf", Buf::from_u8)
 }
 
 impl symm_request {
