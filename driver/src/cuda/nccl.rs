@@ -138,55 +138,6 @@ impl NcclRank {
         })?;
         Ok(NcclRank { comm, version })
     }
-
-    /// Mean microseconds of an out-of-place all-reduce of `count` elements from heap offset
-    /// `input` to `output` of this rank, after `warmup`, over `iters` back-to-back calls on
-    /// `stream`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn time_all_reduce(
-        &self,
-        symm: &super::Comm,
-        (input, output): (u64, u64),
-        count: usize,
-        dtype: i32,
-        op: i32,
-        stream: &super::device::Stream,
-        (warmup, iters): (u32, u32),
-    ) -> Result<f64> {
-        let api = ffi::api().map_err(|s| CudaError::Unavailable(s.into()))?;
-        let (i, o) = (
-            symm.ptr(symm.rank(), input)?,
-            symm.ptr(symm.rank(), output)?,
-        );
-        symm.device().bind()?;
-        let call = || {
-            // SAFETY: `i` and `o` are device addresses of `count` elements in this rank's heap
-            // (checked by the caller's allocation); the stream belongs to this rank's device.
-            check("ncclAllReduce", unsafe {
-                (api.all_reduce)(
-                    i as *const _,
-                    o as *mut _,
-                    count,
-                    dtype,
-                    op,
-                    self.comm,
-                    stream.raw,
-                )
-            })
-        };
-        for _ in 0..warmup.max(1) {
-            call()?;
-        }
-        stream.synchronize()?;
-        let (s, e) = (Event::new(symm.device())?, Event::new(symm.device())?);
-        s.record(stream)?;
-        for _ in 0..iters.max(1) {
-            call()?;
-        }
-        e.record(stream)?;
-        stream.synchronize()?;
-        Ok(s.elapsed_ms(&e)? as f64 * 1000.0 / iters.max(1) as f64)
-    }
 }
 
 /// A collective NCCL runs beside symm (bf16 and the other element types by NCCL code).

@@ -15,9 +15,7 @@
 //! * `death` ([`life::death`]): rank 1 is killed (SIGKILL) inside a collective. The launcher
 //!   would end the job at once (that is its job), so this phase starts the ranks directly with
 //!   the same environment.
-//! * `bench` ([`mod@bench`]): all-reduce beside NCCL in the same processes on the same buffers.
 
-mod bench;
 mod correct;
 mod life;
 
@@ -246,7 +244,6 @@ pub fn rank(args: &[String]) -> Result<(), String> {
             1,
             life::death,
         )],
-        "bench" => vec![Check::timed("all-reduce beside NCCL", 3, bench::run)],
         "perf" | "perf-quick" | "perf-cal" | "perf-quick-cal" => {
             vec![Check::timed("bench", 1, || {
                 super::perf::rank_main(phase, &p.out)
