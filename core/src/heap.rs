@@ -380,6 +380,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn is_live_names_exactly_the_live_blocks() {
+        let mut h = Heap::new(1 << 20);
+        let x = h.alloc(1000, 256).unwrap();
+        assert!(h.is_live(x));
+        assert!(!h.is_live(x + 1) && !h.is_live(1 << 19) && !h.is_live(u64::MAX));
+        h.free(x).unwrap();
+        assert!(!h.is_live(x));
+    }
+
+    #[test]
     fn same_calls_same_offsets_and_coalescing() {
         let mut a = Heap::new(1 << 20);
         let mut b = Heap::new(1 << 20);

@@ -123,7 +123,7 @@ impl Kit {
 
     /// Element `elem` of `rank`'s buffer `buf`.
     pub fn at(&self, rank: u16, buf: Buf, elem: u64) -> Loc {
-        Loc::new(rank, buf, elem * self.req.dtype.size())
+        Loc::new(rank, buf, elem.saturating_mul(self.req.dtype.size()))
     }
 
     /// Copy `elems` elements from `src` to `dst`.
@@ -131,7 +131,7 @@ impl Kit {
         Op::Copy {
             src,
             dst,
-            bytes: elems * self.req.dtype.size(),
+            bytes: elems.saturating_mul(self.req.dtype.size()),
         }
     }
 
@@ -209,7 +209,7 @@ impl Kit {
         Op::McReduce {
             src: McLoc {
                 buf,
-                offset: elem * self.req.dtype.size(),
+                offset: elem.saturating_mul(self.req.dtype.size()),
             },
             dst,
             elems,
@@ -225,9 +225,9 @@ impl Kit {
             src,
             dst: McLoc {
                 buf,
-                offset: elem * self.req.dtype.size(),
+                offset: elem.saturating_mul(self.req.dtype.size()),
             },
-            bytes: elems * self.req.dtype.size(),
+            bytes: elems.saturating_mul(self.req.dtype.size()),
         }
     }
 }

@@ -70,6 +70,42 @@ fn a_rank_outside_the_world_is_named() {
     assert!(p.hint().unwrap().contains("% world"));
 }
 
+/// Sizes and offsets at the edge of u64 are refused in words (the report's arithmetic
+/// saturates), and signal values that would overflow a sum do not crash the balance check.
+#[test]
+fn extreme_sizes_and_values_are_reported_not_crashed() {
+    let huge = |k: &Kit| {
+        vec![k.copy(
+            k.at(k.rank(), Buf::Input, 0),
+            k.at(k.rank(), Buf::Output, u64::MAX / 8),
+            u64::MAX,
+        )]
+    };
+    let (p, words) = problem(&huge);
+    assert!(matches!(p, Problem::OutsideBuffer { .. }), "{p:?}");
+    assert!(words.contains("rank 0's output"), "{words}");
+    let loud = |k: &Kit| {
+        let next = (k.rank() + 1) % 3;
+        let slot = k.slot(Data, k.rank());
+        vec![
+            Op::Signal {
+                peer: next,
+                slot,
+                op: SignalOp::Add,
+                value: u64::MAX,
+            },
+            Op::Signal {
+                peer: next,
+                slot,
+                op: SignalOp::Add,
+                value: u64::MAX,
+            },
+        ]
+    };
+    let c = case();
+    assert!(check_case(&c, &loud).is_err());
+}
+
 #[test]
 fn a_copy_past_the_buffer_is_named() {
     let plan = |k: &Kit| {

@@ -202,3 +202,27 @@ fn team_traces_name_their_team_in_the_viewer() {
         "3: team 1 of world 7, ranks 6 0 3"
     );
 }
+
+/// Hostile team jobs get typed errors, never a panic or pads sized from the input: an id past
+/// `MAX_TEAMS`, a team of another world, inputs of the wrong count or size.
+#[test]
+fn hostile_team_jobs_are_refused() {
+    use symm_core::team::{TeamError, MAX_TEAMS};
+    use symm_driver::host::{run_teams, HostError};
+    let team = Team::new(MAX_TEAMS, 4, &[0, 1]).unwrap();
+    let job = beside(&team, 1);
+    assert!(matches!(
+        run_teams(4, &[job], TeamMode::Simulate),
+        Err(HostError::Team(TeamError::NoSlots { .. }))
+    ));
+    let job = beside(&Team::new(1, 8, &[0, 1]).unwrap(), 1);
+    assert!(matches!(
+        run_teams(4, &[job], TeamMode::Simulate),
+        Err(HostError::Team(TeamError::RankOutOfWorld { .. }))
+    ));
+    let mut job = beside(&Team::new(1, 4, &[3, 2]).unwrap(), 1);
+    job.inputs.pop();
+    assert!(run_teams(4, std::slice::from_ref(&job), TeamMode::Simulate).is_err());
+    job.inputs = vec![vec![0; 3], vec![0; 3]];
+    assert!(run_teams(4, &[job], TeamMode::Threads(Duration::from_secs(5))).is_err());
+}

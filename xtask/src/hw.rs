@@ -93,7 +93,9 @@ const USAGE: &str = "usage: cargo xtask hw [--worlds 2,4] [--max-bytes N] [--out
                        dtype semantics, graph replay, device API, trace diff, safety (buffer
                        bounds, graphs pin buffers, two launching threads, poison and reset) and
                        the VMM leak check
-  --bench-quick        all-reduce bf16 1 KiB / 1 MiB / 256 MiB beside NCCL in the same processes
+  --bench-quick        one process per GPU: `hw bench --quick` (every collective at 1 KiB, 1 MiB,
+                       256 MiB beside NCCL in the same processes); with --one-process: all-reduce
+                       from one process
   bench ...            every collective and size beside NCCL and PyTorch (`hw bench --help`)
   --selftest-timeout   a Wait with no Signal must fail within the deadline, naming the slot
   --all                correctness, bench and selftest in one run
@@ -209,15 +211,32 @@ pub fn run(args: &[String]) -> Result<(), String> {
             if correctness {
                 phases.extend(["correct", "leak", "death"]);
             }
-            if bench_on {
-                phases.push("bench");
-            }
             let p = comm::Params {
                 max_bytes,
                 cycles,
                 out: out.clone(),
             };
             rows.extend(comm::run(w, &phases, &p));
+            if bench_on {
+                // The quick bench is `hw bench --quick`: every collective at 1 KiB, 1 MiB and
+                // 256 MiB beside NCCL, one process per GPU.
+                let t = Instant::now();
+                let mut r = Row::new("bench --quick beside NCCL", w);
+                r.cases = 1;
+                let dir = out.join("bench");
+                let args: Vec<String> =
+                    ["--worlds", &w.to_string(), "--quick", "--no-torch", "--out"]
+                        .iter()
+                        .map(|x| x.to_string())
+                        .chain([dir.display().to_string()])
+                        .collect();
+                match perf::run(&args) {
+                    Ok(()) => r.note = format!("tables and plots in {}", dir.display()),
+                    Err(m) => r.fail(m),
+                }
+                r.seconds = t.elapsed().as_secs_f64();
+                rows.push(r);
+            }
         }
         if one_process && (correctness || bench_on) {
             let sizes: Vec<u64> = MATRIX_SIZES

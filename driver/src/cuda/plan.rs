@@ -221,6 +221,30 @@ mod tests {
     use symm_core::dtype::{DType, ReduceOp};
     use symm_core::sched::{Algorithm, Collective};
 
+    /// A request whose schedule would hold more than `MAX_PLAN_OPS` ops (a 1-element chunk
+    /// over 64 Mi elements) is refused while the ops are collected.
+    #[test]
+    fn oversized_plans_are_refused() {
+        let req = Request::new(
+            Collective::AllGather,
+            Algorithm::Ring,
+            2,
+            256 << 20,
+            DType::F32,
+            ReduceOp::Sum,
+        )
+        .with_pipeline(4, 2);
+        assert!(req.validate().is_ok());
+        let t = std::time::Instant::now();
+        let r = RankPlan::schedule(&req, 0);
+        assert!(
+            matches!(&r, Err(CudaError::Invalid(m)) if m.contains("ops")),
+            "{:?}",
+            r.as_ref().map(|p| p.ops.len())
+        );
+        assert!(t.elapsed() < std::time::Duration::from_secs(20));
+    }
+
     #[test]
     fn schedules_encode_and_validate() {
         let req = Request::new(

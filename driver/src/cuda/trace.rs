@@ -210,3 +210,62 @@ pub fn merge(parts: &[Vec<u8>]) -> Result<Vec<u8>> {
     }
     encode(&header(&req, &names), &mut all)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symm_core::dtype::{DType, ReduceOp};
+    use symm_core::op::{Buf, Loc, Op};
+    use symm_core::sched::{Algorithm, Collective};
+
+    fn part(req: &Request, rank: u16, time: u64) -> Vec<u8> {
+        let op = Op::Copy {
+            src: Loc::new(rank, Buf::Input, 0),
+            dst: Loc::new(rank, Buf::Output, 0),
+            bytes: 4,
+        };
+        let mut ev = vec![Event {
+            time,
+            rank,
+            channel: 0,
+            index: 0,
+            kind: EventKind::Begin,
+            op,
+            contents: None,
+        }];
+        encode(&header(req, &[format!("gpu{rank}")]), &mut ev).unwrap()
+    }
+
+    /// Parts from other processes are untrusted: garbage, a part cut short, a part of another
+    /// request and a rank sent twice are refused; good parts merge on one time axis.
+    #[test]
+    fn merge_refuses_hostile_parts() {
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            2,
+            64,
+            DType::F32,
+            ReduceOp::Sum,
+        );
+        let (a, b) = (part(&req, 0, 1000), part(&req, 1, 1500));
+        let merged = symm_core::trace::decode(&merge(&[b.clone(), a.clone()]).unwrap()).unwrap();
+        assert_eq!(merged.events.len(), 2);
+        assert_eq!(merged.events[0].time, 0);
+        assert_eq!(merged.events[1].time, 500);
+        let other = Request { bytes: 128, ..req };
+        for bad in [
+            vec![a.clone(), vec![0u8; 40]],
+            vec![a.clone(), b[..b.len() - 3].to_vec()],
+            vec![a.clone(), part(&other, 1, 0)],
+            vec![a.clone(), a.clone()],
+            vec![],
+        ] {
+            assert!(
+                matches!(merge(&bad), Err(CudaError::Invalid(_))),
+                "{} parts",
+                bad.len()
+            );
+        }
+    }
+}

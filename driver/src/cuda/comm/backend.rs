@@ -23,6 +23,29 @@ const PIECE: usize = 60 << 10;
 /// before anything is allocated for it).
 pub const MAX_GATHER: usize = 1 << 30;
 
+/// The lengths the ranks announced for a gather (8 bytes each, little endian), refused when
+/// malformed or over [`MAX_GATHER`].
+pub(crate) fn announced(msgs: &[Vec<u8>]) -> Result<Vec<usize>> {
+    msgs.iter()
+        .enumerate()
+        .map(|(r, l)| {
+            let n = l
+                .as_slice()
+                .try_into()
+                .map(u64::from_le_bytes)
+                .map_err(|_| CudaError::Rendezvous(format!("rank {r} sent a malformed length")))?;
+            usize::try_from(n)
+                .ok()
+                .filter(|&n| n <= MAX_GATHER)
+                .ok_or_else(|| {
+                    CudaError::Rendezvous(format!(
+                        "rank {r} announced {n} bytes: at most {MAX_GATHER}"
+                    ))
+                })
+        })
+        .collect()
+}
+
 impl Comm {
     /// Collective: every rank's `mine`, in rank order, up to [`MAX_GATHER`] bytes each (sent in
     /// pieces under the bootstrap's frame limit; the sizes may differ between ranks). Memory
@@ -34,23 +57,11 @@ impl Comm {
                 mine.len()
             )));
         }
-        let lens = self
-            .boot
-            .all_gather(self.rank, &(mine.len() as u64).to_le_bytes())?;
-        let lens: Vec<usize> = lens
-            .iter()
-            .map(|l| {
-                l.as_slice()
-                    .try_into()
-                    .map(|b| u64::from_le_bytes(b) as usize)
-                    .map_err(|_| CudaError::Rendezvous("a malformed length".into()))
-            })
-            .collect::<Result<_>>()?;
-        if let Some((r, n)) = lens.iter().enumerate().find(|(_, &n)| n > MAX_GATHER) {
-            return Err(CudaError::Rendezvous(format!(
-                "rank {r} announced {n} bytes: at most {MAX_GATHER}"
-            )));
-        }
+        let lens = announced(
+            &self
+                .boot
+                .all_gather(self.rank, &(mine.len() as u64).to_le_bytes())?,
+        )?;
         let most = lens.iter().copied().max().unwrap_or(0);
         let mut all: Vec<Vec<u8>> = lens
             .iter()
@@ -192,5 +203,28 @@ impl Backend for CommTeam<'_> {
             outputs,
             trace: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_gather_lengths_are_refused_before_allocation() {
+        let ok = announced(&[8u64.to_le_bytes().to_vec(), 0u64.to_le_bytes().to_vec()]);
+        assert_eq!(ok.unwrap(), vec![8, 0]);
+        for bad in [
+            vec![1, 2, 3],
+            vec![],
+            ((MAX_GATHER as u64) + 1).to_le_bytes().to_vec(),
+            u64::MAX.to_le_bytes().to_vec(),
+        ] {
+            let r = announced(&[0u64.to_le_bytes().to_vec(), bad.clone()]);
+            assert!(
+                matches!(&r, Err(CudaError::Rendezvous(m)) if m.contains("rank 1")),
+                "{bad:?}: {r:?}"
+            );
+        }
     }
 }

@@ -43,6 +43,30 @@ fn team_err(e: TeamError) -> CudaError {
     CudaError::Invalid(format!("team: {e}"))
 }
 
+/// Every rank's (colour, key) from its split message (colour, key, the team id it expects), all
+/// little endian; refused when malformed or when a rank expects another id.
+pub(crate) fn split_entries(all: &[Vec<u8>], next: u16) -> Result<Vec<(i32, i32)>> {
+    all.iter()
+        .enumerate()
+        .map(|(r, v)| {
+            let w = |i: usize| {
+                v.get(i..i + 4)
+                    .and_then(|b| b.try_into().ok())
+                    .map(i32::from_le_bytes)
+            };
+            match (w(0), w(4), v.get(8..10), v.len()) {
+                (Some(c), Some(k), Some(id), 10) if id == next.to_le_bytes() => Ok((c, k)),
+                (Some(_), Some(_), Some(_), 10) => Err(CudaError::Invalid(format!(
+                    "split: rank {r} expects another team id (a rank missed a split)"
+                ))),
+                _ => Err(CudaError::Rendezvous(format!(
+                    "split: rank {r} sent a malformed entry"
+                ))),
+            }
+        })
+        .collect()
+}
+
 impl Comm {
     /// The pad layout of every team id (what team plans are mapped onto).
     fn team_layout(&self) -> Result<SlotLayout> {
@@ -145,24 +169,7 @@ impl Comm {
             .chain(key.to_le_bytes())
             .chain(next.to_le_bytes())
             .collect();
-        let all = self.exchange(&mine)?;
-        let colors: Vec<(i32, i32)> = all
-            .iter()
-            .map(|v| {
-                let w = |i: usize| {
-                    v.get(i..i + 4)
-                        .and_then(|b| b.try_into().ok())
-                        .map(i32::from_le_bytes)
-                };
-                match (w(0), w(4), v.get(8..10)) {
-                    (Some(c), Some(k), Some(id)) if id == next.to_le_bytes() => Ok((c, k)),
-                    (Some(_), Some(_), Some(_)) => Err(CudaError::Invalid(
-                        "split: the ranks' team counters differ (a rank missed a split)".into(),
-                    )),
-                    _ => Err(CudaError::Rendezvous("a malformed split entry".into())),
-                }
-            })
-            .collect::<Result<_>>()?;
+        let colors = split_entries(&self.exchange(&mine)?, next)?;
         let (id, off) = self.begin_split(heap_bytes)?;
         let team = Team::split(id, &colors, self.rank).map_err(team_err)?;
         Ok(self.team_of(team, off, heap_bytes))
@@ -326,5 +333,30 @@ impl<'c> CommTeam<'c> {
         let _ctx = device::keep_current()?;
         self.enqueue(req, b, stream)?;
         self.comm.synchronize(stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(c: i32, k: i32, id: u16) -> Vec<u8> {
+        c.to_le_bytes()
+            .into_iter()
+            .chain(k.to_le_bytes())
+            .chain(id.to_le_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn hostile_split_entries_are_refused() {
+        let good = split_entries(&[entry(0, 5, 1), entry(-1, 0, 1)], 1).unwrap();
+        assert_eq!(good, vec![(0, 5), (-1, 0)]);
+        let mut long = entry(0, 0, 1);
+        long.push(0);
+        for bad in [vec![], vec![0; 9], long, entry(0, 0, 2)] {
+            let r = split_entries(&[entry(0, 0, 1), bad.clone()], 1);
+            assert!(r.is_err(), "{bad:?}");
+        }
     }
 }

@@ -196,6 +196,12 @@ mod tests {
         assert!(check_buffers(&bufs(4096, 8192, 12288, 99), &need, lo, hi).is_err());
         // In the signal pad.
         assert!(check_buffers(&bufs(0, 8192, 12288, 100), &need, lo, hi).is_err());
+        // Inside the heap but not 16-byte aligned (a misaligned vector access would fault).
+        let r = check_buffers(&bufs(4096 + 8, 8192, 12288, 100), &need, lo, hi);
+        assert!(
+            matches!(&r, Err(CudaError::Invalid(m)) if m.contains("aligned")),
+            "{r:?}"
+        );
         // Past the heap, or wrapping.
         assert!(check_buffers(&bufs(4096, hi - 50, 12288, 100), &need, lo, hi).is_err());
         assert!(check_buffers(&bufs(4096, u64::MAX - 10, 0, 100), &need, lo, hi).is_err());

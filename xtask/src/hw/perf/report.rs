@@ -472,5 +472,16 @@ mod tests {
         assert!(svg.contains("symm eager") && svg.contains("nccl eager"));
         let line = s[0].line();
         assert_eq!(Sample::parse(&line), Some(s[0].clone()));
+        // Lines from a rank's file or the PyTorch script's output are checked field by field.
+        for bad in [
+            "",
+            "all_reduce\t1024",
+            "frobnicate\t1024\tsymm\teager\t1.0\t0\tx",
+            "all_reduce\t-1\tsymm\teager\t1.0\t0\tx",
+            "all_reduce\t1024\tsymm\teager\tNaNx\t0\tx",
+            "all_reduce\t1024\tsymm\teager\t1.0\t0\tx\textra",
+        ] {
+            assert_eq!(Sample::parse(bad), None, "{bad:?}");
+        }
     }
 }
