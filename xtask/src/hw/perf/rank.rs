@@ -48,8 +48,8 @@ pub(super) fn request(kind: Kind, size: u64, world: u16, a: Algorithm, ch: u16) 
 }
 
 /// The (algorithm, channels) pairs symm tries: every algorithm of the collective (multicast
-/// never) at the default channels for the size, and with `wide` also a quarter and four times
-/// as many (the calibration run).
+/// never) at the default channels for the size, with `wide` also a quarter and four times as
+/// many (the calibration run), and always `cost::tune`'s pick.
 fn candidates(kind: Kind, size: u64, world: u16, wide: bool) -> Vec<(Algorithm, u16)> {
     let Some(probe) = request(kind, size, world, Algorithm::Ring, 1) else {
         return Vec::new();
@@ -70,6 +70,11 @@ fn candidates(kind: Kind, size: u64, world: u16, wide: bool) -> Vec<(Algorithm, 
         for &c in &chans {
             out.push((a, c));
         }
+    }
+    // What symm picks by default (the calibration table, else the model) is always measured.
+    let (tuned, _) = symm_core::cost::tune(probe);
+    if !out.contains(&(tuned.algorithm, tuned.channels)) {
+        out.push((tuned.algorithm, tuned.channels));
     }
     out
 }
