@@ -41,26 +41,37 @@ impl RankPlan {
         Ok(p)
     }
 
-    /// The schedule of `rank` for `req`, every channel; refused (before the ops are held) when
-    /// it has more than [`MAX_PLAN_OPS`] ops.
-    pub fn schedule(req: &Request, rank: u16) -> Result<RankPlan> {
-        let mut chans = Vec::with_capacity(req.channels as usize);
+    /// Encodes `channels` op streams (`stream(c)` for channel `c`), refused while they are
+    /// collected, before they are all held, when they have more than [`MAX_PLAN_OPS`] ops.
+    pub fn collect<I>(channels: u16, mut stream: impl FnMut(u16) -> Result<I>) -> Result<RankPlan>
+    where
+        I: Iterator<Item = Result<Op>>,
+    {
+        let mut chans = Vec::with_capacity(channels as usize);
         let mut total = 0usize;
-        for c in 0..req.channels {
-            let s = Schedule::new(*req, rank, c).map_err(|e| CudaError::Invalid(e.to_string()))?;
+        for c in 0..channels {
             let mut ops = Vec::new();
-            for op in s {
+            for op in stream(c)? {
                 total += 1;
                 if total > MAX_PLAN_OPS {
                     return Err(CudaError::Invalid(format!(
-                        "the plan of rank {rank} has over {MAX_PLAN_OPS} ops (chunks too small for the size?)"
+                        "the plan has over {MAX_PLAN_OPS} ops (chunks too small for the size?)"
                     )));
                 }
-                ops.push(op);
+                ops.push(op?);
             }
             chans.push(ops);
         }
         Self::from_channels(&chans)
+    }
+
+    /// The schedule of `rank` for `req`, every channel (see [`RankPlan::collect`]).
+    pub fn schedule(req: &Request, rank: u16) -> Result<RankPlan> {
+        Self::collect(req.channels, |c| {
+            Schedule::new(*req, rank, c)
+                .map(|s| s.map(Ok))
+                .map_err(|e| CudaError::Invalid(e.to_string()))
+        })
     }
 
     /// Channels.

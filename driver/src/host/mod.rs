@@ -32,6 +32,26 @@ use symm_core::op::Loc;
 use symm_core::sched::SchedError;
 use symm_core::trace::{Event, Header, Source, TraceError};
 
+/// An executor's error on `rank`'s `channel` as the backend's: an op outside the world's memory
+/// (or an unknown slot) at its index. Every host runner maps executor errors through this.
+pub(crate) fn exec_error(rank: u16, channel: u16, e: symm_core::exec::ExecError<Oob>) -> HostError {
+    use symm_core::exec::ExecError;
+    let (index, loc) = match e {
+        ExecError::Fabric {
+            error: Oob(loc),
+            index,
+        } => (index, loc),
+        ExecError::SlotOutOfRange { index, .. } => (index, None),
+        _ => (0, None),
+    };
+    HostError::OutOfBounds {
+        rank,
+        channel,
+        index,
+        loc,
+    }
+}
+
 /// The result of a run.
 #[derive(Clone, Debug)]
 pub struct Run {

@@ -9,10 +9,10 @@
 
 use std::collections::HashMap;
 
-use super::mem::{Oob, RankFabric, Temps, WorldMem};
+use super::mem::{RankFabric, Temps, WorldMem};
 use super::{HostError, Run, DEFAULT_LINK};
 use symm_core::cost::Link;
-use symm_core::exec::{ExecError, Executor, Step};
+use symm_core::exec::{Executor, Step};
 use symm_core::op::{Op, SignalOp};
 use symm_core::sched::{Request, Schedule};
 use symm_core::signal::Cmp;
@@ -219,20 +219,9 @@ where
             }
             loop {
                 let mut view = RankFabric::new(&mem, *rank, &mut temps);
-                let oob = |index: u32, loc| HostError::OutOfBounds {
-                    rank: *rank,
-                    channel: *channel,
-                    index,
-                    loc,
-                };
-                let step = ex.step(&mut view).map_err(|e| match e {
-                    ExecError::Fabric {
-                        error: Oob(loc),
-                        index,
-                    } => oob(index, loc),
-                    ExecError::SlotOutOfRange { index, .. } => oob(index, None),
-                    _ => oob(0, None),
-                })?;
+                let step = ex
+                    .step(&mut view)
+                    .map_err(|e| super::exec_error(*rank, *channel, e))?;
                 let (index, op) = match step {
                     Step::Done => {
                         *done = true;

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use symm_core::exec::{ExecError, Executor, Step};
+use symm_core::exec::{Executor, Step};
 use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::{Request, Schedule};
 use symm_core::signal::{SlotLayout, KINDS};
@@ -20,7 +20,7 @@ use symm_core::trace::{Event, EventKind, Header, Source, TeamTag};
 
 use super::mem::{Oob, RankFabric, Temps, WorldMem};
 use super::sim::check_inputs;
-use super::{HostError, POISON};
+use super::{exec_error, HostError, POISON};
 
 /// One team collective.
 #[derive(Clone, Debug)]
@@ -191,23 +191,6 @@ fn team_trace(j: &TeamJob, events: &mut [Event]) -> Result<Vec<u8>, HostError> {
     symm_core::trace::encode(&header, events).map_err(HostError::Trace)
 }
 
-fn oob(rank: u16, channel: u16, e: ExecError<Oob>) -> HostError {
-    let (index, loc) = match e {
-        ExecError::Fabric {
-            error: Oob(loc),
-            index,
-        } => (index, loc),
-        ExecError::SlotOutOfRange { index, .. } => (index, None),
-        _ => (0, None),
-    };
-    HostError::OutOfBounds {
-        rank,
-        channel,
-        index,
-        loc,
-    }
-}
-
 fn simulate(
     mem: &WorldMem,
     streams: &[Stream],
@@ -233,7 +216,10 @@ fn simulate(
             }
             let mut view = RankFabric::new(mem, *rank, &mut temps);
             for _ in 0..64 {
-                match ex.step(&mut view).map_err(|e| oob(*rank, *channel, e))? {
+                match ex
+                    .step(&mut view)
+                    .map_err(|e| exec_error(*rank, *channel, e))?
+                {
                     Step::Ran { index, .. } => {
                         progressed = true;
                         if let (Some(ev), Some(&op)) =
@@ -339,7 +325,10 @@ fn one(
     let mut since: Option<Instant> = None;
     let mut spins = 0u32;
     loop {
-        match ex.step(&mut view).map_err(|e| oob(rank, channel, e))? {
+        match ex
+            .step(&mut view)
+            .map_err(|e| exec_error(rank, channel, e))?
+        {
             Step::Done => return Ok(()),
             Step::Ran { .. } => {
                 since = None;

@@ -5,12 +5,12 @@
 //! the deadline passes; then the run returns [`HostError::Timeout`] naming the rank, the peer
 //! expected to signal (from the slot layout), the slot, the value needed and the value found.
 
-use super::mem::{Oob, RankFabric, Temps, WorldMem};
+use super::mem::{RankFabric, Temps, WorldMem};
 use super::sim::check_inputs;
 use super::{HostError, Run};
 use crate::sync::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use symm_core::exec::{ExecError, Executor, Step};
+use symm_core::exec::{Executor, Step};
 use symm_core::op::Op;
 use symm_core::sched::{Request, Schedule};
 use symm_core::trace::{Event, EventKind};
@@ -56,22 +56,9 @@ fn stream<I: Iterator<Item = Op>>(
         let mut blocked_since = None;
         let mut spins = 0u32;
         let step = loop {
-            let s = ex.step(&mut view).map_err(|e| {
-                let (index, loc) = match e {
-                    ExecError::Fabric {
-                        error: Oob(loc),
-                        index,
-                    } => (index, loc),
-                    ExecError::SlotOutOfRange { index, .. } => (index, None),
-                    _ => (0, None),
-                };
-                HostError::OutOfBounds {
-                    rank,
-                    channel,
-                    index,
-                    loc,
-                }
-            })?;
+            let s = ex
+                .step(&mut view)
+                .map_err(|e| super::exec_error(rank, channel, e))?;
             let Step::Blocked {
                 index,
                 slot,

@@ -27,6 +27,23 @@ pub fn channels_for(bytes: u64) -> u16 {
     }
 }
 
+/// The matrix every GPU check runs (`symm_tests::matrix`): every collective x algorithm
+/// (multicast never) at `world` x `sizes` x {f32, bf16, i32} x {sum, max}, channels by size,
+/// bit exact.
+pub fn hw_matrix(world: u16, sizes: &[u64]) -> Matrix {
+    Matrix {
+        worlds: vec![world],
+        sizes: sizes.to_vec(),
+        dtypes: vec![DType::F32, DType::Bf16, DType::I32],
+        ops: vec![ReduceOp::Sum, ReduceOp::Max],
+        multicast: false,
+        shape: |r: Request| r.with_channels(channels_for(r.bytes)),
+        keep: |_| true,
+        inputs: data::inputs,
+        compare: Compare::Exact,
+    }
+}
+
 /// The shared conformance matrix (`symm_tests::matrix`) on the GPU world: every collective x
 /// algorithm (multicast never) x size x dtype x operator, bit exact against `host::reference`.
 pub fn matrix(
@@ -39,15 +56,9 @@ pub fn matrix(
     let t = Instant::now();
     let mut row = Row::new("collectives x algorithms", world.world());
     let m = Matrix {
-        worlds: vec![world.world()],
-        sizes: sizes.to_vec(),
         dtypes: dtypes.to_vec(),
         ops: ops.to_vec(),
-        multicast: false,
-        shape: |r: Request| r.with_channels(channels_for(r.bytes)),
-        keep: |_| true,
-        inputs: data::inputs,
-        compare: Compare::Exact,
+        ..hw_matrix(world.world(), sizes)
     };
     let mut backend: &World = world;
     let rep = symm_tests::matrix::run(&mut backend, &m, seed);

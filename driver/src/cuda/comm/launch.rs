@@ -33,24 +33,27 @@ impl Comm {
                 req.world, self.world
             )));
         }
-        if let Some(p) = self
-            .plans
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&(0, *req)).cloned())
-        {
+        self.cached_plan((0, *req), || RankPlan::schedule(req, self.rank))
+    }
+
+    /// The plan cached under `key` (team id, request), else `build`'s, validated against this
+    /// job, the pad and the request's buffer sizes, uploaded and cached. Every plan stays in the
+    /// cache as long as the `Comm`, so none goes while a launch may still read it.
+    pub(super) fn cached_plan(
+        &self,
+        key: (u16, Request),
+        build: impl FnOnce() -> Result<RankPlan>,
+    ) -> Result<Arc<DevicePlan>> {
+        // A lock poisoned by another thread's panic still holds good plans: keep using it.
+        let cache = || self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = cache().get(&key).cloned() {
             return Ok(p);
         }
-        let sizes = req.buffer_sizes();
-        let host = RankPlan::schedule(req, self.rank)?;
+        let host = build()?;
+        let sizes = key.1.buffer_sizes();
         host.validate(self.rank, self.world, &sizes, self.pad_slots, false)?;
         let p = Arc::new(DevicePlan::upload(&self.dev, host, sizes)?);
-        // Kept even if another thread panicked holding the lock: a launched plan must outlive
-        // its kernels.
-        self.plans
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((0, *req), p.clone());
+        cache().insert(key, p.clone());
         Ok(p)
     }
 

@@ -263,44 +263,15 @@ impl<'c> CommTeam<'c> {
 
     /// This rank's plan of the team request `req` (mapped onto the job, validated, cached).
     fn plan(&self, req: &Request) -> Result<Arc<DevicePlan>> {
-        let key = (self.team.id(), *req);
-        if let Some(p) = self
-            .comm
-            .plans
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&key).cloned())
-        {
-            return Ok(p);
-        }
         let outer = self.comm.team_layout()?;
         let map = TeamMap::new(&self.team, req, outer, [0; 3]).map_err(team_err)?;
-        let mut chans = Vec::with_capacity(req.channels as usize);
-        for c in 0..req.channels {
-            let s =
-                Schedule::new(*req, self.me, c).map_err(|e| CudaError::Invalid(e.to_string()))?;
-            chans.push(
-                s.map(|op| map.op(op))
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map_err(team_err)?,
-            );
-        }
-        let host = RankPlan::from_channels(&chans)?;
-        let sizes = req.buffer_sizes();
-        host.validate(
-            self.comm.rank,
-            self.comm.world,
-            &sizes,
-            self.comm.pad_slots,
-            false,
-        )?;
-        let p = Arc::new(DevicePlan::upload(&self.comm.dev, host, sizes)?);
-        self.comm
-            .plans
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, p.clone());
-        Ok(p)
+        self.comm.cached_plan((self.team.id(), *req), || {
+            RankPlan::collect(req.channels, |c| {
+                Schedule::new(*req, self.me, c)
+                    .map(|s| s.map(|op| map.op(op).map_err(team_err)))
+                    .map_err(|e| CudaError::Invalid(e.to_string()))
+            })
+        })
     }
 
     /// Builds and uploads this rank's plan of `req` now (before capturing it in a graph).

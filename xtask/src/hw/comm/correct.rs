@@ -23,9 +23,9 @@ use symm_driver::cuda::examples::{PassArgs, RankRingPass};
 use symm_driver::cuda::launch::Graph;
 use symm_driver::cuda::{Buffers, Comm, CudaError};
 use symm_driver::host;
-use symm_tests::matrix::{exact, Compare, Matrix};
+use symm_tests::matrix::exact;
 
-use super::super::checks::{channels_for, semantic_diff};
+use super::super::checks::{hw_matrix, semantic_diff};
 use super::super::{data, heap_for, MATRIX_SIZES};
 use super::{e, opts, Check, Params};
 
@@ -133,17 +133,7 @@ fn case(
 
 /// The shared conformance matrix (`symm_tests::matrix`), run by every rank on the job.
 fn matrix(comm: &mut Comm, sizes: &[u64]) -> Result<String, String> {
-    let m = Matrix {
-        worlds: vec![comm.world()],
-        sizes: sizes.to_vec(),
-        dtypes: vec![DType::F32, DType::Bf16, DType::I32],
-        ops: vec![ReduceOp::Sum, ReduceOp::Max],
-        multicast: false,
-        shape: |r: Request| r.with_channels(channels_for(r.bytes)),
-        keep: |_| true,
-        inputs: data::inputs,
-        compare: Compare::Exact,
-    };
+    let m = hw_matrix(comm.world(), sizes);
     let rep = symm_tests::matrix::run(comm, &m, &mut 1);
     if let Some(f) = rep.failures.first() {
         return Err(format!(
@@ -264,17 +254,7 @@ fn trace_diff(comm: &mut Comm, p: &Params) -> Result<String, String> {
 /// The matrix on teams (each rank alone, both ranks in reverse order, a strided team of every
 /// rank), then a job collective and a team collective in flight at the same time on two streams.
 fn teams(comm: &Comm) -> Result<String, String> {
-    let m = |world| Matrix {
-        worlds: vec![world],
-        sizes: vec![4, 1024, 65538, 1 << 20],
-        dtypes: vec![DType::F32, DType::Bf16, DType::I32],
-        ops: vec![ReduceOp::Sum, ReduceOp::Max],
-        multicast: false,
-        shape: |r: Request| r.with_channels(channels_for(r.bytes)),
-        keep: |_| true,
-        inputs: data::inputs,
-        compare: Compare::Exact,
-    };
+    let m = |world| hw_matrix(world, &[4, 1024, 65538, 1 << 20]);
     let w = comm.world();
     let me = comm.rank();
     let mut notes = Vec::new();
