@@ -36,7 +36,7 @@
 use std::error::Error;
 use std::fmt;
 
-use symm_core::dtype::{combine, DType, ReduceOp};
+use symm_core::dtype::{combine, fold, DType, ReduceOp};
 use symm_core::exec::{ExecError, Executor, Fabric, Step};
 use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::{Algorithm, Collective, Request, SchedError, Schedule};
@@ -177,6 +177,35 @@ impl Fabric for RankView<'_> {
                     .zip(y.chunks_exact(es))
                 {
                     combine(dtype, op, div, x, y, o);
+                }
+                self.mem.write(dst, &out)
+            }
+            Op::ReduceN {
+                buf,
+                offset,
+                ranks,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => {
+                let es = dtype.size() as usize;
+                let len = elems.saturating_mul(dtype.size());
+                // Every source is read before the destination is written.
+                let srcs = ranks
+                    .as_slice()
+                    .iter()
+                    .map(|&r| {
+                        self.mem
+                            .read(Loc::new(r, buf, offset), len)
+                            .map(<[u8]>::to_vec)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut out = vec![0u8; len as usize];
+                for (i, o) in out.chunks_exact_mut(es).enumerate() {
+                    let at: Vec<&[u8]> = srcs.iter().map(|s| &s[i * es..(i + 1) * es]).collect();
+                    fold(dtype, op, div, &at, o);
                 }
                 self.mem.write(dst, &out)
             }

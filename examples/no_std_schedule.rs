@@ -46,6 +46,9 @@ fn tally_of(streams: &[(u16, Vec<Op>)]) -> Tally {
             let remote = match op {
                 Op::Copy { src, dst, .. } => !(local(src) && local(dst)),
                 Op::Reduce { a, b, dst, .. } => !(local(a) && local(b) && local(dst)),
+                Op::ReduceN { ranks, dst, .. } => {
+                    !local(dst) || ranks.as_slice().iter().any(|r| r != me)
+                }
                 Op::McReduce { .. } | Op::McStore { .. } => true,
                 Op::Signal { .. } | Op::Wait { .. } => false,
             };
@@ -57,7 +60,7 @@ fn tally_of(streams: &[(u16, Vec<Op>)]) -> Tally {
     }
     let n = |k| kinds.get(k).copied().unwrap_or(0);
     t.copies = n("copy");
-    t.reduces = n("reduce");
+    t.reduces = n("reduce") + n("reduce_n");
     t.signals = n("signal");
     t.waits = n("wait");
     t.multicast = n("mc_reduce") + n("mc_store");

@@ -140,6 +140,8 @@ typedef enum symm_op_kind {
     SYMM_OP_MC_REDUCE = 4,
     // mc_store
     SYMM_OP_MC_STORE = 5,
+    // reduce_n
+    SYMM_OP_REDUCE_N = 6,
 } symm_op_kind;
 
 // Symmetric buffers (symm_loc.buf).
@@ -253,7 +255,9 @@ typedef struct symm_loc {
 // dtype, then divided by div when above 1. SIGNAL: update slot slot of peer's pad with count
 // (sigop). WAIT: wait for count more signals on own slot slot. MC_REDUCE: dst = (redop) over
 // every rank of a (buf, offset), count elements. MC_STORE: a to dst (buf, offset) on every
-// rank, count bytes.
+// rank, count bytes. REDUCE_N: dst = (redop) over a (buf, offset) on each of the nsources
+// ranks in sources (in that order; one accumulator, f32 for 16-bit floats, rounded once),
+// count elements.
 typedef struct symm_op {
     // The op kind (SYMM_OP_*).
     uint32_t kind;
@@ -277,10 +281,14 @@ typedef struct symm_op {
     uint32_t div;
     // Rank whose pad a signal updates.
     uint16_t peer;
-    // Zero.
-    uint16_t reserved;
+    // Number of source ranks of a k-way reduce (1 to 8).
+    uint16_t nsources;
     // Zero.
     uint32_t reserved2;
+    // Source ranks 0..4 of a k-way reduce, 16 bits each from the low end.
+    uint64_t sources_lo;
+    // Source ranks 4..8 of a k-way reduce, 16 bits each from the low end.
+    uint64_t sources_hi;
 } symm_op;
 
 // Link and launch parameters of a machine for the cost model (symm_link_preset fills the named
@@ -440,7 +448,7 @@ SYMM_STATIC_ASSERT(offsetof(symm_loc, rank) == 0, "symm_loc.rank: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_loc, reserved) == 2, "symm_loc.reserved: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_loc, buf) == 4, "symm_loc.buf: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_loc, offset) == 8, "symm_loc.offset: offset");
-SYMM_STATIC_ASSERT(sizeof(symm_op) == 88, "symm_op: size");
+SYMM_STATIC_ASSERT(sizeof(symm_op) == 104, "symm_op: size");
 SYMM_STATIC_ASSERT(offsetof(symm_op, kind) == 0, "symm_op.kind: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_op, dtype) == 4, "symm_op.dtype: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_op, redop) == 8, "symm_op.redop: offset");
@@ -452,14 +460,16 @@ SYMM_STATIC_ASSERT(offsetof(symm_op, count) == 64, "symm_op.count: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_op, slot) == 72, "symm_op.slot: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_op, div) == 76, "symm_op.div: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_op, peer) == 80, "symm_op.peer: offset");
-SYMM_STATIC_ASSERT(offsetof(symm_op, reserved) == 82, "symm_op.reserved: offset");
+SYMM_STATIC_ASSERT(offsetof(symm_op, nsources) == 82, "symm_op.nsources: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_op, reserved2) == 84, "symm_op.reserved2: offset");
+SYMM_STATIC_ASSERT(offsetof(symm_op, sources_lo) == 88, "symm_op.sources_lo: offset");
+SYMM_STATIC_ASSERT(offsetof(symm_op, sources_hi) == 96, "symm_op.sources_hi: offset");
 SYMM_STATIC_ASSERT(sizeof(symm_link) == 32, "symm_link: size");
 SYMM_STATIC_ASSERT(offsetof(symm_link, launch_us) == 0, "symm_link.launch_us: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_link, alpha_us) == 8, "symm_link.alpha_us: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_link, beta_bytes_per_us) == 16, "symm_link.beta_bytes_per_us: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_link, multicast_bytes_per_us) == 24, "symm_link.multicast_bytes_per_us: offset");
-SYMM_STATIC_ASSERT(sizeof(symm_event) == 136, "symm_event: size");
+SYMM_STATIC_ASSERT(sizeof(symm_event) == 152, "symm_event: size");
 SYMM_STATIC_ASSERT(offsetof(symm_event, time) == 0, "symm_event.time: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_event, rank) == 8, "symm_event.rank: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_event, channel) == 10, "symm_event.channel: offset");

@@ -2,7 +2,7 @@
 
 use symm_core::cost::Link;
 use symm_core::dtype::{DType, ReduceOp};
-use symm_core::op::{Buf, Loc, McLoc, Op, SignalOp};
+use symm_core::op::{Buf, Loc, McLoc, Op, Ranks, SignalOp};
 use symm_core::plan;
 use symm_core::sched::{Algorithm, Collective, Request};
 use symm_core::trace::{Event, EventKind};
@@ -155,6 +155,26 @@ impl symm_op {
                 o.slot = slot;
                 o.count = count;
             }
+            Op::ReduceN {
+                buf,
+                offset,
+                ranks,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => {
+                o.kind = plan::REDUCE_N.into();
+                o.a = symm_loc::of_mc(McLoc { buf, offset });
+                (o.sources_lo, o.sources_hi) = ranks.pack();
+                o.nsources = ranks.len() as u16;
+                o.dst = symm_loc::of(dst);
+                o.count = elems;
+                o.dtype = dtype as u32;
+                o.redop = op as u32;
+                o.div = div;
+            }
             Op::McReduce {
                 src,
                 dst,
@@ -218,6 +238,24 @@ impl symm_op {
                 slot: self.slot,
                 count: self.count,
             },
+            plan::REDUCE_N => {
+                let src = self.a.to_mc()?;
+                Op::ReduceN {
+                    buf: src.buf,
+                    offset: src.offset,
+                    ranks: Ranks::unpack(self.nsources, self.sources_lo, self.sources_hi).ok_or(
+                        Error::BadCode {
+                            field: "nsources",
+                            value: self.nsources.into(),
+                        },
+                    )?,
+                    dst: self.dst.to_core()?,
+                    elems: self.count,
+                    dtype: dtype(self.dtype)?,
+                    op: redop(self.redop)?,
+                    div: self.div,
+                }
+            }
             plan::MC_REDUCE => Op::McReduce {
                 src: self.a.to_mc()?,
                 dst: self.dst.to_core()?,

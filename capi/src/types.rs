@@ -229,7 +229,9 @@ c_struct! {
     /// `SIGNAL`: update slot `slot` of `peer`'s pad with `count` (`sigop`). `WAIT`: wait for
     /// `count` more signals on own slot `slot`. `MC_REDUCE`: `dst = (redop)` over every rank of
     /// `a` (buf, offset), `count` elements. `MC_STORE`: `a` to `dst` (buf, offset) on every
-    /// rank, `count` bytes.
+    /// rank, `count` bytes. `REDUCE_N`: `dst = (redop)` over `a` (buf, offset) on each of the
+    /// `nsources` ranks in `sources` (in that order; one accumulator, f32 for 16-bit floats,
+    /// rounded once), `count` elements.
     pub struct symm_op {
         /// The op kind (`SYMM_OP_*`).
         pub kind: u32,
@@ -253,10 +255,14 @@ c_struct! {
         pub div: u32,
         /// Rank whose pad a signal updates.
         pub peer: u16,
-        /// Zero.
-        pub reserved: u16,
+        /// Number of source ranks of a k-way reduce (1 to 8).
+        pub nsources: u16,
         /// Zero.
         pub reserved2: u32,
+        /// Source ranks 0..4 of a k-way reduce, 16 bits each from the low end.
+        pub sources_lo: u64,
+        /// Source ranks 4..8 of a k-way reduce, 16 bits each from the low end.
+        pub sources_hi: u64,
     }
 }
 
@@ -357,13 +363,14 @@ pub mod codes {
     ];
 
     /// Op kinds (the plan encoding's).
-    pub const OP_KINDS: [(&str, u8); 6] = [
+    pub const OP_KINDS: [(&str, u8); 7] = [
         ("COPY", plan::COPY),
         ("REDUCE", plan::REDUCE),
         ("SIGNAL", plan::SIGNAL),
         ("WAIT", plan::WAIT),
         ("MC_REDUCE", plan::MC_REDUCE),
         ("MC_STORE", plan::MC_STORE),
+        ("REDUCE_N", plan::REDUCE_N),
     ];
 
     /// Signal operations: name and wire value.

@@ -363,6 +363,94 @@ pub fn combine(dtype: DType, op: ReduceOp, div: u32, a: &[u8], b: &[u8], out: &m
     }
 }
 
+/// Combines one element from each of `srcs` (in order) into `out`: the fused k-way reduce of
+/// [`crate::op::Op::ReduceN`].
+///
+/// Integers and `f32`/`f64` fold exactly as a chain of [`combine`] calls would (the division by
+/// `div` at the end); `f16` and `bf16` are widened to `f32`, folded there with one accumulator,
+/// divided, and rounded to nearest-even once, which is what a kernel that loads k halves and
+/// adds them in registers computes. With no sources, or slices shorter than an element, `out`
+/// is untouched.
+pub fn fold(dtype: DType, op: ReduceOp, div: u32, srcs: &[&[u8]], out: &mut [u8]) {
+    let n = dtype.size() as usize;
+    let Some((first, rest)) = srcs.split_first() else {
+        return;
+    };
+    if out.len() < n || srcs.iter().any(|s| s.len() < n) {
+        return;
+    }
+    match dtype {
+        DType::F16 | DType::Bf16 => {
+            type Conv = (fn(u16) -> f32, fn(f32) -> u16);
+            let (to, from): Conv = if dtype == DType::F16 {
+                (f16_to_f32, f32_to_f16)
+            } else {
+                (bf16_to_f32, f32_to_bf16)
+            };
+            let half = |s: &[u8]| to(u16::from_le_bytes([s[0], s[1]]));
+            let mut acc = half(first);
+            for s in rest {
+                acc = float_op!(acc, half(s), op);
+            }
+            if div > 1 {
+                acc /= div as f32;
+            }
+            out[..2].copy_from_slice(&from(acc).to_le_bytes());
+        }
+        _ => {
+            let mut acc = [0u8; 8];
+            acc[..n].copy_from_slice(&first[..n]);
+            for src in rest {
+                let prev = acc;
+                combine(dtype, op, 1, &prev[..n], src, &mut acc[..n]);
+            }
+            if div > 1 {
+                divide(dtype, div, &mut acc[..n]);
+            }
+            out[..n].copy_from_slice(&acc[..n]);
+        }
+    }
+}
+
+/// Divides one element in place, as the last step of [`combine`] does.
+fn divide(dtype: DType, d: u32, x: &mut [u8]) {
+    macro_rules! arr {
+        ($k:literal) => {{
+            let mut t = [0u8; $k];
+            t.copy_from_slice(&x[..$k]);
+            t
+        }};
+    }
+    match dtype {
+        DType::U8 => x[0] = (x[0] as u32 / d) as u8,
+        DType::I32 => {
+            let r = i32::from_le_bytes(arr!(4)).wrapping_div(d as i32);
+            x[..4].copy_from_slice(&r.to_le_bytes());
+        }
+        DType::U32 => {
+            let r = u32::from_le_bytes(arr!(4)) / d;
+            x[..4].copy_from_slice(&r.to_le_bytes());
+        }
+        DType::I64 => {
+            let r = i64::from_le_bytes(arr!(8)).wrapping_div(d as i64);
+            x[..8].copy_from_slice(&r.to_le_bytes());
+        }
+        DType::U64 => {
+            let r = u64::from_le_bytes(arr!(8)) / d as u64;
+            x[..8].copy_from_slice(&r.to_le_bytes());
+        }
+        DType::F32 => {
+            let r = f32::from_le_bytes(arr!(4)) / d as f32;
+            x[..4].copy_from_slice(&r.to_le_bytes());
+        }
+        DType::F64 => {
+            let r = f64::from_le_bytes(arr!(8)) / d as f64;
+            x[..8].copy_from_slice(&r.to_le_bytes());
+        }
+        DType::F16 | DType::Bf16 => {}
+    }
+}
+
 /// Writes the value `v` (an integer, small enough for every dtype) as one element of `dtype`.
 pub fn encode_int(dtype: DType, v: i64, out: &mut [u8]) {
     let n = dtype.size() as usize;
@@ -447,5 +535,55 @@ mod tests {
                 assert_eq!(decode_f64(dt, &o), want, "{dt:?} {op:?}");
             }
         }
+    }
+
+    #[test]
+    fn fold_matches_a_chain_except_for_halves_which_round_once() {
+        for dt in DType::ALL {
+            for op in ReduceOp::ALL {
+                let vals: [i64; 4] = [6, 3, 5, 2];
+                let mut e = [[0u8; 8]; 4];
+                for (x, &v) in e.iter_mut().zip(&vals) {
+                    encode_int(dt, v, x);
+                }
+                let srcs: [&[u8]; 4] = [&e[0], &e[1], &e[2], &e[3]];
+                let div = if op == ReduceOp::Avg { 4 } else { 1 };
+                let mut folded = [0u8; 8];
+                fold(dt, op, div, &srcs, &mut folded);
+                let mut chain = e[0];
+                for (i, x) in e.iter().enumerate().skip(1) {
+                    let prev = chain;
+                    combine(dt, op, if i == 3 { div } else { 1 }, &prev, x, &mut chain);
+                }
+                // Small integers are exact in every type, so both agree here.
+                let n = dt.size() as usize;
+                assert_eq!(folded[..n], chain[..n], "{dt:?} {op:?}");
+            }
+        }
+        // bf16: 256 + 1 + 1 is 258 with one rounding; a chain rounds 257 to 256 twice.
+        let enc = |v: f32| f32_to_bf16(v).to_le_bytes();
+        let (a, b) = (enc(256.0), enc(1.0));
+        let mut o = [0u8; 2];
+        fold(DType::Bf16, ReduceOp::Sum, 1, &[&a, &b, &b], &mut o);
+        assert_eq!(bf16_to_f32(u16::from_le_bytes(o)), 258.0);
+        let mut c = [0u8; 2];
+        combine(DType::Bf16, ReduceOp::Sum, 1, &a, &b, &mut c);
+        let c0 = c;
+        combine(DType::Bf16, ReduceOp::Sum, 1, &c0, &b, &mut c);
+        assert_eq!(bf16_to_f32(u16::from_le_bytes(c)), 256.0);
+        // One source is the source, divided; no source or short slices leave `out` alone.
+        let mut one = [0u8; 4];
+        fold(
+            DType::F32,
+            ReduceOp::Avg,
+            2,
+            &[&(-0.0f32).to_le_bytes()],
+            &mut one,
+        );
+        assert_eq!(f32::from_le_bytes(one).to_bits(), (-0.0f32).to_bits());
+        let mut keep = [7u8; 4];
+        fold(DType::F32, ReduceOp::Sum, 1, &[], &mut keep);
+        fold(DType::F32, ReduceOp::Sum, 1, &[&[1, 2]], &mut keep);
+        assert_eq!(keep, [7; 4]);
     }
 }

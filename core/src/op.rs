@@ -11,6 +11,10 @@
 //!   everything the rank wrote before is visible to whoever observes the new value.
 //! * [`Op::Wait`] blocks until the rank's own slot reaches `expected[slot] + count` (acquire), then
 //!   advances the rank's private `expected[slot]` by `count` (see [`crate::signal`]).
+//! * [`Op::ReduceN`] is the fused k-way reduce: the same symmetric location on up to
+//!   [`MAX_FANIN`] ranks, combined in one pass with one accumulator (`f32` for 16-bit floats,
+//!   rounded once, see [`crate::dtype::fold`]) and written once. A one-shot all-reduce over k
+//!   ranks is one of them instead of k - 1 binary `Reduce`s, each a full pass over the data.
 //! * [`Op::McReduce`] / [`Op::McStore`] model NVLink multicast (NVLS): a load-reduce over every
 //!   rank's copy of a symmetric location, and a store broadcast to every rank's copy.
 //!
@@ -82,6 +86,124 @@ pub struct McLoc {
     pub offset: u64,
 }
 
+/// The most sources one [`Op::ReduceN`] combines.
+pub const MAX_FANIN: usize = 8;
+
+/// The ranks a k-way reduce reads, in the order it combines them: 1 to [`MAX_FANIN`] of them.
+///
+/// Unused entries are zero, so equal lists compare equal; a decoded value is checked the same
+/// way ([`Ranks::new`]), so a hostile trace cannot make one that indexes past its list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "RanksWire")]
+pub struct Ranks {
+    len: u8,
+    ranks: [u16; MAX_FANIN],
+}
+
+/// The wire form of [`Ranks`], checked on the way in.
+#[derive(Deserialize)]
+struct RanksWire {
+    len: u8,
+    ranks: [u16; MAX_FANIN],
+}
+
+/// A [`Ranks`] list that is empty, too long or has entries past its length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadRanks;
+
+impl core::fmt::Display for BadRanks {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "a k-way reduce names 1 to {MAX_FANIN} ranks")
+    }
+}
+
+impl TryFrom<RanksWire> for Ranks {
+    type Error = BadRanks;
+    fn try_from(w: RanksWire) -> Result<Ranks, BadRanks> {
+        let n = w.len as usize;
+        if n == 0 || n > MAX_FANIN || w.ranks[n..].iter().any(|&r| r != 0) {
+            return Err(BadRanks);
+        }
+        Ok(Ranks {
+            len: w.len,
+            ranks: w.ranks,
+        })
+    }
+}
+
+impl Ranks {
+    /// The list, or `None` when it is empty or longer than [`MAX_FANIN`].
+    pub fn new(list: &[u16]) -> Option<Ranks> {
+        if list.is_empty() || list.len() > MAX_FANIN {
+            return None;
+        }
+        let mut ranks = [0u16; MAX_FANIN];
+        ranks[..list.len()].copy_from_slice(list);
+        Some(Ranks {
+            len: list.len() as u8,
+            ranks,
+        })
+    }
+
+    /// Ranks `0..n` in order (`None` when `n` is 0 or over [`MAX_FANIN`]).
+    pub fn first(n: u16) -> Option<Ranks> {
+        let mut ranks = [0u16; MAX_FANIN];
+        for (i, r) in ranks.iter_mut().enumerate().take(n as usize) {
+            *r = i as u16;
+        }
+        if n == 0 || n as usize > MAX_FANIN {
+            return None;
+        }
+        Some(Ranks {
+            len: n as u8,
+            ranks,
+        })
+    }
+
+    /// The ranks as two little-endian words, four `u16` each (ranks 0..4, ranks 4..8): how the
+    /// plan encoding and the C ABI carry them.
+    pub fn pack(&self) -> (u64, u64) {
+        let mut w = [0u64; 2];
+        for (i, &x) in self.as_slice().iter().enumerate() {
+            w[i / 4] |= (x as u64) << (16 * (i % 4));
+        }
+        (w[0], w[1])
+    }
+
+    /// The inverse of [`Ranks::pack`] for `n` ranks, checked: `None` unless `n` is 1 to
+    /// [`MAX_FANIN`] and the words hold nothing past the `n`th rank.
+    pub fn unpack(n: u16, lo: u64, hi: u64) -> Option<Ranks> {
+        let k = n as usize;
+        if k == 0 || k > MAX_FANIN {
+            return None;
+        }
+        let mut list = [0u16; MAX_FANIN];
+        for (i, x) in list.iter_mut().enumerate() {
+            let w = if i < 4 { lo } else { hi };
+            *x = (w >> (16 * (i % 4))) as u16;
+        }
+        if list[k..].iter().any(|&x| x != 0) {
+            return None;
+        }
+        Ranks::new(&list[..k])
+    }
+
+    /// The ranks, in combining order.
+    pub fn as_slice(&self) -> &[u16] {
+        &self.ranks[..(self.len as usize).min(MAX_FANIN)]
+    }
+
+    /// How many ranks.
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Whether the list is empty (never, for a checked value).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// How a signal updates its slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[repr(u8)]
@@ -139,6 +261,27 @@ pub enum Op {
         /// How many more signals to wait for.
         count: u64,
     },
+    /// k-way reduce: `dst[i] = (op) over r in ranks of (buf, offset)@r[i]`, combined in list
+    /// order with one accumulator (`f32` for 16-bit floats), rounded once, then divided by `div`
+    /// when `div > 1` ([`crate::dtype::fold`]). `dst` may be one of the sources exactly.
+    ReduceN {
+        /// The symmetric buffer read on every listed rank.
+        buf: Buf,
+        /// Byte offset read on every listed rank.
+        offset: u64,
+        /// Ranks read, in combining order.
+        ranks: Ranks,
+        /// Destination.
+        dst: Loc,
+        /// Element count.
+        elems: u64,
+        /// Element type.
+        dtype: DType,
+        /// Operator.
+        op: ReduceOp,
+        /// Divisor applied after combining; 0 or 1: none.
+        div: u32,
+    },
     /// Multicast load-reduce: `dst[i] = (op) over ranks r of src@r[i]`, in rank order.
     McReduce {
         /// The symmetric location read on every rank.
@@ -167,7 +310,9 @@ pub enum Op {
 
 impl Op {
     /// The op with every rank-addressed location passed through `f` (the operands and the
-    /// destination of copies and reductions, the destination of a multicast load-reduce and
+    /// destination of copies and reductions, each source of a k-way reduce (`f` must map the
+    /// offset of a symmetric buffer the same on every rank: the first source's mapped buffer
+    /// and offset are kept), the destination of a multicast load-reduce and
     /// the source of a multicast store); signals, waits and multicast locations are unchanged.
     pub fn map_locs<E>(self, mut f: impl FnMut(Loc) -> Result<Loc, E>) -> Result<Op, E> {
         Ok(match self {
@@ -193,6 +338,36 @@ impl Op {
                 op,
                 div,
             },
+            Op::ReduceN {
+                buf,
+                offset,
+                ranks,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => {
+                let mut list = [0u16; MAX_FANIN];
+                let mut at = (buf, offset);
+                for (i, &r) in ranks.as_slice().iter().enumerate() {
+                    let l = f(Loc::new(r, buf, offset))?;
+                    if i == 0 {
+                        at = (l.buf, l.offset);
+                    }
+                    list[i] = l.rank;
+                }
+                Op::ReduceN {
+                    buf: at.0,
+                    offset: at.1,
+                    ranks: Ranks::new(&list[..ranks.len()]).unwrap_or(ranks),
+                    dst: f(dst)?,
+                    elems,
+                    dtype,
+                    op,
+                    div,
+                }
+            }
             Op::McReduce {
                 src,
                 dst,
@@ -224,6 +399,14 @@ impl Op {
             Op::Reduce { elems, dtype, .. } | Op::McReduce { elems, dtype, .. } => {
                 elems.saturating_mul(dtype.size())
             }
+            Op::ReduceN {
+                elems,
+                dtype,
+                ranks,
+                ..
+            } => elems
+                .saturating_mul(dtype.size())
+                .saturating_mul(ranks.len() as u64),
             Op::Signal { .. } | Op::Wait { .. } => 0,
         }
     }
@@ -233,6 +416,7 @@ impl Op {
         match self {
             Op::Copy { .. } => "copy",
             Op::Reduce { .. } => "reduce",
+            Op::ReduceN { .. } => "reduce_n",
             Op::Signal { .. } => "signal",
             Op::Wait { .. } => "wait",
             Op::McReduce { .. } => "mc_reduce",

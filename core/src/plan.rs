@@ -13,11 +13,12 @@
 //! | `REDUCE` | a | b | dst | elems | - | div |
 //! | `SIGNAL` | - | - | rank = peer | value | slot | - |
 //! | `WAIT` | - | - | - | count | slot | - |
+//! | `REDUCE_N` | src (buf, off) | rank = source count, off and `reserved` = up to 8 source ranks (u16 each, little-endian) | dst | elems | - | div |
 //! | `MC_REDUCE` | src (buf, off) | - | dst | elems | - | div |
 //! | `MC_STORE` | src | - | dst (buf, off) | bytes | - | - |
 
 use crate::dtype::{DType, ReduceOp};
-use crate::op::{Buf, Loc, McLoc, Op, SignalOp};
+use crate::op::{Buf, Loc, McLoc, Op, Ranks, SignalOp};
 
 /// Op kind: copy.
 pub const COPY: u8 = 0;
@@ -31,6 +32,8 @@ pub const WAIT: u8 = 3;
 pub const MC_REDUCE: u8 = 4;
 /// Op kind: multicast store.
 pub const MC_STORE: u8 = 5;
+/// Op kind: k-way reduce.
+pub const REDUCE_N: u8 = 6;
 /// Size of one encoded op in bytes.
 pub const OP_BYTES: usize = 64;
 
@@ -38,7 +41,8 @@ pub const OP_BYTES: usize = 64;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PlanOp {
-    /// One of [`COPY`], [`REDUCE`], [`SIGNAL`], [`WAIT`], [`MC_REDUCE`], [`MC_STORE`].
+    /// One of [`COPY`], [`REDUCE`], [`SIGNAL`], [`WAIT`], [`MC_REDUCE`], [`MC_STORE`],
+    /// [`REDUCE_N`].
     pub kind: u8,
     /// [`DType`] wire value.
     pub dtype: u8,
@@ -74,7 +78,7 @@ pub struct PlanOp {
     pub dst_off: u64,
     /// Bytes, elements, signal value or wait count.
     pub count: u64,
-    /// Zero.
+    /// Source ranks 4..8 of a k-way reduce; otherwise zero.
     pub reserved: u64,
 }
 
@@ -94,6 +98,9 @@ pub enum PlanError {
     BadSignalOp(u8),
     /// A buffer byte is unknown.
     BadBuf(u8),
+    /// A k-way reduce names no source, more than [`crate::op::MAX_FANIN`], or has ranks past
+    /// its count.
+    BadFanin(u16),
     /// Fewer than [`OP_BYTES`] bytes.
     Short,
 }
@@ -155,6 +162,29 @@ impl PlanOp {
                 p.kind = WAIT;
                 p.slot = slot;
                 p.count = count;
+            }
+            Op::ReduceN {
+                buf,
+                offset,
+                ranks,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => {
+                p.kind = REDUCE_N;
+                p.a_buf = buf as u8;
+                p.a_off = offset;
+                p.b_rank = ranks.len() as u16;
+                let (lo, hi) = ranks.pack();
+                p.b_off = lo;
+                p.reserved = hi;
+                set_dst(&mut p, dst);
+                p.count = elems;
+                p.dtype = dtype as u8;
+                p.redop = op as u8;
+                p.div = div;
             }
             Op::McReduce {
                 src,
@@ -220,6 +250,17 @@ impl PlanOp {
                 slot: self.slot,
                 count: self.count,
             },
+            REDUCE_N => Op::ReduceN {
+                buf: buf(self.a_buf)?,
+                offset: self.a_off,
+                ranks: Ranks::unpack(self.b_rank, self.b_off, self.reserved)
+                    .ok_or(PlanError::BadFanin(self.b_rank))?,
+                dst: dst()?,
+                elems: self.count,
+                dtype: dtype()?,
+                op: redop()?,
+                div: self.div,
+            },
             MC_REDUCE => Op::McReduce {
                 src: McLoc {
                     buf: buf(self.a_buf)?,
@@ -262,6 +303,7 @@ impl PlanOp {
         b[32..40].copy_from_slice(&self.b_off.to_le_bytes());
         b[40..48].copy_from_slice(&self.dst_off.to_le_bytes());
         b[48..56].copy_from_slice(&self.count.to_le_bytes());
+        b[56..64].copy_from_slice(&self.reserved.to_le_bytes());
         b
     }
 
@@ -296,7 +338,7 @@ impl PlanOp {
             b_off: u64_at(32),
             dst_off: u64_at(40),
             count: u64_at(48),
-            reserved: 0,
+            reserved: u64_at(56),
         })
     }
 }
@@ -330,5 +372,57 @@ mod tests {
             .decode(),
             Err(PlanError::BadKind(9))
         );
+        // A k-way reduce over eight ranks uses both rank words; bad counts and stray ranks fail.
+        let seven = Op::ReduceN {
+            buf: Buf::Input,
+            offset: 64,
+            ranks: Ranks::new(&[7, 6, 5, 4, 3, 2, 1, 0]).unwrap(),
+            dst: Loc::new(3, Buf::Output, 16),
+            elems: 5,
+            dtype: DType::Bf16,
+            op: ReduceOp::Max,
+            div: 1,
+        };
+        let p = PlanOp::encode(&seven);
+        assert_eq!(
+            PlanOp::from_bytes(&p.to_bytes()).unwrap().decode(),
+            Ok(seven)
+        );
+        for (n, hi) in [(0, p.reserved), (9, p.reserved), (4, p.reserved)] {
+            let bad = PlanOp {
+                b_rank: n,
+                reserved: hi,
+                ..p
+            };
+            assert_eq!(bad.decode(), Err(PlanError::BadFanin(n)));
+        }
+    }
+
+    #[test]
+    fn direct_reductions_are_one_k_way_reduce_up_to_the_fanin() {
+        for w in [2u16, 3, 8, 9] {
+            let req = Request::new(
+                Collective::AllReduce,
+                crate::sched::Algorithm::OneShot,
+                w,
+                1024,
+                DType::F32,
+                ReduceOp::Sum,
+            );
+            let ops: alloc::vec::Vec<Op> = Schedule::new(req, 1, 0).unwrap().collect();
+            let fused = ops
+                .iter()
+                .filter(|o| matches!(o, Op::ReduceN { .. }))
+                .count();
+            let binary = ops
+                .iter()
+                .filter(|o| matches!(o, Op::Reduce { .. }))
+                .count();
+            if w <= 8 {
+                assert_eq!((fused, binary), (1, 0), "world {w}");
+            } else {
+                assert_eq!((fused, binary), (0, w as usize - 1), "world {w}");
+            }
+        }
     }
 }

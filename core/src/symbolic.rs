@@ -222,6 +222,25 @@ impl SymWorld {
                 Self::combine(rank, dst, &mut x, &y)?;
                 self.put(rank, dst, &x).map(Some)
             }
+            Op::ReduceN {
+                buf,
+                offset,
+                ranks,
+                dst,
+                elems,
+                ..
+            } => {
+                let at = |r: u16| Loc::new(r, buf, offset);
+                let Some((&first, rest)) = ranks.as_slice().split_first() else {
+                    return Err(SymError::OutOfBounds { rank, loc: dst });
+                };
+                let mut x = self.get(rank, at(first), elems)?;
+                for &r in rest {
+                    let y = self.get(rank, at(r), elems)?;
+                    Self::combine(rank, dst, &mut x, &y)?;
+                }
+                self.put(rank, dst, &x).map(Some)
+            }
             Op::McReduce {
                 src, dst, elems, ..
             } => {

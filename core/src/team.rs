@@ -312,7 +312,7 @@ impl<'t> TeamMap<'t> {
                 count,
             }),
             Op::McReduce { .. } | Op::McStore { .. } => Err(TeamError::Multicast),
-            data @ (Op::Copy { .. } | Op::Reduce { .. }) => Ok(data),
+            data @ (Op::Copy { .. } | Op::Reduce { .. } | Op::ReduceN { .. }) => Ok(data),
         }
     }
 }

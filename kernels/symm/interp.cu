@@ -283,6 +283,157 @@ static __device__ bool symm_reduce_any(int dtype, char* dst, const char* a, cons
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The k-way reduce (SYMM_OP_REDUCE_N): core's dtype::fold. 16-bit floats are widened to f32,
+// folded in source order with one accumulator, divided and rounded once; the other types fold
+// with the binary operator and divide at the end. Each thread loads the same 16-byte vector of
+// every source before any arithmetic, so k remote loads are in flight together.
+// ---------------------------------------------------------------------------------------------
+
+template <class S>
+static __device__ __forceinline__ S symm_div(S x, unsigned d) {
+  return x / (S)d;
+}
+template <>
+__device__ __forceinline__ unsigned char symm_div<unsigned char>(unsigned char x, unsigned d) {
+  return (unsigned char)((unsigned)x / d);
+}
+
+template <int DT, class S>
+struct symm_fold {
+  typedef S acc;
+  static __device__ __forceinline__ acc widen(S x) { return x; }
+  static __device__ __forceinline__ acc step(acc a, S b, int op) { return symm_elem<DT, S>::combine(a, b, op, 1); }
+  static __device__ __forceinline__ S finish(acc a, unsigned d) { return d > 1 ? symm_div<S>(a, d) : a; }
+};
+template <>
+struct symm_fold<SYMM_DTYPE_F16, unsigned short> {
+  typedef float acc;
+  static __device__ __forceinline__ acc widen(unsigned short x) { return symm_f16_to_f32(x); }
+  static __device__ __forceinline__ acc step(acc a, unsigned short b, int op) {
+    return symm_float_op<float>(a, symm_f16_to_f32(b), op);
+  }
+  static __device__ __forceinline__ unsigned short finish(acc a, unsigned d) {
+    return symm_f32_to_f16(d > 1 ? a / (float)d : a);
+  }
+};
+template <>
+struct symm_fold<SYMM_DTYPE_BF16, unsigned short> {
+  typedef float acc;
+  static __device__ __forceinline__ acc widen(unsigned short x) { return symm_bf16_to_f32(x); }
+  static __device__ __forceinline__ acc step(acc a, unsigned short b, int op) {
+    return symm_float_op<float>(a, symm_bf16_to_f32(b), op);
+  }
+  static __device__ __forceinline__ unsigned short finish(acc a, unsigned d) {
+    return symm_f32_to_bf16(d > 1 ? a / (float)d : a);
+  }
+};
+
+// One 16-byte vector of the result from the same vector of k sources (k <= KMAX).
+template <int DT, class S, int KMAX>
+static __device__ __forceinline__ uint4 symm_fold_vec(const uint4* v, int k, int op, unsigned d) {
+  typedef symm_fold<DT, S> F;
+  constexpr int E = 16 / sizeof(S);
+  typename F::acc a[E];
+  const S* x0 = (const S*)&v[0];
+#pragma unroll
+  for (int e = 0; e < E; e++) a[e] = F::widen(x0[e]);
+#pragma unroll
+  for (int s = 1; s < KMAX; s++) {
+    if (s < k) {
+      const S* xs = (const S*)&v[s];
+#pragma unroll
+      for (int e = 0; e < E; e++) a[e] = F::step(a[e], xs[e], op);
+    }
+  }
+  uint4 o;
+  S* xo = (S*)&o;
+#pragma unroll
+  for (int e = 0; e < E; e++) xo[e] = F::finish(a[e], d);
+  return o;
+}
+
+// U vectors of every source in flight per thread; KMAX * U is 8.
+template <int DT, class S, int U, int KMAX>
+static __device__ void symm_reduce_n_block(char* dst, const char* const* src, int k, symm_u64 n, int op,
+                                           unsigned d) {
+  typedef symm_fold<DT, S> F;
+  const symm_u32 t = threadIdx.x, lanes = blockDim.x;
+  constexpr symm_u64 E = 16 / sizeof(S);
+  symm_u64 bits = (symm_u64)dst;
+  for (int s = 0; s < k; s++) bits |= (symm_u64)src[s];
+  const symm_u64 nv = (bits & 15) == 0 ? n / E : 0;
+  uint4* vd = (uint4*)dst;
+  symm_u64 i = t;
+  for (; i + (U - 1) * (symm_u64)lanes < nv; i += U * (symm_u64)lanes) {
+    uint4 v[U][KMAX];
+#pragma unroll
+    for (int s = 0; s < KMAX; s++) {
+      if (s < k) {
+#pragma unroll
+        for (int u = 0; u < U; u++) v[u][s] = ((const uint4*)src[s])[i + u * lanes];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) vd[i + u * lanes] = symm_fold_vec<DT, S, KMAX>(v[u], k, op, d);
+  }
+  for (; i < nv; i += lanes) {
+    uint4 v[KMAX];
+#pragma unroll
+    for (int s = 0; s < KMAX; s++) {
+      if (s < k) v[s] = ((const uint4*)src[s])[i];
+    }
+    vd[i] = symm_fold_vec<DT, S, KMAX>(v, k, op, d);
+  }
+  S* so = (S*)dst;
+  for (symm_u64 j = nv * E + t; j < n; j += lanes) {
+    typename F::acc a = F::widen(((const S*)src[0])[j]);
+    for (int s = 1; s < k; s++) a = F::step(a, ((const S*)src[s])[j], op);
+    so[j] = F::finish(a, d);
+  }
+}
+
+// Element by element, for the types the collectives of small models rarely reduce (keeps the
+// number of unrolled instantiations, and NVRTC's compile time, small).
+template <int DT, class S>
+static __device__ void symm_reduce_n_scalar(char* dst, const char* const* src, int k, symm_u64 n, int op,
+                                            unsigned d) {
+  typedef symm_fold<DT, S> F;
+  S* so = (S*)dst;
+  for (symm_u64 j = threadIdx.x; j < n; j += blockDim.x) {
+    typename F::acc a = F::widen(((const S*)src[0])[j]);
+    for (int s = 1; s < k; s++) a = F::step(a, ((const S*)src[s])[j], op);
+    so[j] = F::finish(a, d);
+  }
+}
+
+template <int DT, class S>
+static __device__ void symm_reduce_n_wide(char* dst, const char* const* src, int k, symm_u64 n, int op, unsigned d) {
+  if (k <= 2) {
+    symm_reduce_n_block<DT, S, 4, 2>(dst, src, k, n, op, d);
+  } else {
+    symm_reduce_n_block<DT, S, 1, 8>(dst, src, k, n, op, d);
+  }
+}
+
+// Returns false for an unknown dtype or a source count outside 1..=8.
+static __device__ bool symm_reduce_n_any(int dtype, char* dst, const char* const* src, int k, symm_u64 n, int op,
+                                         unsigned d) {
+  if (k < 1 || k > 8) return false;
+  switch (dtype) {
+    case SYMM_DTYPE_F32: symm_reduce_n_wide<SYMM_DTYPE_F32, float>(dst, src, k, n, op, d); return true;
+    case SYMM_DTYPE_F16: symm_reduce_n_wide<SYMM_DTYPE_F16, unsigned short>(dst, src, k, n, op, d); return true;
+    case SYMM_DTYPE_BF16: symm_reduce_n_wide<SYMM_DTYPE_BF16, unsigned short>(dst, src, k, n, op, d); return true;
+    case SYMM_DTYPE_F64: symm_reduce_n_scalar<SYMM_DTYPE_F64, double>(dst, src, k, n, op, d); return true;
+    case SYMM_DTYPE_I32: symm_reduce_n_scalar<SYMM_DTYPE_I32, int>(dst, src, k, n, op, d); return true;
+    case SYMM_DTYPE_U32: symm_reduce_n_scalar<SYMM_DTYPE_U32, unsigned>(dst, src, k, n, op, d); return true;
+    case SYMM_DTYPE_I64: symm_reduce_n_scalar<SYMM_DTYPE_I64, long long>(dst, src, k, n, op, d); return true;
+    case SYMM_DTYPE_U64: symm_reduce_n_scalar<SYMM_DTYPE_U64, unsigned long long>(dst, src, k, n, op, d); return true;
+    case SYMM_DTYPE_U8: symm_reduce_n_scalar<SYMM_DTYPE_U8, unsigned char>(dst, src, k, n, op, d); return true;
+    default: return false;
+  }
+}
+
 #if SYMM_MULTIMEM
 // Multicast ops over the multicast view (mc_base): multimem.ld_reduce for f32 sum and for bf16
 // sum/min/max (pairs, .bf16x2), 16-byte multimem.st. Other combinations are refused
@@ -401,6 +552,24 @@ extern "C" __global__ void __launch_bounds__(SYMM_THREADS) symm_interp(const sym
         bool ok = symm_reduce_any(op.dtype, symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off),
                                   symm_loc(p, op.a_rank, op.a_buf, op.a_off), symm_loc(p, op.b_rank, op.b_buf, op.b_off),
                                   op.count, op.redop, op.div);
+        if (!ok && threadIdx.x == 0) {
+          symm_record(p, SYMM_STOP_BAD_OP, 0, 0, 0, index);
+          stop = 1;
+        }
+        __syncthreads();
+        break;
+      }
+      case SYMM_OP_REDUCE_N: {
+        // Sources: b_rank of them, their ranks packed four to a word in b_off and reserved.
+        const int k = op.b_rank;
+        const char* src[8];
+#pragma unroll
+        for (int s = 0; s < 8; s++) {
+          const symm_u64 w = s < 4 ? op.b_off : op.reserved;
+          src[s] = symm_loc(p, (symm_u32)((w >> (16 * (s & 3))) & 0xffffu), op.a_buf, op.a_off);
+        }
+        bool ok = symm_reduce_n_any(op.dtype, symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off), src, k, op.count,
+                                    op.redop, op.div);
         if (!ok && threadIdx.x == 0) {
           symm_record(p, SYMM_STOP_BAD_OP, 0, 0, 0, index);
           stop = 1;

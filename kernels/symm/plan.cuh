@@ -10,6 +10,7 @@
 #define SYMM_OP_WAIT 3
 #define SYMM_OP_MC_REDUCE 4
 #define SYMM_OP_MC_STORE 5
+#define SYMM_OP_REDUCE_N 6
 #define SYMM_OP_BYTES 64
 
 // Field offsets of an encoded op (bytes).

@@ -24,7 +24,7 @@
 //! Every buffer is *symmetric*: the same (buffer, element) names the same bytes on every rank, so
 //! `k.at(peer, Buf::Output, e)` is element `e` of `peer`'s output.
 
-use symm_core::op::{Buf, Loc, McLoc, Op, SignalOp};
+use symm_core::op::{Buf, Loc, McLoc, Op, Ranks, SignalOp};
 use symm_core::sched::{part, Collective, Part, Request};
 use symm_core::signal::SlotKind;
 
@@ -202,6 +202,22 @@ impl Kit {
     /// [`Kit::slots`] chunk-sized slots each, and slot `j % slots` in it.
     pub fn scratch_region(&self, region: u64, j: u64) -> u64 {
         (region * self.req.slot_count() + j % self.slots.max(1)) * self.chunk
+    }
+
+    /// k-way reduce: `dst = (op) over r in ranks, in that order, of (r's buf at elem)`, `elems`
+    /// elements, in one pass (`None` for an empty list or more than
+    /// [`symm_core::op::MAX_FANIN`] ranks).
+    pub fn reduce_n(&self, buf: Buf, elem: u64, ranks: &[u16], dst: Loc, elems: u64) -> Option<Op> {
+        Some(Op::ReduceN {
+            buf,
+            offset: elem.saturating_mul(self.req.dtype.size()),
+            ranks: Ranks::new(ranks)?,
+            dst,
+            elems,
+            dtype: self.req.dtype,
+            op: self.req.op,
+            div: 1,
+        })
     }
 
     /// Multicast reduce: `dst = sum over every rank r of (r's buf at elem)`, `elems` elements.

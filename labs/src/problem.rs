@@ -228,6 +228,21 @@ pub fn op_words(req: &Request, op: &Op) -> String {
         Op::Wait { slot, count } => {
             format!("wait for {count} on slot {}", slot_words(&layout, slot))
         }
+        Op::ReduceN {
+            buf,
+            offset,
+            ranks,
+            dst,
+            elems,
+            ..
+        } => format!(
+            "k-way reduce of ranks {:?}'s {} [{}..{}) into {}",
+            ranks.as_slice(),
+            buf_name(buf),
+            offset / es,
+            (offset / es).saturating_add(elems),
+            range_words(req, dst, elems)
+        ),
         Op::McReduce {
             src, dst, elems, ..
         } => format!(

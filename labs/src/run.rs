@@ -165,6 +165,23 @@ fn touched(req: &Request, op: &Op) -> Vec<(Loc, u64)> {
             v.push((dst, n));
             v
         }
+        Op::ReduceN {
+            buf,
+            offset,
+            ranks,
+            dst,
+            elems,
+            ..
+        } => {
+            let n = elems.saturating_mul(es);
+            let mut v: Vec<_> = ranks
+                .as_slice()
+                .iter()
+                .map(|&r| (Loc::new(r, buf, offset), n))
+                .collect();
+            v.push((dst, n));
+            v
+        }
         Op::McStore { src, dst, bytes } => {
             let mut v: Vec<_> = (0..req.world)
                 .map(|r| (Loc::new(r, dst.buf, dst.offset), bytes))
@@ -241,7 +258,9 @@ pub fn lint(req: &Request, streams: &[Vec<Op>]) -> Result<(), Problem> {
                 {
                     return Err(Problem::NoSuchSlot { rank, index, slot });
                 }
-                Op::Reduce { dtype, op: o, .. } | Op::McReduce { dtype, op: o, .. }
+                Op::Reduce { dtype, op: o, .. }
+                | Op::ReduceN { dtype, op: o, .. }
+                | Op::McReduce { dtype, op: o, .. }
                     if dtype != req.dtype || o != req.op =>
                 {
                     return Err(Problem::WrongType { rank, index });

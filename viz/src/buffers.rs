@@ -48,6 +48,9 @@ fn writes(op: &Op, world: u16, buf: Buf) -> Vec<(u16, u64, u64)> {
         Op::Reduce { dst, .. } | Op::McReduce { dst, .. } if dst.buf == buf => {
             vec![(dst.rank, dst.offset, op.bytes())]
         }
+        Op::ReduceN {
+            dst, elems, dtype, ..
+        } if dst.buf == buf => vec![(dst.rank, dst.offset, elems.saturating_mul(dtype.size()))],
         Op::McStore { dst, bytes, .. } if dst.buf == buf => {
             (0..world).map(|r| (r, dst.offset, bytes)).collect()
         }

@@ -150,6 +150,29 @@ pub fn op(t: &Trace, span: usize) -> String {
             }
             w
         }
+        Op::ReduceN {
+            buf,
+            offset,
+            ranks,
+            dst,
+            elems,
+            dtype,
+            op,
+            ..
+        } => {
+            let list = ranks.as_slice();
+            let from: Vec<String> = list
+                .iter()
+                .map(|&q| place(t, r, &Loc::new(q, *buf, *offset)))
+                .collect();
+            format!(
+                "rank {r} reads {} in one pass and combines {} into {} ({op:?}, {dtype:?}, one rounding), {} each",
+                if list.len() == 1 { "one source" } else { "every source" },
+                from.join(", "),
+                place(t, r, dst),
+                size(elems.saturating_mul(dtype.size()))
+            )
+        }
         Op::McReduce { src, dst, op, .. } => format!(
             "rank {r} load-reduces {} through the switch into {}, {} ({op:?})",
             mc_place(t, src),

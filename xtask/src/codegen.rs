@@ -85,6 +85,7 @@ pub fn generate() -> String {
         ("WAIT", plan::WAIT),
         ("MC_REDUCE", plan::MC_REDUCE),
         ("MC_STORE", plan::MC_STORE),
+        ("REDUCE_N", plan::REDUCE_N),
     ] {
         let _ = writeln!(w, "#define SYMM_OP_{name} {v}");
     }

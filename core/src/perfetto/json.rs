@@ -56,6 +56,22 @@ fn op_args(out: &mut dyn Write, op: &Op, layout: Option<&SlotLayout>) -> Result 
             write!(out, "\"slot\":{slot},\"count\":{count}")?;
             slot_key(out, layout, *slot)
         }
+        Op::ReduceN {
+            buf,
+            offset,
+            ranks,
+            dst,
+            elems,
+            ..
+        } => {
+            write!(out, "\"src\":\"")?;
+            for (i, r) in ranks.as_slice().iter().enumerate() {
+                write!(out, "{}r{r}", if i == 0 { "" } else { "," })?;
+            }
+            write!(out, ".{}+{offset}\",", buf.name())?;
+            loc(out, "dst", dst)?;
+            write!(out, ",\"elems\":{elems},\"bytes\":{}", op.bytes())
+        }
         Op::McReduce {
             src, dst, elems, ..
         } => {

@@ -14,13 +14,15 @@
 //!   `McStore` of the result into every rank's output.
 //!
 //! Reductions always combine contributions in rank order 0, 1, ..., world-1, so every rank of a
-//! one-shot all-reduce computes the same bits.
+//! one-shot all-reduce computes the same bits. Up to [`MAX_FANIN`] ranks they are one fused
+//! k-way reduce ([`Op::ReduceN`]: one pass, one accumulator, one rounding); beyond, a chain of
+//! binary reduces.
 
 use super::part::{part, Part};
 use super::table::{no_streams, one_slot, serves, Desc};
 use super::{Algorithm, Batch, Collective, Ctx, Program, Request};
 use crate::cost::{Path, Shape};
-use crate::op::{Buf, McLoc, Op};
+use crate::op::{Buf, McLoc, Op, Ranks, MAX_FANIN};
 use crate::signal::SlotKind::{self, Data, Done, Ready};
 
 /// A set of peers, seen from one rank.
@@ -278,11 +280,21 @@ impl Direct {
     fn body_units(&self, ctx: &Ctx) -> u64 {
         let w = ctx.world() as u64;
         match self.body {
-            Body::Reduce { push, .. } => (w - 1).max(1) + if push { w } else { 0 },
+            Body::Reduce { push, .. } => reduce_steps(w) + if push { w } else { 0 },
             Body::Send { .. } => w,
             Body::Mc { .. } => 1,
             Body::Nothing => 0,
         }
+    }
+}
+
+/// Ops of a direct reduction's combining part: one k-way reduce up to [`MAX_FANIN`] ranks, a
+/// chain of binary reduces beyond.
+fn reduce_steps(w: u64) -> u64 {
+    if w as usize <= MAX_FANIN {
+        1
+    } else {
+        w - 1
     }
 }
 
@@ -335,10 +347,22 @@ impl Direct {
                 len,
                 push,
             } => {
-                let steps = (w - 1).max(1);
+                let steps = reduce_steps(w);
                 let own = ctx.loc(me, Buf::Output, dst);
                 if u < steps {
-                    let op = if w == 1 {
+                    let fused = Ranks::first(w as u16).filter(|_| w > 1);
+                    let op = if let Some(ranks) = fused {
+                        Op::ReduceN {
+                            buf: Buf::Input,
+                            offset: src * ctx.esize,
+                            ranks,
+                            dst: own,
+                            elems: len,
+                            dtype: ctx.req.dtype,
+                            op: ctx.req.op,
+                            div: ctx.div(true),
+                        }
+                    } else if w == 1 {
                         ctx.copy(ctx.loc(0, Buf::Input, src), own, len)
                     } else {
                         let a = if u == 0 {

@@ -84,7 +84,7 @@ impl Fabric for View<'_> {
             Op::McReduce { .. } | Op::McStore { .. } => {
                 Err(SymError::Team(super::TeamError::Multicast))
             }
-            Op::Copy { .. } | Op::Reduce { .. } => {
+            Op::Copy { .. } | Op::Reduce { .. } | Op::ReduceN { .. } => {
                 let local = op.map_locs(|l| self.unmap(l))?;
                 self.mem.apply(self.local, &local).map(|_| ())
             }

@@ -195,6 +195,22 @@ impl RankPlan {
                         let n = elems.saturating_mul(dtype.size());
                         in_buf(a, n) && in_buf(b, n) && in_buf(dst, n)
                     }
+                    Op::ReduceN {
+                        buf,
+                        offset,
+                        ranks,
+                        dst,
+                        elems,
+                        dtype,
+                        ..
+                    } => {
+                        let n = elems.saturating_mul(dtype.size());
+                        in_buf(dst, n)
+                            && ranks
+                                .as_slice()
+                                .iter()
+                                .all(|&r| in_buf(symm_core::op::Loc::new(r, buf, offset), n))
+                    }
                     Op::Signal { peer, slot, .. } => peer < world && slot < pad_slots,
                     Op::Wait { slot, .. } => slot < pad_slots,
                     Op::McReduce { .. } | Op::McStore { .. } if !multicast => {

@@ -13,9 +13,9 @@ use super::pad::Pad;
 use super::sim::check_inputs;
 use super::HostError;
 use crate::sync::{AtomicU8, Ordering};
-use symm_core::dtype::combine;
+use symm_core::dtype::{combine, fold};
 use symm_core::exec::Fabric;
-use symm_core::op::{Buf, Loc, Op};
+use symm_core::op::{Buf, Loc, Op, MAX_FANIN};
 use symm_core::sched::Request;
 
 /// One rank's memory.
@@ -184,6 +184,25 @@ impl WorldMem {
                 reduce_into(&mut t.a, &t.b, dtype, op, div);
                 self.write(dst, &t.a)
             }
+            Op::ReduceN {
+                buf,
+                offset,
+                ranks,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+            } => {
+                let n = elems.checked_mul(dtype.size()).ok_or(Oob(Some(dst)))?;
+                let list = ranks.as_slice();
+                t.srcs.resize_with(list.len(), Vec::new);
+                for (v, &r) in t.srcs.iter_mut().zip(list) {
+                    self.read(Loc::new(r, buf, offset), n, v)?;
+                }
+                fold_into(&mut t.a, &t.srcs[..list.len()], dtype, op, div, n as usize);
+                self.write(dst, &t.a)
+            }
             Op::McReduce {
                 src,
                 dst,
@@ -240,9 +259,31 @@ fn reduce_into(
     }
 }
 
+/// `out` = the k-way fold ([`symm_core::dtype::fold`]) of `srcs`, `bytes` long.
+fn fold_into(
+    out: &mut Vec<u8>,
+    srcs: &[Vec<u8>],
+    dtype: symm_core::dtype::DType,
+    op: symm_core::dtype::ReduceOp,
+    div: u32,
+    bytes: usize,
+) {
+    let es = dtype.size() as usize;
+    out.clear();
+    out.resize(bytes, 0);
+    let mut at: [&[u8]; MAX_FANIN] = [&[]; MAX_FANIN];
+    for (i, o) in out.chunks_exact_mut(es).enumerate() {
+        for (slot, s) in at.iter_mut().zip(srcs) {
+            *slot = s.get(i * es..(i + 1) * es).unwrap_or(&[]);
+        }
+        fold(dtype, op, div, &at[..srcs.len().min(MAX_FANIN)], o);
+    }
+}
+
 /// Reusable temporaries of one executor thread.
 #[derive(Default)]
 pub struct Temps {
     a: Vec<u8>,
     b: Vec<u8>,
+    srcs: Vec<Vec<u8>>,
 }

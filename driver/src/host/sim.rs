@@ -80,6 +80,23 @@ fn cost_ns(op: &Op, me: u16, link: &Link) -> u64 {
             let remote = a.rank != me || b.rank != me || dst.rank != me;
             (if remote { link.alpha_us } else { 0.0 }) + op.bytes() as f64 / link.beta_bytes_per_us
         }
+        Op::ReduceN {
+            ranks,
+            dst,
+            elems,
+            dtype,
+            ..
+        } => {
+            // The remote sources come in over this rank's link together: one hop, their bytes.
+            let remote = ranks.as_slice().iter().filter(|&&r| r != me).count() as f64;
+            let hop = if remote > 0.0 || dst.rank != me {
+                link.alpha_us
+            } else {
+                0.0
+            };
+            let bytes = elems.saturating_mul(dtype.size()) as f64;
+            hop + remote.max(1.0) * bytes / link.beta_bytes_per_us
+        }
         Op::McReduce { .. } | Op::McStore { .. } => {
             link.alpha_us + op.bytes() as f64 / link.multicast_bytes_per_us.max(1.0)
         }

@@ -41,7 +41,7 @@ use symm_core::sched::{Request, SchedError, Schedule};
 pub struct Tally {
     /// `Copy` ops.
     pub copies: u64,
-    /// `Reduce` ops.
+    /// `Reduce` and `ReduceN` ops.
     pub reduces: u64,
     /// `Signal` ops.
     pub signals: u64,
@@ -73,6 +73,10 @@ impl Tally {
             Op::Reduce { a, b, dst, .. } => {
                 self.reduces += 1;
                 a.rank != me || b.rank != me || dst.rank != me
+            }
+            Op::ReduceN { ranks, dst, .. } => {
+                self.reduces += 1;
+                dst.rank != me || ranks.as_slice().iter().any(|&r| r != me)
             }
             Op::Signal { .. } => {
                 self.signals += 1;

@@ -168,6 +168,15 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
                     }
                 }
             }
+            Op::ReduceN { ranks, .. } => {
+                for &q in ranks.as_slice() {
+                    if q != me {
+                        if let (Some(x), Some(y)) = (at(q), at(me)) {
+                            dots.push((x, lerp(x, y, f), q as usize));
+                        }
+                    }
+                }
+            }
             Op::McReduce { .. } => {
                 if let Some(y) = at(me) {
                     dots.push((switch, lerp(switch, y, f), me as usize));

@@ -4,6 +4,8 @@
 //!   backends) with the `Comm` as its backend: every collective x algorithm (multicast never) x
 //!   the hw sizes up to `--max-bytes` x {f32, bf16, i32} x {sum, max}, on fresh collective
 //!   allocations, every rank's output gathered and bit exact against the reference;
+//! * the fused reductions' rounding: fractional floats bit exact against the host executor
+//!   (`fold.rs`);
 //! * 100 replays of a CUDA graph captured on the rank's stream;
 //! * the device-API ring pass (`symm/examples.cu`) launched on the Comm's heap;
 //! * five all-reduce algorithms traced through the backend interface: each process traces its
@@ -60,6 +62,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
     checks.push(Check::timed("conformance matrix (Comm backend)", n, || {
         matrix(&mut comm, &sizes)
     }));
+    checks.push(Check::timed(
+        "fused reductions: fractional floats vs host executor",
+        super::fold::cases(),
+        || super::fold::run(&mut comm),
+    ));
     checks.push(Check::timed(
         "CUDA graph replay on the caller's stream",
         100,

@@ -17,6 +17,7 @@
 //!   the same environment.
 
 mod correct;
+mod fold;
 mod life;
 
 use std::ffi::OsString;
