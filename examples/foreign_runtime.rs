@@ -37,7 +37,8 @@ use std::error::Error;
 use std::fmt;
 
 use symm_core::dtype::{combine, fold, DType, ReduceOp};
-use symm_core::exec::{ExecError, Executor, Fabric, Step};
+use symm_core::exec::{ExecError, Executor, Fabric, LlPoll, Step};
+use symm_core::ll;
 use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::{Algorithm, Collective, Request, SchedError, Schedule};
 use symm_core::signal;
@@ -222,6 +223,87 @@ impl Fabric for RankView<'_> {
             // The executor decides waits itself through `load_slot`; it never passes one here.
             Op::Wait { .. } => Ok(()),
             Op::McReduce { .. } | Op::McStore { .. } => Err(FabricError::Multicast(op.kind_name())),
+            // They need the call's epoch: the executor passes them to `ll`.
+            Op::LlPut { .. } | Op::LlReduce { .. } => Err(FabricError::NoSlot {
+                rank: self.rank,
+                slot: op.ll_slot().unwrap_or(0),
+            }),
+        }
+    }
+
+    /// Low-latency lines as plain bytes: one thread runs every rank, so no store can tear.
+    fn ll(&mut self, op: &Op, epoch: u64) -> Result<LlPoll, FabricError> {
+        let flag = ll::flag(epoch);
+        let half = |l: Loc, flip: u64| Loc {
+            offset: l
+                .offset
+                .saturating_add(ll::half(epoch).saturating_mul(flip)),
+            ..l
+        };
+        match *op {
+            Op::LlPut {
+                src,
+                dst,
+                bytes,
+                flip,
+                ..
+            } => {
+                let data = self.mem.read(src, bytes)?.to_vec();
+                let mut lines = Vec::with_capacity(ll::line_bytes(bytes) as usize);
+                for chunk in data.chunks(8) {
+                    for h in ll::pack(chunk, flag) {
+                        lines.extend_from_slice(&h.to_le_bytes());
+                    }
+                }
+                self.mem.write(half(dst, flip), &lines)?;
+                Ok(LlPoll::Done)
+            }
+            Op::LlReduce {
+                src,
+                stride,
+                sources,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+                flip,
+                ..
+            } => {
+                let es = dtype.size() as usize;
+                let len = elems.saturating_mul(dtype.size());
+                let mut regions = Vec::with_capacity(sources as usize);
+                for s in 0..sources as u64 {
+                    let at = Loc {
+                        offset: src.offset.saturating_add(s.saturating_mul(stride)),
+                        ..src
+                    };
+                    let lines = self.mem.read(half(at, flip), ll::line_bytes(len))?;
+                    let mut data = Vec::with_capacity(len as usize);
+                    for line in lines.chunks_exact(16) {
+                        let word = |i: usize| {
+                            u64::from_le_bytes(line[i..i + 8].try_into().unwrap_or([0; 8]))
+                        };
+                        match ll::unpack([word(0), word(8)], flag) {
+                            Some(d) => data.extend_from_slice(&d),
+                            None => return Ok(LlPoll::Waiting((word(0) >> 32) as u32)),
+                        }
+                    }
+                    data.truncate(len as usize);
+                    regions.push(data);
+                }
+                let mut out = vec![0u8; len as usize];
+                for (i, o) in out.chunks_exact_mut(es).enumerate() {
+                    let at: Vec<&[u8]> = regions.iter().map(|r| &r[i * es..(i + 1) * es]).collect();
+                    fold(dtype, op, div, &at, o);
+                }
+                self.mem.write(dst, &out)?;
+                Ok(LlPoll::Done)
+            }
+            _ => Err(FabricError::NoSlot {
+                rank: self.rank,
+                slot: 0,
+            }),
         }
     }
 
@@ -468,6 +550,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         small(Broadcast { root: 2 }, Tree, 5, 1024, DType::F32),
         small(Reduce { root: 0 }, Tree, 4, 800, DType::I32),
         small(AllToAll, Pairwise, 4, 256, DType::F32),
+        small(AllReduce, OneShotLl, 3, 1000, DType::Bf16),
     ];
     println!("one thread, plain memory, round-robin tasks; outputs checked against the reference");
     for (seed, req) in (1u64..).zip(cases) {

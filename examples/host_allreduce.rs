@@ -132,7 +132,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         "algorithm", "ops", "model us", "sim us", "events"
     );
     for &alg in algorithms(Collective::AllReduce) {
-        if alg == Algorithm::Multicast {
+        if alg == Algorithm::Multicast || !alg.takes(base.bytes) {
             continue;
         }
         let req = Request {

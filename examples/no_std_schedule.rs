@@ -49,6 +49,9 @@ fn tally_of(streams: &[(u16, Vec<Op>)]) -> Tally {
                 Op::ReduceN { ranks, dst, .. } => {
                     !local(dst) || ranks.as_slice().iter().any(|r| r != me)
                 }
+                Op::LlPut { src, dst, .. } | Op::LlReduce { src, dst, .. } => {
+                    !(local(src) && local(dst))
+                }
                 Op::McReduce { .. } | Op::McStore { .. } => true,
                 Op::Signal { .. } | Op::Wait { .. } => false,
             };
@@ -59,8 +62,8 @@ fn tally_of(streams: &[(u16, Vec<Op>)]) -> Tally {
         t.longest = t.longest.max(ops.len() as u64);
     }
     let n = |k| kinds.get(k).copied().unwrap_or(0);
-    t.copies = n("copy");
-    t.reduces = n("reduce") + n("reduce_n");
+    t.copies = n("copy") + n("ll_put");
+    t.reduces = n("reduce") + n("reduce_n") + n("ll_reduce");
     t.signals = n("signal");
     t.waits = n("wait");
     t.multicast = n("mc_reduce") + n("mc_store");
@@ -163,6 +166,9 @@ fn run() -> Result<(), Box<dyn Error>> {
         "algorithm", "copy", "reduce", "signal", "wait", "mc", "bytes", "remote", "longest"
     );
     for &a in algorithms(Collective::AllReduce) {
+        if !a.takes(base.bytes) {
+            continue;
+        }
         let req = Request {
             algorithm: a,
             ..base

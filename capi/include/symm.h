@@ -88,6 +88,8 @@ typedef enum symm_algorithm {
     SYMM_ALG_DIRECT = 6,
     // pairwise
     SYMM_ALG_PAIRWISE = 7,
+    // one_shot_ll
+    SYMM_ALG_ONE_SHOT_LL = 8,
 } symm_algorithm;
 
 // Element types (symm_request.dtype, symm_op.dtype).
@@ -142,6 +144,10 @@ typedef enum symm_op_kind {
     SYMM_OP_MC_STORE = 5,
     // reduce_n
     SYMM_OP_REDUCE_N = 6,
+    // ll_put
+    SYMM_OP_LL_PUT = 7,
+    // ll_reduce
+    SYMM_OP_LL_REDUCE = 8,
 } symm_op_kind;
 
 // Symmetric buffers (symm_loc.buf).
@@ -257,7 +263,9 @@ typedef struct symm_loc {
 // every rank of a (buf, offset), count elements. MC_STORE: a to dst (buf, offset) on every
 // rank, count bytes. REDUCE_N: dst = (redop) over a (buf, offset) on each of the nsources
 // ranks in sources (in that order; one accumulator, f32 for 16-bit floats, rounded once),
-// count elements.
+// count elements. LL_PUT: count bytes of a as low-latency lines at dst (plus sources_hi for
+// odd epochs of slot slot). LL_REDUCE: nsources line regions from a on, sources_lo bytes apart
+// (plus sources_hi for odd epochs of slot slot), folded into dst, count elements.
 typedef struct symm_op {
     // The op kind (SYMM_OP_*).
     uint32_t kind;
@@ -281,13 +289,15 @@ typedef struct symm_op {
     uint32_t div;
     // Rank whose pad a signal updates.
     uint16_t peer;
-    // Number of source ranks of a k-way reduce (1 to 8).
+    // Number of source ranks of a k-way reduce (1 to 8), or regions of a low-latency reduce.
     uint16_t nsources;
     // Zero.
     uint32_t reserved2;
-    // Source ranks 0..4 of a k-way reduce, 16 bits each from the low end.
+    // Source ranks 0..4 of a k-way reduce, 16 bits each from the low end; the region stride of a
+    // low-latency reduce.
     uint64_t sources_lo;
-    // Source ranks 4..8 of a k-way reduce, 16 bits each from the low end.
+    // Source ranks 4..8 of a k-way reduce, 16 bits each from the low end; the half offset of a
+    // low-latency op.
     uint64_t sources_hi;
 } symm_op;
 

@@ -175,6 +175,44 @@ impl symm_op {
                 o.redop = op as u32;
                 o.div = div;
             }
+            Op::LlPut {
+                src,
+                dst,
+                bytes,
+                slot,
+                flip,
+            } => {
+                o.kind = plan::LL_PUT.into();
+                o.a = symm_loc::of(src);
+                o.dst = symm_loc::of(dst);
+                o.count = bytes;
+                o.slot = slot;
+                o.sources_hi = flip;
+            }
+            Op::LlReduce {
+                src,
+                stride,
+                sources,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+                slot,
+                flip,
+            } => {
+                o.kind = plan::LL_REDUCE.into();
+                o.a = symm_loc::of(src);
+                o.nsources = sources;
+                o.sources_lo = stride;
+                o.sources_hi = flip;
+                o.dst = symm_loc::of(dst);
+                o.count = elems;
+                o.dtype = dtype as u32;
+                o.redop = op as u32;
+                o.div = div;
+                o.slot = slot;
+            }
             Op::McReduce {
                 src,
                 dst,
@@ -256,6 +294,33 @@ impl symm_op {
                     div: self.div,
                 }
             }
+            plan::LL_PUT => Op::LlPut {
+                src: self.a.to_core()?,
+                dst: self.dst.to_core()?,
+                bytes: self.count,
+                slot: self.slot,
+                flip: self.sources_hi,
+            },
+            plan::LL_REDUCE => Op::LlReduce {
+                src: self.a.to_core()?,
+                stride: self.sources_lo,
+                sources: match self.nsources {
+                    0 => {
+                        return Err(Error::BadCode {
+                            field: "nsources",
+                            value: 0,
+                        })
+                    }
+                    n => n,
+                },
+                dst: self.dst.to_core()?,
+                elems: self.count,
+                dtype: dtype(self.dtype)?,
+                op: redop(self.redop)?,
+                div: self.div,
+                slot: self.slot,
+                flip: self.sources_hi,
+            },
             plan::MC_REDUCE => Op::McReduce {
                 src: self.a.to_mc()?,
                 dst: self.dst.to_core()?,

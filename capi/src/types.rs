@@ -231,7 +231,10 @@ c_struct! {
     /// `a` (buf, offset), `count` elements. `MC_STORE`: `a` to `dst` (buf, offset) on every
     /// rank, `count` bytes. `REDUCE_N`: `dst = (redop)` over `a` (buf, offset) on each of the
     /// `nsources` ranks in `sources` (in that order; one accumulator, f32 for 16-bit floats,
-    /// rounded once), `count` elements.
+    /// rounded once), `count` elements. `LL_PUT`: `count` bytes of `a` as low-latency lines at
+    /// `dst` (plus `sources_hi` for odd epochs of slot `slot`). `LL_REDUCE`: `nsources` line
+    /// regions from `a` on, `sources_lo` bytes apart (plus `sources_hi` for odd epochs of slot
+    /// `slot`), folded into `dst`, `count` elements.
     pub struct symm_op {
         /// The op kind (`SYMM_OP_*`).
         pub kind: u32,
@@ -255,13 +258,16 @@ c_struct! {
         pub div: u32,
         /// Rank whose pad a signal updates.
         pub peer: u16,
-        /// Number of source ranks of a k-way reduce (1 to 8).
+        /// Number of source ranks of a k-way reduce (1 to 8), or regions of a low-latency
+        /// reduce.
         pub nsources: u16,
         /// Zero.
         pub reserved2: u32,
-        /// Source ranks 0..4 of a k-way reduce, 16 bits each from the low end.
+        /// Source ranks 0..4 of a k-way reduce, 16 bits each from the low end; the region
+        /// stride of a low-latency reduce.
         pub sources_lo: u64,
-        /// Source ranks 4..8 of a k-way reduce, 16 bits each from the low end.
+        /// Source ranks 4..8 of a k-way reduce, 16 bits each from the low end; the half
+        /// offset of a low-latency op.
         pub sources_hi: u64,
     }
 }
@@ -363,7 +369,7 @@ pub mod codes {
     ];
 
     /// Op kinds (the plan encoding's).
-    pub const OP_KINDS: [(&str, u8); 7] = [
+    pub const OP_KINDS: [(&str, u8); 9] = [
         ("COPY", plan::COPY),
         ("REDUCE", plan::REDUCE),
         ("SIGNAL", plan::SIGNAL),
@@ -371,6 +377,8 @@ pub mod codes {
         ("MC_REDUCE", plan::MC_REDUCE),
         ("MC_STORE", plan::MC_STORE),
         ("REDUCE_N", plan::REDUCE_N),
+        ("LL_PUT", plan::LL_PUT),
+        ("LL_REDUCE", plan::LL_REDUCE),
     ];
 
     /// Signal operations: name and wire value.

@@ -316,9 +316,18 @@ mod tests {
     #[test]
     fn selection_follows_the_size_regimes() {
         let l = Link::NVLINK4;
+        // Small messages: one trip of LL lines; above its bound LL is never a candidate.
         assert_eq!(
             select(&req(Algorithm::Ring, 8, 4096), &l, false),
-            Algorithm::Rhd
+            Algorithm::OneShotLl
+        );
+        assert_ne!(
+            select(
+                &req(Algorithm::Ring, 8, crate::ll::MAX_BYTES + 2),
+                &l,
+                false
+            ),
+            Algorithm::OneShotLl
         );
         assert_eq!(
             select(&req(Algorithm::Ring, 8, 256 << 20), &l, false),

@@ -26,6 +26,22 @@ pub trait Fabric {
 
     /// Loads one of this rank's own slots with acquire semantics.
     fn load_slot(&mut self, slot: u32) -> Result<u64, Self::Error>;
+
+    /// Performs a low-latency op ([`crate::ll`]) of the call whose epoch is `epoch` (the
+    /// executor's counter of the op's slot). `LlPut` writes its lines (each 8-byte half with
+    /// one atomic store) and is [`LlPoll::Done`]; `LlReduce` is [`LlPoll::Waiting`], having
+    /// written nothing, while any line it reads lacks the call's flag, and otherwise folds the
+    /// lines' data into `dst` and is `Done`. A fabric without the protocol returns an error.
+    fn ll(&mut self, op: &Op, epoch: u64) -> Result<LlPoll, Self::Error>;
+}
+
+/// What [`Fabric::ll`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LlPoll {
+    /// The op ran.
+    Done,
+    /// A line the op reads does not carry the call's flag yet; the flag found in it.
+    Waiting(u32),
 }
 
 /// What one call to [`Executor::step`] did.
@@ -38,15 +54,16 @@ pub enum Step {
         /// The op.
         op: Op,
     },
-    /// Op `index` is a `Wait` whose slot has not reached the target yet.
+    /// Op `index` is a `Wait` whose slot has not reached the target yet, or an `LlReduce`
+    /// whose lines do not all carry the call's flag yet.
     Blocked {
         /// Position of the op in the rank's stream.
         index: u32,
-        /// The slot waited on.
+        /// The slot waited on (an `LlReduce`: its epoch slot).
         slot: u32,
-        /// The value the slot must reach.
+        /// The value the slot must reach (an `LlReduce`: the call's flag).
         target: u64,
-        /// The value found.
+        /// The value found (an `LlReduce`: the flag of the first line that lacks it).
         found: u64,
     },
     /// No ops are left.
@@ -101,6 +118,9 @@ pub enum ExecError<E> {
 ///     }
 ///     fn load_slot(&mut self, slot: u32) -> Result<u64, Self::Error> {
 ///         self.0[0].get(slot as usize).copied().ok_or("no such slot")
+///     }
+///     fn ll(&mut self, _op: &Op, _epoch: u64) -> Result<symm_core::exec::LlPoll, Self::Error> {
+///         Err("no low-latency protocol here")
 ///     }
 /// }
 ///
@@ -188,6 +208,21 @@ impl<'e, I: Iterator<Item = Op>> Executor<'e, I> {
                 });
             }
             *exp = exp.wrapping_add(count);
+        } else if let Some(slot) = op.ll_slot() {
+            let epoch = self
+                .expected_of(slot)
+                .ok_or(ExecError::SlotOutOfRange { slot, index })?;
+            let poll = f
+                .ll(&op, epoch)
+                .map_err(|error| ExecError::Fabric { error, index })?;
+            if let LlPoll::Waiting(found) = poll {
+                return Ok(Step::Blocked {
+                    index,
+                    slot,
+                    target: crate::ll::flag(epoch) as u64,
+                    found: found as u64,
+                });
+            }
         } else {
             f.execute(&op)
                 .map_err(|error| ExecError::Fabric { error, index })?;
@@ -223,6 +258,9 @@ mod tests {
         }
         fn load_slot(&mut self, _slot: u32) -> Result<u64, ()> {
             Ok(self.0)
+        }
+        fn ll(&mut self, _op: &Op, _epoch: u64) -> Result<LlPoll, ()> {
+            Err(())
         }
     }
 

@@ -25,6 +25,7 @@ pub mod cost;
 pub mod dtype;
 pub mod exec;
 pub mod heap;
+pub mod ll;
 pub mod op;
 #[cfg(feature = "alloc")]
 pub mod perfetto;

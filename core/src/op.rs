@@ -15,6 +15,10 @@
 //!   [`MAX_FANIN`] ranks, combined in one pass with one accumulator (`f32` for 16-bit floats,
 //!   rounded once, see [`crate::dtype::fold`]) and written once. A one-shot all-reduce over k
 //!   ranks is one of them instead of k - 1 binary `Reduce`s, each a full pass over the data.
+//! * [`Op::LlPut`] / [`Op::LlReduce`] are the low-latency protocol ([`crate::ll`]): data written
+//!   as lines that carry the call's flag, and a k-way reduce that waits for the flags of the
+//!   lines it reads instead of for a signal. Their flag comes from the executor's counter of
+//!   the op's `slot` (the rank's own `Epoch` slot).
 //! * [`Op::McReduce`] / [`Op::McStore`] model NVLink multicast (NVLS): a load-reduce over every
 //!   rank's copy of a symmetric location, and a store broadcast to every rank's copy.
 //!
@@ -282,6 +286,46 @@ pub enum Op {
         /// Divisor applied after combining; 0 or 1: none.
         div: u32,
     },
+    /// Low-latency put: `bytes` of `src` written as LL lines ([`crate::ll`]) at `dst`, plus
+    /// `flip` when this call's epoch (the executor's counter of `slot`) is odd, each line
+    /// carrying the call's flag. `dst` takes [`crate::ll::line_bytes`]`(bytes)`.
+    LlPut {
+        /// Source (plain bytes).
+        src: Loc,
+        /// Destination of the lines (half 0).
+        dst: Loc,
+        /// Data bytes.
+        bytes: u64,
+        /// The slot whose counter is the call's epoch.
+        slot: u32,
+        /// Offset of half 1 from half 0.
+        flip: u64,
+    },
+    /// Low-latency k-way reduce: waits until the LL lines of `sources` regions, region `s` at
+    /// `src.offset + s * stride` (plus `flip` when the epoch is odd), carry this call's flag,
+    /// then folds their data in region order into `dst` as [`Op::ReduceN`] does.
+    LlReduce {
+        /// The first region (half 0), on the executing rank in every schedule.
+        src: Loc,
+        /// Bytes from one region to the next.
+        stride: u64,
+        /// Number of regions (at least 1).
+        sources: u16,
+        /// Destination (plain elements).
+        dst: Loc,
+        /// Element count.
+        elems: u64,
+        /// Element type.
+        dtype: DType,
+        /// Operator.
+        op: ReduceOp,
+        /// Divisor applied after combining; 0 or 1: none.
+        div: u32,
+        /// The slot whose counter is the call's epoch.
+        slot: u32,
+        /// Offset of half 1 from half 0.
+        flip: u64,
+    },
     /// Multicast load-reduce: `dst[i] = (op) over ranks r of src@r[i]`, in rank order.
     McReduce {
         /// The symmetric location read on every rank.
@@ -388,6 +432,42 @@ impl Op {
                 dst,
                 bytes,
             },
+            Op::LlPut {
+                src,
+                dst,
+                bytes,
+                slot,
+                flip,
+            } => Op::LlPut {
+                src: f(src)?,
+                dst: f(dst)?,
+                bytes,
+                slot,
+                flip,
+            },
+            Op::LlReduce {
+                src,
+                stride,
+                sources,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+                slot,
+                flip,
+            } => Op::LlReduce {
+                src: f(src)?,
+                stride,
+                sources,
+                dst: f(dst)?,
+                elems,
+                dtype,
+                op,
+                div,
+                slot,
+                flip,
+            },
             other @ (Op::Signal { .. } | Op::Wait { .. }) => other,
         })
     }
@@ -407,7 +487,23 @@ impl Op {
             } => elems
                 .saturating_mul(dtype.size())
                 .saturating_mul(ranks.len() as u64),
+            Op::LlPut { bytes, .. } => crate::ll::line_bytes(bytes),
+            Op::LlReduce {
+                elems,
+                dtype,
+                sources,
+                ..
+            } => crate::ll::line_bytes(elems.saturating_mul(dtype.size()))
+                .saturating_mul(sources as u64),
             Op::Signal { .. } | Op::Wait { .. } => 0,
+        }
+    }
+
+    /// The slot whose counter is the epoch of a low-latency op ([`crate::ll`]).
+    pub fn ll_slot(&self) -> Option<u32> {
+        match *self {
+            Op::LlPut { slot, .. } | Op::LlReduce { slot, .. } => Some(slot),
+            _ => None,
         }
     }
 
@@ -417,6 +513,8 @@ impl Op {
             Op::Copy { .. } => "copy",
             Op::Reduce { .. } => "reduce",
             Op::ReduceN { .. } => "reduce_n",
+            Op::LlPut { .. } => "ll_put",
+            Op::LlReduce { .. } => "ll_reduce",
             Op::Signal { .. } => "signal",
             Op::Wait { .. } => "wait",
             Op::McReduce { .. } => "mc_reduce",

@@ -15,6 +15,8 @@
 //! | `WAIT` | - | - | - | count | slot | - |
 //! | `REDUCE_N` | src (buf, off) | rank = source count, off and `reserved` = up to 8 source ranks (u16 each, little-endian) | dst | elems | - | div |
 //! | `MC_REDUCE` | src (buf, off) | - | dst | elems | - | div |
+//! | `LL_PUT` | src | - | dst | bytes | epoch slot | - |, `reserved` = flip
+//! | `LL_REDUCE` | first region | rank = regions, off = stride | dst | elems | epoch slot | div |, `reserved` = flip
 //! | `MC_STORE` | src | - | dst (buf, off) | bytes | - | - |
 
 use crate::dtype::{DType, ReduceOp};
@@ -34,6 +36,10 @@ pub const MC_REDUCE: u8 = 4;
 pub const MC_STORE: u8 = 5;
 /// Op kind: k-way reduce.
 pub const REDUCE_N: u8 = 6;
+/// Op kind: low-latency put.
+pub const LL_PUT: u8 = 7;
+/// Op kind: low-latency k-way reduce.
+pub const LL_REDUCE: u8 = 8;
 /// Size of one encoded op in bytes.
 pub const OP_BYTES: usize = 64;
 
@@ -42,7 +48,7 @@ pub const OP_BYTES: usize = 64;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PlanOp {
     /// One of [`COPY`], [`REDUCE`], [`SIGNAL`], [`WAIT`], [`MC_REDUCE`], [`MC_STORE`],
-    /// [`REDUCE_N`].
+    /// [`REDUCE_N`], [`LL_PUT`], [`LL_REDUCE`].
     pub kind: u8,
     /// [`DType`] wire value.
     pub dtype: u8,
@@ -78,7 +84,8 @@ pub struct PlanOp {
     pub dst_off: u64,
     /// Bytes, elements, signal value or wait count.
     pub count: u64,
-    /// Source ranks 4..8 of a k-way reduce; otherwise zero.
+    /// Source ranks 4..8 of a k-way reduce; the half offset (`flip`) of a low-latency op;
+    /// otherwise zero.
     pub reserved: u64,
 }
 
@@ -99,7 +106,7 @@ pub enum PlanError {
     /// A buffer byte is unknown.
     BadBuf(u8),
     /// A k-way reduce names no source, more than [`crate::op::MAX_FANIN`], or has ranks past
-    /// its count.
+    /// its count; or a low-latency reduce names no region.
     BadFanin(u16),
     /// Fewer than [`OP_BYTES`] bytes.
     Short,
@@ -186,6 +193,44 @@ impl PlanOp {
                 p.redop = op as u8;
                 p.div = div;
             }
+            Op::LlPut {
+                src,
+                dst,
+                bytes,
+                slot,
+                flip,
+            } => {
+                p.kind = LL_PUT;
+                set_a(&mut p, src);
+                set_dst(&mut p, dst);
+                p.count = bytes;
+                p.slot = slot;
+                p.reserved = flip;
+            }
+            Op::LlReduce {
+                src,
+                stride,
+                sources,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+                slot,
+                flip,
+            } => {
+                p.kind = LL_REDUCE;
+                set_a(&mut p, src);
+                p.b_rank = sources;
+                p.b_off = stride;
+                set_dst(&mut p, dst);
+                p.count = elems;
+                p.dtype = dtype as u8;
+                p.redop = op as u8;
+                p.div = div;
+                p.slot = slot;
+                p.reserved = flip;
+            }
             Op::McReduce {
                 src,
                 dst,
@@ -260,6 +305,29 @@ impl PlanOp {
                 dtype: dtype()?,
                 op: redop()?,
                 div: self.div,
+            },
+            LL_PUT => Op::LlPut {
+                src: a()?,
+                dst: dst()?,
+                bytes: self.count,
+                slot: self.slot,
+                flip: self.reserved,
+            },
+            LL_REDUCE => Op::LlReduce {
+                src: a()?,
+                stride: self.b_off,
+                sources: if self.b_rank == 0 {
+                    return Err(PlanError::BadFanin(0));
+                } else {
+                    self.b_rank
+                },
+                dst: dst()?,
+                elems: self.count,
+                dtype: dtype()?,
+                op: redop()?,
+                div: self.div,
+                slot: self.slot,
+                flip: self.reserved,
             },
             MC_REDUCE => Op::McReduce {
                 src: McLoc {

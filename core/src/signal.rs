@@ -69,10 +69,13 @@ pub enum SlotKind {
     Barrier = 6,
     /// Free for user-level `put_signal` / `wait_until`.
     User = 7,
+    /// The low-latency protocol's call counter: a rank signals its own slot once per LL call
+    /// and the executor's counter for it is the call's epoch ([`crate::ll`]).
+    Epoch = 8,
 }
 
 /// Number of slot kinds.
-pub const KINDS: u32 = 8;
+pub const KINDS: u32 = 9;
 
 impl SlotKind {
     /// Decodes a kind from its number.
@@ -86,6 +89,7 @@ impl SlotKind {
             5 => SlotKind::Done,
             6 => SlotKind::Barrier,
             7 => SlotKind::User,
+            8 => SlotKind::Epoch,
             _ => return None,
         })
     }
@@ -101,6 +105,7 @@ impl SlotKind {
             SlotKind::Done => "done",
             SlotKind::Barrier => "barrier",
             SlotKind::User => "user",
+            SlotKind::Epoch => "epoch",
         }
     }
 }
@@ -330,7 +335,7 @@ mod tests {
             assert_eq!(l.index(k).unwrap(), i);
             seen += 1;
         }
-        assert_eq!(seen, 2 * 3 * 8 * 5);
+        assert_eq!(seen, 2 * 3 * KINDS * 5);
         assert_eq!(l.key(l.slots()), None);
         let bad = SlotKey {
             team: 0,

@@ -14,10 +14,13 @@
 //! elements, a wrong output, or an unbalanced signal (a slot whose final value differs from its
 //! receiver's expected counter). Running several seeds explores different interleavings.
 
-use crate::exec::{ExecError, Executor, Fabric, Step};
+use crate::exec::{ExecError, Executor, Fabric, LlPoll, Step};
 use crate::op::{Buf, Loc, McLoc, Op};
 use crate::sched::{Collective, Request, SchedError, Schedule};
 use crate::signal::apply;
+use alloc::collections::BTreeMap;
+
+mod ll;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -134,6 +137,12 @@ pub struct SymWorld {
     req: Request,
     mem: Vec<[Vec<Sym>; 3]>,
     pads: Vec<Vec<u64>>,
+    /// Low-latency cells: (rank, buffer, byte position of an element in its line) -> (flag,
+    /// contribution). An element stands for its line: a reader needs each element's flag.
+    ll: BTreeMap<(u16, u8, u64), (u32, Sym)>,
+    /// Bytes of each rank's scratch, the low-latency regions included (those hold no
+    /// contribution cells in `mem`, only entries of `ll`).
+    scratch_bytes: u64,
 }
 
 impl SymWorld {
@@ -146,18 +155,22 @@ impl SymWorld {
         let es = req.dtype.size();
         let sz = req.buffer_sizes();
         let slots = req.layout().slots() as usize;
+        let lines = (req.algorithm.desc().scratch)(req);
+        let plain = sz.scratch.saturating_sub(lines);
         let mem = (0..req.world)
             .map(|r| {
                 let input = (0..sz.input / es).map(|i| Sym::of(r, i)).collect();
                 [
                     input,
                     vec![Sym::EMPTY; (sz.output / es) as usize],
-                    vec![Sym::EMPTY; (sz.scratch / es) as usize],
+                    vec![Sym::EMPTY; (plain / es) as usize],
                 ]
             })
             .collect();
         Ok(SymWorld {
             req: *req,
+            ll: BTreeMap::new(),
+            scratch_bytes: sz.scratch,
             mem,
             pads: vec![vec![0; slots]; req.world as usize],
         })
@@ -241,6 +254,10 @@ impl SymWorld {
                 }
                 self.put(rank, dst, &x).map(Some)
             }
+            Op::LlPut { .. } | Op::LlReduce { .. } => Err(SymError::OutOfBounds {
+                rank,
+                loc: Loc::new(rank, Buf::Scratch, 0),
+            }),
             Op::McReduce {
                 src, dst, elems, ..
             } => {
@@ -363,6 +380,9 @@ impl Fabric for RankView<'_> {
     }
     fn load_slot(&mut self, slot: u32) -> Result<u64, SymError> {
         self.world.slot(self.rank, slot)
+    }
+    fn ll(&mut self, op: &Op, epoch: u64) -> Result<LlPoll, SymError> {
+        self.world.ll(self.rank, op, epoch).map(|(p, _)| p)
     }
 }
 

@@ -283,3 +283,127 @@ fn fan_in_of_three_ranks_sees_every_contribution() {
         );
     });
 }
+
+/// One-shot all-reduce on core's schedule, two ranks: the fused k-way reduce (`ReduceN`) reads
+/// every rank's input in one op between the `Ready` and `Done` handshakes. (Three ranks' spins
+/// exceed loom's branch bound; the symbolic check covers every world.)
+#[test]
+fn one_shot_k_way_reduce_2_ranks() {
+    schedule(Request::new(
+        Collective::AllReduce,
+        Algorithm::OneShot,
+        2,
+        1,
+        DType::U8,
+        ReduceOp::Sum,
+    ));
+}
+
+/// Bytes of one region of the low-latency schedule, and of the model's smaller one.
+const LL_REGION: u64 = symm_core::ll::line_bytes(symm_core::ll::MAX_BYTES);
+const LL_SMALL: u64 = 16;
+
+/// An op of the low-latency schedule with its scratch layout scaled down to one line per
+/// region (the layout's shape, halves and sources, unchanged), so loom tracks a few words.
+fn shrink(op: Op) -> Op {
+    let s = |o: u64| o / LL_REGION * LL_SMALL;
+    match op {
+        Op::LlPut {
+            src,
+            dst,
+            bytes,
+            slot,
+            flip,
+        } => Op::LlPut {
+            src,
+            dst: Loc {
+                offset: s(dst.offset),
+                ..dst
+            },
+            bytes,
+            slot,
+            flip: s(flip),
+        },
+        Op::LlReduce {
+            src,
+            stride,
+            sources,
+            dst,
+            elems,
+            dtype,
+            op,
+            div,
+            slot,
+            flip,
+        } => Op::LlReduce {
+            src: Loc {
+                offset: s(src.offset),
+                ..src
+            },
+            stride: s(stride),
+            sources,
+            dst,
+            elems,
+            dtype,
+            op,
+            div,
+            slot,
+            flip: s(flip),
+        },
+        o => o,
+    }
+}
+
+/// The low-latency one-shot all-reduce (core's schedule), two ranks, three calls back to back
+/// on the same memory and counters with new inputs each time and no barrier between calls:
+/// every call's output is that call's sum. Calls 1 and 3 use the same half of every region, so
+/// a rank that runs ahead into call 3 must not disturb a peer still reading call 1's lines, and
+/// no rank may take a line of an earlier call for one of the current call.
+#[test]
+fn ll_all_reduce_three_calls_without_barriers_2_ranks() {
+    model(|| {
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::OneShotLl,
+            2,
+            4,
+            DType::U8,
+            ReduceOp::Sum,
+        );
+        let slots = req.layout().slots();
+        let mem = Arc::new(WorldMem::blank(2, [4, 4, 4 * LL_SMALL], slots, POISON));
+        let input = |r: u16, call: u8| vec![10 * r as u8 + call + 1; 4];
+        let handles: Vec<_> = (0..2u16)
+            .map(|rank| {
+                let mem = mem.clone();
+                thread::spawn(move || {
+                    let mut temps = Temps::default();
+                    let mut expected = vec![0u64; slots as usize];
+                    for call in 0..3u8 {
+                        mem.write_at(Loc::new(rank, Buf::Input, 0), &input(rank, call))
+                            .unwrap();
+                        let ops = Schedule::new(req, rank, 0).unwrap().map(shrink);
+                        let mut fabric = RankFabric::new(&mem, rank, &mut temps);
+                        let mut ex = Executor::new(ops, &mut expected);
+                        loop {
+                            match ex.step(&mut fabric).expect("model ops are in bounds") {
+                                Step::Ran { .. } => {}
+                                Step::Blocked { .. } => thread::yield_now(),
+                                Step::Done => break,
+                            }
+                        }
+                        let want = input(0, call)[0] + input(1, call)[0];
+                        assert_eq!(
+                            mem.output(rank as usize),
+                            vec![want; 4],
+                            "rank {rank} call {call} combined lines of another call"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}

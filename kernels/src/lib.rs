@@ -25,9 +25,15 @@ pub const INTERP_CU: &str = include_str!("../symm/interp.cu");
 /// Device-API examples.
 pub const EXAMPLES_CU: &str = include_str!("../symm/examples.cu");
 
+/// Element semantics and the reductions of the interpreter (binary and k-way).
+pub const REDUCE_CUH: &str = include_str!("../symm/reduce.cuh");
+
 /// Headers by include name.
-pub const HEADERS: [(&str, &str); 2] =
-    [("symm/plan.cuh", PLAN_CUH), ("symm/device.cuh", DEVICE_CUH)];
+pub const HEADERS: [(&str, &str); 3] = [
+    ("symm/plan.cuh", PLAN_CUH),
+    ("symm/device.cuh", DEVICE_CUH),
+    ("symm/reduce.cuh", REDUCE_CUH),
+];
 
 /// The interpreter's entry point.
 pub const INTERP_ENTRY: &str = "symm_interp";

@@ -24,6 +24,9 @@
 #ifndef SYMM_MULTIMEM
 #define SYMM_MULTIMEM 0
 #endif
+#ifndef SYMM_PLAN_CACHE
+#define SYMM_PLAN_CACHE 64
+#endif
 #ifndef SYMM_THREADS
 #define SYMM_THREADS 512
 #endif
@@ -31,165 +34,7 @@
 // The parameter block, the timeout record and the trace event (and SYMM_STOP_*, SYMM_EV_*) are
 // generated into symm/plan.cuh from symm_kernels::abi, the one definition the host also uses.
 
-// ---------------------------------------------------------------------------------------------
-// Element semantics (symm_core::dtype::combine).
-// ---------------------------------------------------------------------------------------------
-
-// Not inlined: the subnormal paths are long and inlining them into every unrolled lane
-// multiplies compile time.
-static __device__ __noinline__ float symm_f16_to_f32(unsigned short h) {
-  unsigned sign = ((unsigned)(h >> 15)) << 31;
-  unsigned exp = (h >> 10) & 0x1f;
-  unsigned man = h & 0x3ff;
-  unsigned bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {
-      int e = 127 - 15 + 1;
-      unsigned m = man;
-      while ((m & 0x400) == 0) {
-        m <<= 1;
-        e -= 1;
-      }
-      bits = sign | ((unsigned)e << 23) | ((m & 0x3ff) << 13);
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  return __uint_as_float(bits);
-}
-
-static __device__ __noinline__ unsigned short symm_f32_to_f16(float f) {
-  unsigned x = __float_as_uint(f);
-  unsigned short sign = (unsigned short)((x >> 16) & 0x8000);
-  int exp = (int)((x >> 23) & 0xff);
-  unsigned man = x & 0x7fffff;
-  if (exp == 0xff) {
-    unsigned short nan = man != 0 ? 0x200 : 0;
-    return sign | 0x7c00 | nan;
-  }
-  int e = exp - 127 + 15;
-  if (e >= 0x1f) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;
-    unsigned m = man | 0x800000;
-    unsigned shift = (unsigned)(14 - e);
-    unsigned half = 1u << (shift - 1);
-    unsigned rest = m & ((1u << shift) - 1);
-    unsigned r = m >> shift;
-    if (rest > half || (rest == half && (r & 1) == 1)) r += 1;
-    return sign | (unsigned short)r;
-  }
-  unsigned r = ((unsigned)e << 10) | (man >> 13);
-  unsigned rest = man & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (r & 1) == 1)) r += 1;
-  return sign | (unsigned short)r;
-}
-
-static __device__ __forceinline__ float symm_bf16_to_f32(unsigned short h) {
-  return __uint_as_float(((unsigned)h) << 16);
-}
-
-static __device__ __forceinline__ unsigned short symm_f32_to_bf16(float f) {
-  unsigned x = __float_as_uint(f);
-  if (f != f) return (unsigned short)((x >> 16) | 0x40);
-  unsigned round = 0x7fff + ((x >> 16) & 1);
-  return (unsigned short)((x + round) >> 16);
-}
-
-template <class T>
-static __device__ __forceinline__ T symm_float_op(T a, T b, int op) {
-  switch (op) {
-    case SYMM_REDOP_PROD: return a * b;
-    case SYMM_REDOP_MIN: return b < a ? b : a;
-    case SYMM_REDOP_MAX: return b > a ? b : a;
-    default: return a + b;  // SUM, AVG
-  }
-}
-
-// Integers wrap: arithmetic in the unsigned type U, comparisons in the type T.
-template <class T, class U>
-static __device__ __forceinline__ T symm_int_op(T a, T b, int op) {
-  switch (op) {
-    case SYMM_REDOP_PROD: return (T)(U)((U)a * (U)b);
-    case SYMM_REDOP_MIN: return b < a ? b : a;
-    case SYMM_REDOP_MAX: return b > a ? b : a;
-    default: return (T)(U)((U)a + (U)b);
-  }
-}
-
-template <int DT, class S>
-struct symm_elem;
-
-template <>
-struct symm_elem<SYMM_DTYPE_F32, float> {
-  static __device__ __forceinline__ float combine(float a, float b, int op, unsigned d) {
-    float r = symm_float_op<float>(a, b, op);
-    return d > 1 ? r / (float)d : r;
-  }
-};
-template <>
-struct symm_elem<SYMM_DTYPE_F64, double> {
-  static __device__ __forceinline__ double combine(double a, double b, int op, unsigned d) {
-    double r = symm_float_op<double>(a, b, op);
-    return d > 1 ? r / (double)d : r;
-  }
-};
-template <>
-struct symm_elem<SYMM_DTYPE_F16, unsigned short> {
-  static __device__ __forceinline__ unsigned short combine(unsigned short a, unsigned short b, int op, unsigned d) {
-    float r = symm_float_op<float>(symm_f16_to_f32(a), symm_f16_to_f32(b), op);
-    if (d > 1) r = r / (float)d;
-    return symm_f32_to_f16(r);
-  }
-};
-template <>
-struct symm_elem<SYMM_DTYPE_BF16, unsigned short> {
-  static __device__ __forceinline__ unsigned short combine(unsigned short a, unsigned short b, int op, unsigned d) {
-    float r = symm_float_op<float>(symm_bf16_to_f32(a), symm_bf16_to_f32(b), op);
-    if (d > 1) r = r / (float)d;
-    return symm_f32_to_bf16(r);
-  }
-};
-template <>
-struct symm_elem<SYMM_DTYPE_I32, int> {
-  static __device__ __forceinline__ int combine(int a, int b, int op, unsigned d) {
-    int r = symm_int_op<int, unsigned>(a, b, op);
-    return d > 1 ? r / (int)d : r;
-  }
-};
-template <>
-struct symm_elem<SYMM_DTYPE_U32, unsigned> {
-  static __device__ __forceinline__ unsigned combine(unsigned a, unsigned b, int op, unsigned d) {
-    unsigned r = symm_int_op<unsigned, unsigned>(a, b, op);
-    return d > 1 ? r / d : r;
-  }
-};
-template <>
-struct symm_elem<SYMM_DTYPE_I64, long long> {
-  static __device__ __forceinline__ long long combine(long long a, long long b, int op, unsigned d) {
-    long long r = symm_int_op<long long, unsigned long long>(a, b, op);
-    return d > 1 ? r / (long long)d : r;
-  }
-};
-template <>
-struct symm_elem<SYMM_DTYPE_U64, unsigned long long> {
-  static __device__ __forceinline__ unsigned long long combine(unsigned long long a, unsigned long long b, int op,
-                                                               unsigned d) {
-    unsigned long long r = symm_int_op<unsigned long long, unsigned long long>(a, b, op);
-    return d > 1 ? r / (unsigned long long)d : r;
-  }
-};
-template <>
-struct symm_elem<SYMM_DTYPE_U8, unsigned char> {
-  static __device__ __forceinline__ unsigned char combine(unsigned char a, unsigned char b, int op, unsigned d) {
-    unsigned char r = symm_int_op<unsigned char, unsigned char>(a, b, op);
-    return d > 1 ? (unsigned char)((unsigned)r / d) : r;
-  }
-};
+#include "symm/reduce.cuh"
 
 // ---------------------------------------------------------------------------------------------
 // Block-wide data movement.
@@ -214,223 +59,6 @@ static __device__ __forceinline__ void symm_copy_block(char* dst, const char* sr
     for (symm_u64 j = (vecs << 4) + t; j < bytes; j += n) dst[j] = src[j];
   } else {
     for (symm_u64 j = t; j < bytes; j += n) dst[j] = src[j];
-  }
-}
-
-template <int DT, class S>
-static __device__ void symm_reduce_block(char* dst, const char* a, const char* b, symm_u64 n, int op, unsigned d) {
-  const symm_u32 t = threadIdx.x, lanes = blockDim.x;
-  const symm_u64 K = 16 / sizeof(S);
-  const bool vec = (((symm_u64)dst | (symm_u64)a | (symm_u64)b) & 15) == 0;
-  const symm_u64 nv = vec ? n / K : 0;
-  const uint4* va4 = (const uint4*)a;
-  const uint4* vb4 = (const uint4*)b;
-  uint4* vd4 = (uint4*)dst;
-  symm_u64 i = t;
-  // U vectors in flight per thread: all loads first (remote loads have microsecond latency),
-  // then the arithmetic and the stores. Bytes (16 lanes a vector) stay at one to keep the
-  // unrolled code, and NVRTC's compile time, small.
-  constexpr int U = sizeof(S) == 1 ? 1 : 4;
-  for (; i + (U - 1) * (symm_u64)lanes < nv; i += U * (symm_u64)lanes) {
-    uint4 va[U], vb[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      va[u] = va4[i + u * lanes];
-      vb[u] = vb4[i + u * lanes];
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      uint4 vo;
-      const S* xa = (const S*)&va[u];
-      const S* xb = (const S*)&vb[u];
-      S* xo = (S*)&vo;
-#pragma unroll
-      for (int k = 0; k < (int)(16 / sizeof(S)); k++) xo[k] = symm_elem<DT, S>::combine(xa[k], xb[k], op, d);
-      vd4[i + u * lanes] = vo;
-    }
-  }
-  for (; i < nv; i += lanes) {
-    uint4 va = va4[i];
-    uint4 vb = vb4[i];
-    uint4 vo;
-    const S* xa = (const S*)&va;
-    const S* xb = (const S*)&vb;
-    S* xo = (S*)&vo;
-#pragma unroll
-    for (int k = 0; k < (int)(16 / sizeof(S)); k++) xo[k] = symm_elem<DT, S>::combine(xa[k], xb[k], op, d);
-    vd4[i] = vo;
-  }
-  const S* sa = (const S*)a;
-  const S* sb = (const S*)b;
-  S* so = (S*)dst;
-  for (symm_u64 i = nv * K + t; i < n; i += lanes) so[i] = symm_elem<DT, S>::combine(sa[i], sb[i], op, d);
-}
-
-// Returns false for an unknown dtype.
-static __device__ bool symm_reduce_any(int dtype, char* dst, const char* a, const char* b, symm_u64 n, int op,
-                                       unsigned d) {
-  switch (dtype) {
-    case SYMM_DTYPE_F32: symm_reduce_block<SYMM_DTYPE_F32, float>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_F16: symm_reduce_block<SYMM_DTYPE_F16, unsigned short>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_BF16: symm_reduce_block<SYMM_DTYPE_BF16, unsigned short>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_F64: symm_reduce_block<SYMM_DTYPE_F64, double>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_I32: symm_reduce_block<SYMM_DTYPE_I32, int>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_U32: symm_reduce_block<SYMM_DTYPE_U32, unsigned>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_I64: symm_reduce_block<SYMM_DTYPE_I64, long long>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_U64: symm_reduce_block<SYMM_DTYPE_U64, unsigned long long>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_U8: symm_reduce_block<SYMM_DTYPE_U8, unsigned char>(dst, a, b, n, op, d); return true;
-    default: return false;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The k-way reduce (SYMM_OP_REDUCE_N): core's dtype::fold. 16-bit floats are widened to f32,
-// folded in source order with one accumulator, divided and rounded once; the other types fold
-// with the binary operator and divide at the end. Each thread loads the same 16-byte vector of
-// every source before any arithmetic, so k remote loads are in flight together.
-// ---------------------------------------------------------------------------------------------
-
-template <class S>
-static __device__ __forceinline__ S symm_div(S x, unsigned d) {
-  return x / (S)d;
-}
-template <>
-__device__ __forceinline__ unsigned char symm_div<unsigned char>(unsigned char x, unsigned d) {
-  return (unsigned char)((unsigned)x / d);
-}
-
-template <int DT, class S>
-struct symm_fold {
-  typedef S acc;
-  static __device__ __forceinline__ acc widen(S x) { return x; }
-  static __device__ __forceinline__ acc step(acc a, S b, int op) { return symm_elem<DT, S>::combine(a, b, op, 1); }
-  static __device__ __forceinline__ S finish(acc a, unsigned d) { return d > 1 ? symm_div<S>(a, d) : a; }
-};
-template <>
-struct symm_fold<SYMM_DTYPE_F16, unsigned short> {
-  typedef float acc;
-  static __device__ __forceinline__ acc widen(unsigned short x) { return symm_f16_to_f32(x); }
-  static __device__ __forceinline__ acc step(acc a, unsigned short b, int op) {
-    return symm_float_op<float>(a, symm_f16_to_f32(b), op);
-  }
-  static __device__ __forceinline__ unsigned short finish(acc a, unsigned d) {
-    return symm_f32_to_f16(d > 1 ? a / (float)d : a);
-  }
-};
-template <>
-struct symm_fold<SYMM_DTYPE_BF16, unsigned short> {
-  typedef float acc;
-  static __device__ __forceinline__ acc widen(unsigned short x) { return symm_bf16_to_f32(x); }
-  static __device__ __forceinline__ acc step(acc a, unsigned short b, int op) {
-    return symm_float_op<float>(a, symm_bf16_to_f32(b), op);
-  }
-  static __device__ __forceinline__ unsigned short finish(acc a, unsigned d) {
-    return symm_f32_to_bf16(d > 1 ? a / (float)d : a);
-  }
-};
-
-// One 16-byte vector of the result from the same vector of k sources (k <= KMAX).
-template <int DT, class S, int KMAX>
-static __device__ __forceinline__ uint4 symm_fold_vec(const uint4* v, int k, int op, unsigned d) {
-  typedef symm_fold<DT, S> F;
-  constexpr int E = 16 / sizeof(S);
-  typename F::acc a[E];
-  const S* x0 = (const S*)&v[0];
-#pragma unroll
-  for (int e = 0; e < E; e++) a[e] = F::widen(x0[e]);
-#pragma unroll
-  for (int s = 1; s < KMAX; s++) {
-    if (s < k) {
-      const S* xs = (const S*)&v[s];
-#pragma unroll
-      for (int e = 0; e < E; e++) a[e] = F::step(a[e], xs[e], op);
-    }
-  }
-  uint4 o;
-  S* xo = (S*)&o;
-#pragma unroll
-  for (int e = 0; e < E; e++) xo[e] = F::finish(a[e], d);
-  return o;
-}
-
-// U vectors of every source in flight per thread; KMAX * U is 8.
-template <int DT, class S, int U, int KMAX>
-static __device__ void symm_reduce_n_block(char* dst, const char* const* src, int k, symm_u64 n, int op,
-                                           unsigned d) {
-  typedef symm_fold<DT, S> F;
-  const symm_u32 t = threadIdx.x, lanes = blockDim.x;
-  constexpr symm_u64 E = 16 / sizeof(S);
-  symm_u64 bits = (symm_u64)dst;
-  for (int s = 0; s < k; s++) bits |= (symm_u64)src[s];
-  const symm_u64 nv = (bits & 15) == 0 ? n / E : 0;
-  uint4* vd = (uint4*)dst;
-  symm_u64 i = t;
-  for (; i + (U - 1) * (symm_u64)lanes < nv; i += U * (symm_u64)lanes) {
-    uint4 v[U][KMAX];
-#pragma unroll
-    for (int s = 0; s < KMAX; s++) {
-      if (s < k) {
-#pragma unroll
-        for (int u = 0; u < U; u++) v[u][s] = ((const uint4*)src[s])[i + u * lanes];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) vd[i + u * lanes] = symm_fold_vec<DT, S, KMAX>(v[u], k, op, d);
-  }
-  for (; i < nv; i += lanes) {
-    uint4 v[KMAX];
-#pragma unroll
-    for (int s = 0; s < KMAX; s++) {
-      if (s < k) v[s] = ((const uint4*)src[s])[i];
-    }
-    vd[i] = symm_fold_vec<DT, S, KMAX>(v, k, op, d);
-  }
-  S* so = (S*)dst;
-  for (symm_u64 j = nv * E + t; j < n; j += lanes) {
-    typename F::acc a = F::widen(((const S*)src[0])[j]);
-    for (int s = 1; s < k; s++) a = F::step(a, ((const S*)src[s])[j], op);
-    so[j] = F::finish(a, d);
-  }
-}
-
-// Element by element, for the types the collectives of small models rarely reduce (keeps the
-// number of unrolled instantiations, and NVRTC's compile time, small).
-template <int DT, class S>
-static __device__ void symm_reduce_n_scalar(char* dst, const char* const* src, int k, symm_u64 n, int op,
-                                            unsigned d) {
-  typedef symm_fold<DT, S> F;
-  S* so = (S*)dst;
-  for (symm_u64 j = threadIdx.x; j < n; j += blockDim.x) {
-    typename F::acc a = F::widen(((const S*)src[0])[j]);
-    for (int s = 1; s < k; s++) a = F::step(a, ((const S*)src[s])[j], op);
-    so[j] = F::finish(a, d);
-  }
-}
-
-template <int DT, class S>
-static __device__ void symm_reduce_n_wide(char* dst, const char* const* src, int k, symm_u64 n, int op, unsigned d) {
-  if (k <= 2) {
-    symm_reduce_n_block<DT, S, 4, 2>(dst, src, k, n, op, d);
-  } else {
-    symm_reduce_n_block<DT, S, 1, 8>(dst, src, k, n, op, d);
-  }
-}
-
-// Returns false for an unknown dtype or a source count outside 1..=8.
-static __device__ bool symm_reduce_n_any(int dtype, char* dst, const char* const* src, int k, symm_u64 n, int op,
-                                         unsigned d) {
-  if (k < 1 || k > 8) return false;
-  switch (dtype) {
-    case SYMM_DTYPE_F32: symm_reduce_n_wide<SYMM_DTYPE_F32, float>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_F16: symm_reduce_n_wide<SYMM_DTYPE_F16, unsigned short>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_BF16: symm_reduce_n_wide<SYMM_DTYPE_BF16, unsigned short>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_F64: symm_reduce_n_scalar<SYMM_DTYPE_F64, double>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_I32: symm_reduce_n_scalar<SYMM_DTYPE_I32, int>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_U32: symm_reduce_n_scalar<SYMM_DTYPE_U32, unsigned>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_I64: symm_reduce_n_scalar<SYMM_DTYPE_I64, long long>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_U64: symm_reduce_n_scalar<SYMM_DTYPE_U64, unsigned long long>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_U8: symm_reduce_n_scalar<SYMM_DTYPE_U8, unsigned char>(dst, src, k, n, op, d); return true;
-    default: return false;
   }
 }
 
@@ -508,6 +136,122 @@ static __device__ void symm_record(const symm_interp_params& p, symm_u32 reason,
   __threadfence_system();
 }
 
+// ---------------------------------------------------------------------------------------------
+// The low-latency protocol (SYMM_OP_LL_PUT / SYMM_OP_LL_REDUCE): core's ll module. A line is
+// 16 bytes [d0 flag d1 flag]; each 8-byte half is one store, so a reader that sees the flag in
+// a half also sees that half's data. Lines are written with volatile stores and polled with
+// volatile loads: no fence and no signal, the flags are the signal.
+// ---------------------------------------------------------------------------------------------
+
+static __device__ __forceinline__ unsigned symm_ll_flag(symm_u64 e) {
+  return (unsigned)(e % 0xFFFFFFFFull) + 1u;
+}
+
+static __device__ __forceinline__ void symm_ll_store(char* line, symm_u64 h0, symm_u64 h1) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(line), "l"(h0), "l"(h1) : "memory");
+}
+
+static __device__ __forceinline__ void symm_ll_load(const char* line, symm_u64& h0, symm_u64& h1) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(h0), "=l"(h1) : "l"(line) : "memory");
+}
+
+// `bytes` of src as lines at dst (the last line padded with zero bytes).
+static __device__ void symm_ll_put(char* dst, const char* src, symm_u64 bytes, unsigned flag) {
+  const symm_u64 lines = (bytes + 7) / 8;
+  const symm_u64 f = (symm_u64)flag << 32;
+  for (symm_u64 i = threadIdx.x; i < lines; i += blockDim.x) {
+    const symm_u64 at = i * 8;
+    symm_u64 v = 0;
+    if (at + 8 <= bytes && (((symm_u64)src + at) & 7) == 0) {
+      v = *(const symm_u64*)(src + at);
+    } else {
+      for (int j = 0; j < 8 && at + j < bytes; j++) v |= (symm_u64)(unsigned char)src[at + j] << (8 * j);
+    }
+    symm_ll_store(dst + i * 16, (v & 0xFFFFFFFFull) | f, (v >> 32) | f);
+  }
+}
+
+// Waits until the line at `line` carries `flag` in both halves; false when the launch stops
+// (this thread timed out or saw the abort word, or another thread of the block did).
+static __device__ bool symm_ll_poll(const symm_interp_params& p, const char* line, unsigned flag, symm_u64& h0,
+                                    symm_u64& h1, symm_u32 slot, symm_u32 index, volatile int* stop) {
+  unsigned spins = 0;
+  symm_u64 start = 0;
+  for (;;) {
+    symm_ll_load(line, h0, h1);
+    if ((unsigned)(h0 >> 32) == flag && (unsigned)(h1 >> 32) == flag) return true;
+    if ((++spins & 1023u) == 0) {
+      const symm_u64 now = symm_globaltimer();
+      if (start == 0) start = now;
+      if (*stop) return false;
+      const unsigned found = (unsigned)(((unsigned)(h0 >> 32) != flag ? h0 : h1) >> 32);
+      if (*p.abort_word) {
+        if (atomicExch((int*)stop, 1) == 0) symm_record(p, SYMM_STOP_ABORTED, slot, flag, found, index);
+        return false;
+      }
+      if (now - start > p.timeout_ns) {
+        if (atomicExch((int*)stop, 1) == 0) {
+          symm_record(p, SYMM_STOP_TIMEOUT, slot, flag, found, index);
+          *p.abort_word = 1;
+          __threadfence_system();
+        }
+        return false;
+      }
+    }
+  }
+}
+
+// Folds the k regions' lines (region s at src + s * stride) into n elements at dst.
+template <int DT, class S>
+static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, const char* src, symm_u64 stride,
+                                        int k, symm_u64 n, int op, unsigned d, unsigned flag, symm_u32 slot,
+                                        symm_u32 index, volatile int* stop) {
+  typedef symm_fold<DT, S> F;
+  constexpr int E = 8 / sizeof(S);
+  const symm_u64 bytes = n * sizeof(S);
+  const symm_u64 lines = (bytes + 7) / 8;
+  for (symm_u64 i = threadIdx.x; i < lines; i += blockDim.x) {
+    typename F::acc a[E];
+    for (int s = 0; s < k; s++) {
+      symm_u64 h[2];
+      if (!symm_ll_poll(p, src + (symm_u64)s * stride + i * 16, flag, h[0], h[1], slot, index, stop)) return;
+      const symm_u64 v = (h[0] & 0xFFFFFFFFull) | (h[1] << 32);
+      const S* x = (const S*)&v;
+#pragma unroll
+      for (int e = 0; e < E; e++) a[e] = s == 0 ? F::widen(x[e]) : F::step(a[e], x[e], op);
+    }
+    S* o = (S*)dst + i * E;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+      if (i * E + e < n) o[e] = F::finish(a[e], d);
+    }
+  }
+}
+
+// 0: ran (or stopped, recorded); 1: unknown dtype or no region.
+static __device__ int symm_ll_reduce_any(const symm_interp_params& p, int dtype, char* dst, const char* src,
+                                         symm_u64 stride, int k, symm_u64 n, int op, unsigned d, unsigned flag,
+                                         symm_u32 slot, symm_u32 index, volatile int* stop) {
+  if (k < 1) return 1;
+#define SYMM_LL_CASE(DT, S)                                                          \
+  case DT:                                                                           \
+    symm_ll_reduce_t<DT, S>(p, dst, src, stride, k, n, op, d, flag, slot, index, stop); \
+    return 0;
+  switch (dtype) {
+    SYMM_LL_CASE(SYMM_DTYPE_F32, float)
+    SYMM_LL_CASE(SYMM_DTYPE_F16, unsigned short)
+    SYMM_LL_CASE(SYMM_DTYPE_BF16, unsigned short)
+    SYMM_LL_CASE(SYMM_DTYPE_F64, double)
+    SYMM_LL_CASE(SYMM_DTYPE_I32, int)
+    SYMM_LL_CASE(SYMM_DTYPE_U32, unsigned)
+    SYMM_LL_CASE(SYMM_DTYPE_I64, long long)
+    SYMM_LL_CASE(SYMM_DTYPE_U64, unsigned long long)
+    SYMM_LL_CASE(SYMM_DTYPE_U8, unsigned char)
+    default: return 1;
+  }
+#undef SYMM_LL_CASE
+}
+
 #if SYMM_TRACE
 static __device__ __forceinline__ void symm_trace(const symm_interp_params& p, symm_u32& len, symm_u32 index,
                                                   symm_u32 kind) {
@@ -536,11 +280,18 @@ extern "C" __global__ void __launch_bounds__(SYMM_THREADS) symm_interp(const sym
 #if SYMM_TRACE
   symm_u32 trace_len = 0;
 #endif
+  // The channel's first SYMM_PLAN_CACHE ops are copied to shared memory at once (one round trip
+  // to global memory for the whole plan of a small collective, instead of one per op).
+  __shared__ symm_plan_op cache[SYMM_PLAN_CACHE];
+  const symm_u32 cached = end - begin < SYMM_PLAN_CACHE ? end - begin : SYMM_PLAN_CACHE;
+  for (symm_u32 j = threadIdx.x; j < cached * (SYMM_OP_BYTES / 16); j += blockDim.x) {
+    ((uint4*)cache)[j] = ((const uint4*)(p.plan + begin))[j];
+  }
   if (threadIdx.x == 0) stop = 0;
   __syncthreads();
   for (symm_u32 i = begin; i < end && !stop; i++) {
     const symm_u32 index = i - begin;
-    const symm_plan_op op = p.plan[i];
+    const symm_plan_op op = index < cached ? cache[index] : p.plan[i];
     SYMM_TRACE_EVENT(index, SYMM_EV_BEGIN);
     switch (op.kind) {
       case SYMM_OP_COPY:
@@ -577,15 +328,49 @@ extern "C" __global__ void __launch_bounds__(SYMM_THREADS) symm_interp(const sym
         __syncthreads();
         break;
       }
+      case SYMM_OP_LL_PUT: {
+        const symm_u64 e = p.expected[op.slot];
+        const symm_u64 half = (e & 1) * op.reserved;
+        symm_ll_put(symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off + half), symm_loc(p, op.a_rank, op.a_buf, op.a_off),
+                    op.count, symm_ll_flag(e));
+        __syncthreads();
+        break;
+      }
+      case SYMM_OP_LL_REDUCE: {
+        const symm_u64 e = p.expected[op.slot];
+        const symm_u64 half = (e & 1) * op.reserved;
+        const int bad = symm_ll_reduce_any(p, op.dtype, symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off),
+                                           symm_loc(p, op.a_rank, op.a_buf, op.a_off + half), op.b_off, op.b_rank,
+                                           op.count, op.redop, op.div, symm_ll_flag(e), op.slot, index,
+                                           (volatile int*)&stop);
+        if (bad && threadIdx.x == 0) {
+          symm_record(p, SYMM_STOP_BAD_OP, 0, 0, 0, index);
+          stop = 1;
+        }
+        __syncthreads();
+        break;
+      }
       case SYMM_OP_SIGNAL:
         __syncthreads();
         if (threadIdx.x == 0) {
           symm_u64* slot = (symm_u64*)(p.base + (symm_u64)op.dst_rank * p.stride + p.pad_off + (symm_u64)op.slot * 8);
-          symm_fence();
-          if (op.sigop == SYMM_SIGNAL_SET) {
-            symm_st_signal(slot, op.count);
+          if (op.dst_rank == p.rank) {
+            // A signal to this rank's own pad (the low-latency epoch) is observed only by this
+            // GPU: the same release at GPU scope, without draining NVLink traffic (a system
+            // fence costs microseconds).
+            __threadfence();
+            if (op.sigop == SYMM_SIGNAL_SET) {
+              asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(slot), "l"(op.count) : "memory");
+            } else {
+              asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(slot), "l"(op.count) : "memory");
+            }
           } else {
-            symm_red_signal(slot, op.count);
+            symm_fence();
+            if (op.sigop == SYMM_SIGNAL_SET) {
+              symm_st_signal(slot, op.count);
+            } else {
+              symm_red_signal(slot, op.count);
+            }
           }
         }
         break;

@@ -11,6 +11,8 @@
 #define SYMM_OP_MC_REDUCE 4
 #define SYMM_OP_MC_STORE 5
 #define SYMM_OP_REDUCE_N 6
+#define SYMM_OP_LL_PUT 7
+#define SYMM_OP_LL_REDUCE 8
 #define SYMM_OP_BYTES 64
 
 // Field offsets of an encoded op (bytes).
@@ -108,7 +110,7 @@ static_assert(sizeof(symm_plan_op) == SYMM_OP_BYTES, "plan op size");
 #define SYMM_CMP_LE 5
 
 // Signal-pad layout: index = ((team * channels + channel) * KINDS + kind) * world + peer.
-#define SYMM_SLOT_KINDS 8
+#define SYMM_SLOT_KINDS 9
 #define SYMM_SLOT_READY 0
 #define SYMM_SLOT_DATA 1
 #define SYMM_SLOT_CREDIT 2
@@ -117,6 +119,7 @@ static_assert(sizeof(symm_plan_op) == SYMM_OP_BYTES, "plan op size");
 #define SYMM_SLOT_DONE 5
 #define SYMM_SLOT_BARRIER 6
 #define SYMM_SLOT_USER 7
+#define SYMM_SLOT_EPOCH 8
 #define SYMM_MAX_CHANNELS 64
 static __device__ __forceinline__ unsigned int symm_slot_index(unsigned int team, unsigned int channels,
     unsigned int channel, unsigned int kind, unsigned int world, unsigned int peer) {

@@ -243,6 +243,28 @@ pub fn op_words(req: &Request, op: &Op) -> String {
             (offset / es).saturating_add(elems),
             range_words(req, dst, elems)
         ),
+        Op::LlPut {
+            src, dst, bytes, ..
+        } => format!(
+            "low-latency put of {} as lines into rank {}'s {} at byte {}",
+            range_words(req, src, bytes / es),
+            dst.rank,
+            buf_name(dst.buf),
+            dst.offset
+        ),
+        Op::LlReduce {
+            src,
+            sources,
+            dst,
+            elems,
+            ..
+        } => format!(
+            "low-latency reduce of {sources} regions of rank {}'s {} from byte {} into {}",
+            src.rank,
+            buf_name(src.buf),
+            src.offset,
+            range_words(req, dst, elems)
+        ),
         Op::McReduce {
             src, dst, elems, ..
         } => format!(

@@ -182,6 +182,32 @@ fn touched(req: &Request, op: &Op) -> Vec<(Loc, u64)> {
             v.push((dst, n));
             v
         }
+        Op::LlPut {
+            src,
+            dst,
+            bytes,
+            flip,
+            ..
+        } => {
+            let lines = symm_core::ll::line_bytes(bytes).saturating_add(flip);
+            vec![(src, bytes), (dst, lines)]
+        }
+        Op::LlReduce {
+            src,
+            stride,
+            sources,
+            dst,
+            elems,
+            flip,
+            ..
+        } => {
+            let n = elems.saturating_mul(es);
+            let span = (sources.saturating_sub(1) as u64)
+                .saturating_mul(stride)
+                .saturating_add(flip)
+                .saturating_add(symm_core::ll::line_bytes(n));
+            vec![(src, span), (dst, n)]
+        }
         Op::McStore { src, dst, bytes } => {
             let mut v: Vec<_> = (0..req.world)
                 .map(|r| (Loc::new(r, dst.buf, dst.offset), bytes))
@@ -260,6 +286,7 @@ pub fn lint(req: &Request, streams: &[Vec<Op>]) -> Result<(), Problem> {
                 }
                 Op::Reduce { dtype, op: o, .. }
                 | Op::ReduceN { dtype, op: o, .. }
+                | Op::LlReduce { dtype, op: o, .. }
                 | Op::McReduce { dtype, op: o, .. }
                     if dtype != req.dtype || o != req.op =>
                 {

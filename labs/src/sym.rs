@@ -9,7 +9,7 @@
 //! can go, which overruns a missing credit or barrier.
 
 use crate::problem::{op_words, Blocked, Problem};
-use symm_core::exec::{ExecError, Executor, Fabric, Step};
+use symm_core::exec::{ExecError, Executor, Fabric, LlPoll, Step};
 use symm_core::op::Op;
 use symm_core::sched::Request;
 use symm_core::symbolic::{Rng, SymError, SymWorld};
@@ -30,6 +30,11 @@ impl Fabric for View<'_> {
     }
     fn load_slot(&mut self, slot: u32) -> Result<u64, SymError> {
         self.world.slot(self.rank, slot)
+    }
+    fn ll(&mut self, op: &Op, epoch: u64) -> Result<LlPoll, SymError> {
+        let (poll, last) = self.world.ll(self.rank, op, epoch)?;
+        self.last = last;
+        Ok(poll)
     }
 }
 

@@ -50,6 +50,9 @@ fn writes(op: &Op, world: u16, buf: Buf) -> Vec<(u16, u64, u64)> {
         }
         Op::ReduceN {
             dst, elems, dtype, ..
+        }
+        | Op::LlReduce {
+            dst, elems, dtype, ..
         } if dst.buf == buf => vec![(dst.rank, dst.offset, elems.saturating_mul(dtype.size()))],
         Op::McStore { dst, bytes, .. } if dst.buf == buf => {
             (0..world).map(|r| (r, dst.offset, bytes)).collect()

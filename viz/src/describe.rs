@@ -173,6 +173,28 @@ pub fn op(t: &Trace, span: usize) -> String {
                 size(elems.saturating_mul(dtype.size()))
             )
         }
+        Op::LlPut {
+            src, dst, bytes, ..
+        } => format!(
+            "rank {r} writes {} into {} as low-latency lines (data and flag together, no signal), {}",
+            place(t, r, src),
+            place(t, r, dst),
+            size(*bytes)
+        ),
+        Op::LlReduce {
+            src,
+            sources,
+            dst,
+            elems,
+            dtype,
+            op,
+            ..
+        } => format!(
+            "rank {r} waits for the flags of {sources} low-latency regions from {} on and combines them into {} ({op:?}, {dtype:?}, one rounding), {} each",
+            place(t, r, src),
+            place(t, r, dst),
+            size(elems.saturating_mul(dtype.size()))
+        ),
         Op::McReduce { src, dst, op, .. } => format!(
             "rank {r} load-reduces {} through the switch into {}, {} ({op:?})",
             mc_place(t, src),

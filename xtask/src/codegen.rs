@@ -86,6 +86,8 @@ pub fn generate() -> String {
         ("MC_REDUCE", plan::MC_REDUCE),
         ("MC_STORE", plan::MC_STORE),
         ("REDUCE_N", plan::REDUCE_N),
+        ("LL_PUT", plan::LL_PUT),
+        ("LL_REDUCE", plan::LL_REDUCE),
     ] {
         let _ = writeln!(w, "#define SYMM_OP_{name} {v}");
     }
@@ -258,7 +260,7 @@ mod tests {
             "#define SYMM_OP_BYTES 64",
             "#define SYMM_PLANOP_COUNT_OFFSET 48",
             "#define SYMM_DTYPE_BF16 2",
-            "#define SYMM_SLOT_KINDS 8",
+            "#define SYMM_SLOT_KINDS 9",
             "#define SYMM_SIGNAL_ADD 1",
             "struct symm_interp_params {",
             "static_assert(sizeof(symm_interp_params) == 136,",

@@ -106,7 +106,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 let (req, run, ok) = if c == Collective::AllToAllV {
                     alltoallv_run(world)?
                 } else {
-                    let req = Request::new(c, a, world, 256 << 10, DType::F32, ReduceOp::Sum)
+                    // The low-latency algorithm takes small messages only.
+                    let bytes = if a.takes(256 << 10) {
+                        256 << 10
+                    } else {
+                        16 << 10
+                    };
+                    let req = Request::new(c, a, world, bytes, DType::F32, ReduceOp::Sum)
                         .with_channels(2)
                         .with_pipeline(32 << 10, 2);
                     let inputs = random_inputs(&req, 7);

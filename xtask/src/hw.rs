@@ -344,7 +344,7 @@ pub(crate) fn heap_for(w: u16, sizes: &[u64]) -> u64 {
     let mut most = 1u64 << 20;
     for c in symm_core::sched::collectives(w) {
         for &a in symm_core::sched::algorithms(c) {
-            for &b in sizes {
+            for &b in sizes.iter().filter(|&&b| a.takes(b)) {
                 let req = symm_core::sched::Request::new(
                     c,
                     a,

@@ -72,6 +72,30 @@ fn op_args(out: &mut dyn Write, op: &Op, layout: Option<&SlotLayout>) -> Result 
             loc(out, "dst", dst)?;
             write!(out, ",\"elems\":{elems},\"bytes\":{}", op.bytes())
         }
+        Op::LlPut {
+            src, dst, bytes, ..
+        } => {
+            loc(out, "src", src)?;
+            out.write_char(',')?;
+            loc(out, "dst", dst)?;
+            write!(out, ",\"bytes\":{bytes},\"protocol\":\"ll\"")
+        }
+        Op::LlReduce {
+            src,
+            sources,
+            dst,
+            elems,
+            ..
+        } => {
+            loc(out, "src", src)?;
+            out.write_char(',')?;
+            loc(out, "dst", dst)?;
+            write!(
+                out,
+                ",\"sources\":{sources},\"elems\":{elems},\"bytes\":{},\"protocol\":\"ll\"",
+                op.bytes()
+            )
+        }
         Op::McReduce {
             src, dst, elems, ..
         } => {

@@ -19,7 +19,7 @@
 //! binary reduces.
 
 use super::part::{part, Part};
-use super::table::{no_streams, one_slot, serves, Desc};
+use super::table::{no_scratch, no_streams, one_slot, serves, Desc};
 use super::{Algorithm, Batch, Collective, Ctx, Program, Request};
 use crate::cost::{Path, Shape};
 use crate::op::{Buf, McLoc, Op, Ranks, MAX_FANIN};
@@ -531,6 +531,8 @@ pub(crate) const ONE_SHOT: Desc = Desc {
     streams: no_streams,
     min_slots: one_slot,
     cost: one_shot_cost,
+    scratch: no_scratch,
+    max_bytes: u64::MAX,
 };
 
 /// Two-shot all-reduce.
@@ -539,6 +541,8 @@ pub(crate) const TWO_SHOT: Desc = Desc {
     streams: no_streams,
     min_slots: one_slot,
     cost: two_shot_cost,
+    scratch: no_scratch,
+    max_bytes: u64::MAX,
 };
 
 /// The host model of NVLink multicast (never launched on shared GPUs).
@@ -547,6 +551,8 @@ pub(crate) const MULTICAST: Desc = Desc {
     streams: no_streams,
     min_slots: one_slot,
     cost: multicast_cost,
+    scratch: no_scratch,
+    max_bytes: u64::MAX,
 };
 
 /// Direct reads and writes of the peers' buffers.
@@ -561,6 +567,8 @@ pub(crate) const DIRECT: Desc = Desc {
     streams: no_streams,
     min_slots: one_slot,
     cost: direct_cost,
+    scratch: no_scratch,
+    max_bytes: u64::MAX,
 };
 
 /// Pairwise all-to-all.
@@ -569,4 +577,6 @@ pub(crate) const PAIRWISE: Desc = Desc {
     streams: no_streams,
     min_slots: one_slot,
     cost: pairwise_cost,
+    scratch: no_scratch,
+    max_bytes: u64::MAX,
 };

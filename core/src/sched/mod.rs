@@ -61,6 +61,10 @@ algorithms! {
         /// All-to-all in world - 1 pairwise steps.
         Pairwise = "pairwise", Direct, PAIRWISE;
     }
+    ll {
+        /// One-shot all-reduce over the low-latency protocol (data and flag in one line).
+        OneShotLl = "one_shot_ll", OneShotLl, ONE_SHOT_LL;
+    }
 }
 
 use crate::dtype::ReduceOp;

@@ -260,6 +260,14 @@ impl Request {
                 algorithm: self.algorithm,
             });
         }
+        let max = self.algorithm.desc().max_bytes;
+        if self.bytes > max {
+            return Err(SchedError::AboveLimit {
+                algorithm: self.algorithm,
+                bytes: self.bytes,
+                max,
+            });
+        }
         let sz = self.buffer_sizes();
         let largest = sz.input.max(sz.output).max(sz.scratch);
         if largest > MAX_BUFFER {
@@ -302,7 +310,8 @@ impl Request {
             output,
             scratch: per_stream
                 .saturating_mul(streams)
-                .saturating_mul(self.channels as u64),
+                .saturating_mul(self.channels as u64)
+                .saturating_add((self.algorithm.desc().scratch)(self)),
         }
     }
 }
@@ -378,6 +387,15 @@ pub enum SchedError {
         /// Slots the schedule needs.
         min: u8,
     },
+    /// The message is larger than the algorithm takes (the low-latency protocol's bound).
+    AboveLimit {
+        /// The algorithm.
+        algorithm: Algorithm,
+        /// Bytes asked for.
+        bytes: u64,
+        /// The most it takes.
+        max: u64,
+    },
     /// The algorithm does not implement the collective.
     Unsupported {
         /// The collective.
@@ -421,6 +439,15 @@ impl core::fmt::Display for SchedError {
             SchedError::TooFewSlots { slots, min } => write!(
                 f,
                 "{slots} scratch slot(s) per stream deadlock this schedule; it needs at least {min}"
+            ),
+            SchedError::AboveLimit {
+                algorithm,
+                bytes,
+                max,
+            } => write!(
+                f,
+                "{} takes at most {max} bytes, not {bytes}",
+                algorithm.name()
             ),
             SchedError::Unsupported {
                 collective,

@@ -17,7 +17,7 @@
 //! region (the partner of step i+1 may start writing before this rank has drained step i).
 
 use super::part::{chunks, part, Part};
-use super::table::{no_streams, one_slot, serves, Desc};
+use super::table::{no_scratch, no_streams, one_slot, serves, Desc};
 use super::{Batch, Collective, Ctx, Program, Request};
 use crate::cost::{depth, div_ceil, Path, Shape};
 use crate::op::Buf;
@@ -310,4 +310,6 @@ pub(crate) const DESC: Desc = Desc {
     streams,
     min_slots: one_slot,
     cost,
+    scratch: no_scratch,
+    max_bytes: u64::MAX,
 };

@@ -18,7 +18,7 @@
 //! overwrite data a neighbour still has to send.
 
 use super::part::{chunks, part, Part};
-use super::table::{no_streams, serves, Desc};
+use super::table::{no_scratch, no_streams, serves, Desc};
 use super::tree::Tree;
 use super::{Batch, Collective, Ctx, Program, Request};
 use crate::cost::{Path, Shape};
@@ -286,4 +286,6 @@ pub(crate) const DESC: Desc = Desc {
     streams,
     min_slots,
     cost,
+    scratch: no_scratch,
+    max_bytes: u64::MAX,
 };

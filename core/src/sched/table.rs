@@ -73,6 +73,10 @@ pub struct Desc {
     pub(crate) min_slots: fn(&Request) -> u8,
     /// Hops and bytes of the critical path on one channel (worlds of 2 and more).
     pub(crate) cost: fn(&Request, &Shape) -> Path,
+    /// Scratch bytes per rank besides the streams (the low-latency regions).
+    pub(crate) scratch: fn(&Request) -> u64,
+    /// Largest `Request::bytes` the algorithm takes.
+    pub(crate) max_bytes: u64,
 }
 
 impl core::fmt::Debug for Desc {
@@ -81,6 +85,11 @@ impl core::fmt::Debug for Desc {
             .field("serves", &self.serves)
             .finish()
     }
+}
+
+/// No scratch besides the streams.
+pub(crate) fn no_scratch(_: &Request) -> u64 {
+    0
 }
 
 /// No scratch streams.
@@ -119,6 +128,12 @@ macro_rules! algorithms {
                 match self {
                     $( $( Algorithm::$v => $name, )* )*
                 }
+            }
+
+            /// Whether the algorithm takes a message of `bytes` (`Request::bytes`): every
+            /// algorithm but the low-latency ones, which stop at `ll::MAX_BYTES`.
+            pub fn takes(&self, bytes: u64) -> bool {
+                bytes <= self.desc().max_bytes
             }
 
             /// The algorithm's description (from its own file).

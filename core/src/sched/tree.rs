@@ -18,7 +18,7 @@
 //! Scratch: one stream per (tree, child) with `slots` slots; credits as in the ring.
 
 use super::part::{chunks, part, Part};
-use super::table::{no_streams, one_slot, serves, Desc};
+use super::table::{no_scratch, no_streams, one_slot, serves, Desc};
 use super::{Batch, Collective, Ctx, Program, Request};
 use crate::cost::{self, div_ceil, lg, Path};
 use crate::op::Buf;
@@ -347,4 +347,6 @@ pub(crate) const DESC: Desc = Desc {
     streams,
     min_slots: one_slot,
     cost,
+    scratch: no_scratch,
+    max_bytes: u64::MAX,
 };

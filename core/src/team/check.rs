@@ -13,7 +13,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::{Team, TeamMap};
-use crate::exec::{Executor, Fabric};
+use crate::exec::{Executor, Fabric, LlPoll};
 use crate::op::{Loc, Op};
 use crate::sched::{Request, Schedule};
 use crate::signal::{apply, SlotLayout};
@@ -84,6 +84,10 @@ impl Fabric for View<'_> {
             Op::McReduce { .. } | Op::McStore { .. } => {
                 Err(SymError::Team(super::TeamError::Multicast))
             }
+            Op::LlPut { .. } | Op::LlReduce { .. } => Err(SymError::OutOfBounds {
+                rank: self.rank,
+                loc: crate::op::Loc::new(self.rank, crate::op::Buf::Scratch, 0),
+            }),
             Op::Copy { .. } | Op::Reduce { .. } | Op::ReduceN { .. } => {
                 let local = op.map_locs(|l| self.unmap(l))?;
                 self.mem.apply(self.local, &local).map(|_| ())
@@ -98,6 +102,10 @@ impl Fabric for View<'_> {
                 rank: self.rank,
                 slot,
             })
+    }
+    fn ll(&mut self, op: &Op, epoch: u64) -> Result<LlPoll, SymError> {
+        let local = op.map_locs(|l| self.unmap(l))?;
+        self.mem.ll(self.local, &local, epoch).map(|(p, _)| p)
     }
 }
 

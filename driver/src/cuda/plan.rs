@@ -211,6 +211,44 @@ impl RankPlan {
                                 .iter()
                                 .all(|&r| in_buf(symm_core::op::Loc::new(r, buf, offset), n))
                     }
+                    Op::LlPut {
+                        src,
+                        dst,
+                        bytes,
+                        slot,
+                        flip,
+                    } => {
+                        let lines = symm_core::ll::line_bytes(bytes).saturating_add(flip);
+                        slot < pad_slots
+                            && dst.buf == Buf::Scratch
+                            && dst.offset.is_multiple_of(16)
+                            && flip.is_multiple_of(16)
+                            && in_buf(src, bytes)
+                            && in_buf(dst, lines)
+                    }
+                    Op::LlReduce {
+                        src,
+                        stride,
+                        sources,
+                        dst,
+                        elems,
+                        dtype,
+                        slot,
+                        flip,
+                        ..
+                    } => {
+                        let n = elems.saturating_mul(dtype.size());
+                        let span = (sources.saturating_sub(1) as u64)
+                            .saturating_mul(stride)
+                            .saturating_add(flip)
+                            .saturating_add(symm_core::ll::line_bytes(n));
+                        slot < pad_slots
+                            && sources >= 1
+                            && src.buf == Buf::Scratch
+                            && (src.offset | stride | flip).is_multiple_of(16)
+                            && in_buf(src, span)
+                            && in_buf(dst, n)
+                    }
                     Op::Signal { peer, slot, .. } => peer < world && slot < pad_slots,
                     Op::Wait { slot, .. } => slot < pad_slots,
                     Op::McReduce { .. } | Op::McStore { .. } if !multicast => {

@@ -6,22 +6,33 @@
 //! so aliasing operands (`dst == a`) behave as on a GPU that loads before it stores. Signals and
 //! slot loads go through [`Pad`], with the protocol's orderings (`symm_core::signal::order`).
 //!
+//! Low-latency lines ([`symm_core::ll`]) live beside the scratch bytes, in `AtomicU64` words
+//! (one per 8 bytes of scratch): each half of a line is one relaxed store and one relaxed load,
+//! which is all the protocol asks of the memory (the flag and the data it guards share a word).
+//!
 //! [`RankFabric`] is one rank's view of a [`WorldMem`] as an [`exec::Fabric`](Fabric): the
 //! simulator, the thread backend and the loom models all run the generic executor over it.
 
 use super::pad::Pad;
 use super::sim::check_inputs;
 use super::HostError;
-use crate::sync::{AtomicU8, Ordering};
+use crate::sync::{AtomicU64, AtomicU8, Ordering};
 use symm_core::dtype::{combine, fold};
-use symm_core::exec::Fabric;
-use symm_core::op::{Buf, Loc, Op, MAX_FANIN};
+use symm_core::exec::{Fabric, LlPoll};
+use symm_core::ll;
+use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::Request;
 
 /// One rank's memory.
 struct RankMem {
     bufs: [Vec<AtomicU8>; 3],
     pad: Pad,
+    /// Low-latency words over the scratch buffer (word i: scratch bytes 8i..8i+8).
+    ll: Vec<AtomicU64>,
+}
+
+fn ll_words(scratch: u64) -> Vec<AtomicU64> {
+    (0..scratch / 8).map(|_| AtomicU64::new(0)).collect()
 }
 
 /// All ranks' memory: each rank's input, output and scratch bytes and its signal pad.
@@ -53,6 +64,9 @@ impl Fabric for RankFabric<'_> {
     fn load_slot(&mut self, slot: u32) -> Result<u64, Oob> {
         self.mem.load_slot(self.rank, slot)
     }
+    fn ll(&mut self, op: &Op, epoch: u64) -> Result<LlPoll, Oob> {
+        self.mem.ll(op, epoch, self.temps)
+    }
 }
 
 fn bytes(n: u64, fill: u8) -> Vec<AtomicU8> {
@@ -80,6 +94,7 @@ impl WorldMem {
                     bytes(sz.scratch, poison),
                 ],
                 pad: Pad::new(slots),
+                ll: ll_words(sz.scratch),
             })
             .collect();
         Ok(WorldMem { ranks, data: true })
@@ -93,6 +108,7 @@ impl WorldMem {
             .map(|_| RankMem {
                 bufs: sizes.map(|n| bytes(n, poison)),
                 pad: Pad::new(slots as usize),
+                ll: ll_words(sizes[2]),
             })
             .collect();
         WorldMem { ranks, data: true }
@@ -112,6 +128,7 @@ impl WorldMem {
             .map(|_| RankMem {
                 bufs: [Vec::new(), Vec::new(), Vec::new()],
                 pad: Pad::new(slots),
+                ll: Vec::new(),
             })
             .collect();
         Ok(WorldMem { ranks, data: false })
@@ -134,6 +151,98 @@ impl WorldMem {
             d.store(s, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// The low-latency words of `len` bytes of lines at `l` (scratch only, 8-byte aligned).
+    fn ll_span(&self, l: Loc, len: u64) -> Result<&[AtomicU64], Oob> {
+        let r = self.ranks.get(l.rank as usize).ok_or(Oob(Some(l)))?;
+        let end = l.offset.checked_add(len).ok_or(Oob(Some(l)))?;
+        if l.buf != Buf::Scratch || !l.offset.is_multiple_of(8) {
+            return Err(Oob(Some(l)));
+        }
+        r.ll.get((l.offset / 8) as usize..end.div_ceil(8) as usize)
+            .ok_or(Oob(Some(l)))
+    }
+
+    /// A low-latency op ([`symm_core::ll`]) of the call whose epoch is `epoch` (see
+    /// [`Fabric::ll`]).
+    pub fn ll(&self, op: &Op, epoch: u64, t: &mut Temps) -> Result<LlPoll, Oob> {
+        if !self.data {
+            return Ok(LlPoll::Done);
+        }
+        let flag = ll::flag(epoch);
+        let at = |l: Loc, flip: u64| {
+            ll::half(epoch)
+                .checked_mul(flip)
+                .and_then(|d| l.offset.checked_add(d))
+                .map(|offset| Loc { offset, ..l })
+                .ok_or(Oob(Some(l)))
+        };
+        match *op {
+            Op::LlPut {
+                src,
+                dst,
+                bytes,
+                flip,
+                ..
+            } => {
+                self.read(src, bytes, &mut t.a)?;
+                let words = self.ll_span(at(dst, flip)?, ll::line_bytes(bytes))?;
+                for (line, data) in words.chunks_exact(2).zip(t.a.chunks(8)) {
+                    let [h0, h1] = ll::pack(data, flag);
+                    line[0].store(h0, Ordering::Relaxed);
+                    line[1].store(h1, Ordering::Relaxed);
+                }
+                Ok(LlPoll::Done)
+            }
+            Op::LlReduce {
+                src,
+                stride,
+                sources,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+                flip,
+                ..
+            } => {
+                let n = elems.checked_mul(dtype.size()).ok_or(Oob(Some(dst)))?;
+                let k = sources as usize;
+                t.srcs.resize_with(k, Vec::new);
+                for (s, v) in t.srcs.iter_mut().enumerate() {
+                    let off = (s as u64)
+                        .checked_mul(stride)
+                        .and_then(|o| o.checked_add(src.offset))
+                        .ok_or(Oob(Some(src)))?;
+                    let region = at(Loc { offset: off, ..src }, flip)?;
+                    let words = self.ll_span(region, ll::line_bytes(n))?;
+                    v.clear();
+                    for line in words.chunks_exact(2) {
+                        let h = [
+                            line[0].load(Ordering::Relaxed),
+                            line[1].load(Ordering::Relaxed),
+                        ];
+                        match ll::unpack(h, flag) {
+                            Some(d) => v.extend_from_slice(&d),
+                            None => {
+                                let found = (if (h[0] >> 32) as u32 != flag {
+                                    h[0]
+                                } else {
+                                    h[1]
+                                } >> 32) as u32;
+                                return Ok(LlPoll::Waiting(found));
+                            }
+                        }
+                    }
+                    v.truncate(n as usize);
+                }
+                fold_into(&mut t.a, &t.srcs[..k], dtype, op, div, n as usize);
+                self.write(dst, &t.a)?;
+                Ok(LlPoll::Done)
+            }
+            _ => Err(Oob(None)),
+        }
     }
 
     /// A copy of `rank`'s buffer `buf` (empty when the rank does not exist).
@@ -239,6 +348,8 @@ impl WorldMem {
                 .and_then(|r| r.pad.signal(slot, op, value))
                 .ok_or(Oob(None)),
             Op::Wait { .. } => Ok(()),
+            // They need the call's epoch: `WorldMem::ll`.
+            Op::LlPut { .. } | Op::LlReduce { .. } => Err(Oob(None)),
         }
     }
 }
@@ -271,12 +382,14 @@ fn fold_into(
     let es = dtype.size() as usize;
     out.clear();
     out.resize(bytes, 0);
-    let mut at: [&[u8]; MAX_FANIN] = [&[]; MAX_FANIN];
+    let mut at: Vec<&[u8]> = Vec::with_capacity(srcs.len());
     for (i, o) in out.chunks_exact_mut(es).enumerate() {
-        for (slot, s) in at.iter_mut().zip(srcs) {
-            *slot = s.get(i * es..(i + 1) * es).unwrap_or(&[]);
-        }
-        fold(dtype, op, div, &at[..srcs.len().min(MAX_FANIN)], o);
+        at.clear();
+        at.extend(
+            srcs.iter()
+                .map(|s| s.get(i * es..(i + 1) * es).unwrap_or(&[])),
+        );
+        fold(dtype, op, div, &at, o);
     }
 }
 

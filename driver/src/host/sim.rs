@@ -97,6 +97,14 @@ fn cost_ns(op: &Op, me: u16, link: &Link) -> u64 {
             let bytes = elems.saturating_mul(dtype.size()) as f64;
             hop + remote.max(1.0) * bytes / link.beta_bytes_per_us
         }
+        Op::LlPut { dst, bytes, .. } => {
+            let hop = if dst.rank != me { link.alpha_us } else { 0.0 };
+            hop + symm_core::ll::line_bytes(bytes) as f64 / link.beta_bytes_per_us
+        }
+        // Reading its own memory once the lines are there (their arrival is the wait).
+        Op::LlReduce { elems, dtype, .. } => {
+            elems.saturating_mul(dtype.size()) as f64 / link.beta_bytes_per_us
+        }
         Op::McReduce { .. } | Op::McStore { .. } => {
             link.alpha_us + op.bytes() as f64 / link.multicast_bytes_per_us.max(1.0)
         }
@@ -204,6 +212,8 @@ where
     };
     // Only slots that receive signals get a history.
     let mut arrivals: HashMap<(u16, u32), History> = HashMap::new();
+    // When the last lines of each low-latency region landed: (rank, offset) -> time.
+    let mut lines: HashMap<(u16, u64), u64> = HashMap::new();
     let mut streams = Vec::new();
     for r in 0..req.world {
         for c in 0..req.channels {
@@ -264,8 +274,33 @@ where
                             .unwrap_or(begin);
                         begin.max(arrived)
                     }
+                    Op::LlReduce {
+                        src,
+                        stride,
+                        sources,
+                        slot,
+                        flip,
+                        ..
+                    } => {
+                        let half = symm_core::ll::half(ex.expected_of(slot).unwrap_or(0));
+                        let landed = (0..sources as u64)
+                            .filter_map(|s| {
+                                let off = src.offset + s * stride + half * flip;
+                                lines.get(&(src.rank, off)).copied()
+                            })
+                            .max()
+                            .unwrap_or(begin);
+                        begin.max(landed) + cost_ns(&op, *rank, &opts.link)
+                    }
                     _ => begin + cost_ns(&op, *rank, &opts.link),
                 };
+                if let Op::LlPut {
+                    dst, slot, flip, ..
+                } = op
+                {
+                    let half = symm_core::ll::half(ex.expected_of(slot).unwrap_or(0));
+                    lines.insert((dst.rank, dst.offset.saturating_add(half * flip)), end);
+                }
                 if let Op::Signal {
                     peer,
                     slot,
@@ -282,6 +317,10 @@ where
                 *clock = end;
                 if opts.trace {
                     let contents = match (&mut shadow, op) {
+                        (Some(s), o) if o.ll_slot().is_some() => {
+                            let epoch = o.ll_slot().and_then(|k| ex.expected_of(k)).unwrap_or(0);
+                            s.ll(*rank, &o, epoch).ok().and_then(|(_, m)| m)
+                        }
                         (Some(s), o) if !matches!(o, Op::Wait { .. } | Op::Signal { .. }) => {
                             s.apply(*rank, &o).ok().flatten()
                         }

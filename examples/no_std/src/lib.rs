@@ -39,9 +39,9 @@ use symm_core::sched::{Request, SchedError, Schedule};
 /// What the streams of a request do, counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
-    /// `Copy` ops.
+    /// `Copy` and `LlPut` ops.
     pub copies: u64,
-    /// `Reduce` and `ReduceN` ops.
+    /// `Reduce`, `ReduceN` and `LlReduce` ops.
     pub reduces: u64,
     /// `Signal` ops.
     pub signals: u64,
@@ -77,6 +77,14 @@ impl Tally {
             Op::ReduceN { ranks, dst, .. } => {
                 self.reduces += 1;
                 dst.rank != me || ranks.as_slice().iter().any(|&r| r != me)
+            }
+            Op::LlPut { src, dst, .. } => {
+                self.copies += 1;
+                src.rank != me || dst.rank != me
+            }
+            Op::LlReduce { src, dst, .. } => {
+                self.reduces += 1;
+                src.rank != me || dst.rank != me
             }
             Op::Signal { .. } => {
                 self.signals += 1;

@@ -154,7 +154,7 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
                     *st = (*st).max(if s.stall.is_some() { 2 } else { 1 });
                 }
             }
-            Op::Copy { src, dst, .. } if src.rank != dst.rank => {
+            Op::Copy { src, dst, .. } | Op::LlPut { src, dst, .. } if src.rank != dst.rank => {
                 if let (Some(a), Some(b)) = (at(src.rank), at(dst.rank)) {
                     dots.push((a, lerp(a, b, f), src.rank as usize));
                 }

@@ -96,7 +96,8 @@ impl Comm {
         let run = (|| -> Result<(Vec<u8>, Option<Vec<u8>>)> {
             self.write(b.input, input)?;
             self.fill(b.output, b.sizes.output, POISON)?;
-            self.fill(b.scratch, b.sizes.scratch.max(16), POISON)?;
+            // Scratch is not filled: a peer's low-latency lines may land in it as soon as the
+            // peer's kernel runs, before this rank's fill would (symm_core::ll).
             let part = if traced {
                 Some(self.run_traced(req, &b, &stream)?)
             } else {
@@ -181,7 +182,7 @@ impl Backend for CommTeam<'_> {
             let run = (|| {
                 comm.write(b.input, &inputs[self.rank() as usize])?;
                 comm.fill(b.output, b.sizes.output, POISON)?;
-                comm.fill(b.scratch, b.sizes.scratch.max(16), POISON)?;
+                // No scratch fill: a peer's low-latency lines may already be there.
                 CommTeam::run(self, req, &b, &stream)?;
                 comm.read(b.output, b.sizes.output)
             })();

@@ -26,6 +26,7 @@
 //! peers do not see this rank's exit as a loss.
 
 mod backend;
+pub(crate) mod epoch;
 mod launch;
 mod team;
 
@@ -487,8 +488,10 @@ impl Comm {
         self.sync_device()?;
         // No rank zeroes before every rank stopped using the protocol.
         self.boot.barrier(self.rank)?;
+        let epochs = epoch::highest(self)?;
         device::memset(self.ptr(self.rank, 0)?, 0, self.data_off as usize)?;
         device::memset(self.expected.ptr, 0, self.expected.len)?;
+        epoch::resume(self, &epochs)?;
         self.sync_device()?;
         self.host.zero(0, self.host.len);
         // No rank signals before every rank zeroed.

@@ -17,6 +17,7 @@
 use std::sync::MutexGuard;
 
 use super::*;
+use crate::cuda::comm::epoch;
 
 /// Graphs of one request captured on every rank; replay with [`World::replay`].
 pub struct Captured<'w> {
@@ -144,10 +145,32 @@ impl World {
         for k in &self.ranks {
             k.stream.synchronize()?;
         }
+        // Low-latency epochs resume past the highest any rank reached, so no later call's flag
+        // is one a line left in a scratch buffer still carries (`comm/epoch.rs`).
+        let world = self.ranks.len() as u16;
+        let mut top = Vec::new();
         for (r, k) in self.ranks.iter().enumerate() {
             k.dev.bind()?;
-            device::memset(self.ptr(r as u16, 0)?, 0, self.data_off as usize)?;
+            let mut counters = vec![0u8; k.expected.len];
+            device::dtoh(&mut counters, k.expected.ptr)?;
+            let slots = epoch::slots(1, world, r as u16)?;
+            top.resize(slots.len(), 0u64);
+            for (t, &s) in top.iter_mut().zip(&slots) {
+                *t = (*t).max(epoch::counter(&counters, s));
+            }
+        }
+        for (r, k) in self.ranks.iter().enumerate() {
+            k.dev.bind()?;
+            let pad = self.ptr(r as u16, 0)?;
+            device::memset(pad, 0, self.data_off as usize)?;
             device::memset(k.expected.ptr, 0, k.expected.len)?;
+            for (&t, &s) in top.iter().zip(&epoch::slots(1, world, r as u16)?) {
+                if t > 0 {
+                    let v = (t + 1).to_le_bytes();
+                    device::htod(pad + s as u64 * 8, &v)?;
+                    device::htod(k.expected.ptr + s as u64 * 8, &v)?;
+                }
+            }
             k.stream.synchronize()?;
         }
         self.reset_records();

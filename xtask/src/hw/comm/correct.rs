@@ -6,9 +6,11 @@
 //!   allocations, every rank's output gathered and bit exact against the reference;
 //! * the fused reductions' rounding: fractional floats bit exact against the host executor
 //!   (`fold.rs`);
-//! * 100 replays of a CUDA graph captured on the rank's stream;
+//! * 64 low-latency all-reduces enqueued back to back on one scratch buffer (`fold.rs`);
+//! * 100 replays each of a two-shot and a low-latency all-reduce captured in a CUDA graph on
+//!   the rank's stream;
 //! * the device-API ring pass (`symm/examples.cu`) launched on the Comm's heap;
-//! * five all-reduce algorithms traced through the backend interface: each process traces its
+//! * six all-reduce algorithms (one low-latency) traced through the backend interface: each process traces its
 //!   rank, the parts are merged and compared op by op with the host simulator's trace;
 //! * a forced timeout (rank 1 skips a collective): `Timeout` from `synchronize`, `Poisoned`
 //!   after it, 100 bit-exact collectives after `reset()`;
@@ -68,8 +70,13 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         || super::fold::run(&mut comm),
     ));
     checks.push(Check::timed(
+        "low-latency all-reduce back to back, one scratch",
+        super::fold::CALLS as usize,
+        || super::fold::ll_back_to_back(&comm, &stream),
+    ));
+    checks.push(Check::timed(
         "CUDA graph replay on the caller's stream",
-        100,
+        200,
         || graph(&comm, &stream),
     ));
     checks.push(Check::timed(
@@ -79,7 +86,7 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
     ));
     checks.push(Check::timed(
         "trace diff: merged process traces vs simulator",
-        5,
+        6,
         || trace_diff(&mut comm, p),
     ));
     checks.push(Check::timed(
@@ -127,8 +134,7 @@ fn case(
         comm.write(b.input, &inputs[me]).map_err(e)?;
         comm.fill(b.output, b.sizes.output, host::POISON)
             .map_err(e)?;
-        comm.fill(b.scratch, b.sizes.scratch.max(16), host::POISON)
-            .map_err(e)?;
+        // No scratch fill: a peer's low-latency lines may already be there.
         comm.run(req, &b, stream).map_err(e)?;
         let found = comm.read(b.output, b.sizes.output).map_err(e)?;
         let want = host::reference(req, &inputs);
@@ -223,15 +229,17 @@ fn trace_diff(comm: &mut Comm, p: &Params) -> Result<String, String> {
         Algorithm::OneShot,
         Algorithm::TwoShot,
         Algorithm::Rhd,
+        Algorithm::OneShotLl,
     ]
     .into_iter()
     .enumerate()
     {
+        let bytes = if a.takes(1 << 20) { 1 << 20 } else { 64 << 10 };
         let req = Request::new(
             Collective::AllReduce,
             a,
             w,
-            1 << 20,
+            bytes,
             DType::F32,
             ReduceOp::Sum,
         )
@@ -254,7 +262,7 @@ fn trace_diff(comm: &mut Comm, p: &Params) -> Result<String, String> {
         ops += semantic_diff(&gpu, &sim.trace).map_err(|m| format!("{}: {m}", a.name()))?;
     }
     Ok(format!(
-        "5 algorithms, {ops} ops in the same order per (rank, channel) as the simulator"
+        "6 algorithms, {ops} ops in the same order per (rank, channel) as the simulator"
     ))
 }
 
@@ -351,11 +359,20 @@ fn teams(comm: &Comm) -> Result<String, String> {
     Ok(notes.join("; "))
 }
 
+/// 100 replays of a captured two-shot all-reduce, then of a low-latency one (whose epochs the
+/// replays advance in device memory).
 fn graph(comm: &Comm, stream: &Stream) -> Result<String, String> {
+    for a in [Algorithm::TwoShot, Algorithm::OneShotLl] {
+        graph_of(comm, stream, a).map_err(|m| format!("{}: {m}", a.name()))?;
+    }
+    Ok("100 graph replays each of two_shot and one_shot_ll bit exact".into())
+}
+
+fn graph_of(comm: &Comm, stream: &Stream, a: Algorithm) -> Result<(), String> {
     let me = comm.rank() as usize;
     let req = Request::new(
         Collective::AllReduce,
-        Algorithm::TwoShot,
+        a,
         comm.world(),
         64 << 10,
         DType::Bf16,
@@ -379,7 +396,7 @@ fn graph(comm: &Comm, stream: &Stream) -> Result<String, String> {
     }
     drop(g);
     comm.free(&b).map_err(e)?;
-    Ok("100 graph replays bit exact".into())
+    Ok(())
 }
 
 fn poison_reset(comm: &Comm, stream: &Stream) -> Result<String, String> {

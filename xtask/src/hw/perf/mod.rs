@@ -10,6 +10,7 @@
 //! algbw busbw #wrong) per system, writes a JSON record and SVG plots of time and bus bandwidth
 //! against size (one line per system) to `--out` (default `docs/perf`).
 
+mod profile;
 pub(super) mod rank;
 mod report;
 
@@ -252,11 +253,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
 /// The child's part: measures and (rank 0) writes the samples.
 pub(super) fn rank_main(phase: &str, out: &Path) -> Result<String, String> {
-    let samples = rank::run(&sizes(phase.contains("quick")), phase.contains("cal"))?;
+    let (samples, profile) = rank::run(&sizes(phase.contains("quick")), phase.contains("cal"))?;
     let rank0 = std::env::var("RANK").as_deref() == Ok("0");
     if rank0 {
         let text: String = samples.iter().map(|s| s.line() + "\n").collect();
         std::fs::write(out.join("perf-samples.tsv"), text).map_err(|e| e.to_string())?;
+        let w = std::env::var("WORLD_SIZE").unwrap_or_default();
+        std::fs::write(out.join(format!("profile-w{w}.md")), profile).map_err(|e| e.to_string())?;
     }
     Ok(format!("{} samples", samples.len()))
 }

@@ -64,7 +64,7 @@ fn candidates(kind: Kind, size: u64, world: u16, wide: bool) -> Vec<(Algorithm, 
     };
     let mut out = Vec::new();
     for &a in symm_core::sched::algorithms(probe.collective) {
-        if a == Algorithm::Multicast {
+        if a == Algorithm::Multicast || !a.takes(probe.bytes) {
             continue;
         }
         for &c in &chans {
@@ -192,8 +192,9 @@ fn wrong(found: &[u8], want: &[u8]) -> u64 {
         + (found.len().abs_diff(want.len()) / 2) as u64
 }
 
-/// Every sample of this rank's run (all ranks measure; rank 0's list is the result).
-pub(super) fn run(sizes: &[u64], wide: bool) -> Result<Vec<Sample>, String> {
+/// Every sample of this rank's run (all ranks measure; rank 0's list is the result), and the
+/// profile of the small all-reduce (`profile.rs`).
+pub(super) fn run(sizes: &[u64], wide: bool) -> Result<(Vec<Sample>, String), String> {
     let comm = Comm::from_env(CommOptions {
         heap_bytes: 5 << 30,
         timeout: Duration::from_secs(20),
@@ -298,10 +299,21 @@ pub(super) fn run(sizes: &[u64], wide: bool) -> Result<Vec<Sample>, String> {
         }
     }
     device_api(&comm, &stream, sizes, &mut out)?;
+    let (tuned, _) = symm_core::cost::tune(Request::new(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        w,
+        1024,
+        DType::Bf16,
+        ReduceOp::Sum,
+    ));
+    let mut algos = vec![tuned.algorithm, Algorithm::OneShot, Algorithm::OneShotLl];
+    algos.dedup();
+    let profile = super::profile::profile(&comm, &stream, &algos)?;
     drop(stream);
     drop(nccl);
     comm.finish().map_err(e)?;
-    Ok(out)
+    Ok((out, profile))
 }
 
 /// The device API: a kernel put (the best of several grid sizes) beside the copy engine at

@@ -1,0 +1,112 @@
+//! The low-latency (LL) protocol: data and flag travel together.
+//!
+//! A small message should cost one trip over the link, not a put, then a signal, then a wait.
+//! LL makes the data its own signal. The sender writes every 8 bytes of data as one 16-byte
+//! *line* `[d0 flag d1 flag]` (4-byte little-endian words) into the receiver's memory, each
+//! 8-byte half `[data word, flag]` with one single-copy-atomic store. The receiver polls its own
+//! memory until both halves of every line it needs carry this call's flag, and then holds the
+//! data: no signal, no fence, no barrier. A line costs twice its data, so LL is for small
+//! messages; [`MAX_BYTES`] bounds the data of one LL call.
+//!
+//! **The flag of a call.** Every LL call first advances the rank's own `Epoch` slot of its
+//! (team, channel): a signal to itself and a wait for it, both local. The executor's counter
+//! for that slot, `e`, then counts the LL calls of the (team, channel) on every rank alike, and
+//! the call's flag is [`flag`]`(e)`: `e mod (2^32 - 1) + 1`, never zero (so memory that was
+//! never written cannot match) and different from the flags of the calls before it. Data left
+//! in the region by anything else matches both flags of a line with chance 2^-64.
+//!
+//! **Reuse without a barrier.** Call `e` writes into half `e & 1` of the receiver's region
+//! ([`half`]). A sender reaches call `e + 2` only after finishing call `e + 1`, which needed the
+//! receiver's lines of call `e + 1`, which the receiver wrote after it finished reading call
+//! `e`; so a half is never overwritten while it is read. The region belongs to LL alone: a
+//! collective of another algorithm must not share the scratch buffer of an LL collective.
+//!
+//! Executors take the epoch from their counters and pass it to [`crate::exec::Fabric::ll`];
+//! [`lines`], [`pack`] and [`unpack`] are the one definition of the line format, which the host
+//! memory, the simulator's shadow and the GPU interpreter follow.
+
+/// Bytes of data one LL line carries.
+pub const LINE_DATA: u64 = 8;
+/// Bytes of one LL line in memory.
+pub const LINE_BYTES: u64 = 16;
+/// The most data bytes one LL call moves per rank (the region of a source is twice this, per
+/// half).
+pub const MAX_BYTES: u64 = 64 << 10;
+
+/// The flag of the call whose epoch counter is `e`: never zero, distinct for consecutive calls.
+pub const fn flag(e: u64) -> u32 {
+    (e % 0xFFFF_FFFF) as u32 + 1
+}
+
+/// Which half of a region call `e` uses (0 or 1).
+pub const fn half(e: u64) -> u64 {
+    e & 1
+}
+
+/// Lines needed for `bytes` of data.
+pub const fn lines(bytes: u64) -> u64 {
+    bytes.div_ceil(LINE_DATA)
+}
+
+/// Bytes of memory the lines of `bytes` of data take.
+pub const fn line_bytes(bytes: u64) -> u64 {
+    lines(bytes).saturating_mul(LINE_BYTES)
+}
+
+/// One line from up to 8 data bytes (shorter data is padded with zeros) and a flag: the two
+/// 8-byte halves, each stored with one atomic store.
+pub fn pack(data: &[u8], flag: u32) -> [u64; 2] {
+    let mut d = [0u8; 8];
+    let n = data.len().min(8);
+    d[..n].copy_from_slice(&data[..n]);
+    let w0 = u32::from_le_bytes([d[0], d[1], d[2], d[3]]) as u64;
+    let w1 = u32::from_le_bytes([d[4], d[5], d[6], d[7]]) as u64;
+    let f = (flag as u64) << 32;
+    [w0 | f, w1 | f]
+}
+
+/// The 8 data bytes of a line whose halves both carry `flag`, else `None`.
+pub fn unpack(halves: [u64; 2], flag: u32) -> Option<[u8; 8]> {
+    if (halves[0] >> 32) as u32 != flag || (halves[1] >> 32) as u32 != flag {
+        return None;
+    }
+    let mut d = [0u8; 8];
+    d[..4].copy_from_slice(&(halves[0] as u32).to_le_bytes());
+    d[4..].copy_from_slice(&(halves[1] as u32).to_le_bytes());
+    Some(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_never_zero_and_change_every_call() {
+        // Within the 64-bit counter (2^64 calls never happen), across the 32-bit flag's wrap.
+        for e in [
+            0u64,
+            1,
+            2,
+            0xFFFF_FFFD,
+            0xFFFF_FFFE,
+            0xFFFF_FFFF,
+            u64::MAX - 2,
+        ] {
+            assert_ne!(flag(e), 0, "{e}");
+            assert_ne!(flag(e), flag(e + 1), "{e}");
+            assert_ne!(flag(e), flag(e + 2), "{e}");
+        }
+        assert_eq!((half(6), half(7)), (0, 1));
+    }
+
+    #[test]
+    fn lines_round_trip_and_refuse_other_flags() {
+        let l = pack(&[1, 2, 3, 4, 5, 6, 7, 8], 9);
+        assert_eq!(unpack(l, 9), Some([1, 2, 3, 4, 5, 6, 7, 8]));
+        assert_eq!(unpack(l, 8), None);
+        assert_eq!(unpack([l[0], 0], 9), None);
+        assert_eq!(unpack(pack(&[7], 3), 3), Some([7, 0, 0, 0, 0, 0, 0, 0]));
+        assert_eq!((lines(0), lines(1), lines(8), lines(9)), (0, 1, 1, 2));
+        assert_eq!(line_bytes(9), 32);
+    }
+}

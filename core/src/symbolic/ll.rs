@@ -1,0 +1,111 @@
+//! The symbolic model of the low-latency protocol (`crate::ll`): each element a line carries is
+//! a cell holding the call's flag and the element's contribution; a reduce waits until every
+//! cell of every region it reads holds this call's flag.
+
+use alloc::vec::Vec;
+
+use super::{Sym, SymError, SymWorld};
+use crate::exec::LlPoll;
+use crate::op::{Buf, Loc, Op};
+
+impl SymWorld {
+    /// The byte position of element `i` of the data whose lines start at `base` (data byte `b`
+    /// sits in line `b / 8`, half `b % 8 / 4`).
+    fn ll_pos(&self, base: u64, i: u64) -> u64 {
+        let b = i * self.req.dtype.size();
+        base + (b / crate::ll::LINE_DATA) * crate::ll::LINE_BYTES + b % crate::ll::LINE_DATA
+    }
+
+    /// Whether `len` bytes of lines at `l` lie inside its buffer.
+    fn ll_range(&self, rank: u16, l: Loc, len: u64) -> Result<(), SymError> {
+        let es = self.req.dtype.size();
+        let size = match self.mem.get(l.rank as usize) {
+            None => 0,
+            Some(_) if l.buf == Buf::Scratch => self.scratch_bytes,
+            Some(m) => m[l.buf as usize].len() as u64 * es,
+        };
+        if l.offset.checked_add(len).is_none_or(|e| e > size) {
+            return Err(SymError::OutOfBounds { rank, loc: l });
+        }
+        Ok(())
+    }
+
+    /// A low-latency op of `rank` in the call whose epoch is `epoch` ([`crate::ll`]): a put
+    /// stores each element with the call's flag; a reduce waits until every element of every
+    /// region carries it, then combines them in region order into `dst`. Returns the union of
+    /// the destination's masks when the op ran.
+    pub fn ll(
+        &mut self,
+        rank: u16,
+        op: &Op,
+        epoch: u64,
+    ) -> Result<(LlPoll, Option<u64>), SymError> {
+        let es = self.req.dtype.size();
+        let flag = crate::ll::flag(epoch);
+        let half = crate::ll::half(epoch);
+        match *op {
+            Op::LlPut {
+                src,
+                dst,
+                bytes,
+                flip,
+                ..
+            } => {
+                let v = self.get(rank, src, bytes / es)?;
+                let base = dst.offset.saturating_add(half.saturating_mul(flip));
+                let at = Loc {
+                    offset: base,
+                    ..dst
+                };
+                self.ll_range(rank, at, crate::ll::line_bytes(bytes))?;
+                for (i, x) in v.iter().enumerate() {
+                    let pos = self.ll_pos(base, i as u64);
+                    self.ll.insert((dst.rank, dst.buf as u8, pos), (flag, *x));
+                }
+                Ok((LlPoll::Done, None))
+            }
+            Op::LlReduce {
+                src,
+                stride,
+                sources,
+                dst,
+                elems,
+                flip,
+                ..
+            } => {
+                let mut acc: Option<Vec<Sym>> = None;
+                for s in 0..sources as u64 {
+                    let base = s
+                        .checked_mul(stride)
+                        .and_then(|o| o.checked_add(src.offset))
+                        .and_then(|o| o.checked_add(half.saturating_mul(flip)))
+                        .ok_or(SymError::OutOfBounds { rank, loc: src })?;
+                    let at = Loc {
+                        offset: base,
+                        ..src
+                    };
+                    self.ll_range(rank, at, crate::ll::line_bytes(elems.saturating_mul(es)))?;
+                    let mut v = Vec::with_capacity(elems as usize);
+                    for i in 0..elems {
+                        let pos = self.ll_pos(base, i);
+                        match self.ll.get(&(src.rank, src.buf as u8, pos)) {
+                            Some(&(f, x)) if f == flag => v.push(x),
+                            other => return Ok((LlPoll::Waiting(other.map_or(0, |c| c.0)), None)),
+                        }
+                    }
+                    match acc.as_mut() {
+                        None => acc = Some(v),
+                        Some(a) => Self::combine(rank, dst, a, &v)?,
+                    }
+                }
+                let x = acc.ok_or(SymError::OutOfBounds { rank, loc: src })?;
+                let m = self.put(rank, dst, &x)?;
+                Ok((LlPoll::Done, Some(m)))
+            }
+            _ => Err(SymError::OutOfBounds {
+                rank,
+                loc: Loc::new(rank, Buf::Scratch, 0),
+            }),
+        }
+    }
+}
