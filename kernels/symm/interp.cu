@@ -155,19 +155,34 @@ static __device__ __forceinline__ void symm_ll_load(const char* line, symm_u64& 
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(h0), "=l"(h1) : "l"(line) : "memory");
 }
 
-// `bytes` of src as lines at dst (the last line padded with zero bytes).
+// `bytes` of src as lines at dst (the last line padded with zero bytes). Each thread loads
+// SYMM_LL_U lines' data before it stores any, so the loads overlap.
+#define SYMM_LL_U 4
+static __device__ __forceinline__ symm_u64 symm_ll_data(const char* src, symm_u64 bytes, symm_u64 i) {
+  const symm_u64 at = i * 8;
+  symm_u64 v = 0;
+  if (at + 8 <= bytes && (((symm_u64)src + at) & 7) == 0) {
+    v = *(const symm_u64*)(src + at);
+  } else {
+    for (int j = 0; j < 8 && at + j < bytes; j++) v |= (symm_u64)(unsigned char)src[at + j] << (8 * j);
+  }
+  return v;
+}
+
 static __device__ void symm_ll_put(char* dst, const char* src, symm_u64 bytes, unsigned flag) {
   const symm_u64 lines = (bytes + 7) / 8;
   const symm_u64 f = (symm_u64)flag << 32;
-  for (symm_u64 i = threadIdx.x; i < lines; i += blockDim.x) {
-    const symm_u64 at = i * 8;
-    symm_u64 v = 0;
-    if (at + 8 <= bytes && (((symm_u64)src + at) & 7) == 0) {
-      v = *(const symm_u64*)(src + at);
-    } else {
-      for (int j = 0; j < 8 && at + j < bytes; j++) v |= (symm_u64)(unsigned char)src[at + j] << (8 * j);
+  const symm_u64 n = blockDim.x;
+  for (symm_u64 i = threadIdx.x; i < lines; i += SYMM_LL_U * n) {
+    symm_u64 v[SYMM_LL_U];
+#pragma unroll
+    for (int u = 0; u < SYMM_LL_U; u++) {
+      if (i + u * n < lines) v[u] = symm_ll_data(src, bytes, i + u * n);
     }
-    symm_ll_store(dst + i * 16, (v & 0xFFFFFFFFull) | f, (v >> 32) | f);
+#pragma unroll
+    for (int u = 0; u < SYMM_LL_U; u++) {
+      if (i + u * n < lines) symm_ll_store(dst + (i + u * n) * 16, (v[u] & 0xFFFFFFFFull) | f, (v[u] >> 32) | f);
+    }
   }
 }
 
@@ -201,7 +216,9 @@ static __device__ bool symm_ll_poll(const symm_interp_params& p, const char* lin
   }
 }
 
-// Folds the k regions' lines (region s at src + s * stride) into n elements at dst.
+// Folds the k regions' lines (region s at src + s * stride) into n elements at dst. Each
+// thread takes SYMM_LL_U lines at once: one load of each per source is in flight before any
+// line is waited for, and only lines without the flag yet are polled.
 template <int DT, class S>
 static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, const char* src, symm_u64 stride,
                                         int k, symm_u64 n, int op, unsigned d, unsigned flag, symm_u32 slot,
@@ -210,20 +227,38 @@ static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, 
   constexpr int E = 8 / sizeof(S);
   const symm_u64 bytes = n * sizeof(S);
   const symm_u64 lines = (bytes + 7) / 8;
-  for (symm_u64 i = threadIdx.x; i < lines; i += blockDim.x) {
-    typename F::acc a[E];
+  const symm_u64 lanes = blockDim.x;
+  for (symm_u64 i = threadIdx.x; i < lines; i += SYMM_LL_U * lanes) {
+    typename F::acc a[SYMM_LL_U][E];
     for (int s = 0; s < k; s++) {
-      symm_u64 h[2];
-      if (!symm_ll_poll(p, src + (symm_u64)s * stride + i * 16, flag, h[0], h[1], slot, index, stop)) return;
-      const symm_u64 v = (h[0] & 0xFFFFFFFFull) | (h[1] << 32);
-      const S* x = (const S*)&v;
+      const char* region = src + (symm_u64)s * stride;
+      symm_u64 h[SYMM_LL_U][2];
 #pragma unroll
-      for (int e = 0; e < E; e++) a[e] = s == 0 ? F::widen(x[e]) : F::step(a[e], x[e], op);
+      for (int u = 0; u < SYMM_LL_U; u++) {
+        if (i + u * lanes < lines) symm_ll_load(region + (i + u * lanes) * 16, h[u][0], h[u][1]);
+      }
+#pragma unroll
+      for (int u = 0; u < SYMM_LL_U; u++) {
+        const symm_u64 line = i + u * lanes;
+        if (line >= lines) continue;
+        if ((unsigned)(h[u][0] >> 32) != flag || (unsigned)(h[u][1] >> 32) != flag) {
+          if (!symm_ll_poll(p, region + line * 16, flag, h[u][0], h[u][1], slot, index, stop)) return;
+        }
+        const symm_u64 v = (h[u][0] & 0xFFFFFFFFull) | (h[u][1] << 32);
+        const S* x = (const S*)&v;
+#pragma unroll
+        for (int e = 0; e < E; e++) a[u][e] = s == 0 ? F::widen(x[e]) : F::step(a[u][e], x[e], op);
+      }
     }
-    S* o = (S*)dst + i * E;
 #pragma unroll
-    for (int e = 0; e < E; e++) {
-      if (i * E + e < n) o[e] = F::finish(a[e], d);
+    for (int u = 0; u < SYMM_LL_U; u++) {
+      const symm_u64 line = i + u * lanes;
+      if (line >= lines) continue;
+      S* o = (S*)dst + line * E;
+#pragma unroll
+      for (int e = 0; e < E; e++) {
+        if (line * E + e < n) o[e] = F::finish(a[u][e], d);
+      }
     }
   }
 }
