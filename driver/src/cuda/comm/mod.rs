@@ -253,6 +253,13 @@ impl Comm {
         let _ctx = device::keep_current()?;
         self.live()?;
         let b = guard::place(&mut *self.heap_lock()?, sizes, self.data_off)?;
+        // Scratch starts zeroed, before the agreement (so before any peer can write into it):
+        // low-latency lines a dropped team left in this memory carry that team's epochs, which
+        // the job's may repeat, and no flag is 0 (symm_core::ll).
+        if b.sizes.scratch > 0 {
+            self.dev.bind()?;
+            device::memset(self.ptr(self.rank, b.scratch)?, 0, b.sizes.scratch as usize)?;
+        }
         self.agree()?;
         Ok(b)
     }
