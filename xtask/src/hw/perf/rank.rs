@@ -307,8 +307,12 @@ pub(super) fn run(sizes: &[u64], wide: bool) -> Result<(Vec<Sample>, String), St
         DType::Bf16,
         ReduceOp::Sum,
     ));
-    let mut algos = vec![tuned.algorithm, Algorithm::OneShot, Algorithm::OneShotLl];
-    algos.dedup();
+    let mut algos = vec![tuned.algorithm];
+    for a in [Algorithm::OneShot, Algorithm::OneShotLl] {
+        if !algos.contains(&a) {
+            algos.push(a);
+        }
+    }
     let profile = super::profile::profile(&comm, &stream, &algos)?;
     drop(stream);
     drop(nccl);
