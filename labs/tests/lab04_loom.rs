@@ -30,7 +30,7 @@ mod model {
     use std::sync::atomic::Ordering;
     use std::sync::Mutex;
     use symm_core::dtype::{DType, ReduceOp};
-    use symm_core::exec::{Executor, Fabric, Step};
+    use symm_core::exec::{Executor, Fabric, LlPoll, Step};
     use symm_core::op::{Op, SignalOp};
     use symm_core::sched::{Algorithm, Collective, Request};
     use symm_labs::kit::Kit;
@@ -83,6 +83,9 @@ mod model {
                 .get(slot as usize)
                 .map(|s| s.load(self.wait))
                 .ok_or_else(|| format!("wait on slot {slot}: no such slot"))
+        }
+        fn ll(&mut self, op: &Op, _epoch: u64) -> Result<LlPoll, String> {
+            Err(format!("a barrier only signals and waits; it ran {op:?}"))
         }
     }
 
