@@ -128,7 +128,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     let inputs = host::random_inputs(&base, 2024);
     let want = host::reference(&base, &inputs);
     println!(
-        "\n{:<10} {:>8} {:>10} {:>10} {:>8}   checked against the reference",
+        "\n{:<12} {:>8} {:>10} {:>10} {:>8}   checked against the reference",
         "algorithm", "ops", "model us", "sim us", "events"
     );
     for &alg in algorithms(Collective::AllReduce) {
@@ -174,7 +174,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         let simulated = sim.time_us - link.launch_us;
         let events = round_trip_trace(&req, &sim.trace, sim.ops)?;
         println!(
-            "{:<10} {:>8} {:>10.1} {:>10.1} {:>8}   simulator, threads, 2 backends: pass",
+            "{:<12} {:>8} {:>10.1} {:>10.1} {:>8}   simulator, threads, 2 backends: pass",
             alg.name(),
             sim.ops,
             model,

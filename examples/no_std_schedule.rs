@@ -162,7 +162,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     );
     println!("\nall_reduce, 8 ranks, 1 MiB f32: counted with core alone");
     println!(
-        "{:<10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>12} {:>12} {:>8}",
+        "{:<12} {:>7} {:>7} {:>7} {:>7} {:>7} {:>12} {:>12} {:>8}",
         "algorithm", "copy", "reduce", "signal", "wait", "mc", "bytes", "remote", "longest"
     );
     for &a in algorithms(Collective::AllReduce) {
@@ -175,7 +175,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         };
         let t = tally(&req).map_err(|e| format!("{}: {e}", a.name()))?;
         println!(
-            "{:<10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>12} {:>12} {:>8}",
+            "{:<12} {:>7} {:>7} {:>7} {:>7} {:>7} {:>12} {:>12} {:>8}",
             a.name(),
             t.copies,
             t.reduces,

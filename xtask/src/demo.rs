@@ -96,7 +96,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "{:<15} {:<10} {:>5} {:>9} {:>7} {:>11} {:>11}  check",
+        "{:<15} {:<12} {:>5} {:>9} {:>7} {:>11} {:>11}  check",
         "collective", "algorithm", "world", "bytes", "ops", "model us", "sim us"
     );
     let (mut passed, mut failed) = (0, 0);
@@ -134,7 +134,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 std::fs::write(dir.join(&name), &run.trace).map_err(|e| format!("{name}: {e}"))?;
                 let _ = writeln!(
                     table,
-                    "{:<15} {:<10} {:>5} {:>9} {:>7} {:>11.1} {:>11.1}  {}",
+                    "{:<15} {:<12} {:>5} {:>9} {:>7} {:>11.1} {:>11.1}  {}",
                     c.name(),
                     a.name(),
                     world,
