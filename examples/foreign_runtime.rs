@@ -234,12 +234,7 @@ impl Fabric for RankView<'_> {
     /// Low-latency lines as plain bytes: one thread runs every rank, so no store can tear.
     fn ll(&mut self, op: &Op, epoch: u64) -> Result<LlPoll, FabricError> {
         let flag = ll::flag(epoch);
-        let half = |l: Loc, flip: u64| Loc {
-            offset: l
-                .offset
-                .saturating_add(ll::half(epoch).saturating_mul(flip)),
-            ..l
-        };
+        let oob = |loc: Loc| FabricError::OutOfBounds { loc, len: 0 };
         match *op {
             Op::LlPut {
                 src,
@@ -255,7 +250,8 @@ impl Fabric for RankView<'_> {
                         lines.extend_from_slice(&h.to_le_bytes());
                     }
                 }
-                self.mem.write(half(dst, flip), &lines)?;
+                self.mem
+                    .write(ll::at(dst, flip, epoch).ok_or(oob(dst))?, &lines)?;
                 Ok(LlPoll::Done)
             }
             Op::LlReduce {
@@ -274,11 +270,8 @@ impl Fabric for RankView<'_> {
                 let len = elems.saturating_mul(dtype.size());
                 let mut regions = Vec::with_capacity(sources as usize);
                 for s in 0..sources as u64 {
-                    let at = Loc {
-                        offset: src.offset.saturating_add(s.saturating_mul(stride)),
-                        ..src
-                    };
-                    let lines = self.mem.read(half(at, flip), ll::line_bytes(len))?;
+                    let at = ll::region(src, stride, s, flip, epoch).ok_or(oob(src))?;
+                    let lines = self.mem.read(at, ll::line_bytes(len))?;
                     let mut data = Vec::with_capacity(len as usize);
                     for line in lines.chunks_exact(16) {
                         let word = |i: usize| {

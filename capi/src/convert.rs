@@ -460,6 +460,62 @@ mod tests {
         }
     }
 
+    /// Fused and low-latency ops from C: source counts of 0 or past 8, and ranks past the
+    /// count, are typed errors; valid ones round-trip.
+    #[test]
+    fn hostile_k_way_and_ll_ops_are_refused() {
+        let n = Op::ReduceN {
+            buf: Buf::Input,
+            offset: 16,
+            ranks: Ranks::new(&[2, 0, 1]).unwrap(),
+            dst: Loc::new(1, Buf::Output, 0),
+            elems: 4,
+            dtype: DType::Bf16,
+            op: ReduceOp::Sum,
+            div: 1,
+        };
+        let c = symm_op::of(&n);
+        assert_eq!(c.to_core().unwrap(), n);
+        for (nsources, lo, hi) in [
+            (0u16, c.sources_lo, 0u64),
+            (9, c.sources_lo, 0),
+            (3, c.sources_lo, 5),
+        ] {
+            let bad = symm_op {
+                nsources,
+                sources_lo: lo,
+                sources_hi: hi,
+                ..c
+            };
+            assert!(
+                matches!(
+                    bad.to_core(),
+                    Err(Error::BadCode {
+                        field: "nsources",
+                        ..
+                    })
+                ),
+                "{nsources} {hi}"
+            );
+        }
+        let ll = Op::LlReduce {
+            src: Loc::new(0, Buf::Scratch, 0),
+            stride: 4096,
+            sources: 2,
+            dst: Loc::new(0, Buf::Output, 0),
+            elems: 8,
+            dtype: DType::F32,
+            op: ReduceOp::Max,
+            div: 1,
+            slot: 17,
+            flip: 8192,
+        };
+        let c = symm_op::of(&ll);
+        assert_eq!(c.to_core().unwrap(), ll);
+        let none = symm_op { nsources: 0, ..c };
+        assert!(matches!(none.to_core(), Err(Error::BadCode { .. })));
+    }
+
     #[test]
     fn every_collective_has_a_code() {
         for c in collectives(5) {

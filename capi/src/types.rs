@@ -369,17 +369,7 @@ pub mod codes {
     ];
 
     /// Op kinds (the plan encoding's).
-    pub const OP_KINDS: [(&str, u8); 9] = [
-        ("COPY", plan::COPY),
-        ("REDUCE", plan::REDUCE),
-        ("SIGNAL", plan::SIGNAL),
-        ("WAIT", plan::WAIT),
-        ("MC_REDUCE", plan::MC_REDUCE),
-        ("MC_STORE", plan::MC_STORE),
-        ("REDUCE_N", plan::REDUCE_N),
-        ("LL_PUT", plan::LL_PUT),
-        ("LL_REDUCE", plan::LL_REDUCE),
-    ];
+    pub const OP_KINDS: [(&str, u8); 9] = plan::KINDS;
 
     /// Signal operations: name and wire value.
     pub const SIGNAL_OPS: [(&str, u8); 2] = [("SET", 0), ("ADD", 1)];

@@ -291,7 +291,7 @@ pub fn combine(dtype: DType, op: ReduceOp, div: u32, a: &[u8], b: &[u8], out: &m
     match dtype {
         DType::U8 => {
             let r = int_op!(a[0], b[0], op);
-            out[0] = if d > 1 { (r as u32 / d) as u8 } else { r };
+            out[0] = r;
         }
         DType::I32 => {
             let r = int_op!(
@@ -299,7 +299,6 @@ pub fn combine(dtype: DType, op: ReduceOp, div: u32, a: &[u8], b: &[u8], out: &m
                 i32::from_le_bytes(arr!(b, 4)),
                 op
             );
-            let r = if d > 1 { r.wrapping_div(d as i32) } else { r };
             out[..4].copy_from_slice(&r.to_le_bytes());
         }
         DType::U32 => {
@@ -308,7 +307,6 @@ pub fn combine(dtype: DType, op: ReduceOp, div: u32, a: &[u8], b: &[u8], out: &m
                 u32::from_le_bytes(arr!(b, 4)),
                 op
             );
-            let r = if d > 1 { r / d } else { r };
             out[..4].copy_from_slice(&r.to_le_bytes());
         }
         DType::I64 => {
@@ -317,7 +315,6 @@ pub fn combine(dtype: DType, op: ReduceOp, div: u32, a: &[u8], b: &[u8], out: &m
                 i64::from_le_bytes(arr!(b, 8)),
                 op
             );
-            let r = if d > 1 { r.wrapping_div(d as i64) } else { r };
             out[..8].copy_from_slice(&r.to_le_bytes());
         }
         DType::U64 => {
@@ -326,7 +323,6 @@ pub fn combine(dtype: DType, op: ReduceOp, div: u32, a: &[u8], b: &[u8], out: &m
                 u64::from_le_bytes(arr!(b, 8)),
                 op
             );
-            let r = if d > 1 { r / d as u64 } else { r };
             out[..8].copy_from_slice(&r.to_le_bytes());
         }
         DType::F32 => {
@@ -335,7 +331,6 @@ pub fn combine(dtype: DType, op: ReduceOp, div: u32, a: &[u8], b: &[u8], out: &m
                 f32::from_le_bytes(arr!(b, 4)),
                 op
             );
-            let r = if d > 1 { r / d as f32 } else { r };
             out[..4].copy_from_slice(&r.to_le_bytes());
         }
         DType::F64 => {
@@ -344,22 +339,20 @@ pub fn combine(dtype: DType, op: ReduceOp, div: u32, a: &[u8], b: &[u8], out: &m
                 f64::from_le_bytes(arr!(b, 8)),
                 op
             );
-            let r = if d > 1 { r / d as f64 } else { r };
             out[..8].copy_from_slice(&r.to_le_bytes());
         }
         DType::F16 | DType::Bf16 => {
-            type Conv = (fn(u16) -> f32, fn(f32) -> u16);
-            let (to, from): Conv = if dtype == DType::F16 {
-                (f16_to_f32, f32_to_f16)
-            } else {
-                (bf16_to_f32, f32_to_bf16)
-            };
+            let (to, from) = half_conv(dtype);
             let x = to(u16::from_le_bytes(arr!(a, 2)));
             let y = to(u16::from_le_bytes(arr!(b, 2)));
             let r = float_op!(x, y, op);
             let r = if d > 1 { r / d as f32 } else { r };
             out[..2].copy_from_slice(&from(r).to_le_bytes());
         }
+    }
+    // The last step of an average (16-bit floats divided above, before their rounding).
+    if d > 1 {
+        divide(dtype, d, &mut out[..n]);
     }
 }
 
@@ -381,12 +374,7 @@ pub fn fold(dtype: DType, op: ReduceOp, div: u32, srcs: &[&[u8]], out: &mut [u8]
     }
     match dtype {
         DType::F16 | DType::Bf16 => {
-            type Conv = (fn(u16) -> f32, fn(f32) -> u16);
-            let (to, from): Conv = if dtype == DType::F16 {
-                (f16_to_f32, f32_to_f16)
-            } else {
-                (bf16_to_f32, f32_to_bf16)
-            };
+            let (to, from) = half_conv(dtype);
             let half = |s: &[u8]| to(u16::from_le_bytes([s[0], s[1]]));
             let mut acc = half(first);
             for s in rest {
@@ -412,7 +400,20 @@ pub fn fold(dtype: DType, op: ReduceOp, div: u32, srcs: &[&[u8]], out: &mut [u8]
     }
 }
 
-/// Divides one element in place, as the last step of [`combine`] does.
+/// Widening and rounding conversions of a 16-bit float type.
+type HalfConv = (fn(u16) -> f32, fn(f32) -> u16);
+
+/// The widening and rounding conversions of a 16-bit float type (bf16's for any other type).
+fn half_conv(dtype: DType) -> HalfConv {
+    if dtype == DType::F16 {
+        (f16_to_f32, f32_to_f16)
+    } else {
+        (bf16_to_f32, f32_to_bf16)
+    }
+}
+
+/// Divides one element of a type other than the 16-bit floats in place (the last step of an
+/// average); 16-bit floats divide in `f32` before their rounding, in [`combine`] and [`fold`].
 fn divide(dtype: DType, d: u32, x: &mut [u8]) {
     macro_rules! arr {
         ($k:literal) => {{

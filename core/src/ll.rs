@@ -53,6 +53,48 @@ pub const fn line_bytes(bytes: u64) -> u64 {
     lines(bytes).saturating_mul(LINE_BYTES)
 }
 
+/// Where half `half(epoch)` of the lines that start at `l` (half 0) lies, `flip` bytes on for
+/// odd epochs; `None` when the offset overflows.
+pub fn at(l: crate::op::Loc, flip: u64, epoch: u64) -> Option<crate::op::Loc> {
+    let offset = half(epoch).checked_mul(flip)?.checked_add(l.offset)?;
+    Some(crate::op::Loc { offset, ..l })
+}
+
+/// Region `s` of an `LlReduce` whose regions start at `src`, `stride` bytes apart, in the half
+/// of `epoch`; `None` when the offset overflows.
+pub fn region(
+    src: crate::op::Loc,
+    stride: u64,
+    s: u64,
+    flip: u64,
+    epoch: u64,
+) -> Option<crate::op::Loc> {
+    let first = s.checked_mul(stride)?.checked_add(src.offset)?;
+    at(
+        crate::op::Loc {
+            offset: first,
+            ..src
+        },
+        flip,
+        epoch,
+    )
+}
+
+/// Bytes from `src` that an `LlReduce` of `sources` regions, `stride` apart, of the lines of
+/// `bytes` of data may touch over both halves (saturating: an absurd op gets a span no buffer
+/// holds).
+pub fn reduce_span(sources: u16, stride: u64, flip: u64, bytes: u64) -> u64 {
+    (sources.saturating_sub(1) as u64)
+        .saturating_mul(stride)
+        .saturating_add(flip)
+        .saturating_add(line_bytes(bytes))
+}
+
+/// Bytes from `dst` that an `LlPut` of `bytes` of data may touch over both halves.
+pub fn put_span(flip: u64, bytes: u64) -> u64 {
+    line_bytes(bytes).saturating_add(flip)
+}
+
 /// One line from up to 8 data bytes (shorter data is padded with zeros) and a flag: the two
 /// 8-byte halves, each stored with one atomic store.
 pub fn pack(data: &[u8], flag: u32) -> [u64; 2] {
@@ -108,5 +150,27 @@ mod tests {
         assert_eq!(unpack(pack(&[7], 3), 3), Some([7, 0, 0, 0, 0, 0, 0, 0]));
         assert_eq!((lines(0), lines(1), lines(8), lines(9)), (0, 1, 1, 2));
         assert_eq!(line_bytes(9), 32);
+    }
+
+    #[test]
+    fn regions_and_spans() {
+        use crate::op::{Buf, Loc};
+        let src = Loc::new(1, Buf::Scratch, 32);
+        assert_eq!(
+            region(src, 100, 2, 1000, 4),
+            Some(Loc { offset: 232, ..src })
+        );
+        assert_eq!(
+            region(src, 100, 2, 1000, 5),
+            Some(Loc {
+                offset: 1232,
+                ..src
+            })
+        );
+        assert_eq!(region(src, u64::MAX, 2, 0, 0), None);
+        assert_eq!(at(src, u64::MAX, 1), None);
+        assert_eq!(reduce_span(3, 100, 1000, 9), 200 + 1000 + 32);
+        assert_eq!(reduce_span(u16::MAX, u64::MAX, 1, 1), u64::MAX);
+        assert_eq!(put_span(16, 8), 32);
     }
 }

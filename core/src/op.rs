@@ -527,3 +527,38 @@ impl Op {
         matches!(self, Op::McReduce { .. } | Op::McStore { .. })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A k-way reduce's rank list read from untrusted bytes (a trace): an empty list, one
+    /// longer than `MAX_FANIN`, or ranks past its length are refused, never indexed.
+    #[test]
+    fn hostile_rank_lists_are_refused_on_decode() {
+        let mut buf = [0u8; 64];
+        for (len, tail, ok) in [
+            (3u8, 0u16, true),
+            (0, 0, false),
+            (9, 0, false),
+            (255, 0, false),
+            (2, 7, false),
+        ] {
+            let mut ranks = [1u16; MAX_FANIN];
+            for r in ranks.iter_mut().skip(len.min(8) as usize) {
+                *r = tail;
+            }
+            let bytes = postcard::to_slice(&(len, ranks), &mut buf).unwrap();
+            let got = postcard::from_bytes::<Ranks>(bytes);
+            assert_eq!(got.is_ok(), ok, "len {len} tail {tail}");
+            if let Ok(r) = got {
+                assert_eq!(r.as_slice(), &[1, 1, 1]);
+            }
+        }
+        assert_eq!(Ranks::new(&[]), None);
+        assert_eq!(Ranks::new(&[0; 9]), None);
+        assert_eq!(Ranks::unpack(9, 0, 0), None);
+        assert_eq!(Ranks::unpack(1, 0x0005_0000, 0), None);
+        assert_eq!(Ranks::first(0), None);
+    }
+}

@@ -40,6 +40,18 @@ pub const REDUCE_N: u8 = 6;
 pub const LL_PUT: u8 = 7;
 /// Op kind: low-latency k-way reduce.
 pub const LL_REDUCE: u8 = 8;
+/// Every op kind by name, in wire order: what the generated headers (`plan.cuh`, `symm.h`) list.
+pub const KINDS: [(&str, u8); 9] = [
+    ("COPY", COPY),
+    ("REDUCE", REDUCE),
+    ("SIGNAL", SIGNAL),
+    ("WAIT", WAIT),
+    ("MC_REDUCE", MC_REDUCE),
+    ("MC_STORE", MC_STORE),
+    ("REDUCE_N", REDUCE_N),
+    ("LL_PUT", LL_PUT),
+    ("LL_REDUCE", LL_REDUCE),
+];
 /// Size of one encoded op in bytes.
 pub const OP_BYTES: usize = 64;
 
@@ -464,6 +476,30 @@ mod tests {
             };
             assert_eq!(bad.decode(), Err(PlanError::BadFanin(n)));
         }
+    }
+
+    #[test]
+    fn the_low_latency_algorithm_refuses_messages_above_its_bound() {
+        let req = |bytes| {
+            Request::new(
+                Collective::AllReduce,
+                crate::sched::Algorithm::OneShotLl,
+                4,
+                bytes,
+                DType::U8,
+                ReduceOp::Sum,
+            )
+        };
+        assert!(req(crate::ll::MAX_BYTES).validate().is_ok());
+        assert_eq!(
+            req(crate::ll::MAX_BYTES + 1).validate(),
+            Err(crate::sched::SchedError::AboveLimit {
+                algorithm: crate::sched::Algorithm::OneShotLl,
+                bytes: crate::ll::MAX_BYTES + 1,
+                max: crate::ll::MAX_BYTES,
+            })
+        );
+        assert!(Schedule::new(req(u64::MAX / 2), 0, 0).is_err());
     }
 
     #[test]

@@ -189,8 +189,7 @@ fn touched(req: &Request, op: &Op) -> Vec<(Loc, u64)> {
             flip,
             ..
         } => {
-            let lines = symm_core::ll::line_bytes(bytes).saturating_add(flip);
-            vec![(src, bytes), (dst, lines)]
+            vec![(src, bytes), (dst, symm_core::ll::put_span(flip, bytes))]
         }
         Op::LlReduce {
             src,
@@ -202,10 +201,7 @@ fn touched(req: &Request, op: &Op) -> Vec<(Loc, u64)> {
             ..
         } => {
             let n = elems.saturating_mul(es);
-            let span = (sources.saturating_sub(1) as u64)
-                .saturating_mul(stride)
-                .saturating_add(flip)
-                .saturating_add(symm_core::ll::line_bytes(n));
+            let span = symm_core::ll::reduce_span(sources, stride, flip, n);
             vec![(src, span), (dst, n)]
         }
         Op::McStore { src, dst, bytes } => {

@@ -78,17 +78,7 @@ pub fn generate() -> String {
     let _ = writeln!(w, "#pragma once\n");
 
     let _ = writeln!(w, "// Op kinds.");
-    for (name, v) in [
-        ("COPY", plan::COPY),
-        ("REDUCE", plan::REDUCE),
-        ("SIGNAL", plan::SIGNAL),
-        ("WAIT", plan::WAIT),
-        ("MC_REDUCE", plan::MC_REDUCE),
-        ("MC_STORE", plan::MC_STORE),
-        ("REDUCE_N", plan::REDUCE_N),
-        ("LL_PUT", plan::LL_PUT),
-        ("LL_REDUCE", plan::LL_REDUCE),
-    ] {
+    for (name, v) in plan::KINDS {
         let _ = writeln!(w, "#define SYMM_OP_{name} {v}");
     }
     let _ = writeln!(w, "#define SYMM_OP_BYTES {}", plan::OP_BYTES);

@@ -126,22 +126,29 @@ pub fn run(args: &[String]) -> Result<(), String> {
     step("tests", &mut times, || {
         sh(cargo().args(["test", "--release", "--workspace", "--", "--nocapture"]))
     })?;
-    step("multicast binding (fake driver)", &mut times, || {
-        if symm_driver::cuda::multicast::COMPILED {
-            return Err("xtask (and so the hw binary) was built with the multicast feature".into());
-        }
-        sh(cargo().args([
-            "test",
-            "--release",
-            "-p",
-            "symm-driver",
-            "--features",
-            "multicast",
-            "--lib",
-            "--",
-            "multicast",
-        ]))
-    })?;
+    step(
+        "multicast binding (fake driver), GPU plan checks",
+        &mut times,
+        || {
+            if symm_driver::cuda::multicast::COMPILED {
+                return Err(
+                    "xtask (and so the hw binary) was built with the multicast feature".into(),
+                );
+            }
+            sh(cargo().args([
+                "test",
+                "--release",
+                "-p",
+                "symm-driver",
+                "--features",
+                "multicast",
+                "--lib",
+                "--",
+                "multicast",
+                "cuda::plan",
+            ]))
+        },
+    )?;
     step("loom", &mut times, || {
         let dir = util::target_dir().join("loom");
         sh(cargo()

@@ -42,7 +42,6 @@ impl SymWorld {
     ) -> Result<(LlPoll, Option<u64>), SymError> {
         let es = self.req.dtype.size();
         let flag = crate::ll::flag(epoch);
-        let half = crate::ll::half(epoch);
         match *op {
             Op::LlPut {
                 src,
@@ -52,12 +51,10 @@ impl SymWorld {
                 ..
             } => {
                 let v = self.get(rank, src, bytes / es)?;
-                let base = dst.offset.saturating_add(half.saturating_mul(flip));
-                let at = Loc {
-                    offset: base,
-                    ..dst
-                };
+                let at = crate::ll::at(dst, flip, epoch)
+                    .ok_or(SymError::OutOfBounds { rank, loc: dst })?;
                 self.ll_range(rank, at, crate::ll::line_bytes(bytes))?;
+                let base = at.offset;
                 for (i, x) in v.iter().enumerate() {
                     let pos = self.ll_pos(base, i as u64);
                     self.ll.insert((dst.rank, dst.buf as u8, pos), (flag, *x));
@@ -75,15 +72,9 @@ impl SymWorld {
             } => {
                 let mut acc: Option<Vec<Sym>> = None;
                 for s in 0..sources as u64 {
-                    let base = s
-                        .checked_mul(stride)
-                        .and_then(|o| o.checked_add(src.offset))
-                        .and_then(|o| o.checked_add(half.saturating_mul(flip)))
+                    let at = crate::ll::region(src, stride, s, flip, epoch)
                         .ok_or(SymError::OutOfBounds { rank, loc: src })?;
-                    let at = Loc {
-                        offset: base,
-                        ..src
-                    };
+                    let base = at.offset;
                     self.ll_range(rank, at, crate::ll::line_bytes(elems.saturating_mul(es)))?;
                     let mut v = Vec::with_capacity(elems as usize);
                     for i in 0..elems {

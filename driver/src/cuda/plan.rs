@@ -218,7 +218,7 @@ impl RankPlan {
                         slot,
                         flip,
                     } => {
-                        let lines = symm_core::ll::line_bytes(bytes).saturating_add(flip);
+                        let lines = symm_core::ll::put_span(flip, bytes);
                         slot < pad_slots
                             && dst.buf == Buf::Scratch
                             && dst.offset.is_multiple_of(16)
@@ -238,10 +238,7 @@ impl RankPlan {
                         ..
                     } => {
                         let n = elems.saturating_mul(dtype.size());
-                        let span = (sources.saturating_sub(1) as u64)
-                            .saturating_mul(stride)
-                            .saturating_add(flip)
-                            .saturating_add(symm_core::ll::line_bytes(n));
+                        let span = symm_core::ll::reduce_span(sources, stride, flip, n);
                         slot < pad_slots
                             && sources >= 1
                             && src.buf == Buf::Scratch
@@ -308,6 +305,136 @@ mod tests {
             r.as_ref().map(|p| p.ops.len())
         );
         assert!(t.elapsed() < std::time::Duration::from_secs(20));
+    }
+
+    /// Low-latency and k-way ops that would reach past their buffers (a hostile or broken
+    /// plan: huge stride, half offset past the scratch, lines into a user buffer, misaligned
+    /// lines, a source rank outside the world) are refused before any launch.
+    #[test]
+    fn out_of_bounds_fused_and_ll_ops_are_refused() {
+        use symm_core::op::{Buf, Loc, Op, Ranks};
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::OneShotLl,
+            2,
+            1024,
+            DType::F32,
+            ReduceOp::Sum,
+        );
+        let sizes = req.buffer_sizes();
+        let slots = req.layout().slots();
+        let plan = RankPlan::schedule(&req, 0).unwrap();
+        plan.validate(0, 2, &sizes, slots, false).unwrap();
+        let decoded: Vec<Op> = plan.ops.iter().map(|p| p.decode().unwrap()).collect();
+        let with = |i: usize, op: Op| {
+            let mut p = plan.clone();
+            p.ops[i] = PlanOp::encode(&op);
+            p.validate(0, 2, &sizes, slots, false)
+        };
+        let put = decoded
+            .iter()
+            .position(|o| matches!(o, Op::LlPut { .. }))
+            .unwrap();
+        let red = decoded
+            .iter()
+            .position(|o| matches!(o, Op::LlReduce { .. }))
+            .unwrap();
+        let Op::LlPut {
+            src,
+            dst,
+            bytes,
+            slot,
+            flip,
+        } = decoded[put]
+        else {
+            unreachable!()
+        };
+        for bad in [
+            Op::LlPut {
+                src,
+                dst,
+                bytes,
+                slot,
+                flip: sizes.scratch,
+            },
+            Op::LlPut {
+                src,
+                dst: Loc {
+                    offset: dst.offset + 8,
+                    ..dst
+                },
+                bytes,
+                slot,
+                flip,
+            },
+            Op::LlPut {
+                src,
+                dst: Loc::new(1, Buf::Output, 0),
+                bytes,
+                slot,
+                flip,
+            },
+            Op::LlPut {
+                src,
+                dst,
+                bytes: u64::MAX,
+                slot,
+                flip,
+            },
+            Op::LlPut {
+                src,
+                dst,
+                bytes,
+                slot: slots,
+                flip,
+            },
+        ] {
+            assert!(with(put, bad).is_err(), "{bad:?}");
+        }
+        let Op::LlReduce {
+            src,
+            dst,
+            elems,
+            dtype,
+            op,
+            div,
+            slot,
+            flip,
+            ..
+        } = decoded[red]
+        else {
+            unreachable!()
+        };
+        let reduce = |stride: u64, sources: u16| Op::LlReduce {
+            src,
+            stride,
+            sources,
+            dst,
+            elems,
+            dtype,
+            op,
+            div,
+            slot,
+            flip,
+        };
+        for bad in [
+            reduce(u64::MAX, 2),
+            reduce(sizes.scratch, 2),
+            reduce(16, u16::MAX),
+        ] {
+            assert!(with(red, bad).is_err(), "{bad:?}");
+        }
+        let k = Op::ReduceN {
+            buf: Buf::Input,
+            offset: 0,
+            ranks: Ranks::new(&[0, 2]).unwrap(),
+            dst: Loc::new(0, Buf::Output, 0),
+            elems: 4,
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+            div: 1,
+        };
+        assert!(with(red, k).is_err(), "a source rank outside the world");
     }
 
     #[test]

@@ -282,11 +282,11 @@ where
                         flip,
                         ..
                     } => {
-                        let half = symm_core::ll::half(ex.expected_of(slot).unwrap_or(0));
+                        let epoch = ex.expected_of(slot).unwrap_or(0);
                         let landed = (0..sources as u64)
                             .filter_map(|s| {
-                                let off = src.offset + s * stride + half * flip;
-                                lines.get(&(src.rank, off)).copied()
+                                let at = symm_core::ll::region(src, stride, s, flip, epoch)?;
+                                lines.get(&(at.rank, at.offset)).copied()
                             })
                             .max()
                             .unwrap_or(begin);
@@ -298,8 +298,10 @@ where
                     dst, slot, flip, ..
                 } = op
                 {
-                    let half = symm_core::ll::half(ex.expected_of(slot).unwrap_or(0));
-                    lines.insert((dst.rank, dst.offset.saturating_add(half * flip)), end);
+                    let epoch = ex.expected_of(slot).unwrap_or(0);
+                    if let Some(at) = symm_core::ll::at(dst, flip, epoch) {
+                        lines.insert((at.rank, at.offset), end);
+                    }
                 }
                 if let Op::Signal {
                     peer,
