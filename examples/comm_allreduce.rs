@@ -99,7 +99,7 @@ fn run() -> Result<String, String> {
     drop(g);
     comm.free(&b).map_err(e)?;
     drop(stream);
-    let name = comm.device().name.clone();
+    let name = comm.device().name().to_string();
     comm.finish().map_err(e)?;
     Ok(format!(
         "rank {rank}/{world} on {name}: {bytes} B f32 sum all-reduce correct (eager, {iters} graph replays); {us:.2} us per op"

@@ -22,19 +22,15 @@ use std::ffi::OsString;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::env::{self, Token, MAX_WORLD};
 use crate::bootstrap::sys;
 
-/// Variables set to keep NVLink multicast off, in every rank, always.
-pub const SAFETY_ENV: [(&str, &str); 3] = [
-    ("NCCL_NVLS_ENABLE", "0"),
-    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-    ("NVSHMEM_DISABLE_NVLS", "1"),
-];
+/// Variables set to keep NVLink multicast off, in every rank, always ([`crate::safety_env`]).
+pub use crate::safety_env::SAFETY_ENV;
 
 /// Longest output line forwarded whole; longer ones are split.
 const MAX_LINE: u64 = 64 * 1024;
@@ -301,7 +297,7 @@ pub fn run(o: &Options) -> Result<i32, LaunchError> {
     let mut streams = 0;
     let mut ranks: Vec<Rank> = Vec::with_capacity(o.ranks as usize);
     for r in 0..o.ranks {
-        let mut cmd = Command::new(&o.command[0]);
+        let mut cmd = crate::safety_env::command(&o.command[0]);
         cmd.args(&o.command[1..])
             .env(env::RANK, r.to_string())
             .env(env::WORLD_SIZE, o.ranks.to_string())
@@ -311,9 +307,6 @@ pub fn run(o: &Options) -> Result<i32, LaunchError> {
             .env(env::SYMM_TOKEN, token.to_hex())
             .stdin(Stdio::null())
             .process_group(0);
-        for (k, v) in SAFETY_ENV {
-            cmd.env(k, v);
-        }
         if o.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }

@@ -12,6 +12,8 @@
 //! * [`sha256`]: SHA-256, for the cache and for checking downloads.
 //! * [`bootstrap`] (Linux): the process-per-GPU bootstrap: the job environment, a Unix-socket
 //!   rendezvous checked by uid and token, collectives that carry file descriptors, lost peers.
+//! * [`safety_env`]: the multicast-off variables: checked before NCCL loads, set for every
+//!   program symm starts.
 //! * [`launcher`] (Linux): `symm-run`, which starts a job's ranks and ends the job when one fails.
 #![deny(missing_docs)]
 
@@ -25,5 +27,6 @@ pub mod host;
 pub mod kernel_cache;
 #[cfg(target_os = "linux")]
 pub mod launcher;
+pub mod safety_env;
 pub mod sha256;
 pub mod sync;

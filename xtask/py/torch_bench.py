@@ -6,9 +6,10 @@ checked: 2^64-1), label. Started by `torch.distributed.run`; multicast stays off
 import os
 import sys
 
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+# Set, never defaulted: a caller's NCCL_NVLS_ENABLE=1 must not reach NCCL.
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 import torch
 import torch.distributed as dist
 

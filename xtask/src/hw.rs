@@ -136,6 +136,11 @@ fn check_flags(args: &[String]) -> Result<(), String> {
 
 /// `cargo xtask hw`.
 pub fn run(args: &[String]) -> Result<(), String> {
+    // Before anything loads NCCL (the bench, the ranks) or starts a program that may: NCCL's
+    // loader refuses without these, and every child inherits them.
+    // SAFETY: `cargo xtask hw` reaches here from `main` before it starts any thread.
+    unsafe { symm_driver::safety_env::set_for_process() }
+        .map_err(|e| format!("cargo xtask hw refuses to run: {e}"))?;
     if args.first().map(String::as_str) == Some("comm-rank") {
         return comm::rank(&args[1..]);
     }
@@ -149,11 +154,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
     check_flags(args)?;
     if util::flag(args, "--ci-checks") {
         return ci_checks();
-    }
-    for (k, v) in symm_driver::launcher::SAFETY_ENV {
-        if std::env::var(k).as_deref() != Ok(v) {
-            eprintln!("note: {k}={v} is not set; symm never creates multicast objects either way");
-        }
     }
     let all = util::flag(args, "--all");
     let bench_flag = util::flag(args, "--bench-quick");

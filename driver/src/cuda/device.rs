@@ -5,22 +5,19 @@
 //! any thread may drive any rank.
 
 use core::ffi::{c_char, c_void};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::error::{check, driver, CudaError, Result};
 use super::ffi::driver::{self as ffi, DevPtr, Handle};
 
-/// A GPU with its retained primary context.
+/// A GPU with its retained primary context (released on drop; the fields are private so that
+/// the handle released is always the one retained).
 pub struct Device {
-    /// Device ordinal.
-    pub ordinal: i32,
-    /// The driver's device handle.
-    pub dev: ffi::Device,
-    /// Primary context.
-    pub ctx: Handle,
-    /// Device name.
-    pub name: String,
-    /// Compute capability as major * 10 + minor (90 for Hopper).
-    pub arch: u32,
+    pub(crate) ordinal: i32,
+    pub(crate) dev: ffi::Device,
+    pub(crate) ctx: Handle,
+    pub(crate) name: String,
+    pub(crate) arch: u32,
 }
 
 // SAFETY: a CUDA context handle may be used from any thread (the driver API is thread safe);
@@ -61,6 +58,26 @@ impl Device {
             name,
             arch: (major * 10 + minor) as u32,
         })
+    }
+
+    /// Device ordinal.
+    pub fn ordinal(&self) -> i32 {
+        self.ordinal
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Compute capability as major * 10 + minor (90 for Hopper).
+    pub fn arch(&self) -> u32 {
+        self.arch
+    }
+
+    /// The primary context (retained as long as `self`), for a caller's own driver calls.
+    pub fn context(&self) -> Handle {
+        self.ctx
     }
 
     /// Makes this device's context current on the calling thread.
@@ -155,9 +172,9 @@ pub fn device_count() -> Result<i32> {
 /// Device memory from cuMemAlloc (the caller binds the context first), freed on drop.
 pub struct DevBuf {
     /// Device address.
-    pub ptr: DevPtr,
+    pub(crate) ptr: DevPtr,
     /// Size in bytes.
-    pub len: usize,
+    pub(crate) len: usize,
     ctx: Handle,
 }
 
@@ -201,7 +218,12 @@ impl Drop for DevBuf {
 }
 
 /// Copies host bytes to a device address (context bound by the caller).
-pub fn htod(dst: DevPtr, src: &[u8]) -> Result<()> {
+///
+/// # Safety
+///
+/// `dst .. dst + src.len()` must be device memory of the bound context (or mapped into it) that
+/// nothing else owns for the duration of the copy.
+pub(crate) unsafe fn htod(dst: DevPtr, src: &[u8]) -> Result<()> {
     if src.is_empty() {
         return Ok(());
     }
@@ -213,7 +235,12 @@ pub fn htod(dst: DevPtr, src: &[u8]) -> Result<()> {
 }
 
 /// Copies device bytes to host (context bound by the caller).
-pub fn dtoh(dst: &mut [u8], src: DevPtr) -> Result<()> {
+///
+/// # Safety
+///
+/// `src .. src + dst.len()` must be readable device memory of the bound context (or mapped
+/// into it).
+pub(crate) unsafe fn dtoh(dst: &mut [u8], src: DevPtr) -> Result<()> {
     if dst.is_empty() {
         return Ok(());
     }
@@ -225,13 +252,78 @@ pub fn dtoh(dst: &mut [u8], src: DevPtr) -> Result<()> {
 }
 
 /// Fills device bytes (context bound by the caller).
-pub fn memset(dst: DevPtr, value: u8, len: usize) -> Result<()> {
+///
+/// # Safety
+///
+/// `dst .. dst + len` must be device memory of the bound context (or mapped into it) that
+/// nothing else owns for the duration of the fill.
+pub(crate) unsafe fn memset(dst: DevPtr, value: u8, len: usize) -> Result<()> {
     if len == 0 {
         return Ok(());
     }
     let api = driver()?;
     // SAFETY: the caller guarantees `dst` has `len` bytes.
     check("cuMemsetD8", unsafe { (api.memset_d8)(dst, value, len) })
+}
+
+impl DevBuf {
+    /// Copies `bytes` to the start of the buffer.
+    pub(crate) fn upload(&self, bytes: &[u8]) -> Result<()> {
+        self.check(0, bytes.len())?;
+        let _ctx = keep_current()?;
+        bind(self.ctx)?;
+        // SAFETY: the buffer owns `len` bytes of its context, bound above; checked to hold them.
+        unsafe { htod(self.ptr, bytes) }
+    }
+
+    /// Reads the whole buffer.
+    pub(crate) fn download(&self) -> Result<Vec<u8>> {
+        self.read_at(0, self.len)
+    }
+
+    /// Reads `len` bytes at byte `off` of the buffer.
+    pub(crate) fn read_at(&self, off: usize, len: usize) -> Result<Vec<u8>> {
+        self.check(off, len)?;
+        let mut v = vec![0u8; len];
+        let _ctx = keep_current()?;
+        bind(self.ctx)?;
+        // SAFETY: bytes `off .. off + len` lie in the buffer (checked), of the bound context.
+        unsafe { dtoh(&mut v, self.ptr + off as u64) }?;
+        Ok(v)
+    }
+
+    /// Writes `bytes` at byte `off` of the buffer.
+    pub(crate) fn write_at(&self, off: usize, bytes: &[u8]) -> Result<()> {
+        self.check(off, bytes.len())?;
+        let _ctx = keep_current()?;
+        bind(self.ctx)?;
+        // SAFETY: bytes `off .. off + len` lie in the buffer (checked), of the bound context.
+        unsafe { htod(self.ptr + off as u64, bytes) }
+    }
+
+    /// Fills the whole buffer with `value`.
+    pub(crate) fn fill(&self, value: u8) -> Result<()> {
+        let _ctx = keep_current()?;
+        bind(self.ctx)?;
+        // SAFETY: the buffer owns `len` bytes of its context, bound above.
+        unsafe { memset(self.ptr, value, self.len) }
+    }
+
+    fn check(&self, off: usize, len: usize) -> Result<()> {
+        if off.checked_add(len).is_none_or(|e| e > self.len) {
+            return Err(CudaError::Invalid(format!(
+                "bytes {off}..+{len} outside a device buffer of {}",
+                self.len
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn bind(ctx: Handle) -> Result<()> {
+    let api = driver()?;
+    // SAFETY: `ctx` is a live context (retained by the owner's Device).
+    check("cuCtxSetCurrent", unsafe { (api.ctx_set_current)(ctx) })
 }
 
 /// The calling thread's current context, made current again on drop: symm binds its devices'
@@ -281,8 +373,7 @@ impl Drop for KeepCurrent {
 
 /// A stream of one device, destroyed on drop unless borrowed from its owner.
 pub struct Stream {
-    /// The handle.
-    pub raw: Handle,
+    pub(crate) raw: Handle,
     ctx: Handle,
     owned: bool,
 }
@@ -324,6 +415,16 @@ impl Stream {
             ctx: dev.ctx,
             owned: false,
         }
+    }
+
+    /// The handle (for a caller's own launches on this stream; it stays owned by `self`).
+    pub fn raw(&self) -> Handle {
+        self.raw
+    }
+
+    /// The context the stream belongs to.
+    pub(crate) fn context(&self) -> Handle {
+        self.ctx
     }
 
     /// Waits for the stream's work.
@@ -413,23 +514,28 @@ impl Drop for Event {
 }
 
 /// Page-locked host memory mapped into every device's address space (portable), zeroed.
+///
+/// Devices and host threads use it at once (timeout records, the abort word), so every access
+/// is an atomic word access at an aligned offset inside the mapping; an access out of bounds or
+/// misaligned reads 0 and writes nothing.
 pub struct HostMapped {
-    /// Host address (equal to the device address under unified addressing).
-    pub host: *mut c_void,
-    /// Device address.
-    pub dev: DevPtr,
-    /// Size.
-    pub len: usize,
+    host: *mut c_void,
+    pub(crate) dev: DevPtr,
+    pub(crate) len: usize,
 }
 
-// SAFETY: the memory is plain bytes shared with devices; accesses go through volatile reads.
+// SAFETY: the memory is plain words shared with devices; every access is atomic.
 unsafe impl Send for HostMapped {}
 // SAFETY: as above.
 unsafe impl Sync for HostMapped {}
 
 impl HostMapped {
-    /// Allocates `len` bytes with a context of `dev` bound.
+    /// Allocates `len` bytes (rounded up to 8) with a context of `dev` bound.
     pub fn new(dev: &Device, len: usize) -> Result<HostMapped> {
+        let len = len
+            .max(8)
+            .checked_next_multiple_of(8)
+            .ok_or_else(|| CudaError::Invalid("host-mapped size overflows".into()))?;
         let _ctx = keep_current()?;
         dev.bind()?;
         let api = driver()?;
@@ -450,45 +556,74 @@ impl HostMapped {
                 name: super::error::error_name(rc),
             });
         }
-        // SAFETY: `host` points to `len` writable bytes.
+        // SAFETY: `host` points to `len` writable bytes, not yet shared.
         unsafe { core::ptr::write_bytes(host.cast::<u8>(), 0, len) };
         Ok(HostMapped { host, dev: d, len })
     }
 
-    /// Reads a `u32` at byte `off` (volatile: devices write it).
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never: at least 8 bytes are allocated).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device address of byte `off`, when it lies in the mapping.
+    pub fn device_ptr(&self, off: usize) -> Option<DevPtr> {
+        (off < self.len).then(|| self.dev + off as u64)
+    }
+
+    /// The word at byte `off` when `off .. off + size` lies in the mapping and is aligned.
+    fn word<T>(&self, off: usize) -> Option<*mut T> {
+        let size = core::mem::size_of::<T>();
+        let end = off.checked_add(size)?;
+        (end <= self.len && off % size == 0)
+            // SAFETY: in bounds of the allocation (checked above).
+            .then(|| unsafe { self.host.cast::<u8>().add(off) }.cast::<T>())
+    }
+
+    /// Reads a `u32` at byte `off` (acquire: devices write it); 0 out of bounds or misaligned.
     pub fn read_u32(&self, off: usize) -> u32 {
-        if off + 4 > self.len {
-            return 0;
-        }
-        // SAFETY: in bounds and 4-byte aligned (callers use aligned offsets of repr(C) records).
-        unsafe { core::ptr::read_volatile(self.host.cast::<u8>().add(off).cast::<u32>()) }
+        self.word::<u32>(off).map_or(0, |p| {
+            // SAFETY: `p` is in bounds and aligned (`word`), valid for the life of `self`, and
+            // every access to this memory from the host is atomic.
+            unsafe { AtomicU32::from_ptr(p) }.load(Ordering::Acquire)
+        })
     }
 
-    /// Reads a `u64` at byte `off`.
+    /// Reads a `u64` at byte `off`; 0 out of bounds or misaligned.
     pub fn read_u64(&self, off: usize) -> u64 {
-        if off + 8 > self.len {
-            return 0;
-        }
-        // SAFETY: in bounds and 8-byte aligned.
-        unsafe { core::ptr::read_volatile(self.host.cast::<u8>().add(off).cast::<u64>()) }
+        self.word::<u64>(off).map_or(0, |p| {
+            // SAFETY: as in `read_u32`.
+            unsafe { AtomicU64::from_ptr(p) }.load(Ordering::Acquire)
+        })
     }
 
-    /// Writes a `u32` at byte `off` (volatile: devices read it while running).
+    /// Writes a `u32` at byte `off` (release: devices read it while running); nothing out of
+    /// bounds or misaligned.
     pub fn write_u32(&self, off: usize, value: u32) {
-        if off + 4 > self.len {
-            return;
+        if let Some(p) = self.word::<u32>(off) {
+            // SAFETY: as in `read_u32`.
+            unsafe { AtomicU32::from_ptr(p) }.store(value, Ordering::Release);
         }
-        // SAFETY: in bounds and 4-byte aligned (callers use aligned offsets).
-        unsafe { core::ptr::write_volatile(self.host.cast::<u8>().add(off).cast::<u32>(), value) };
     }
 
-    /// Zeroes bytes `off .. off + len`.
+    /// Zeroes the words that lie in bytes `off .. off + len` (rounded out to 4-byte words).
     pub fn zero(&self, off: usize, len: usize) {
-        let end = (off + len).min(self.len);
-        for i in off..end {
-            // SAFETY: in bounds.
-            unsafe { core::ptr::write_volatile(self.host.cast::<u8>().add(i), 0) };
+        let end = off.saturating_add(len).min(self.len);
+        let mut at = off - off % 4;
+        while at < end {
+            self.write_u32(at, 0);
+            at += 4;
         }
+    }
+
+    /// Zeroes the whole mapping.
+    pub fn zero_all(&self) {
+        self.zero(0, self.len);
     }
 }
 

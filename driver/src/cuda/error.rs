@@ -79,6 +79,14 @@ pub enum CudaError {
     Multicast(McError),
     /// Filesystem trouble with the kernel cache.
     Io(String),
+    /// A library that may create NVLink multicast objects (NCCL) was not loaded, because the
+    /// multicast-off variables are not all set in this process (`crate::safety_env`).
+    MulticastEnv(crate::safety_env::MulticastEnvError),
+    /// A plan was launched on a `World` or `Comm` other than the one that validated it, or on
+    /// another rank, or (for user plans) with buffers other than those it was checked against.
+    ForeignPlan(String),
+    /// An option is out of its range; the text names it and the range.
+    BadOption(String),
 }
 
 impl fmt::Display for CudaError {
@@ -116,6 +124,9 @@ impl fmt::Display for CudaError {
             } => write!(f, "rank {rank} channel {channel}: op {op_index} cannot run in this kernel"),
             CudaError::Multicast(e) => write!(f, "multicast refused: {e}"),
             CudaError::Io(s) => write!(f, "kernel cache: {s}"),
+            CudaError::MulticastEnv(e) => write!(f, "{e}"),
+            CudaError::ForeignPlan(s) => write!(f, "foreign plan: {s}"),
+            CudaError::BadOption(s) => write!(f, "bad option: {s}"),
         }
     }
 }
@@ -163,4 +174,13 @@ pub fn error_name(code: i32) -> String {
 /// The loaded driver or [`CudaError::Unavailable`].
 pub fn driver() -> Result<&'static super::ffi::driver::DriverApi> {
     super::ffi::driver::api().map_err(|s| CudaError::Unavailable(s.into()))
+}
+
+impl From<super::ffi::nccl::NcclLoadError> for CudaError {
+    fn from(e: super::ffi::nccl::NcclLoadError) -> CudaError {
+        match e {
+            super::ffi::nccl::NcclLoadError::MulticastEnv(e) => CudaError::MulticastEnv(e),
+            e => CudaError::Unavailable(e.to_string()),
+        }
+    }
 }

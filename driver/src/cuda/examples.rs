@@ -119,9 +119,8 @@ impl RankRingPass {
 
     /// After the pass's stream finished: `Err` when a wait passed its deadline.
     pub fn status(&self, rank: u16) -> Result<()> {
-        let mut s = [0u8; 4];
-        device::dtoh(&mut s, self.status.ptr)?;
-        if i32::from_le_bytes(s) != 0 {
+        let s = self.status.read_at(0, 4)?;
+        if s != [0; 4] {
             return Err(CudaError::Invalid(format!(
                 "rank {rank}: the example's wait passed its deadline (pass {})",
                 self.generation
@@ -289,9 +288,8 @@ impl DeviceBench {
     }
 
     fn check_status(&self, rank: u16) -> Result<()> {
-        let mut st = [0u8; 4];
-        device::dtoh(&mut st, self.status.ptr)?;
-        if i32::from_le_bytes(st) != 0 {
+        let st = self.status.read_at(0, 4)?;
+        if st != [0; 4] {
             return Err(CudaError::Invalid(format!(
                 "rank {rank}: a ping-pong wait passed its deadline"
             )));

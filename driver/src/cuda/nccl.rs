@@ -1,9 +1,47 @@
 //! NCCL in the same process, on the same streams and buffers, for side-by-side timing.
+//!
+//! NCCL is loaded only with the multicast-off variables set ([`crate::safety_env`]); every call
+//! here checks its buffers the way symm checks its own before anything is enqueued: the element
+//! type is symm-core's [`DType`] (its size is never the caller's word), and the bytes the call
+//! reads and writes must lie inside the buffers, which must lie inside the heap's buffer area.
+
+use symm_core::dtype::{DType, ReduceOp};
+use symm_core::sched::BufferSizes;
 
 use super::device::Event;
 use super::error::{CudaError, Result};
 use super::ffi::nccl::{self as ffi, Comm};
-use super::world::World;
+use super::world::{guard, Buffers, World};
+
+/// NCCL's code for an element type (`ncclDataType_t`).
+fn type_code(t: DType) -> Result<i32> {
+    Ok(match t {
+        DType::U8 => 1,
+        DType::I32 => 2,
+        DType::U32 => 3,
+        DType::I64 => 4,
+        DType::U64 => 5,
+        DType::F16 => 6,
+        DType::F32 => 7,
+        DType::F64 => 8,
+        DType::Bf16 => 9,
+        #[allow(unreachable_patterns)]
+        other => return Err(CudaError::Invalid(format!("NCCL has no {other:?}"))),
+    })
+}
+
+/// NCCL's code for a reduction (`ncclRedOp_t`).
+fn op_code(op: ReduceOp) -> Result<i32> {
+    Ok(match op {
+        ReduceOp::Sum => 0,
+        ReduceOp::Prod => 1,
+        ReduceOp::Max => 2,
+        ReduceOp::Min => 3,
+        ReduceOp::Avg => 4,
+        #[allow(unreachable_patterns)]
+        other => return Err(CudaError::Invalid(format!("NCCL has no {other:?}"))),
+    })
+}
 
 /// One communicator per rank of a [`World`] (ncclCommInitAll).
 pub struct Nccl {
@@ -21,9 +59,10 @@ fn check(call: &'static str, code: i32) -> Result<()> {
 }
 
 impl Nccl {
-    /// Communicators over the devices of `world`, rank for rank.
+    /// Communicators over the devices of `world`, rank for rank. Refused unless the
+    /// multicast-off variables are set in this process.
     pub fn new(world: &World) -> Result<Nccl> {
-        let api = ffi::api().map_err(|s| CudaError::Unavailable(s.into()))?;
+        let api = ffi::api()?;
         let devs: Vec<i32> = (0..world.world())
             .map(|r| world.device(r).map(|d| d.ordinal))
             .collect::<Result<_>>()?;
@@ -38,27 +77,46 @@ impl Nccl {
         Ok(Nccl { comms, version })
     }
 
-    /// Mean microseconds of an out-of-place all-reduce of `count` elements from heap offset
-    /// `input` to `output` on every rank, after `warmup`, over `iters` back-to-back calls.
+    /// Mean microseconds of an out-of-place all-reduce of `count` elements of `dtype` from
+    /// `b.input` to `b.output` on every rank, after `warmup`, over `iters` back-to-back calls.
+    /// The buffers must hold `count` elements each inside the world's buffer area.
     #[allow(clippy::too_many_arguments)]
     pub fn time_all_reduce(
         &self,
         world: &World,
-        input: u64,
-        output: u64,
+        b: &Buffers,
         count: usize,
-        dtype: i32,
-        op: i32,
+        dtype: DType,
+        op: ReduceOp,
         warmup: u32,
         iters: u32,
     ) -> Result<f64> {
-        let api = ffi::api().map_err(|s| CudaError::Unavailable(s.into()))?;
+        let (ty, red) = (type_code(dtype)?, op_code(op)?);
+        let bytes = (count as u64)
+            .checked_mul(dtype.size())
+            .ok_or_else(|| CudaError::Invalid(format!("{count} elements overflow")))?;
+        let need = BufferSizes {
+            input: bytes,
+            output: bytes,
+            scratch: 0,
+        };
+        let (lo, hi) = world.buffer_area();
+        guard::check_buffers(b, &need, lo, hi)?;
+        if self.comms.len() != world.world() as usize {
+            return Err(CudaError::Invalid(format!(
+                "{} NCCL communicators for a world of {}",
+                self.comms.len(),
+                world.world()
+            )));
+        }
+        let api = ffi::api()?;
         let ptrs: Vec<(u64, u64)> = (0..world.world())
-            .map(|r| Ok((world.ptr(r, input)?, world.ptr(r, output)?)))
+            .map(|r| Ok((world.ptr(r, b.input)?, world.ptr(r, b.output)?)))
             .collect::<Result<_>>()?;
         let round = || -> Result<()> {
-            // SAFETY: group calls bracket one all-reduce per communicator; buffers are device
-            // addresses of `count` elements in each rank's heap; streams belong to the ranks.
+            // SAFETY: group calls bracket one all-reduce per communicator; the buffers are
+            // device addresses of `count` elements of `dtype` inside each rank's buffer area
+            // (checked above); the streams belong to the ranks, whose contexts are bound.
             unsafe {
                 check("ncclGroupStart", (api.group_start)())?;
                 for (r, c) in self.comms.iter().enumerate() {
@@ -70,8 +128,8 @@ impl Nccl {
                             i as *const _,
                             o as *mut _,
                             count,
-                            dtype,
-                            op,
+                            ty,
+                            red,
                             *c,
                             world.stream(r as u16)?.raw,
                         ),
@@ -113,9 +171,10 @@ pub struct NcclRank {
 }
 
 impl NcclRank {
-    /// Collective over the ranks of `symm`.
+    /// Collective over the ranks of `symm`. Refused unless the multicast-off variables are set
+    /// in this process.
     pub fn new(symm: &super::Comm) -> Result<NcclRank> {
-        let api = ffi::api().map_err(|s| CudaError::Unavailable(s.into()))?;
+        let api = ffi::api()?;
         let mut version = 0;
         // SAFETY: valid out-pointer.
         check("ncclGetVersion", unsafe { (api.get_version)(&mut version) })?;
@@ -140,7 +199,7 @@ impl NcclRank {
     }
 }
 
-/// A collective NCCL runs beside symm (bf16 and the other element types by NCCL code).
+/// A collective NCCL runs beside symm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NcclOp {
     /// `ncclAllReduce` of `count` elements.
@@ -156,23 +215,34 @@ pub enum NcclOp {
 }
 
 impl NcclRank {
-    /// Enqueues one out-of-place `op` from heap offset `input` to `output` of this rank on
-    /// `stream` (capturable in a CUDA graph). The buffers must hold what the op reads and writes
-    /// (`count` elements per block; `world` blocks on the gathered or scattered side), which
-    /// [`NcclRank::check_sizes`] checks against the symm buffers.
+    /// Enqueues one out-of-place `op` of `count` elements of `dtype` per block from heap offset
+    /// `b.input` to `b.output` of this rank on `stream` (capturable in a CUDA graph). Refused
+    /// before anything is enqueued unless the buffers hold what the op reads and writes
+    /// ([`NcclRank::check_sizes`]) inside the Comm's buffer area.
     #[allow(clippy::too_many_arguments)]
     pub fn enqueue(
         &self,
         symm: &super::Comm,
         op: NcclOp,
-        b: &super::Buffers,
+        b: &Buffers,
         count: usize,
-        (dtype, elem): (i32, u64),
-        redop: i32,
+        dtype: DType,
+        redop: ReduceOp,
         stream: &super::device::Stream,
     ) -> Result<()> {
-        Self::check_sizes(op, b, count as u64 * elem, symm.world() as u64)?;
-        let api = ffi::api().map_err(|s| CudaError::Unavailable(s.into()))?;
+        let (ty, red) = (type_code(dtype)?, op_code(redop)?);
+        let block = (count as u64)
+            .checked_mul(dtype.size())
+            .ok_or_else(|| CudaError::Invalid(format!("{count} elements overflow")))?;
+        let need = Self::check_sizes(op, b, block, symm.world() as u64)?;
+        let (lo, hi) = symm.buffer_area();
+        guard::check_buffers(b, &need, lo, hi)?;
+        if stream.context() != symm.device().ctx {
+            return Err(CudaError::Invalid(
+                "the stream belongs to another device's context".into(),
+            ));
+        }
+        let api = ffi::api()?;
         let (i, o) = (
             symm.ptr(symm.rank(), b.input)?,
             symm.ptr(symm.rank(), b.output)?,
@@ -182,38 +252,37 @@ impl NcclRank {
         let _ctx = super::device::keep_current()?;
         symm.device().bind()?;
         // Every call below: `ip` and `op_` are device addresses in this rank's heap whose buffers
-        // hold what the call reads and writes (checked above); the stream belongs to this rank's
-        // device, whose context is bound.
+        // hold what the call reads and writes inside the buffer area (checked above); the
+        // stream belongs to this rank's device, whose context is bound.
         match op {
             // SAFETY: as stated above the match.
             NcclOp::AllReduce => check("ncclAllReduce", unsafe {
-                (api.all_reduce)(ip, op_, count, dtype, redop, c, s)
+                (api.all_reduce)(ip, op_, count, ty, red, c, s)
             }),
             // SAFETY: as stated above the match.
             NcclOp::AllGather => check("ncclAllGather", unsafe {
-                (api.all_gather)(ip, op_, count, dtype, c, s)
+                (api.all_gather)(ip, op_, count, ty, c, s)
             }),
             // SAFETY: as stated above the match.
             NcclOp::ReduceScatter => check("ncclReduceScatter", unsafe {
-                (api.reduce_scatter)(ip, op_, count, dtype, redop, c, s)
+                (api.reduce_scatter)(ip, op_, count, ty, red, c, s)
             }),
             // SAFETY: as stated above the match.
             NcclOp::Broadcast => check("ncclBroadcast", unsafe {
-                (api.broadcast)(ip, op_, count, dtype, 0, c, s)
+                (api.broadcast)(ip, op_, count, ty, 0, c, s)
             }),
             NcclOp::AllToAll => {
-                let block = count as u64 * elem;
                 // SAFETY: group calls have no arguments.
                 check("ncclGroupStart", unsafe { (api.group_start)() })?;
                 for peer in 0..symm.world() as u64 {
                     let (si, ro) = (i + peer * block, o + peer * block);
                     // SAFETY: block `peer` of the input and of the output lies inside them.
                     check("ncclSend", unsafe {
-                        (api.send)(si as *const _, count, dtype, peer as i32, c, s)
+                        (api.send)(si as *const _, count, ty, peer as i32, c, s)
                     })?;
                     // SAFETY: as above.
                     check("ncclRecv", unsafe {
-                        (api.recv)(ro as *mut _, count, dtype, peer as i32, c, s)
+                        (api.recv)(ro as *mut _, count, ty, peer as i32, c, s)
                     })?;
                 }
                 // SAFETY: closes the group opened above.
@@ -222,28 +291,35 @@ impl NcclRank {
         }
     }
 
-    /// Fails unless `b` holds what `op` reads and writes with `block` bytes per block.
-    pub fn check_sizes(op: NcclOp, b: &super::Buffers, block: u64, world: u64) -> Result<()> {
-        let all = block.saturating_mul(world);
-        let (inp, out) = match op {
+    /// What `op` reads and writes with `block` bytes per block over `world` ranks; fails
+    /// unless `b`'s sizes hold it.
+    pub fn check_sizes(op: NcclOp, b: &Buffers, block: u64, world: u64) -> Result<BufferSizes> {
+        let all = block
+            .checked_mul(world)
+            .ok_or_else(|| CudaError::Invalid(format!("{block} B x {world} ranks overflows")))?;
+        let (input, output) = match op {
             NcclOp::AllReduce | NcclOp::Broadcast => (block, block),
             NcclOp::AllGather => (block, all),
             NcclOp::ReduceScatter => (all, block),
             NcclOp::AllToAll => (all, all),
         };
-        if b.sizes.input < inp || b.sizes.output < out {
+        if b.sizes.input < input || b.sizes.output < output {
             return Err(CudaError::Invalid(format!(
-                "NCCL {op:?} needs {inp} B in, {out} B out; the buffers hold {} and {}",
+                "NCCL {op:?} needs {input} B in, {output} B out; the buffers hold {} and {}",
                 b.sizes.input, b.sizes.output
             )));
         }
-        Ok(())
+        Ok(BufferSizes {
+            input,
+            output,
+            scratch: 0,
+        })
     }
 }
 
 impl Drop for NcclRank {
     fn drop(&mut self) {
-        if let Ok(api) = ffi::api() {
+        if let Some(api) = ffi::loaded() {
             // SAFETY: created by ncclCommInitRank, destroyed once.
             unsafe { (api.comm_destroy)(self.comm) };
         }
@@ -252,11 +328,51 @@ impl Drop for NcclRank {
 
 impl Drop for Nccl {
     fn drop(&mut self) {
-        if let Ok(api) = ffi::api() {
+        if let Some(api) = ffi::loaded() {
             for c in &self.comms {
                 // SAFETY: each communicator was created by ncclCommInitAll and is destroyed once.
                 unsafe { (api.comm_destroy)(*c) };
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bufs(input: u64, output: u64) -> Buffers {
+        Buffers {
+            input: 4096,
+            output: 8192,
+            scratch: 0,
+            sizes: BufferSizes {
+                input,
+                output,
+                scratch: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn nccl_buffers_must_hold_what_the_op_touches() {
+        // 100 bf16 elements per block over 4 ranks.
+        let block = 100 * DType::Bf16.size();
+        let ok = NcclRank::check_sizes(NcclOp::AllGather, &bufs(block, 4 * block), block, 4);
+        assert_eq!(ok.unwrap().output, 4 * block);
+        for (op, b) in [
+            (NcclOp::AllReduce, bufs(block - 1, block)),
+            (NcclOp::AllGather, bufs(block, 4 * block - 1)),
+            (NcclOp::ReduceScatter, bufs(4 * block - 2, block)),
+            (NcclOp::AllToAll, bufs(4 * block, block)),
+        ] {
+            assert!(NcclRank::check_sizes(op, &b, block, 4).is_err(), "{op:?}");
+        }
+        // Sizes whose product wraps are refused, not wrapped.
+        assert!(NcclRank::check_sizes(NcclOp::AllGather, &bufs(0, 0), u64::MAX / 2, 4).is_err());
+        // Every symm element type has an NCCL code; the size comes from the type.
+        for t in DType::ALL {
+            assert!(type_code(t).is_ok(), "{t:?}");
         }
     }
 }

@@ -154,6 +154,13 @@ impl RankPlan {
         pad_slots: u32,
         multicast: bool,
     ) -> Result<()> {
+        if self.channels() > symm_core::sched::MAX_CHANNELS as usize {
+            return Err(CudaError::Invalid(format!(
+                "{} channels (at most {})",
+                self.channels(),
+                symm_core::sched::MAX_CHANNELS
+            )));
+        }
         if self.chan_start.first() != Some(&0)
             || self.chan_start.windows(2).any(|w| w[0] > w[1])
             || self.chan_start.last().copied() != Some(self.ops.len() as u32)

@@ -16,7 +16,7 @@ use symm_core::sched::Request;
 use symm_core::trace::{Event, EventKind, Header, Source, MAX_DEVICES};
 use symm_kernels::abi::{self, TraceEvent};
 
-use super::device;
+use super::device::DevBuf;
 use super::error::{CudaError, Result};
 use super::launch::EVENT_BYTES;
 use super::plan::RankPlan;
@@ -28,20 +28,18 @@ pub type RawEvent = (u64, u32, u32);
 /// One rank's raw events per channel, read from its trace buffer (`cap` events per channel) and
 /// per-channel lengths; `true` when a channel overflowed its buffer.
 pub(crate) fn read_rank(
-    trace: u64,
-    lens_ptr: u64,
+    trace: &DevBuf,
+    lens: &DevBuf,
     cap: usize,
     channels: usize,
 ) -> Result<(Vec<Vec<RawEvent>>, bool)> {
-    let mut lens = vec![0u8; channels * 4];
-    device::dtoh(&mut lens, lens_ptr)?;
+    let lens = lens.read_at(0, channels * 4)?;
     let mut overflow = false;
     let mut per = Vec::with_capacity(channels);
     for (c, l) in lens.chunks_exact(4).enumerate() {
         let n = u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize;
         overflow |= n > cap;
-        let mut raw = vec![0u8; n.min(cap) * EVENT_BYTES];
-        device::dtoh(&mut raw, trace + (c * cap * EVENT_BYTES) as u64)?;
+        let raw = trace.read_at(c * cap * EVENT_BYTES, n.min(cap) * EVENT_BYTES)?;
         per.push(
             raw.chunks_exact(EVENT_BYTES)
                 .map(|e| {
@@ -69,8 +67,8 @@ pub fn events(world: &World, plans: &[DevicePlan]) -> Result<(Vec<Vec<Vec<RawEve
     let mut out = Vec::with_capacity(plans.len());
     let mut overflow = false;
     for (r, p) in plans.iter().enumerate() {
-        let (trace, lens_ptr) = world.trace_buffers(r as u16)?;
-        let (per, o) = read_rank(trace, lens_ptr, cap, p.host.channels())?;
+        let (trace, lens) = world.trace_buffers(r as u16)?;
+        let (per, o) = read_rank(trace, lens, cap, p.host.channels())?;
         overflow |= o;
         out.push(per);
     }

@@ -7,7 +7,7 @@
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, Collective, Request};
 use symm_driver::cuda::nccl::Nccl;
-use symm_driver::cuda::{ffi, CudaError, World};
+use symm_driver::cuda::{CudaError, World};
 use symm_driver::host;
 
 use super::data;
@@ -87,11 +87,10 @@ pub fn run(world: &World, seed: &mut u64) -> Vec<Line> {
                 let b = world.alloc(&req)?;
                 let t = n.time_all_reduce(
                     world,
-                    b.input,
-                    b.output,
+                    &b,
                     (bytes / 2) as usize,
-                    ffi::nccl::BFLOAT16,
-                    ffi::nccl::SUM,
+                    DType::Bf16,
+                    ReduceOp::Sum,
                     warm,
                     iters,
                 );

@@ -7,7 +7,7 @@
 //! marks a finished install, so a folder from an older, unchecked install is replaced.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use symm_driver::safety_env;
 
 use symm_driver::sha256::{self, Sha256};
 
@@ -95,7 +95,7 @@ pub fn install(python: &str, wheel: &Path, pin: &Pin, dir: &Path) -> Result<(), 
     verify(wheel, pin.sha256)?;
     let staging = dir.with_extension("staging");
     let _ = std::fs::remove_dir_all(&staging);
-    let out = Command::new(python)
+    let out = safety_env::command(python)
         .args(["-m", "zipfile", "-e"])
         .arg(wheel)
         .arg(&staging)
@@ -147,7 +147,7 @@ pub fn nvrtc() -> Result<PathBuf, String> {
     let spec = format!("{}=={}", PIN.name, PIN.version);
     let mut tried = Vec::new();
     for py in ["python3", "python"] {
-        let pip = Command::new(py)
+        let pip = safety_env::command(py)
             .args([
                 "-m",
                 "pip",
@@ -174,7 +174,7 @@ pub fn nvrtc() -> Result<PathBuf, String> {
             Err(e) => tried.push(format!("{py}: {e}")),
         }
         let _ = std::fs::remove_file(&wheel);
-        let fetch = Command::new(py)
+        let fetch = safety_env::command(py)
             .args(["-c", FETCH_PY, PIN.name, PIN.version, PIN.file])
             .arg(&wheel)
             .output();

@@ -12,7 +12,6 @@ use symm_core::signal::{SlotKey, SlotKind, SlotLayout};
 use symm_core::team::MAX_TEAMS;
 
 use super::Comm;
-use crate::cuda::device;
 use crate::cuda::error::{CudaError, Result};
 
 /// Pad indices of `rank`'s own `Epoch` slots, one per (team, channel), in a pad of `teams`
@@ -49,8 +48,7 @@ pub(crate) fn counter(bytes: &[u8], i: u32) -> u64 {
 
 /// Collective, while no kernel runs: the highest epoch any rank reached, per (team, channel).
 pub(super) fn highest(comm: &Comm) -> Result<Vec<u64>> {
-    let mut counters = vec![0u8; comm.expected.len];
-    device::dtoh(&mut counters, comm.expected.ptr)?;
+    let counters = comm.expected.download()?;
     let at = counter;
     let mine: Vec<u8> = slots(MAX_TEAMS, comm.world, comm.rank)?
         .iter()
@@ -76,15 +74,19 @@ pub(super) fn highest(comm: &Comm) -> Result<Vec<u64>> {
 /// After the pad and counters were zeroed: this rank's `Epoch` slots and counters set one past
 /// `top` (from [`highest`]), pad and counter equal, so the protocol stays balanced.
 pub(super) fn resume(comm: &Comm, top: &[u64]) -> Result<()> {
-    let pad = comm.ptr(comm.rank, 0)?;
     for (&slot, &t) in slots(MAX_TEAMS, comm.world, comm.rank)?.iter().zip(top) {
         if t == 0 {
             continue;
         }
         let v = t.wrapping_add(1).to_le_bytes();
         let off = slot as u64 * 8;
-        device::htod(pad + off, &v)?;
-        device::htod(comm.expected.ptr + off, &v)?;
+        if off + 8 > comm.data_off {
+            return Err(CudaError::Invalid(format!(
+                "epoch slot {slot} past the pad"
+            )));
+        }
+        comm.heap_write(off, &v)?;
+        comm.expected.write_at(off as usize, &v)?;
     }
     Ok(())
 }

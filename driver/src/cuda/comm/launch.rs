@@ -52,7 +52,12 @@ impl Comm {
         let host = build()?;
         let sizes = key.1.buffer_sizes();
         host.validate(self.rank, self.world, &sizes, self.pad_slots, false)?;
-        let p = Arc::new(DevicePlan::upload(&self.dev, host, sizes)?);
+        let p = Arc::new(DevicePlan::upload(
+            &self.dev,
+            host,
+            sizes,
+            (self.id, self.rank),
+        )?);
         cache().insert(key, p.clone());
         Ok(p)
     }
@@ -104,6 +109,7 @@ impl Comm {
         traced: Option<&Tracing>,
     ) -> Result<()> {
         self.live()?;
+        plan.check_owner(self.id, self.rank)?;
         check_buffers(b, &plan.sizes, area.0, area.1)?;
         let channels = plan.host.channels() as u32;
         if channels == 0 {
@@ -164,17 +170,11 @@ impl Comm {
         let Some(t) = slot.as_ref() else {
             return Err(CudaError::Invalid("tracing not loaded".into()));
         };
-        self.dev.bind()?;
-        device::memset(t.lens.ptr, 0, t.lens.len)?;
+        t.lens.fill(0)?;
         let plan = self.launch(req, b, stream, Some(t))?;
         self.synchronize(stream)?;
-        self.dev.bind()?;
-        let (per, overflow) = trace::read_rank(
-            t.events.ptr,
-            t.lens.ptr,
-            t.cap as usize,
-            plan.host.channels(),
-        )?;
+        let (per, overflow) =
+            trace::read_rank(&t.events, &t.lens, t.cap as usize, plan.host.channels())?;
         if overflow {
             return Err(CudaError::Invalid(
                 "trace buffer overflowed: raise CommOptions::trace_cap".into(),

@@ -112,6 +112,8 @@ pub struct Comm {
     world: u16,
     pad_slots: u32,
     data_off: u64,
+    /// What ties plans to this Comm (`world::next_owner`).
+    id: u64,
     opts: CommOptions,
     dev: Device,
     boot: SocketRendezvous,
@@ -257,8 +259,7 @@ impl Comm {
         // low-latency lines a dropped team left in this memory carry that team's epochs, which
         // the job's may repeat, and no flag is 0 (symm_core::ll).
         if b.sizes.scratch > 0 {
-            self.dev.bind()?;
-            device::memset(self.ptr(self.rank, b.scratch)?, 0, b.sizes.scratch as usize)?;
+            self.heap_fill(b.scratch, b.sizes.scratch, 0)?;
         }
         self.agree()?;
         Ok(b)
@@ -362,18 +363,45 @@ impl Comm {
     pub fn write(&self, off: u64, bytes: &[u8]) -> Result<()> {
         let _ctx = device::keep_current()?;
         self.check_range(off, bytes.len() as u64)?;
-        self.dev.bind()?;
-        device::htod(self.ptr(self.rank, off)?, bytes)
+        self.heap_write(off, bytes)
     }
 
     /// Reads `len` bytes of this rank's heap at `off`.
     pub fn read(&self, off: u64, len: u64) -> Result<Vec<u8>> {
         let _ctx = device::keep_current()?;
         self.check_range(off, len)?;
+        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("read too large".into()))?;
+        let mut v = vec![0u8; len];
+        self.own_heap(off, len as u64)?;
         self.dev.bind()?;
-        let mut v = vec![0u8; len as usize];
-        device::dtoh(&mut v, self.ptr(self.rank, off)?)?;
+        // SAFETY: bytes `off .. off + len` lie in this rank's heap (`own_heap`), mapped into its
+        // context, bound above.
+        unsafe { device::dtoh(&mut v, self.ptr(self.rank, off)?) }?;
         Ok(v)
+    }
+
+    /// Fails unless bytes `off .. off + len` lie in this rank's heap (pad included).
+    fn own_heap(&self, off: u64, len: u64) -> Result<()> {
+        guard::check_range(off, len, 0, self.stride())
+    }
+
+    /// Copies `bytes` to heap offset `off` of this rank (pad included: the caller decides).
+    pub(crate) fn heap_write(&self, off: u64, bytes: &[u8]) -> Result<()> {
+        self.own_heap(off, bytes.len() as u64)?;
+        self.dev.bind()?;
+        // SAFETY: bytes `off .. off + len` lie in this rank's heap (`own_heap`), mapped into its
+        // context, bound above.
+        unsafe { device::htod(self.ptr(self.rank, off)?, bytes) }
+    }
+
+    /// Sets `len` bytes at heap offset `off` of this rank to `value` (pad included).
+    pub(crate) fn heap_fill(&self, off: u64, len: u64, value: u8) -> Result<()> {
+        self.own_heap(off, len)?;
+        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("fill too large".into()))?;
+        self.dev.bind()?;
+        // SAFETY: bytes `off .. off + len` lie in this rank's heap (`own_heap`), mapped into its
+        // context, bound above.
+        unsafe { device::memset(self.ptr(self.rank, off)?, value, len) }
     }
 
     /// Enqueues a copy of `bytes` from this rank's heap offset `src` into `peer`'s heap offset
@@ -413,8 +441,7 @@ impl Comm {
     pub fn fill(&self, off: u64, len: u64, value: u8) -> Result<()> {
         let _ctx = device::keep_current()?;
         self.check_range(off, len)?;
-        self.dev.bind()?;
-        device::memset(self.ptr(self.rank, off)?, value, len as usize)
+        self.heap_fill(off, len, value)
     }
 
     fn check_range(&self, off: u64, len: u64) -> Result<()> {
@@ -496,11 +523,11 @@ impl Comm {
         // No rank zeroes before every rank stopped using the protocol.
         self.boot.barrier(self.rank)?;
         let epochs = epoch::highest(self)?;
-        device::memset(self.ptr(self.rank, 0)?, 0, self.data_off as usize)?;
-        device::memset(self.expected.ptr, 0, self.expected.len)?;
+        self.heap_fill(0, self.data_off, 0)?;
+        self.expected.fill(0)?;
         epoch::resume(self, &epochs)?;
         self.sync_device()?;
-        self.host.zero(0, self.host.len);
+        self.host.zero_all();
         // No rank signals before every rank zeroed.
         self.boot.barrier(self.rank)?;
         if let Ok(mut p) = self.poisoned.lock() {
@@ -564,6 +591,7 @@ impl Parts {
             world,
             pad_slots: self.pad_slots,
             data_off: self.data_off,
+            id: super::world::next_owner(),
             opts,
             dev: self.dev,
             boot,

@@ -109,8 +109,7 @@ impl Comm {
         // Low-latency lines another team left in this memory carry that team's epochs, which
         // this team's may repeat: the region starts zeroed (no flag is 0), before the agreement,
         // so no member writes into it first (symm_core::ll).
-        self.dev.bind()?;
-        device::memset(self.ptr(self.rank, off)?, 0, heap_bytes.max(4096) as usize)?;
+        self.heap_fill(off, heap_bytes.max(4096), 0)?;
         self.agree()?;
         Ok((id, off))
     }

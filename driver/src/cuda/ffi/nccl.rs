@@ -9,17 +9,6 @@ use super::driver::Handle;
 /// `ncclComm_t`.
 pub type Comm = *mut c_void;
 
-/// `ncclFloat32`.
-pub const FLOAT32: c_int = 7;
-/// `ncclBfloat16`.
-pub const BFLOAT16: c_int = 9;
-/// `ncclInt32`.
-pub const INT32: c_int = 2;
-/// `ncclSum`.
-pub const SUM: c_int = 0;
-/// `ncclMax`.
-pub const MAX: c_int = 2;
-
 /// `ncclUniqueId`: 128 opaque bytes rank 0 draws and every rank passes to `ncclCommInitRank`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -52,13 +41,52 @@ struct Loaded {
     _lib: libloading::Library,
 }
 
-/// The loaded NCCL; `Err` names why it is unavailable. Looked up as `$SYMM_NCCL` (a path), then
-/// libnccl.so.2 and cudarc's candidate names on the loader path.
-pub fn api() -> Result<&'static NcclApi, &'static str> {
-    static API: OnceLock<Result<Loaded, &'static str>> = OnceLock::new();
+/// Why NCCL cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NcclLoadError {
+    /// The multicast-off variables are not all set: NCCL is never loaded without them
+    /// ([`crate::safety_env`]).
+    MulticastEnv(crate::safety_env::MulticastEnvError),
+    /// The library or one of its entry points was not found; the text names which.
+    NotFound(&'static str),
+}
+
+impl core::fmt::Display for NcclLoadError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            NcclLoadError::MulticastEnv(e) => write!(f, "NCCL refused: {e}"),
+            NcclLoadError::NotFound(s) => write!(f, "NCCL unavailable: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for NcclLoadError {}
+
+static API: OnceLock<Result<Loaded, &'static str>> = OnceLock::new();
+
+/// The table when NCCL was loaded before (to destroy what was made with it), whatever the
+/// environment holds now.
+pub(crate) fn loaded() -> Option<&'static NcclApi> {
+    API.get().and_then(|r| r.as_ref().ok()).map(|l| &l.api)
+}
+
+/// The loaded NCCL. Refused unless the multicast-off variables are set in this process
+/// ([`crate::safety_env::check`], asked on every call, before the library is loaded and before
+/// any communicator is made); else looked up as `$SYMM_NCCL` (a path), then libnccl.so.2 and
+/// cudarc's candidate names on the loader path.
+pub fn api() -> Result<&'static NcclApi, NcclLoadError> {
+    api_with(|k| std::env::var_os(k))
+}
+
+/// [`api`] with the process environment read through `get`.
+pub(crate) fn api_with(
+    get: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<&'static NcclApi, NcclLoadError> {
+    crate::safety_env::check_with(&get).map_err(NcclLoadError::MulticastEnv)?;
     API.get_or_init(|| {
         let mut names: Vec<std::ffi::OsString> = Vec::new();
-        if let Some(p) = std::env::var_os("SYMM_NCCL") {
+        if let Some(p) = get("SYMM_NCCL") {
             names.push(p);
         }
         names.push("libnccl.so.2".into());
@@ -80,5 +108,45 @@ pub fn api() -> Result<&'static NcclApi, &'static str> {
     })
     .as_ref()
     .map(|l| &l.api)
-    .map_err(|e| *e)
+    .map_err(|e| NcclLoadError::NotFound(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::safety_env::{MulticastEnvError, SAFETY_ENV};
+
+    #[test]
+    fn nccl_is_never_loaded_without_the_multicast_off_variables() {
+        // A path that would load if the guard let it through: the refusal comes first.
+        let r = api_with(|k| (k == "SYMM_NCCL").then(|| "/nonexistent/libnccl.so".into()));
+        assert!(
+            matches!(
+                r,
+                Err(NcclLoadError::MulticastEnv(MulticastEnvError::Missing {
+                    var: "NCCL_NVLS_ENABLE",
+                    ..
+                }))
+            ),
+            "{:?}",
+            r.err()
+        );
+        let r = api_with(|k| match k {
+            "NCCL_NVLS_ENABLE" => Some("1".into()),
+            _ => SAFETY_ENV
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.into()),
+        });
+        assert!(
+            matches!(
+                &r,
+                Err(NcclLoadError::MulticastEnv(
+                    MulticastEnvError::Different { .. }
+                ))
+            ),
+            "{:?}",
+            r.err()
+        );
+    }
 }

@@ -126,7 +126,8 @@ impl World {
                 self.world
             )));
         }
-        for p in plans {
+        for (r, p) in plans.iter().enumerate() {
+            p.check_owner(self.id, r as u16)?;
             check_buffers(b, &p.sizes, self.data_off, self.stride())?;
         }
         Ok(())
@@ -150,9 +151,7 @@ impl World {
         let world = self.ranks.len() as u16;
         let mut top = Vec::new();
         for (r, k) in self.ranks.iter().enumerate() {
-            k.dev.bind()?;
-            let mut counters = vec![0u8; k.expected.len];
-            device::dtoh(&mut counters, k.expected.ptr)?;
+            let counters = k.expected.download()?;
             let slots = epoch::slots(1, world, r as u16)?;
             top.resize(slots.len(), 0u64);
             for (t, &s) in top.iter_mut().zip(&slots) {
@@ -160,15 +159,16 @@ impl World {
             }
         }
         for (r, k) in self.ranks.iter().enumerate() {
-            k.dev.bind()?;
-            let pad = self.ptr(r as u16, 0)?;
-            device::memset(pad, 0, self.data_off as usize)?;
-            device::memset(k.expected.ptr, 0, k.expected.len)?;
+            self.heap_fill(r as u16, 0, self.data_off, 0)?;
+            k.expected.fill(0)?;
             for (&t, &s) in top.iter().zip(&epoch::slots(1, world, r as u16)?) {
                 if t > 0 {
                     let v = (t + 1).to_le_bytes();
-                    device::htod(pad + s as u64 * 8, &v)?;
-                    device::htod(k.expected.ptr + s as u64 * 8, &v)?;
+                    if s as u64 * 8 + 8 > self.data_off {
+                        return Err(CudaError::Invalid(format!("epoch slot {s} past the pad")));
+                    }
+                    self.heap_write(r as u16, s as u64 * 8, &v)?;
+                    k.expected.write_at(s as usize * 8, &v)?;
                 }
             }
             k.stream.synchronize()?;

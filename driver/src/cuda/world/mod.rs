@@ -79,36 +79,81 @@ pub struct Buffers {
     pub sizes: BufferSizes,
 }
 
-/// A plan uploaded to one rank.
+/// A plan validated for one rank of one `World` or `Comm` and uploaded to its device.
+///
+/// Its fields are private: what was validated is what runs. A launch refuses a plan that
+/// another `World` or `Comm` validated, or that was validated for another rank
+/// ([`CudaError::ForeignPlan`]).
 pub struct DevicePlan {
-    /// The host copy (for traces and checks).
-    pub host: RankPlan,
+    pub(crate) host: RankPlan,
     /// The buffer sizes the plan was validated against (a launch needs at least these).
     pub(crate) sizes: BufferSizes,
     pub(crate) ops: DevBuf,
     pub(crate) chan: DevBuf,
+    /// The `World` or `Comm` that validated it ([`next_owner`]) and the rank it is for.
+    owner: u64,
+    rank: u16,
+}
+
+/// A number no other `World` or `Comm` of this process has: what ties a plan to its owner.
+pub(crate) fn next_owner() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl DevicePlan {
-    /// Uploads `plan`, validated against `sizes`, to `dev` (the World's ranks and a `Comm`).
-    pub(crate) fn upload(dev: &Device, plan: RankPlan, sizes: BufferSizes) -> Result<DevicePlan> {
-        dev.bind()?;
+    /// Uploads `plan`, validated against `sizes` for `rank` of the owner `owner`, to `dev`.
+    pub(crate) fn upload(
+        dev: &Device,
+        plan: RankPlan,
+        sizes: BufferSizes,
+        (owner, rank): (u64, u16),
+    ) -> Result<DevicePlan> {
         let bytes = plan.op_bytes();
         let ops = DevBuf::zeroed(dev, bytes.len().max(1))?;
-        device::htod(ops.ptr, &bytes)?;
+        ops.upload(&bytes)?;
         let cs: Vec<u8> = plan
             .chan_start
             .iter()
             .flat_map(|c| c.to_le_bytes())
             .collect();
         let chan = DevBuf::zeroed(dev, cs.len().max(1))?;
-        device::htod(chan.ptr, &cs)?;
+        chan.upload(&cs)?;
         Ok(DevicePlan {
             host: plan,
             sizes,
             ops,
             chan,
+            owner,
+            rank,
         })
+    }
+
+    /// The plan as validated (for traces and checks).
+    pub fn host(&self) -> &RankPlan {
+        &self.host
+    }
+
+    /// The buffer sizes the plan was validated against.
+    pub fn sizes(&self) -> BufferSizes {
+        self.sizes
+    }
+
+    /// Fails unless the plan was validated by `owner` for `rank`.
+    pub(crate) fn check_owner(&self, owner: u64, rank: u16) -> Result<()> {
+        if self.owner != owner {
+            return Err(CudaError::ForeignPlan(
+                "the plan was validated by another World or Comm".into(),
+            ));
+        }
+        if self.rank != rank {
+            return Err(CudaError::ForeignPlan(format!(
+                "the plan was validated for rank {}, not rank {rank}",
+                self.rank
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -158,6 +203,8 @@ pub struct World {
     captured: Mutex<HashMap<u64, usize>>,
     /// How the kernels were obtained.
     pub compile: CompileInfo,
+    /// What ties plans to this world ([`next_owner`]).
+    id: u64,
 }
 
 const ABORT_BYTES: usize = 64;
@@ -266,6 +313,7 @@ impl World {
             poisoned: Mutex::new(None),
             captured: Mutex::new(HashMap::new()),
             compile: info,
+            id: next_owner(),
         })
     }
 
@@ -383,19 +431,21 @@ impl World {
     pub fn write(&self, r: u16, off: u64, bytes: &[u8]) -> Result<()> {
         let _ctx = device::keep_current()?;
         self.check_range(off, bytes.len() as u64)?;
-        let p = self.ptr(r, off)?;
-        self.rank(r)?.dev.bind()?;
-        device::htod(p, bytes)
+        self.heap_write(r, off, bytes)
     }
 
     /// Reads `len` bytes of rank `r`'s heap at `off`.
     pub fn read(&self, r: u16, off: u64, len: u64) -> Result<Vec<u8>> {
         let _ctx = device::keep_current()?;
         self.check_range(off, len)?;
+        guard::check_range(off, len, 0, self.stride())?;
         let p = self.ptr(r, off)?;
+        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("read too large".into()))?;
+        let mut v = vec![0u8; len];
         self.rank(r)?.dev.bind()?;
-        let mut v = vec![0u8; len as usize];
-        device::dtoh(&mut v, p)?;
+        // SAFETY: bytes `off .. off + len` lie in rank `r`'s heap (checked above), mapped into
+        // its context, bound above.
+        unsafe { device::dtoh(&mut v, p) }?;
         Ok(v)
     }
 
@@ -403,10 +453,29 @@ impl World {
     pub fn fill(&self, r: u16, off: u64, len: u64, value: u8) -> Result<()> {
         let _ctx = device::keep_current()?;
         self.check_range(off, len)?;
+        self.heap_fill(r, off, len, value)?;
+        self.rank(r)?.dev.synchronize()
+    }
+
+    /// Copies `bytes` to heap offset `off` of rank `r` (pad included: the caller decides).
+    pub(crate) fn heap_write(&self, r: u16, off: u64, bytes: &[u8]) -> Result<()> {
+        guard::check_range(off, bytes.len() as u64, 0, self.stride())?;
         let p = self.ptr(r, off)?;
         self.rank(r)?.dev.bind()?;
-        device::memset(p, value, len as usize)?;
-        self.rank(r)?.dev.synchronize()
+        // SAFETY: bytes `off .. off + len` lie in rank `r`'s heap (checked above), mapped into
+        // its context, bound above.
+        unsafe { device::htod(p, bytes) }
+    }
+
+    /// Sets `len` bytes at heap offset `off` of rank `r` to `value` (pad included).
+    pub(crate) fn heap_fill(&self, r: u16, off: u64, len: u64, value: u8) -> Result<()> {
+        guard::check_range(off, len, 0, self.stride())?;
+        let p = self.ptr(r, off)?;
+        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("fill too large".into()))?;
+        self.rank(r)?.dev.bind()?;
+        // SAFETY: bytes `off .. off + len` lie in rank `r`'s heap (checked above), mapped into
+        // its context, bound above.
+        unsafe { device::memset(p, value, len) }
     }
 
     fn check_range(&self, off: u64, len: u64) -> Result<()> {
@@ -414,7 +483,7 @@ impl World {
     }
 
     fn upload(&self, r: u16, plan: RankPlan, sizes: BufferSizes) -> Result<DevicePlan> {
-        DevicePlan::upload(&self.rank(r)?.dev, plan, sizes)
+        DevicePlan::upload(&self.rank(r)?.dev, plan, sizes, (self.id, r))
     }
 
     /// The uploaded plans of a collective request (built from its schedules once, then cached).
@@ -464,11 +533,9 @@ impl World {
         Ok(v)
     }
 
-    /// Rank `r`'s trace buffer and per-channel trace lengths (device addresses), with the
-    /// device bound.
-    pub(crate) fn trace_buffers(&self, r: u16) -> Result<(u64, u64)> {
+    /// Rank `r`'s trace buffer and per-channel trace lengths.
+    pub(crate) fn trace_buffers(&self, r: u16) -> Result<(&DevBuf, &DevBuf)> {
         let k = self.rank(r)?;
-        k.dev.bind()?;
-        Ok((k.trace.ptr, k.trace_len.ptr))
+        Ok((&k.trace, &k.trace_len))
     }
 }

@@ -31,7 +31,7 @@ impl World {
     }
 
     pub(super) fn reset_records(&self) {
-        self.host.zero(0, self.host.len);
+        self.host.zero_all();
     }
 
     fn enqueue(&self, r: u16, p: &DevicePlan, b: &Buffers, trace: bool) -> Result<()> {
@@ -57,8 +57,7 @@ impl World {
         self.reset_records();
         if trace {
             for k in &self.ranks {
-                k.dev.bind()?;
-                device::memset(k.trace_len.ptr, 0, k.trace_len.len)?;
+                k.trace_len.fill(0)?;
             }
         }
         self.enqueue_all(plans, b, trace)

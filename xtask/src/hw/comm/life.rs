@@ -56,7 +56,7 @@ pub(super) fn leak(p: &Params) -> Result<String, String> {
     // Collectives on a communicator over the same job: allocation, launch and free cycles.
     let comm = Comm::open(
         rdv.into_inner(),
-        dev.ordinal,
+        dev.ordinal(),
         opts(Duration::from_secs(10), 64 << 20),
     )
     .map_err(e)?;

@@ -22,8 +22,10 @@ mod life;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
+
 use std::time::{Duration, Instant};
+use symm_driver::safety_env;
 
 use symm_driver::bootstrap::Token;
 use symm_driver::cuda::{CommOptions, CudaError};
@@ -140,14 +142,13 @@ fn spawn(w: u16, phase: &str, p: &Params) -> Result<i32, String> {
     let job = format!("hw-{}-{phase}", std::process::id());
     let children: Vec<_> = (0..w)
         .map(|r| {
-            Command::new(&exe)
+            safety_env::command(&exe)
                 .args(rank_args(phase, p))
                 .env("RANK", r.to_string())
                 .env("WORLD_SIZE", w.to_string())
                 .env("LOCAL_RANK", r.to_string())
                 .env("SYMM_JOB", &job)
                 .env("SYMM_TOKEN", token.to_hex())
-                .envs(launcher::SAFETY_ENV)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

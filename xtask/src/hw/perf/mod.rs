@@ -15,8 +15,8 @@ pub(super) mod rank;
 mod report;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
+use symm_driver::safety_env;
 
 use crate::util;
 
@@ -266,7 +266,7 @@ pub(super) fn rank_main(phase: &str, out: &Path) -> Result<String, String> {
 
 /// Runs the PyTorch script with `torch.distributed.run` and parses its samples.
 fn torch(world: u16, sizes: &[u64], out: &Path) -> Result<Vec<Sample>, String> {
-    let ok = Command::new("python3")
+    let ok = safety_env::command("python3")
         .args(["-c", "import torch, torch.distributed"])
         .status()
         .map_err(|e| format!("python3: {e}"))?;
@@ -276,7 +276,7 @@ fn torch(world: u16, sizes: &[u64], out: &Path) -> Result<Vec<Sample>, String> {
     let script = out.join("torch_bench.py");
     std::fs::write(&script, TORCH_SCRIPT).map_err(|e| e.to_string())?;
     let sizes: Vec<String> = sizes.iter().map(u64::to_string).collect();
-    let o = Command::new("python3")
+    let o = safety_env::command("python3")
         .args([
             "-m",
             "torch.distributed.run",
@@ -284,7 +284,6 @@ fn torch(world: u16, sizes: &[u64], out: &Path) -> Result<Vec<Sample>, String> {
         ])
         .arg(&script)
         .arg(sizes.join(","))
-        .envs(symm_driver::launcher::SAFETY_ENV)
         .output()
         .map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&script);

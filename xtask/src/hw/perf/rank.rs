@@ -15,7 +15,6 @@ use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
 use symm_driver::cuda::device::{Event, Stream};
 use symm_driver::cuda::examples::DeviceBench;
-use symm_driver::cuda::ffi::nccl as nffi;
 use symm_driver::cuda::launch::Graph;
 use symm_driver::cuda::nccl::{NcclOp, NcclRank};
 use symm_driver::cuda::{Buffers, Comm, CommOptions, CudaError};
@@ -265,8 +264,8 @@ pub(super) fn run(sizes: &[u64], wide: bool) -> Result<(Vec<Sample>, String), St
                             op,
                             &b,
                             nccl_count(&req),
-                            (nffi::BFLOAT16, 2),
-                            nffi::SUM,
+                            DType::Bf16,
+                            ReduceOp::Sum,
                             &stream,
                         )
                     };
