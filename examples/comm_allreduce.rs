@@ -17,7 +17,6 @@ use std::process::ExitCode;
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, Collective, Request};
 use symm_driver::cuda::device::Stream;
-use symm_driver::cuda::launch::Graph;
 use symm_driver::cuda::{Comm, CommOptions, CudaError};
 
 fn main() -> ExitCode {
@@ -87,8 +86,9 @@ fn run() -> Result<String, String> {
     check("eager")?;
     // In a CUDA graph: prepare first (it allocates), capture once, replay.
     comm.prepare(&req).map_err(e)?;
-    let g =
-        Graph::capture(comm.device(), &stream, || comm.enqueue(&req, &b, &stream)).map_err(e)?;
+    let g = comm
+        .capture(&stream, |cap| cap.enqueue(&req, &b))
+        .map_err(e)?;
     for _ in 0..iters {
         g.launch(&stream).map_err(e)?;
     }

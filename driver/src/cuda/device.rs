@@ -376,6 +376,14 @@ pub struct Stream {
     pub(crate) raw: Handle,
     ctx: Handle,
     owned: bool,
+    /// What tells streams apart ([`Stream::key`]).
+    key: u64,
+}
+
+/// A number no other stream this process made has.
+fn next_stream_key() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 // SAFETY: streams may be used from any thread once their context is bound.
@@ -398,6 +406,7 @@ impl Stream {
             raw,
             ctx: dev.ctx,
             owned: true,
+            key: next_stream_key(),
         })
     }
 
@@ -414,6 +423,9 @@ impl Stream {
             raw,
             ctx: dev.ctx,
             owned: false,
+            // A caller's stream is known by its handle (every wrapper of it is the same stream);
+            // the top bit keeps these apart from the streams made here.
+            key: (raw as usize as u64) | 1 << 63,
         }
     }
 
@@ -422,9 +434,39 @@ impl Stream {
         self.raw
     }
 
+    /// What tells this stream apart from others: a number of its own for a stream made here
+    /// (never reused, even after it is destroyed), the handle for a caller's stream.
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+
     /// The context the stream belongs to.
     pub(crate) fn context(&self) -> Handle {
         self.ctx
+    }
+
+    /// Whether the stream is capturing work into a graph (the work does not run now).
+    pub fn is_capturing(&self) -> Result<bool> {
+        let _ctx = keep_current()?;
+        bind(self.ctx)?;
+        let api = driver()?;
+        let mut status = ffi::CAPTURE_STATUS_NONE;
+        // SAFETY: valid stream of the bound context; valid out-pointer.
+        check("cuStreamIsCapturing", unsafe {
+            (api.stream_is_capturing)(self.raw, &mut status)
+        })?;
+        Ok(status != ffi::CAPTURE_STATUS_NONE)
+    }
+
+    /// Makes later work on this stream wait for `event`'s last record (on any stream).
+    pub(crate) fn wait_event(&self, event: &Event) -> Result<()> {
+        let _ctx = keep_current()?;
+        bind(self.ctx)?;
+        let api = driver()?;
+        // SAFETY: valid stream and event of the bound context.
+        check("cuStreamWaitEvent", unsafe {
+            (api.stream_wait_event)(self.raw, event.raw, 0)
+        })
     }
 
     /// Waits for the stream's work.
@@ -459,6 +501,12 @@ pub struct Event {
     ctx: Handle,
 }
 
+// SAFETY: event handles may be used from any thread once their context is bound, which every
+// method does first.
+unsafe impl Send for Event {}
+// SAFETY: as above; no interior mutability on the Rust side.
+unsafe impl Sync for Event {}
+
 impl Event {
     /// A new event on `dev`.
     pub fn new(dev: &Device) -> Result<Event> {
@@ -469,6 +517,19 @@ impl Event {
         // SAFETY: context bound; valid out-pointer.
         check("cuEventCreate", unsafe {
             (api.event_create)(&mut raw, ffi::EVENT_DEFAULT)
+        })?;
+        Ok(Event { raw, ctx: dev.ctx })
+    }
+
+    /// An event without timing, for ordering streams.
+    pub(crate) fn untimed(dev: &Device) -> Result<Event> {
+        let _ctx = keep_current()?;
+        dev.bind()?;
+        let api = driver()?;
+        let mut raw = core::ptr::null_mut();
+        // SAFETY: context bound; valid out-pointer.
+        check("cuEventCreate", unsafe {
+            (api.event_create)(&mut raw, ffi::EVENT_DISABLE_TIMING)
         })?;
         Ok(Event { raw, ctx: dev.ctx })
     }

@@ -115,8 +115,10 @@ pub use symm_kernels::abi::EVENT_BYTES;
 /// Size of one timeout record (`symm_timeout_record`).
 pub use symm_kernels::abi::RECORD_BYTES;
 
-/// A captured and instantiated graph of one rank.
-pub struct Graph {
+/// A captured and instantiated graph of one rank. Crate-private: a graph replays raw device
+/// addresses, so only a capture that pins what it uses and borrows its owner
+/// ([`super::world::Captured`], [`super::comm::CommGraph`]) may hold one.
+pub(crate) struct Graph {
     graph: Handle,
     exec: Handle,
     ctx: Handle,
@@ -127,7 +129,7 @@ unsafe impl Send for Graph {}
 
 impl Graph {
     /// Captures what `body` enqueues on `stream` (context of `dev` bound) into a graph.
-    pub fn capture(
+    pub(crate) fn capture(
         dev: &Device,
         stream: &Stream,
         body: impl FnOnce() -> Result<()>,
@@ -161,7 +163,7 @@ impl Graph {
     }
 
     /// Launches the graph on `stream`.
-    pub fn launch(&self, stream: &Stream) -> Result<()> {
+    pub(crate) fn launch(&self, stream: &Stream) -> Result<()> {
         let _ctx = keep_current()?;
         let api = driver()?;
         // SAFETY: instantiated graph and stream of the same context, bound first.

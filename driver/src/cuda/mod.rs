@@ -36,6 +36,6 @@ pub mod trace;
 pub mod vmm;
 pub mod world;
 
-pub use comm::{Comm, CommOptions, CommTeam};
+pub use comm::{Capture, Comm, CommGraph, CommOptions, CommTeam};
 pub use error::{CudaError, Result};
 pub use world::{Buffers, Options, World};

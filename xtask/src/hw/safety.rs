@@ -6,7 +6,9 @@
 //! * poison and reset: after a forced device timeout every launch fails fast with `Poisoned`;
 //!   after `reset()` 100 collectives over every all-reduce algorithm are bit exact;
 //! * graphs: `free` refuses buffers a live capture names, and accepts them once it is dropped;
-//! * two threads launching on one world at once: every result correct.
+//! * two threads launching on one world at once: every result correct;
+//! * foreign plans: plans another world validated, or validated for another rank, are refused
+//!   with `ForeignPlan` before any launch.
 
 use std::time::{Duration, Instant};
 
@@ -148,6 +150,45 @@ fn poison_and_reset(devices: &[i32], seed: &mut u64) -> Result<String, String> {
     ))
 }
 
+fn foreign_plans(world: &World, devices: &[i32]) -> Result<String, String> {
+    let e = |e: CudaError| e.to_string();
+    let req = request(Algorithm::Ring, world.world());
+    let b = world.alloc(&req).map_err(e)?;
+    let r = (|| {
+        let other = World::open(
+            devices,
+            Options {
+                heap_bytes: 8 << 20,
+                ..Options::default()
+            },
+        )
+        .map_err(e)?;
+        let theirs = other.plans(&req).map_err(e)?;
+        match world.launch(&theirs, &b, false) {
+            Err(CudaError::ForeignPlan(_)) => {}
+            other => return Err(format!("another world's plans gave {other:?}")),
+        }
+        let mut notes = vec!["another world's plans refused".to_string()];
+        if world.world() > 1 {
+            let mine = world.plans(&req).map_err(e)?;
+            let hosts: Vec<_> = mine.iter().map(|p| p.host().clone()).collect();
+            let mut swapped = world.user_plans(hosts, &req.buffer_sizes()).map_err(e)?;
+            swapped.reverse();
+            match world.launch(&swapped, &b, false) {
+                Err(CudaError::ForeignPlan(_)) => {}
+                other => return Err(format!("plans of swapped ranks gave {other:?}")),
+            }
+            notes.push("plans of swapped ranks refused".into());
+        }
+        if let Some(p) = world.poisoned() {
+            return Err(format!("a refused launch poisoned the world: {p}"));
+        }
+        Ok(notes.join("; "))
+    })();
+    world.free(&b).map_err(e)?;
+    r
+}
+
 fn graphs_pin_buffers(world: &World) -> Result<String, String> {
     let e = |e: CudaError| e.to_string();
     let req = request(Algorithm::TwoShot, world.world());
@@ -224,7 +265,8 @@ type Check<'a> = dyn Fn(&mut u64) -> Result<String, String> + 'a;
 pub fn run(world: &World, devices: &[i32], seed: &mut u64) -> Vec<Row> {
     let w = world.world();
     let mut rows = Vec::new();
-    let checks: [(&str, &Check); 5] = [
+    let checks: [(&str, &Check); 6] = [
+        ("safety: foreign plans", &|_| foreign_plans(world, devices)),
         ("safety: caller's context kept", &|s| {
             context_restored(world, *s)
         }),

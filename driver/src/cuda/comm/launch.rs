@@ -87,15 +87,27 @@ impl Comm {
         stream: &Stream,
         traced: Option<&Tracing>,
     ) -> Result<Arc<DevicePlan>> {
-        self.live()?;
         // The buffers are checked against the request before its plan is built: a request too
         // large for them costs nothing.
+        self.check_request(req, b)?;
+        let plan = self.plan(req)?;
+        self.launch_plan(&plan, 0, b, (self.data_off, self.stride()), stream, traced)?;
+        Ok(plan)
+    }
+
+    /// Fails unless the Comm is live, `req` is a valid request of this job and `b` holds its
+    /// buffers inside the heap's buffer area.
+    pub(super) fn check_request(&self, req: &Request, b: &Buffers) -> Result<()> {
+        self.live()?;
+        if req.world != self.world {
+            return Err(CudaError::Invalid(format!(
+                "a request for {} ranks on a job of {}",
+                req.world, self.world
+            )));
+        }
         req.validate()
             .map_err(|e| CudaError::Invalid(e.to_string()))?;
-        check_buffers(b, &req.buffer_sizes(), self.data_off, self.stride())?;
-        let plan = self.plan(req)?;
-        self.launch_plan(&plan, b, (self.data_off, self.stride()), stream, traced)?;
-        Ok(plan)
+        check_buffers(b, &req.buffer_sizes(), self.data_off, self.stride())
     }
 
     /// Launches `plan` over `b`, which must hold the plan's sizes inside `area` (`[lo, hi)` heap
@@ -103,6 +115,7 @@ impl Comm {
     pub(super) fn launch_plan(
         &self,
         plan: &DevicePlan,
+        team: u16,
         b: &Buffers,
         area: (u64, u64),
         stream: &Stream,
@@ -115,10 +128,7 @@ impl Comm {
         if channels == 0 {
             return Ok(());
         }
-        let _g = self
-            .launching
-            .lock()
-            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
+        let mut order = self.launch_lock()?;
         let params = InterpParams {
             plan: plan.ops.ptr,
             chan_start: plan.chan.ptr,
@@ -146,7 +156,14 @@ impl Comm {
         // live as long as `self`; the plan was validated against this job, the pad and
         // `plan.sizes`, and `b` was checked to hold those sizes inside `area`, which lies in
         // the heap's buffer area.
-        let r = unsafe { kernel.launch(stream, channels, symm_kernels::INTERP_THREADS, &params) };
+        let launch =
+            || unsafe { kernel.launch(stream, channels, symm_kernels::INTERP_THREADS, &params) };
+        let r = self
+            .order_before(&mut order, team, stream)
+            .and_then(|record| {
+                launch()?;
+                self.ordered_after(&order, team, stream, record)
+            });
         if let Err(e) = &r {
             self.poison(e);
         }

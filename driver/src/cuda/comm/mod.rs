@@ -26,11 +26,14 @@
 //! peers do not see this rank's exit as a loss.
 
 mod backend;
+mod capture;
 pub(crate) mod epoch;
 mod launch;
+mod order;
 mod team;
 
 pub use backend::MAX_GATHER;
+pub use capture::{Capture, CommGraph};
 pub use team::CommTeam;
 
 use std::collections::HashMap;
@@ -100,7 +103,11 @@ pub struct Comm {
     host: Arc<HostMapped>,
     heap: SymmetricHeap,
     alloc: Mutex<Heap>,
-    launching: Mutex<()>,
+    /// Held while enqueuing, so collectives reach the GPU in one order; holds that order's
+    /// state across streams.
+    launching: Mutex<order::StreamOrder>,
+    /// Buffer offsets named by live graphs ([`CommGraph`]), with their counts.
+    pinned: Mutex<HashMap<u64, usize>>,
     poisoned: Mutex<Option<String>>,
     /// The id the next split's teams take (0 is the world).
     next_team: Mutex<u16>,
@@ -270,6 +277,7 @@ impl Comm {
     /// a bad set frees nothing.
     pub fn free(&self, b: &Buffers) -> Result<()> {
         let _ctx = device::keep_current()?;
+        self.check_unpinned(b)?;
         self.sync_device()?;
         {
             let regions = self
@@ -463,6 +471,13 @@ impl Comm {
         }
     }
 
+    /// The launch lock, with the state of the order across streams.
+    fn launch_lock(&self) -> Result<std::sync::MutexGuard<'_, order::StreamOrder>> {
+        self.launching
+            .lock()
+            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))
+    }
+
     fn poison(&self, e: &CudaError) {
         if let Ok(mut p) = self.poisoned.lock() {
             p.get_or_insert_with(|| e.to_string());
@@ -515,10 +530,7 @@ impl Comm {
         if let Some(rank) = self.boot.bootstrap().lost() {
             return Err(CudaError::PeerLost { rank });
         }
-        let _g = self
-            .launching
-            .lock()
-            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
+        let _g = self.launch_lock()?;
         self.sync_device()?;
         // No rank zeroes before every rank stopped using the protocol.
         self.boot.barrier(self.rank)?;
@@ -582,7 +594,8 @@ impl Parts {
             host: self.host,
             heap: self.heap,
             alloc: Mutex::new(self.alloc),
-            launching: Mutex::new(()),
+            launching: Mutex::new(order::StreamOrder::default()),
+            pinned: Mutex::new(HashMap::new()),
             poisoned: Mutex::new(None),
             next_team: Mutex::new(1),
             teams: Mutex::new(HashMap::new()),

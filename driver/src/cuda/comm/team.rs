@@ -244,6 +244,7 @@ impl<'c> CommTeam<'c> {
     /// Team-collective: returns buffers to the team's region once this rank's device is idle.
     pub fn free(&self, b: &Buffers) -> Result<()> {
         let _ctx = device::keep_current()?;
+        self.comm.check_unpinned(b)?;
         self.comm.sync_device()?;
         let mut h = self
             .alloc
@@ -289,6 +290,15 @@ impl<'c> CommTeam<'c> {
     /// enqueues the same team requests in the same order.
     pub fn enqueue(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<()> {
         let _ctx = device::keep_current()?;
+        self.check_request(req, b)?;
+        let plan = self.plan(req)?;
+        self.comm
+            .launch_plan(&plan, self.team.id(), b, self.region, stream, None)
+    }
+
+    /// Fails unless the Comm is live, `req` is a valid request of this team and `b` holds its
+    /// buffers inside the team's region.
+    pub(super) fn check_request(&self, req: &Request, b: &Buffers) -> Result<()> {
         self.comm.live()?;
         if req.world != self.team.size() {
             return Err(team_err(TeamError::SizeMismatch {
@@ -298,9 +308,12 @@ impl<'c> CommTeam<'c> {
         }
         req.validate()
             .map_err(|e| CudaError::Invalid(e.to_string()))?;
-        guard::check_buffers(b, &req.buffer_sizes(), self.region.0, self.region.1)?;
-        let plan = self.plan(req)?;
-        self.comm.launch_plan(&plan, b, self.region, stream, None)
+        guard::check_buffers(b, &req.buffer_sizes(), self.region.0, self.region.1)
+    }
+
+    /// The team's region of the heap, `[lo, hi)` offsets.
+    pub(super) fn region(&self) -> (u64, u64) {
+        self.region
     }
 
     /// Enqueues `req`, waits for `stream` and checks for errors.

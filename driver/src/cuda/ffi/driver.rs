@@ -37,6 +37,10 @@ pub const STREAM_NON_BLOCKING: c_uint = 1;
 pub const CAPTURE_THREAD_LOCAL: c_int = 1;
 /// `CU_EVENT_DEFAULT`.
 pub const EVENT_DEFAULT: c_uint = 0;
+/// `CU_EVENT_DISABLE_TIMING`.
+pub const EVENT_DISABLE_TIMING: c_uint = 0x2;
+/// `CU_STREAM_CAPTURE_STATUS_NONE`.
+pub const CAPTURE_STATUS_NONE: c_int = 0;
 
 /// `CUmemLocation` for a device.
 #[repr(C)]
@@ -123,6 +127,8 @@ api_table! {
         stream_destroy = "cuStreamDestroy_v2"(Handle);
         stream_synchronize = "cuStreamSynchronize"(Handle);
         stream_query = "cuStreamQuery"(Handle);
+        stream_is_capturing = "cuStreamIsCapturing"(Handle, *mut c_int);
+        stream_wait_event = "cuStreamWaitEvent"(Handle, Handle, c_uint);
         stream_begin_capture = "cuStreamBeginCapture_v2"(Handle, c_int);
         stream_end_capture = "cuStreamEndCapture"(Handle, *mut Handle);
         graph_instantiate = "cuGraphInstantiateWithFlags"(*mut Handle, Handle, u64);

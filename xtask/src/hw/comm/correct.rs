@@ -24,7 +24,6 @@ use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
 use symm_driver::backend::Backend;
 use symm_driver::cuda::device::{self, Device, Stream};
 use symm_driver::cuda::examples::{PassArgs, RankRingPass};
-use symm_driver::cuda::launch::Graph;
 use symm_driver::cuda::{Buffers, Comm, CudaError};
 use symm_driver::host;
 use symm_tests::matrix::exact;
@@ -93,6 +92,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         "teams: split 1+1, reversed 2, strided; concurrent",
         4,
         || teams(&comm),
+    ));
+    checks.push(Check::timed(
+        "one team's collectives on two streams, in the Comm's order",
+        100,
+        || super::streams::two_streams(&comm),
     ));
     checks.push(Check::timed("forced timeout, poison, reset", 100, || {
         poison_reset(&comm, &stream)
@@ -382,7 +386,14 @@ fn graph_of(comm: &Comm, stream: &Stream, a: Algorithm) -> Result<(), String> {
     let b: Buffers = comm.alloc(&req).map_err(e)?;
     // Plans are built (device memory allocated) before capture, which forbids allocation.
     comm.prepare(&req).map_err(e)?;
-    let g = Graph::capture(comm.device(), stream, || comm.enqueue(&req, &b, stream)).map_err(e)?;
+    let g = comm
+        .capture(stream, |cap| cap.enqueue(&req, &b))
+        .map_err(e)?;
+    // The capture pins its buffers: they cannot be freed (and reused) while it lives.
+    match comm.free(&b) {
+        Err(CudaError::Invalid(m)) if m.contains("graph") => {}
+        other => return Err(format!("free of captured buffers gave {other:?}")),
+    }
     for i in 0..100u64 {
         let inputs = data::inputs(&req, 1000 + i);
         comm.write(b.input, &inputs[me]).map_err(e)?;
@@ -409,6 +420,10 @@ fn poison_reset(comm: &Comm, stream: &Stream) -> Result<String, String> {
         ReduceOp::Sum,
     );
     let b = comm.alloc(&req).map_err(e)?;
+    comm.prepare(&req).map_err(e)?;
+    let g = comm
+        .capture(stream, |cap| cap.enqueue(&req, &b))
+        .map_err(e)?;
     // Rank 1 skips this collective: every other rank times out waiting for it.
     if comm.rank() != 1 {
         comm.enqueue(&req, &b, stream).map_err(e)?;
@@ -420,7 +435,13 @@ fn poison_reset(comm: &Comm, stream: &Stream) -> Result<String, String> {
             Err(CudaError::Poisoned(_)) => {}
             other => return Err(format!("after the timeout, enqueue gave {other:?}")),
         }
+        // A replay would wait on the same counters: refused as well.
+        match g.launch(stream) {
+            Err(CudaError::Poisoned(_)) => {}
+            other => return Err(format!("after the timeout, a graph replay gave {other:?}")),
+        }
     }
+    drop(g);
     comm.reset().map_err(e)?;
     let mut n = 0;
     for i in 0..100u64 {
@@ -439,7 +460,7 @@ fn poison_reset(comm: &Comm, stream: &Stream) -> Result<String, String> {
     }
     comm.free(&b).map_err(e)?;
     Ok(format!(
-        "timeout -> Timeout, Poisoned, reset() -> {n} bit exact"
+        "timeout -> Timeout, Poisoned (enqueue and graph replay), reset() -> {n} bit exact"
     ))
 }
 

@@ -19,6 +19,7 @@
 mod correct;
 mod fold;
 mod life;
+mod streams;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

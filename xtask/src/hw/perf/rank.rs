@@ -15,9 +15,8 @@ use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
 use symm_driver::cuda::device::{Event, Stream};
 use symm_driver::cuda::examples::DeviceBench;
-use symm_driver::cuda::launch::Graph;
 use symm_driver::cuda::nccl::{NcclOp, NcclRank};
-use symm_driver::cuda::{Buffers, Comm, CommOptions, CudaError};
+use symm_driver::cuda::{Buffers, Capture, Comm, CommOptions, CudaError};
 use symm_driver::host;
 
 use super::super::data;
@@ -141,16 +140,17 @@ fn graphed(
     comm: &Comm,
     stream: &Stream,
     n: u32,
-    call: &dyn Fn() -> Result<(), CudaError>,
+    call: &dyn Fn(&Capture<'_>) -> Result<(), CudaError>,
 ) -> Result<f64, String> {
     let k = n.clamp(1, 50);
-    let g = Graph::capture(comm.device(), stream, || {
-        for _ in 0..k {
-            call()?;
-        }
-        Ok(())
-    })
-    .map_err(e)?;
+    let g = comm
+        .capture(stream, |cap| {
+            for _ in 0..k {
+                call(cap)?;
+            }
+            Ok(())
+        })
+        .map_err(e)?;
     let reps = n.div_ceil(k).max(2);
     g.launch(stream).map_err(e)?;
     stream.synchronize().map_err(e)?;
@@ -245,8 +245,7 @@ pub(super) fn run(sizes: &[u64], wide: bool) -> Result<(Vec<Sample>, String), St
             let b = comm.alloc(&req).map_err(e)?;
             let r = (|| -> Result<(), String> {
                 fill(&comm, &req, &b, 7)?;
-                let call = || comm.enqueue(&req, &b, &stream);
-                let g = graphed(&comm, &stream, n, &call)?;
+                let g = graphed(&comm, &stream, n, &|cap| cap.enqueue(&req, &b))?;
                 out.push(Sample::new(
                     kind,
                     size,
@@ -258,7 +257,7 @@ pub(super) fn run(sizes: &[u64], wide: bool) -> Result<(Vec<Sample>, String), St
                 ));
                 if let Ok(nc) = &nccl {
                     let op = nccl_op(kind);
-                    let call = || {
+                    let on = |s: &Stream| {
                         nc.enqueue(
                             &comm,
                             op,
@@ -266,9 +265,10 @@ pub(super) fn run(sizes: &[u64], wide: bool) -> Result<(Vec<Sample>, String), St
                             nccl_count(&req),
                             DType::Bf16,
                             ReduceOp::Sum,
-                            &stream,
+                            s,
                         )
                     };
+                    let call = || on(&stream);
                     let n = count(&comm, &stream, &call)?;
                     let us = timed(&comm, &stream, n, &call)?;
                     out.push(Sample::new(
@@ -280,7 +280,10 @@ pub(super) fn run(sizes: &[u64], wide: bool) -> Result<(Vec<Sample>, String), St
                         u64::MAX,
                         "nccl",
                     ));
-                    let g = graphed(&comm, &stream, n, &call)?;
+                    let g = graphed(&comm, &stream, n, &|cap| {
+                        cap.pin(&b);
+                        on(cap.stream())
+                    })?;
                     out.push(Sample::new(
                         kind,
                         size,

@@ -1,0 +1,211 @@
+//! CUDA graphs of a Comm's collectives that cannot outlive what they use.
+//!
+//! A graph replays device addresses: the plan, the heap, the counters, the records, the buffers.
+//! [`Comm::capture`] is the one safe way to capture a Comm's work:
+//!
+//! * the [`CommGraph`] borrows the Comm, so the Comm (its module, plans and heap) cannot be
+//!   dropped while the graph lives;
+//! * every buffer the capture names is pinned: [`Comm::free`] and [`CommTeam::free`] refuse it
+//!   until the graph is dropped, so no replay writes into memory a later allocation received;
+//! * every replay ([`CommGraph::launch`]) checks that the Comm is not poisoned and no peer was
+//!   lost, takes the launch lock (so it cannot race [`Comm::reset`]) and is ordered after the
+//!   Comm's earlier collectives on other streams (`order`).
+//!
+//! Plans must exist before the capture (stream capture forbids the allocation that uploads one):
+//! [`Comm::prepare`] / [`CommTeam::prepare`] each request first, or run it once eagerly.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use symm_core::sched::Request;
+
+use super::{Comm, CommTeam};
+use crate::cuda::device::{self, Stream};
+use crate::cuda::error::{CudaError, Result};
+use crate::cuda::launch::Graph;
+use crate::cuda::world::Buffers;
+
+/// What a capture body enqueues through (see [`Comm::capture`]).
+pub struct Capture<'a> {
+    comm: &'a Comm,
+    stream: &'a Stream,
+    pinned: RefCell<Vec<Buffers>>,
+    /// The team ids (0: the job) whose collectives the capture holds.
+    teams: RefCell<Vec<u16>>,
+}
+
+impl Capture<'_> {
+    /// Enqueues `req` over `b` into the graph (the request's plan must be prepared) and pins `b`.
+    pub fn enqueue(&self, req: &Request, b: &Buffers) -> Result<()> {
+        let plan = self.comm.prepared((0, *req))?;
+        self.comm.check_request(req, b)?;
+        self.comm.launch_plan(
+            &plan,
+            0,
+            b,
+            (self.comm.data_off, self.comm.stride()),
+            self.stream,
+            None,
+        )?;
+        self.pin(b);
+        self.teams.borrow_mut().push(0);
+        Ok(())
+    }
+
+    /// Enqueues the team collective `req` over `b` (buffers of the team's region) into the
+    /// graph and pins `b`.
+    pub fn enqueue_team(&self, team: &CommTeam<'_>, req: &Request, b: &Buffers) -> Result<()> {
+        if !std::ptr::eq(team.comm(), self.comm) {
+            return Err(CudaError::Invalid(
+                "the team belongs to another communicator".into(),
+            ));
+        }
+        team.check_request(req, b)?;
+        let plan = self.comm.prepared((team.team().id(), *req))?;
+        let id = team.team().id();
+        self.comm
+            .launch_plan(&plan, id, b, team.region(), self.stream, None)?;
+        self.pin(b);
+        self.teams.borrow_mut().push(id);
+        Ok(())
+    }
+
+    /// Pins buffers that other work in the capture uses (a library's collective enqueued on
+    /// [`Capture::stream`]), so they are not freed while the graph lives.
+    pub fn pin(&self, b: &Buffers) {
+        self.pinned.borrow_mut().push(*b);
+    }
+
+    /// The capturing stream, for other work to capture into the same graph.
+    pub fn stream(&self) -> &Stream {
+        self.stream
+    }
+}
+
+/// A CUDA graph of a Comm's work; replay with [`CommGraph::launch`]. It borrows the Comm and
+/// pins the buffers it names until dropped.
+pub struct CommGraph<'c> {
+    comm: &'c Comm,
+    graph: Graph,
+    pinned: Vec<Buffers>,
+    teams: Vec<u16>,
+}
+
+/// The heap offsets of a set of buffers (each a live allocation of its own).
+fn offsets(b: &Buffers) -> [u64; 3] {
+    [b.input, b.output, b.scratch]
+}
+
+impl Comm {
+    /// Captures what `body` enqueues through its [`Capture`] on `stream` into a CUDA graph.
+    /// The request plans must be prepared first ([`Comm::prepare`]). The graph borrows the Comm
+    /// and pins every buffer the capture names.
+    pub fn capture<'c>(
+        &'c self,
+        stream: &Stream,
+        body: impl FnOnce(&Capture<'_>) -> Result<()>,
+    ) -> Result<CommGraph<'c>> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        let cap = Capture {
+            comm: self,
+            stream,
+            pinned: RefCell::new(Vec::new()),
+            teams: RefCell::new(Vec::new()),
+        };
+        let graph = Graph::capture(&self.dev, stream, || body(&cap))?;
+        let pinned = cap.pinned.into_inner();
+        let mut teams = cap.teams.into_inner();
+        teams.sort_unstable();
+        teams.dedup();
+        let mut reg = self.pin_lock()?;
+        for b in &pinned {
+            for o in offsets(b) {
+                *reg.entry(o).or_insert(0) += 1;
+            }
+        }
+        Ok(CommGraph {
+            comm: self,
+            graph,
+            pinned,
+            teams,
+        })
+    }
+
+    /// The cached plan under `key`, which a capture needs to exist already.
+    fn prepared(
+        &self,
+        key: (u16, Request),
+    ) -> Result<std::sync::Arc<crate::cuda::world::DevicePlan>> {
+        self.plans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| {
+                CudaError::Invalid(
+                    "the request's plan is not prepared: call prepare(req) before capturing it"
+                        .into(),
+                )
+            })
+    }
+
+    fn pin_lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<u64, usize>>> {
+        self.pinned
+            .lock()
+            .map_err(|_| CudaError::Invalid("capture registry poisoned".into()))
+    }
+
+    /// Fails when a live graph names any of `b`'s buffers.
+    pub(super) fn check_unpinned(&self, b: &Buffers) -> Result<()> {
+        let reg = self.pin_lock()?;
+        if offsets(b).iter().any(|o| reg.contains_key(o)) {
+            return Err(CudaError::Invalid(
+                "these buffers are captured in a live graph: drop it first".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl CommGraph<'_> {
+    /// Replays the graph on `stream` (of the Comm's device): refused when the Comm is poisoned
+    /// or a peer was lost; ordered after the Comm's earlier collectives. Errors of the replay
+    /// itself are reported by [`Comm::check`] or [`Comm::synchronize`].
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        let comm = self.comm;
+        comm.live()?;
+        let mut order = comm.launch_lock()?;
+        let mut record = Vec::with_capacity(self.teams.len());
+        for &t in &self.teams {
+            record.push(comm.order_before(&mut order, t, stream)?);
+        }
+        let r = self.graph.launch(stream);
+        if let Err(e) = &r {
+            comm.poison(e);
+        }
+        r?;
+        for (&t, &rec) in self.teams.iter().zip(&record) {
+            comm.ordered_after(&order, t, stream, rec)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CommGraph<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut reg) = self.comm.pinned.lock() {
+            for b in &self.pinned {
+                for o in offsets(b) {
+                    if let Some(n) = reg.get_mut(&o) {
+                        *n = n.saturating_sub(1);
+                        if *n == 0 {
+                            reg.remove(&o);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
