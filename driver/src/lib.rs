@@ -4,6 +4,7 @@
 //!
 //! * [`backend`]: one interface (`run(request, inputs) -> outputs`) over the simulator, the
 //!   threads and the CUDA world, so one conformance matrix checks them all.
+//! * [`abort`]: how the bootstrap's watcher raises an abort word its owner may be freeing.
 //! * [`host`]: ranks are threads (or simulated streams) over host memory. The embedded default:
 //!   tests, labs and `cargo xtask demo` run on it, no GPU needed.
 //! * `cuda` (feature `cuda`): the CUDA VMM symmetric heap, rendezvous and plan-interpreter launch.
@@ -17,6 +18,7 @@
 //! * [`launcher`] (Linux): `symm-run`, which starts a job's ranks and ends the job when one fails.
 #![deny(missing_docs)]
 
+pub mod abort;
 pub mod backend;
 #[cfg(target_os = "linux")]
 pub mod bootstrap;

@@ -3,5 +3,9 @@
 
 #[cfg(loom)]
 pub use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+#[cfg(loom)]
+pub use loom::sync::{Arc, Mutex};
 #[cfg(not(loom))]
 pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+#[cfg(not(loom))]
+pub use std::sync::{Arc, Mutex};

@@ -407,3 +407,47 @@ fn ll_all_reduce_three_calls_without_barriers_2_ranks() {
         }
     });
 }
+
+/// The lost-peer arm (`symm_driver::abort`): the watcher's raise never runs after the owner's
+/// `disarm` returned, and the arm keeps no reference to the word afterwards.
+#[test]
+fn abort_arm_never_raises_a_freed_word() {
+    use loom::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use symm_driver::abort::{Arm, Raise};
+
+    struct Word {
+        raised: AtomicU32,
+        freed: Arc<AtomicBool>,
+    }
+    impl Raise for Word {
+        fn raise(&self) {
+            assert!(
+                !self.freed.load(Ordering::SeqCst),
+                "raised after it was freed"
+            );
+            self.raised.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    impl Drop for Word {
+        fn drop(&mut self) {
+            self.freed.store(true, Ordering::SeqCst);
+        }
+    }
+
+    model(|| {
+        let freed = Arc::new(AtomicBool::new(false));
+        let word = Arc::new(Word {
+            raised: AtomicU32::new(0),
+            freed: freed.clone(),
+        });
+        let arm = Arm::new(word.clone());
+        let cb = arm.callback();
+        let watcher = thread::spawn(move || cb(1));
+        arm.disarm();
+        let raised = word.raised.load(Ordering::SeqCst);
+        drop(word);
+        assert!(freed.load(Ordering::SeqCst), "the arm kept the word alive");
+        watcher.join().unwrap();
+        assert!(raised <= 1);
+    });
+}

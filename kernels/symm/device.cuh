@@ -29,7 +29,15 @@ struct symm_world {
   symm_u64 stride;     // bytes between two peers' heaps
   symm_u32 rank;       // this rank
   symm_u32 world;      // ranks
+  // This rank's abort word (host-mapped): symm raises it when a peer's process is lost or a
+  // collective timed out, and every wait below stops when it is set. Null: deadlines only.
+  const volatile symm_u32* abort;
 };
+
+// Every wait is bounded: a deadline of 0 means this default, and none is longer than the
+// maximum (the same bounds as the host side's options).
+#define SYMM_WAIT_DEFAULT_NS 10000000000ull
+#define SYMM_WAIT_MAX_NS 3600000000000ull
 
 // Pointer to `offset` bytes into peer `peer`'s heap (nvshmem_ptr).
 static __device__ __forceinline__ void* symm_ptr(const symm_world& w, symm_u32 peer, symm_u64 offset) {
@@ -115,13 +123,21 @@ static __device__ __forceinline__ void symm_signal(const symm_world& w, symm_u64
   }
 }
 
+// The deadline a wait uses: `deadline_ns`, or the default for 0, never past the maximum.
+static __device__ __forceinline__ symm_u64 symm_wait_bound(symm_u64 deadline_ns) {
+  if (deadline_ns == 0) return SYMM_WAIT_DEFAULT_NS;
+  return deadline_ns < SYMM_WAIT_MAX_NS ? deadline_ns : SYMM_WAIT_MAX_NS;
+}
+
 // Spins until own slot `slot` (value) compares true against `target`; returns the value seen.
-// `deadline_ns` > 0 bounds the wait on %globaltimer: on expiry returns with *timed_out = true.
+// The wait stops early, with *timed_out = true, when its deadline passes on %globaltimer
+// (`symm_wait_bound(deadline_ns)`) or the world's abort word is raised.
 static __device__ __forceinline__ symm_u64 symm_wait_until(const symm_world& w, symm_u64 pad, symm_u32 slot,
                                                            int cmp, symm_u64 target, symm_u64 deadline_ns,
                                                            bool* timed_out) {
   const symm_u64* p = (const symm_u64*)symm_local(w, pad + (symm_u64)slot * 8);
-  symm_u64 start = deadline_ns ? symm_globaltimer() : 0;
+  const symm_u64 bound = symm_wait_bound(deadline_ns);
+  const symm_u64 start = symm_globaltimer();
   unsigned spins = 0;
   for (;;) {
     symm_u64 v = symm_ld_wait(p);
@@ -129,7 +145,8 @@ static __device__ __forceinline__ symm_u64 symm_wait_until(const symm_world& w, 
       if (timed_out) *timed_out = false;
       return v;
     }
-    if (deadline_ns && ((++spins & 255u) == 0) && symm_globaltimer() - start > deadline_ns) {
+    if (((++spins & 255u) == 0) &&
+        ((w.abort && *w.abort) || symm_globaltimer() - start > bound)) {
       if (timed_out) *timed_out = true;
       return v;
     }

@@ -309,6 +309,9 @@ static __device__ __forceinline__ void symm_trace(const symm_interp_params& p, s
 
 extern "C" __global__ void __launch_bounds__(SYMM_THREADS) symm_interp(const symm_interp_params p) {
   const symm_u32 ch = blockIdx.x;
+  // A block past the plan's channels (or the records table, SYMM_MAX_CHANNELS per rank) has
+  // nothing to run and nowhere to report: the host never launches one, and it does nothing.
+  if (ch >= p.channels || ch >= SYMM_MAX_CHANNELS) return;
   const symm_u32 begin = p.chan_start[ch];
   const symm_u32 end = p.chan_start[ch + 1];
   __shared__ int stop;

@@ -641,7 +641,7 @@ impl HostMapped {
     fn word<T>(&self, off: usize) -> Option<*mut T> {
         let size = core::mem::size_of::<T>();
         let end = off.checked_add(size)?;
-        (end <= self.len && off % size == 0)
+        (end <= self.len && off.is_multiple_of(size))
             // SAFETY: in bounds of the allocation (checked above).
             .then(|| unsafe { self.host.cast::<u8>().add(off) }.cast::<T>())
     }
@@ -685,6 +685,13 @@ impl HostMapped {
     /// Zeroes the whole mapping.
     pub fn zero_all(&self) {
         self.zero(0, self.len);
+    }
+}
+
+impl crate::abort::Raise for HostMapped {
+    /// Raises the abort word (word 0), which every device wait polls.
+    fn raise(&self) {
+        self.write_u32(0, 1);
     }
 }
 

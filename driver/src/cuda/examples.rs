@@ -36,6 +36,9 @@ pub struct SymmWorld {
     pub rank: u32,
     /// Ranks.
     pub world: u32,
+    /// Device address of this rank's abort word (every device-API wait stops when it is
+    /// raised), or 0 for none.
+    pub abort: u64,
 }
 
 /// Where one ring pass reads and writes (heap offsets, the same on every rank).
@@ -166,6 +169,7 @@ impl RingPass {
                 stride: world.stride(),
                 rank: r as u32,
                 world: w as u32,
+                abort: world.abort_word(),
             };
             world.device(r)?.bind()?;
             p.launch(sw, world.buffer_area(), a, world.stream(r)?)?;

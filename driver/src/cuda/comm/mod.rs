@@ -25,6 +25,7 @@
 //! Drop frees everything; [`Comm::finish`] first ends the job in order (a last barrier), so the
 //! peers do not see this rank's exit as a loss.
 
+mod agree;
 mod backend;
 mod capture;
 pub(crate) mod epoch;
@@ -72,6 +73,15 @@ pub struct CommOptions {
     pub trace_cap: u32,
 }
 
+impl CommOptions {
+    /// Fails when an option is out of its range: every deadline more than 0 and at most
+    /// [`crate::cuda::MAX_WAIT`].
+    pub fn validate(&self) -> Result<()> {
+        guard::check_wait("CommOptions::timeout", self.timeout)?;
+        guard::check_wait("CommOptions::bootstrap_timeout", self.bootstrap_timeout)
+    }
+}
+
 impl Default for CommOptions {
     fn default() -> Self {
         CommOptions {
@@ -96,8 +106,8 @@ pub struct Comm {
     /// Comm, so no plan goes while a launch may still read it.
     plans: Mutex<HashMap<(u16, Request), Arc<DevicePlan>>>,
     tracing: Mutex<Option<launch::Tracing>>,
-    /// Whether the lost-peer callback may still write the abort word.
-    armed: Arc<Mutex<bool>>,
+    /// The lost-peer callback's hold on the abort word (`crate::abort`), taken back on drop.
+    armed: crate::abort::Arm<HostMapped>,
     interp: Kernel,
     expected: DevBuf,
     host: Arc<HostMapped>,
@@ -129,6 +139,7 @@ pub struct Comm {
 impl Comm {
     /// Joins the job described by the environment on GPU `LOCAL_RANK`.
     pub fn from_env(opts: CommOptions) -> Result<Comm> {
+        opts.validate()?;
         let boot = SocketBootstrap::from_env(opts.bootstrap_timeout)
             .map_err(|e| CudaError::Rendezvous(e.to_string()))?;
         let ordinal = boot.local_rank() as i32;
@@ -137,10 +148,14 @@ impl Comm {
 
     /// Opens a rank of `boot`'s job on GPU `ordinal`. Collective: every rank calls it.
     pub fn open(boot: SocketBootstrap, ordinal: i32, opts: CommOptions) -> Result<Comm> {
-        let _ctx = device::keep_current()?;
         let rank = boot.rank();
         let world = boot.world();
         let boot = SocketRendezvous::new(boot, opts.bootstrap_timeout);
+        if let Err(e) = opts.validate() {
+            boot.abort(rank, &e.to_string());
+            return Err(e);
+        }
+        let _ctx = device::keep_current()?;
         let r = Self::open_inner(&boot, rank, world, ordinal, &opts);
         match r {
             Ok(parts) => Ok(parts.assemble(boot, rank, world, opts)),
@@ -185,16 +200,9 @@ impl Comm {
         )?);
         // A lost peer raises the abort word: every wait of this rank's kernels stops. The
         // callback runs on the bootstrap's watcher thread; `Drop` disarms it before the context
-        // (and with it the host-mapped word) goes away.
-        let armed = Arc::new(Mutex::new(true));
-        {
-            let (host, armed) = (host.clone(), armed.clone());
-            boot.bootstrap().on_lost(move |_| {
-                if armed.lock().is_ok_and(|a| *a) {
-                    host.write_u32(0, 1);
-                }
-            });
-        }
+        // (and with it the host-mapped word) goes away (`crate::abort`).
+        let armed = crate::abort::Arm::new(host.clone());
+        boot.bootstrap().on_lost(armed.callback());
         Ok(Parts {
             armed,
             interp: Kernel::load(&dev, &cubin, symm_kernels::INTERP_ENTRY)?,
@@ -241,6 +249,7 @@ impl Comm {
             stride: self.heap.stride,
             rank: self.rank as u32,
             world: self.world as u32,
+            abort: self.host.dev,
         }
     }
 
@@ -309,59 +318,6 @@ impl Comm {
             .map_err(|_| CudaError::Invalid("heap lock poisoned".into()))
     }
 
-    /// Compares the allocators of every rank (call count, hash and last call).
-    fn agree(&self) -> Result<()> {
-        // Call count, hash, then the calls of this alloc or free (at most three), each as
-        // (seq, alloc, size, align, offset).
-        let mine = {
-            let h = self.heap_lock()?;
-            let mut v: Vec<u64> = vec![h.calls(), h.hash()];
-            let all: Vec<_> = h.history().collect();
-            for c in &all[all.len().saturating_sub(3)..] {
-                v.extend([c.seq, c.alloc as u64, c.size, c.align, c.offset]);
-            }
-            v
-        };
-        let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let all = self.boot.all_gather(self.rank, &bytes)?;
-        let words = |v: &[u8]| -> Vec<u64> {
-            v.chunks_exact(8)
-                .filter_map(|b| b.try_into().ok().map(u64::from_le_bytes))
-                .collect()
-        };
-        let describe = |c: &[u64]| match c {
-            [_, 1, size, align, _] => format!("alloc(size {size}, align {align})"),
-            [_, _, _, _, offset] => format!("free(offset {offset})"),
-            _ => "nothing".to_string(),
-        };
-        for (r, theirs) in all.iter().enumerate() {
-            let theirs = words(theirs);
-            if theirs.get(..2) == mine.get(..2) {
-                continue;
-            }
-            // The first of the recent calls whose arguments differ (else the last).
-            let (a, b) = (
-                mine[2..].chunks(5),
-                theirs.get(2..).unwrap_or(&[]).chunks(5),
-            );
-            let pairs: Vec<_> = a.zip(b).collect();
-            let (m, t) = pairs
-                .iter()
-                .find(|(m, t)| m.get(1..4) != t.get(1..4))
-                .or(pairs.last())
-                .copied()
-                .unwrap_or((&[], &[]));
-            return Err(CudaError::Invalid(format!(
-                "symmetric allocation diverged at call {}: rank {} called {}, rank {r} called {}",
-                m.first().copied().unwrap_or(mine[0]),
-                self.rank,
-                describe(m),
-                describe(t)
-            )));
-        }
-        Ok(())
-    }
-
     /// Collective: every rank's `data` (at most 64 KiB), in rank order, through the bootstrap.
     pub fn exchange(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         Ok(self.boot.all_gather(self.rank, data)?.to_vec())
@@ -400,6 +356,24 @@ impl Comm {
         // SAFETY: bytes `off .. off + len` lie in this rank's heap (`own_heap`), mapped into its
         // context, bound above.
         unsafe { device::htod(self.ptr(self.rank, off)?, bytes) }
+    }
+
+    /// Reads `len` bytes at heap offset `off` of `peer`'s heap through this rank's mapping.
+    pub(crate) fn peer_read(&self, peer: u16, off: u64, len: u64) -> Result<Vec<u8>> {
+        self.own_heap(off, len)?;
+        if peer >= self.world {
+            return Err(CudaError::Invalid(format!(
+                "peer {peer} in a job of {}",
+                self.world
+            )));
+        }
+        let mut v = vec![0u8; len as usize];
+        self.dev.bind()?;
+        // SAFETY: bytes `off .. off + len` lie inside a heap (`own_heap`) and `peer` is a rank
+        // of the job, so the range is inside `peer`'s heap as mapped into this rank's context,
+        // bound above.
+        unsafe { device::dtoh(&mut v, self.ptr(peer, off)?) }?;
+        Ok(v)
     }
 
     /// Sets `len` bytes at heap offset `off` of this rank to `value` (pad included).
@@ -563,16 +537,15 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
-        // No abort-word write may start once the fields (the context among them) begin to go.
-        if let Ok(mut a) = self.armed.lock() {
-            *a = false;
-        }
+        // No abort-word write may start once the fields (the context among them) begin to go,
+        // and the callback no longer holds the word.
+        self.armed.disarm();
     }
 }
 
 /// What `open_inner` builds before the bootstrap joins it.
 struct Parts {
-    armed: Arc<Mutex<bool>>,
+    armed: crate::abort::Arm<HostMapped>,
     interp: Kernel,
     expected: DevBuf,
     alloc: Heap,

@@ -14,8 +14,10 @@
 //! teams' collectives and the job's own can be in flight at the same time. Plans live in the
 //! Comm's cache; buffers are checked against the team's region before every launch.
 //!
-//! Team allocation is local to the team's members and is not compared across processes: members
-//! must allocate in the same order, as with the job's own allocations.
+//! Team allocation is collective over the team's members: after every team alloc and free the
+//! members compare their team allocators through a mailbox at the start of the region
+//! (`agree.rs`), and a divergence names the first differing call on both sides, as with the
+//! job's own allocations.
 
 use std::sync::{Arc, Mutex};
 
@@ -24,7 +26,7 @@ use symm_core::sched::{BufferSizes, Request, Schedule, MAX_CHANNELS};
 use symm_core::signal::SlotLayout;
 use symm_core::team::{Team, TeamError, TeamMap, MAX_TEAMS};
 
-use super::Comm;
+use super::{agree, Comm};
 use crate::cuda::device::{self, Stream};
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::plan::RankPlan;
@@ -35,8 +37,17 @@ pub struct CommTeam<'c> {
     comm: &'c Comm,
     team: Team,
     me: u16,
+    /// Where buffers go, `[lo, hi)` heap offsets (after the mailbox).
     region: (u64, u64),
-    alloc: Mutex<Heap>,
+    /// The agreement mailbox at the start of the reserved span (`agree::MAILBOX` bytes).
+    mailbox: u64,
+    alloc: Mutex<TeamHeap>,
+}
+
+/// A team's allocator and how many agreements its members have made.
+struct TeamHeap {
+    heap: Heap,
+    agreed: u64,
 }
 
 fn team_err(e: TeamError) -> CudaError {
@@ -97,9 +108,13 @@ impl Comm {
             *n += 1;
             *n - 1
         };
+        let span = heap_bytes
+            .max(4096)
+            .checked_add(agree::MAILBOX)
+            .ok_or_else(|| CudaError::Invalid(format!("a team heap of {heap_bytes} bytes")))?;
         let off = {
             let mut h = self.heap_lock()?;
-            h.alloc(heap_bytes.max(4096), 4096)
+            h.alloc(span, 4096)
                 .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))?
                 + self.data_off
         };
@@ -109,7 +124,7 @@ impl Comm {
         // Low-latency lines another team left in this memory carry that team's epochs, which
         // this team's may repeat: the region starts zeroed (no flag is 0), before the agreement,
         // so no member writes into it first (symm_core::ll).
-        self.heap_fill(off, heap_bytes.max(4096), 0)?;
+        self.heap_fill(off, span, 0)?;
         self.agree()?;
         Ok((id, off))
     }
@@ -152,12 +167,17 @@ impl Comm {
             t.insert(team.id(), team.clone());
         }
         let len = heap_bytes.max(4096);
+        let lo = off + agree::MAILBOX;
         Some(CommTeam {
             comm: self,
             team,
             me,
-            region: (off, off + len),
-            alloc: Mutex::new(Heap::new(len)),
+            region: (lo, lo + len),
+            mailbox: off,
+            alloc: Mutex::new(TeamHeap {
+                heap: Heap::new(len),
+                agreed: 0,
+            }),
         })
     }
 
@@ -232,13 +252,29 @@ impl<'c> CommTeam<'c> {
         self.alloc_sizes(req.buffer_sizes())
     }
 
-    /// Team-collective: places buffers of the given sizes in the team's region.
+    /// Team-collective: places buffers of the given sizes in the team's region, at the same
+    /// offsets on every member (compared across the members: a divergence is an error naming
+    /// the first differing call).
     pub fn alloc_sizes(&self, sizes: BufferSizes) -> Result<Buffers> {
-        let mut h = self
-            .alloc
+        let _ctx = device::keep_current()?;
+        self.comm.live()?;
+        let mut h = self.heap_lock()?;
+        let b = guard::place(&mut h.heap, sizes, self.region.0)?;
+        self.agree(&mut h)?;
+        Ok(b)
+    }
+
+    fn heap_lock(&self) -> Result<std::sync::MutexGuard<'_, TeamHeap>> {
+        self.alloc
             .lock()
-            .map_err(|_| CudaError::Invalid("team heap lock poisoned".into()))?;
-        guard::place(&mut h, sizes, self.region.0)
+            .map_err(|_| CudaError::Invalid("team heap lock poisoned".into()))
+    }
+
+    /// Compares the team allocators of every member (after an alloc or a free).
+    fn agree(&self, h: &mut TeamHeap) -> Result<()> {
+        h.agreed += 1;
+        self.comm
+            .agree_team(&self.team, self.mailbox, h.agreed, &h.heap)
     }
 
     /// Team-collective: returns buffers to the team's region once this rank's device is idle.
@@ -246,24 +282,22 @@ impl<'c> CommTeam<'c> {
         let _ctx = device::keep_current()?;
         self.comm.check_unpinned(b)?;
         self.comm.sync_device()?;
-        let mut h = self
-            .alloc
-            .lock()
-            .map_err(|_| CudaError::Invalid("team heap lock poisoned".into()))?;
+        let mut h = self.heap_lock()?;
         // Every offset is checked before any is freed: a bad set frees nothing.
         let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.region.0));
         for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {
-            if !off.is_some_and(|x| h.is_live(x)) {
+            if !off.is_some_and(|x| h.heap.is_live(x)) {
                 return Err(CudaError::Invalid(format!(
                     "offset {o} is not a live team buffer"
                 )));
             }
         }
         for off in offs.into_iter().flatten() {
-            h.free(off)
+            h.heap
+                .free(off)
                 .map_err(|e| CudaError::Invalid(format!("team heap: {e:?}")))?;
         }
-        Ok(())
+        self.agree(&mut h)
     }
 
     /// This rank's plan of the team request `req` (mapped onto the job, validated, cached).

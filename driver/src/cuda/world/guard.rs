@@ -15,6 +15,7 @@
 //!   in flight before returning memory.
 
 use std::sync::MutexGuard;
+use std::time::Duration;
 
 use super::*;
 use crate::cuda::comm::epoch;
@@ -80,6 +81,20 @@ pub(crate) fn place(heap: &mut Heap, sizes: BufferSizes, data_off: u64) -> Resul
         scratch: one(sizes.scratch)?,
         sizes,
     })
+}
+
+/// The longest deadline any wait may have, on the device or on the host: a peer that is stuck
+/// but alive ends every wait within it (`SYMM_WAIT_MAX_NS` in `symm/device.cuh`).
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// Fails unless the deadline `what` lies in `(0, MAX_WAIT]`.
+pub(crate) fn check_wait(what: &str, d: Duration) -> Result<()> {
+    if d.is_zero() || d > MAX_WAIT {
+        return Err(CudaError::BadOption(format!(
+            "{what} is {d:?}; it must be more than 0 and at most {MAX_WAIT:?}"
+        )));
+    }
+    Ok(())
 }
 
 /// Fails unless bytes `off .. off + len` lie in the buffer area `[lo, hi)`.
@@ -230,5 +245,37 @@ mod tests {
         assert!(check_buffers(&bufs(4096, u64::MAX - 10, 0, 100), &need, lo, hi).is_err());
         // A buffer the plan does not use may be anywhere (it is never touched).
         assert!(check_buffers(&bufs(4096, 8192, 0, 100), &need, lo, hi).is_ok());
+    }
+
+    #[test]
+    fn every_deadline_is_bounded() {
+        for bad in [
+            Duration::ZERO,
+            MAX_WAIT + Duration::from_nanos(1),
+            Duration::MAX,
+        ] {
+            let r = check_wait("timeout", bad);
+            assert!(matches!(r, Err(CudaError::BadOption(_))), "{bad:?}: {r:?}");
+        }
+        for good in [Duration::from_nanos(1), Duration::from_secs(10), MAX_WAIT] {
+            assert!(check_wait("timeout", good).is_ok(), "{good:?}");
+        }
+        let comm = crate::cuda::CommOptions {
+            timeout: Duration::MAX,
+            ..Default::default()
+        };
+        assert!(matches!(comm.validate(), Err(CudaError::BadOption(m)) if m.contains("timeout")));
+        let comm = crate::cuda::CommOptions {
+            bootstrap_timeout: Duration::ZERO,
+            ..Default::default()
+        };
+        assert!(comm.validate().is_err());
+        assert!(crate::cuda::CommOptions::default().validate().is_ok());
+        let world = Options {
+            rendezvous: Duration::MAX,
+            ..Default::default()
+        };
+        assert!(world.validate().is_err());
+        assert!(Options::default().validate().is_ok());
     }
 }

@@ -54,6 +54,15 @@ pub struct Options {
     pub nvrtc: Option<PathBuf>,
 }
 
+impl Options {
+    /// Fails when an option is out of its range: every deadline more than 0 and at most
+    /// [`guard::MAX_WAIT`].
+    pub fn validate(&self) -> Result<()> {
+        guard::check_wait("Options::timeout", self.timeout)?;
+        guard::check_wait("Options::rendezvous", self.rendezvous)
+    }
+}
+
 impl Default for Options {
     fn default() -> Options {
         Options {
@@ -212,6 +221,7 @@ const ABORT_BYTES: usize = 64;
 impl World {
     /// Opens a world over `devices` (ordinals; rank r is `devices[r]`).
     pub fn open(devices: &[i32], opts: Options) -> Result<World> {
+        opts.validate()?;
         let _ctx = device::keep_current()?;
         let world = u16::try_from(devices.len())
             .ok()
@@ -340,6 +350,11 @@ impl World {
     /// The heap offsets where buffers live, `[lo, hi)` (the signal pad is below `lo`).
     pub fn buffer_area(&self) -> (u64, u64) {
         (self.data_off, self.stride())
+    }
+
+    /// Device address of the abort word the world's kernels poll.
+    pub(crate) fn abort_word(&self) -> u64 {
+        self.host.dev
     }
 
     /// Signal-pad slots per rank.

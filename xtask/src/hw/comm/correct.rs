@@ -489,7 +489,21 @@ fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
     }
     comm.free(&b).map_err(e)?;
     case(comm, stream, &req, 9000)?.map_err(|m| format!("after the refusals: {m}"))?;
+    // Members of a team that allocate differently in its region are told so, by name.
+    let team = comm
+        .split_strided(0, 1, comm.world(), 64 << 10)
+        .map_err(e)?
+        .ok_or("every rank is a member of the strided team")?;
     let n = if comm.rank() == 0 { 4096 } else { 8192 };
+    let team_msg = match team.alloc_sizes(symm_core::sched::BufferSizes {
+        input: n,
+        output: n,
+        scratch: 0,
+    }) {
+        Err(CudaError::Invalid(m)) if m.contains("team allocation diverged") => m,
+        other => return Err(format!("divergent team allocation gave {other:?}")),
+    };
+    drop(team);
     let sizes = symm_core::sched::BufferSizes {
         input: n,
         output: n,
@@ -497,7 +511,7 @@ fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
     };
     match comm.alloc_sizes(sizes) {
         Err(CudaError::Invalid(m)) if m.contains("diverged") => Ok(format!(
-            "2 bad buffer sets refused; divergent allocation named: {m}"
+            "2 bad buffer sets refused; divergent allocation named: {m}; in a team: {team_msg}"
         )),
         other => Err(format!("divergent allocation gave {other:?}")),
     }
