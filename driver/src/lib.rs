@@ -9,7 +9,6 @@
 //! * `cuda` (feature `cuda`): the CUDA VMM symmetric heap, rendezvous and plan-interpreter launch.
 //! * [`kernel_cache`]: the private, hash-checked disk cache of compiled kernels the CUDA backend
 //!   uses (plain files and bytes, so it builds and is tested without CUDA).
-//! * [`sha256`]: SHA-256, for the cache and for checking downloads.
 //! * [`bootstrap`] (Linux): the process-per-GPU bootstrap: the job environment, a Unix-socket
 //!   rendezvous checked by uid and token, collectives that carry file descriptors, lost peers.
 //! * [`launcher`] (Linux): `symm-run`, which starts a job's ranks and ends the job when one fails.
@@ -25,5 +24,4 @@ pub mod host;
 pub mod kernel_cache;
 #[cfg(target_os = "linux")]
 pub mod launcher;
-pub mod sha256;
 pub mod sync;

@@ -58,6 +58,26 @@ pub(crate) fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Fills `buf` from the kernel's random source (`getrandom`, blocking only until the pool is
+/// first seeded at boot).
+pub(crate) fn random(buf: &mut [u8]) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: writes at most `rest.len()` bytes into the live buffer `rest`.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        filled += n as usize;
+    }
+    Ok(())
+}
+
 /// A new `AF_UNIX` `SOCK_SEQPACKET` socket, non-blocking and close-on-exec.
 pub(crate) fn seqpacket_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain system call with constant arguments.
