@@ -26,7 +26,7 @@
 //! accepted rank waits [`VERDICT_GRACE`] past its own deadline for `Ready` or `Failed`, so that
 //! when the root gives up it learns which ranks were missing.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Role, Transcript};
@@ -158,7 +158,12 @@ fn step(
     Ok(Step::Member(rank))
 }
 
-/// Tells a peer it is refused, best effort, and drops the connection.
+/// Frames the root reads and drops from a refused connection before closing it.
+const DRAIN: usize = 4;
+
+/// Tells a peer it is refused, best effort, and drops the connection. What the peer already
+/// sent is read first (a few frames at most): closing a socket with unread data resets the
+/// peer's end, and the reset would reach the peer ahead of the reason.
 fn refuse(fd: OwnedFd, why: Refusal, refused: &mut Vec<Refusal>) {
     let head = Head::control(Kind::Refused, 0);
     let _ = wire::send(
@@ -168,6 +173,14 @@ fn refuse(fd: OwnedFd, why: Refusal, refused: &mut Vec<Refusal>) {
         &[],
         Instant::now() + NOTICE,
     );
+    let mut scrap = [0u8; 64];
+    for _ in 0..DRAIN {
+        // Truncated into a small buffer (the kernel drops the rest); descriptors closed.
+        match sys::recv(fd.as_fd(), &mut scrap, 0) {
+            Ok(got) if got.len > 0 || !got.fds.is_empty() => {}
+            _ => break,
+        }
+    }
     if refused.len() < 1024 {
         refused.push(why);
     }
@@ -309,6 +322,29 @@ fn connect(name: &str, deadline: Instant) -> Result<OwnedFd> {
     }
 }
 
+/// A frame the root sent before it closed, if one is still queued. When the root closes with
+/// this rank's frame unread, the kernel reports a reset (once) ahead of what the root had sent:
+/// reading again finds it.
+fn queued(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<Frame> {
+    for _ in 0..3 {
+        match wire::try_recv(fd, buf) {
+            Ok(f) => return f,
+            Err(LinkError::Closed) => continue,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// The root's next frame by `deadline`; a refusal the root sent before closing is read even
+/// when a reset overtakes it.
+fn from_root(fd: BorrowedFd<'_>, buf: &mut [u8], deadline: Instant) -> Result<Frame, LinkError> {
+    match wire::recv(fd, buf, deadline) {
+        Err(LinkError::Closed) => queued(fd, buf).ok_or(LinkError::Closed),
+        r => r,
+    }
+}
+
 /// The refusal a `Refused` frame carries.
 fn refused(f: &Frame) -> BootstrapError {
     BootstrapError::Refused(wire::parse_refusal(&f.payload).unwrap_or(Refusal::Malformed))
@@ -350,12 +386,12 @@ pub(crate) fn join(job: &JobEnv, deadline: Instant) -> Result<OwnedFd> {
         deadline,
     ) {
         // The root may have refused (and closed) before reading: its reason is still queued.
-        if let Ok(Some(f)) = wire::try_recv(fd.as_fd(), &mut buf) {
-            verdict(f, Kind::Accepted)?;
+        if let Some(f) = queued(fd.as_fd(), &mut buf) {
+            verdict(f, Kind::Challenge)?;
         }
         return Err(during(e));
     }
-    let f = wire::recv(fd.as_fd(), &mut buf, deadline).map_err(during)?;
+    let f = from_root(fd.as_fd(), &mut buf, deadline).map_err(during)?;
     let unproven = || BootstrapError::Unauthenticated { name: name.clone() };
     let (root_nonce, root_proof) = match f.head.kind {
         Kind::Challenge => wire::parse_challenge(&f.payload).ok_or_else(unproven)?,
@@ -377,12 +413,12 @@ pub(crate) fn join(job: &JobEnv, deadline: Instant) -> Result<OwnedFd> {
     let proof = t.prove(&job.token, Role::Rank);
     let head = Head::control(Kind::Proof, job.rank);
     if let Err(e) = wire::send(fd.as_fd(), head, &proof, &[], deadline) {
-        if let Ok(Some(f)) = wire::try_recv(fd.as_fd(), &mut buf) {
+        if let Some(f) = queued(fd.as_fd(), &mut buf) {
             verdict(f, Kind::Accepted)?;
         }
         return Err(during(e));
     }
-    let f = wire::recv(fd.as_fd(), &mut buf, deadline).map_err(during)?;
+    let f = from_root(fd.as_fd(), &mut buf, deadline).map_err(during)?;
     verdict(f, Kind::Accepted)?;
     let f =
         wire::recv(fd.as_fd(), &mut buf, wire::after(deadline, VERDICT_GRACE)).map_err(during)?;

@@ -315,6 +315,41 @@ fn a_squatter_root_gets_no_token_and_no_descriptor() {
     }
 }
 
+/// Idle connections of the same user fill every handshake place; a rank that comes then is
+/// refused as busy, and must say so every time, not report a lost root.
+#[test]
+fn a_refused_rank_names_the_reason_under_a_flood() {
+    let root_job = job(0, 2, "flood");
+    let name = root_job.socket_name(sys::euid());
+    let root = std::thread::spawn(move || {
+        root(&root_job, Instant::now() + Duration::from_secs(60)).map(|l| l.len())
+    });
+    let flood: Vec<OwnedFd> = (0..2 + EXTRA_PENDING)
+        .map(|_| connect(&name, Instant::now() + LONG).unwrap())
+        .collect();
+    let me = job(1, 2, "flood");
+    for attempt in 0..20 {
+        match join(&me, Instant::now() + LONG) {
+            Err(BootstrapError::Refused(Refusal::Busy)) => {}
+            other => panic!("attempt {attempt}: {other:?}"),
+        }
+    }
+    // When the flood goes, the rank gets in.
+    drop(flood);
+    let end = Instant::now() + LONG;
+    let link = loop {
+        match join(&me, end) {
+            Ok(l) => break l,
+            Err(BootstrapError::Refused(Refusal::Busy)) if Instant::now() < end => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(root.join().unwrap(), Ok(1));
+    drop(link);
+}
+
 #[test]
 fn only_the_same_user_is_accepted() {
     assert_eq!(check_user(1000, 1000), Ok(()));
