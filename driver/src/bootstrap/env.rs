@@ -8,7 +8,8 @@
 //! | `SYMM_JOB` | names the job (and its socket) | 1 to 64 of `A-Z a-z 0-9 . _ -` |
 //! | `SYMM_TOKEN` | the job's secret | 32 to 128 hex digits (16 to 64 bytes) |
 //!
-//! torchrun sets the first three; `symm-run` sets all five. Under another launcher export a
+//! torchrun sets the first three; `symm-run` sets all five. [`JobEnv::from_env`] removes
+//! `SYMM_TOKEN` from the process's environment once it has read it. Under another launcher export a
 //! unique `SYMM_JOB` and a fresh token (`od -An -tx1 -N32 /dev/urandom | tr -d ' \n'`) before it
 //! starts the ranks. Every value is untrusted: anything else is a typed [`EnvError`] naming the
 //! variable and showing at most [`SHOWN`] characters of the value, escaped.
@@ -263,9 +264,21 @@ pub struct JobEnv {
 }
 
 impl JobEnv {
-    /// Reads the process environment.
+    /// Reads the process environment, then removes `SYMM_TOKEN` from it (whether or not the
+    /// environment parsed), so that the programs this process starts do not inherit the job's
+    /// secret. The other variables stay.
+    ///
+    /// Rust's own environment accesses are serialised by the standard library, so removing a
+    /// variable is safe against them; it is not against C code that reads the environment on
+    /// another thread at the same moment (`getenv` in a native library). Call this at the
+    /// start of a rank, before such threads run, as `SocketBootstrap::from_env` and the CUDA
+    /// `Comm::from_env` (which joins before it touches the driver) do. The launcher's copy of
+    /// the token, and `/proc/<pid>/environ` (the environment as the process started), are not
+    /// affected.
     pub fn from_env() -> Result<JobEnv, EnvError> {
-        Self::from_vars(|k| std::env::var_os(k))
+        let job = Self::from_vars(|k| std::env::var_os(k));
+        std::env::remove_var(SYMM_TOKEN);
+        job
     }
 
     /// Reads variables through `get` (tests pass a map).
