@@ -261,15 +261,15 @@ fn a_squatter_root_gets_no_token_and_no_descriptor() {
             }
             let f = Frame::decode(&buf[..got.len], Vec::new()).unwrap();
             assert_eq!(f.head.kind, Kind::Hello, "{forge:?}");
+            // Best effort: the rank may already have hung up on an earlier forged frame.
             let send = |kind: Kind, payload: &[u8]| {
-                wire::send(
+                let _ = wire::send(
                     fd.as_fd(),
                     Head::control(kind, 0),
                     payload,
                     &[],
                     Instant::now() + LONG,
-                )
-                .unwrap()
+                );
             };
             match forge {
                 Forge::Random => send(
