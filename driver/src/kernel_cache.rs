@@ -21,7 +21,8 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::sha256::{self, Sha256};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 /// The first bytes of every cache file.
 const MAGIC: &[u8; 8] = b"SYMMKC01";
@@ -159,15 +160,15 @@ pub fn decode<'a>(key: &str, file: &'a [u8]) -> Option<&'a [u8]> {
         return None;
     }
     let kernel = &file[HEADER..];
-    sha256::same(&file[MAGIC.len()..HEADER], &digest(key, kernel)).then_some(kernel)
+    bool::from(file[MAGIC.len()..HEADER].ct_eq(&digest(key, kernel))).then_some(kernel)
 }
 
 fn digest(key: &str, kernel: &[u8]) -> [u8; 32] {
     let mut h = Sha256::new();
-    h.update(&(key.len() as u64).to_le_bytes());
+    h.update((key.len() as u64).to_le_bytes());
     h.update(key.as_bytes());
     h.update(kernel);
-    h.finish()
+    h.finalize().into()
 }
 
 fn check_key(key: &str) -> Result<(), CacheError> {

@@ -9,8 +9,15 @@
 //!   `LOCAL_WORLD_SIZE`, `SYMM_JOB`, `SYMM_TOKEN` set, and always `NCCL_NVLS_ENABLE=0`,
 //!   `TORCH_SYMM_MEM_DISABLE_MULTICAST=1`, `NVSHMEM_DISABLE_NVLS=1` (NVLink multicast stays off
 //!   on shared machines, whatever the caller's environment says).
-//! * Each rank runs in its own process group with no standard input, and receives `SIGTERM` if
-//!   the launcher dies. Its output lines are prefixed `[r] ` (unless `--no-prefix`).
+//! * Each rank runs in its own process group with no standard input. Its output lines are
+//!   prefixed `[r] ` (unless `--no-prefix`).
+//! * Nothing of the job outlives the launcher, however it ends. A rank's leader receives
+//!   `SIGTERM` when the launcher dies (`PR_SET_PDEATHSIG`), and a watchdog process forked before
+//!   the first rank (`sys::Watchdog`, in a group of its own) sees the launcher's death as end of
+//!   file on a pipe, even after `SIGKILL`, and ends every rank's whole group, grandchildren and
+//!   processes that ignore `SIGTERM` included: `SIGTERM`, then `SIGKILL` after the grace period.
+//!   On its own way out the launcher does the same to any group that still has a process (a
+//!   rank's background child, say), then disarms the watchdog.
 //! * `SIGINT` and `SIGTERM` to the launcher are forwarded to every rank's group.
 //! * When a rank exits non-zero or dies of a signal the launcher did not send, the launcher names
 //!   it, sends the other ranks `SIGTERM`, then `SIGKILL` after the grace period (`--grace`,
@@ -89,6 +96,8 @@ pub enum LaunchError {
     Token(String),
     /// Signal handlers could not be installed.
     Signals(String),
+    /// The watchdog that ends the ranks if the launcher dies could not be started or fed.
+    Watchdog(String),
     /// A rank could not be started (the ones already started were ended).
     Spawn {
         /// The rank.
@@ -113,6 +122,7 @@ impl fmt::Display for LaunchError {
             LaunchError::NoProgram => write!(f, "no program to run (put it after --)"),
             LaunchError::Token(e) => write!(f, "cannot read /dev/urandom: {e}"),
             LaunchError::Signals(e) => write!(f, "cannot install signal handlers: {e}"),
+            LaunchError::Watchdog(e) => write!(f, "cannot start the watchdog: {e}"),
             LaunchError::Spawn { rank, message } => {
                 write!(f, "cannot start rank {rank}: {message}")
             }
@@ -267,11 +277,42 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
+/// Sends `sig` to every rank's process group, also where the rank itself has exited: its
+/// children may still be there.
 fn signal_all(ranks: &[Rank], sig: i32) {
-    for r in ranks.iter().filter(|r| r.status.is_none()) {
+    for r in ranks {
         // A group already gone is not an error worth reporting.
         let _ = sys::kill_group(r.child.id(), sig);
     }
+}
+
+/// After every rank exited: ends what their groups still hold (`SIGTERM`, `SIGKILL` after
+/// `grace`), and waits a little for the kernel to take it.
+fn sweep(ranks: &[Rank], grace: Duration) {
+    let left = || -> Vec<u16> {
+        ranks
+            .iter()
+            .filter(|r| sys::group_alive(r.child.id()))
+            .map(|r| r.rank)
+            .collect()
+    };
+    let behind = left();
+    if behind.is_empty() {
+        return;
+    }
+    eprintln!(
+        "symm-run: rank(s) {} left processes behind; ending them",
+        list(&behind)
+    );
+    signal_all(ranks, sys::SIGTERM);
+    let until = |end: Instant| {
+        while !left().is_empty() && Instant::now() < end {
+            std::thread::sleep(TICK);
+        }
+    };
+    until(Instant::now() + grace);
+    signal_all(ranks, sys::SIGKILL);
+    until(Instant::now() + Duration::from_secs(1));
 }
 
 fn list(ranks: &[u16]) -> String {
@@ -293,6 +334,8 @@ pub fn run(o: &Options) -> Result<i32, LaunchError> {
     };
     sys::catch_signals(&[sys::SIGINT, sys::SIGTERM])
         .map_err(|e| LaunchError::Signals(e.to_string()))?;
+    let watchdog =
+        sys::Watchdog::start(o.grace).map_err(|e| LaunchError::Watchdog(e.to_string()))?;
     let (done_tx, done_rx) = mpsc::channel();
     let mut streams = 0;
     let mut ranks: Vec<Rank> = Vec::with_capacity(o.ranks as usize);
@@ -311,13 +354,22 @@ pub fn run(o: &Options) -> Result<i32, LaunchError> {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
         sys::die_with_parent(&mut cmd, sys::SIGTERM);
-        let mut child = match cmd.spawn() {
+        let started = cmd.spawn().and_then(|mut c| match watchdog.guard(c.id()) {
+            Ok(()) => Ok(c),
+            Err(e) => {
+                let _ = sys::kill_group(c.id(), sys::SIGKILL);
+                let _ = c.wait();
+                Err(e)
+            }
+        });
+        let mut child = match started {
             Ok(c) => c,
             Err(e) => {
                 signal_all(&ranks, sys::SIGKILL);
                 for r in &mut ranks {
                     let _ = r.child.wait();
                 }
+                // Dropping the watchdog undisarmed ends whatever the groups still hold.
                 return Err(LaunchError::Spawn {
                     rank: r,
                     message: e.to_string(),
@@ -409,6 +461,8 @@ pub fn run(o: &Options) -> Result<i32, LaunchError> {
         }
         std::thread::sleep(TICK);
     }
+    sweep(&ranks, o.grace);
+    watchdog.disarm();
     let drain_end = Instant::now() + DRAIN;
     for _ in 0..streams {
         let left = drain_end.saturating_duration_since(Instant::now());

@@ -10,7 +10,6 @@
 //! * `cuda` (feature `cuda`): the CUDA VMM symmetric heap, rendezvous and plan-interpreter launch.
 //! * [`kernel_cache`]: the private, hash-checked disk cache of compiled kernels the CUDA backend
 //!   uses (plain files and bytes, so it builds and is tested without CUDA).
-//! * [`sha256`]: SHA-256, for the cache and for checking downloads.
 //! * [`bootstrap`] (Linux): the process-per-GPU bootstrap: the job environment, a Unix-socket
 //!   rendezvous checked by uid and token, collectives that carry file descriptors, lost peers.
 //! * [`safety_env`]: the multicast-off variables: checked before NCCL loads, set for every
@@ -30,5 +29,4 @@ pub mod kernel_cache;
 #[cfg(target_os = "linux")]
 pub mod launcher;
 pub mod safety_env;
-pub mod sha256;
 pub mod sync;

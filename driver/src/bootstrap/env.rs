@@ -8,14 +8,17 @@
 //! | `SYMM_JOB` | names the job (and its socket) | 1 to 64 of `A-Z a-z 0-9 . _ -` |
 //! | `SYMM_TOKEN` | the job's secret | 32 to 128 hex digits (16 to 64 bytes) |
 //!
-//! torchrun sets the first three; `symm-run` sets all five. Under another launcher export a
+//! torchrun sets the first three; `symm-run` sets all five. [`JobEnv::from_env`] removes
+//! `SYMM_TOKEN` from the process's environment once it has read it. Under another launcher export a
 //! unique `SYMM_JOB` and a fresh token (`od -An -tx1 -N32 /dev/urandom | tr -d ' \n'`) before it
 //! starts the ranks. Every value is untrusted: anything else is a typed [`EnvError`] naming the
 //! variable and showing at most [`SHOWN`] characters of the value, escaped.
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::Read;
+
+use subtle::ConstantTimeEq;
+use zeroize::Zeroize;
 
 /// This process's rank.
 pub const RANK: &str = "RANK";
@@ -136,15 +139,38 @@ pub fn parse_job(value: &OsString) -> Result<String, EnvError> {
     }
 }
 
-/// A job's secret: compared in constant time, never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Token(Vec<u8>);
+/// A job's secret: never printed, never sent (the rendezvous proves knowledge of it with an
+/// HMAC, see the bootstrap's `auth` module), compared in constant time, and wiped from memory on drop.
+///
+/// The bytes live in a fixed buffer of [`MAX_TOKEN`] bytes, so that a comparison runs over the
+/// same bytes whatever the token's length.
+#[derive(Clone)]
+pub struct Token {
+    buf: [u8; MAX_TOKEN],
+    len: usize,
+}
+
+impl Drop for Token {
+    fn drop(&mut self) {
+        self.buf.zeroize();
+        self.len.zeroize();
+    }
+}
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Token({} bytes)", self.0.len())
+        write!(f, "Token({} bytes)", self.len)
     }
 }
+
+/// Constant time, as [`Token::matches`].
+impl PartialEq for Token {
+    fn eq(&self, other: &Token) -> bool {
+        self.matches(other.bytes())
+    }
+}
+
+impl Eq for Token {}
 
 impl Token {
     /// A token from its hex form (`MIN_TOKEN..=MAX_TOKEN` bytes).
@@ -160,48 +186,65 @@ impl Token {
             return Err(bad());
         }
         let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-        b.chunks_exact(2)
-            .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
-            .collect::<Option<Vec<u8>>>()
-            .map(Token)
-            .ok_or_else(bad)
+        let mut t = Token {
+            buf: [0; MAX_TOKEN],
+            len: b.len() / 2,
+        };
+        for (dst, p) in t.buf.iter_mut().zip(b.chunks_exact(2)) {
+            *dst = digit(p[0])
+                .zip(digit(p[1]))
+                .map(|(hi, lo)| hi << 4 | lo)
+                .ok_or_else(bad)?;
+        }
+        Ok(t)
     }
 
     /// A token from raw bytes; `None` unless `MIN_TOKEN..=MAX_TOKEN` long.
     pub fn from_bytes(bytes: &[u8]) -> Option<Token> {
-        (MIN_TOKEN..=MAX_TOKEN)
-            .contains(&bytes.len())
-            .then(|| Token(bytes.to_vec()))
+        if !(MIN_TOKEN..=MAX_TOKEN).contains(&bytes.len()) {
+            return None;
+        }
+        let mut t = Token {
+            buf: [0; MAX_TOKEN],
+            len: bytes.len(),
+        };
+        t.buf[..bytes.len()].copy_from_slice(bytes);
+        Some(t)
     }
 
-    /// 32 fresh bytes from `/dev/urandom`.
+    /// 32 fresh bytes from the kernel's random source.
     pub fn random() -> std::io::Result<Token> {
-        let mut b = vec![0u8; 32];
-        std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-        Ok(Token(b))
+        let mut t = Token {
+            buf: [0; MAX_TOKEN],
+            len: 32,
+        };
+        super::sys::random(&mut t.buf[..32])?;
+        Ok(t)
     }
 
-    /// The hex form (what `SYMM_TOKEN` holds).
+    /// The hex form (what `SYMM_TOKEN` holds). The string is a copy the caller should keep short.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        self.bytes().iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// The raw bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.0
+        &self.buf[..self.len]
     }
 
-    /// Whether `other` equals this token, in time independent of where they differ.
+    /// Whether `other` equals this token, lengths included, in time independent of the token's
+    /// bytes and length and of where they differ (it depends only on `other`'s length).
     pub fn matches(&self, other: &[u8]) -> bool {
-        if other.len() != self.0.len() {
+        if other.len() > MAX_TOKEN {
             return false;
         }
-        let diff = self
-            .0
-            .iter()
-            .zip(other)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        std::hint::black_box(diff) == 0
+        let mut same = self.len.ct_eq(&other.len());
+        for (i, &a) in self.buf.iter().enumerate() {
+            // Past `other`'s end, compare with zero; the length check above decides then.
+            let b = other.get(i).copied().unwrap_or(0);
+            same &= a.ct_eq(&b);
+        }
+        same.into()
     }
 }
 
@@ -221,9 +264,21 @@ pub struct JobEnv {
 }
 
 impl JobEnv {
-    /// Reads the process environment.
+    /// Reads the process environment, then removes `SYMM_TOKEN` from it (whether or not the
+    /// environment parsed), so that the programs this process starts do not inherit the job's
+    /// secret. The other variables stay.
+    ///
+    /// Rust's own environment accesses are serialised by the standard library, so removing a
+    /// variable is safe against them; it is not against C code that reads the environment on
+    /// another thread at the same moment (`getenv` in a native library). Call this at the
+    /// start of a rank, before such threads run, as `SocketBootstrap::from_env` and the CUDA
+    /// `Comm::from_env` (which joins before it touches the driver) do. The launcher's copy of
+    /// the token, and `/proc/<pid>/environ` (the environment as the process started), are not
+    /// affected.
     pub fn from_env() -> Result<JobEnv, EnvError> {
-        Self::from_vars(|k| std::env::var_os(k))
+        let job = Self::from_vars(|k| std::env::var_os(k));
+        std::env::remove_var(SYMM_TOKEN);
+        job
     }
 
     /// Reads variables through `get` (tests pass a map).
@@ -410,5 +465,16 @@ mod tests {
         assert!(!t.matches(&other));
         assert!(!t.matches(&other[..16]));
         assert!(Token::from_bytes(&[0; 15]).is_none());
+        // Lengths count: a prefix, a zero-padded extension, or more than the largest token.
+        let short = Token::from_bytes(&[5; 16]).unwrap();
+        assert!(!short.matches(&[5; 17]));
+        assert!(!short.matches(&[5; 15]));
+        let mut padded = vec![5u8; 16];
+        padded.push(0);
+        assert!(!short.matches(&padded));
+        assert!(!short.matches(&[5; 200]));
+        assert_ne!(short, Token::from_bytes(&padded).unwrap());
+        assert_eq!(short.clone(), short);
+        assert_eq!(Token::from_hex(&"05".repeat(16).into()).unwrap(), short);
     }
 }

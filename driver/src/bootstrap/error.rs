@@ -18,7 +18,8 @@ pub enum Refusal {
         /// The peer's.
         found: u32,
     },
-    /// The hello's token is not the job's.
+    /// The peer's proof of the job's token failed: it does not know the token (or answered
+    /// another challenge).
     Token,
     /// The peer's `WORLD_SIZE` differs from the root's.
     World {
@@ -51,7 +52,7 @@ impl fmt::Display for Refusal {
             Refusal::User { expected, found } => {
                 write!(f, "runs as uid {found}, the job as uid {expected}")
             }
-            Refusal::Token => write!(f, "wrong job token"),
+            Refusal::Token => write!(f, "authentication failed"),
             Refusal::World { expected, found } => {
                 write!(f, "world size {found}, the job's is {expected}")
             }
@@ -94,6 +95,13 @@ pub enum BootstrapError {
         uid: u32,
         /// This process's.
         ours: u32,
+    },
+    /// The process listening on the job's socket did not prove that it knows the job's token
+    /// (a wrong or missing proof): it is not the job's root, and nothing derived from the token
+    /// was sent to it.
+    Unauthenticated {
+        /// The socket name (abstract namespace).
+        name: String,
     },
     /// The root refused this process.
     Refused(Refusal),
@@ -201,6 +209,11 @@ impl fmt::Display for BootstrapError {
             BootstrapError::UntrustedRoot { uid, ours } => write!(
                 f,
                 "the job's socket belongs to uid {uid}, not to this user (uid {ours})"
+            ),
+            BootstrapError::Unauthenticated { name } => write!(
+                f,
+                "authentication failed: the process on @{name} did not prove it knows the job's \
+                 token; nothing was sent to it"
             ),
             BootstrapError::Refused(r) => write!(f, "refused by the root: {r}"),
             BootstrapError::Missing { ranks, refused } => {

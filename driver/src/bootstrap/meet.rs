@@ -1,13 +1,17 @@
-//! The rendezvous: rank 0 listens, every other rank connects and says hello.
+//! The rendezvous: rank 0 listens, every other rank connects, and each side proves to the other
+//! that it knows the job's token.
 //!
 //! Root: binds `@symm-<job>-<uid>` (abstract namespace), then until every rank has arrived or
-//! the deadline passes, waits on the listener and the connections that have not said hello yet
-//! (one `poll`, so a silent connection delays nobody). Each accepted connection is checked in
-//! this order, and refused with the reason sent back:
+//! the deadline passes, waits on the listener and the connections that have not finished their
+//! handshake (one `poll`, so a silent connection delays nobody). Each accepted connection goes
+//! through these steps, and is refused with the reason sent back at the first that fails:
 //!
 //! 1. the peer's effective uid (`SO_PEERCRED`) equals the root's, before anything is read;
-//! 2. the first frame is a hello of this version; the token matches (constant time);
-//! 3. the world size agrees, the rank is in range and not taken (rank 0 is the root's).
+//! 2. its first frame is a hello of this version (claimed rank, world, local rank, the rank's
+//!    nonce); the root answers with a challenge: its own nonce and its proof of the token
+//!    (HMAC-SHA256, see the `auth` module) over the claims and both nonces;
+//! 3. its next frame is the rank's proof over the same transcript, checked in constant time;
+//! 4. the world size agrees, the rank is in range and not taken (rank 0 is the root's).
 //!
 //! An accepted rank gets `Accepted`. When all have arrived the root closes the listener (the name
 //! is free again) and sends `Ready` to every rank; at the deadline it sends `Failed` with the
@@ -15,23 +19,27 @@
 //! Refusals do not end the root's rendezvous: a stray or hostile connection cannot stop a job.
 //!
 //! Rank: connects with backoff (1 ms doubling to 100 ms) until the deadline, checks that the root
-//! runs as its own user before sending the token, sends its hello and waits for the verdict. An
+//! runs as its own user, sends its hello and checks the root's proof before it proves anything
+//! itself: a process that bound the job's name first (another job of the same user, or anyone
+//! in a container where every process is uid 0) gets a hello with a nonce and nothing else, and
+//! the rank fails with [`BootstrapError::Unauthenticated`]. The token itself never travels. An
 //! accepted rank waits [`VERDICT_GRACE`] past its own deadline for `Ready` or `Failed`, so that
 //! when the root gives up it learns which ranks were missing.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use super::auth::{self, Role, Transcript};
 use super::env::JobEnv;
 use super::error::{BootstrapError, Refusal, Result};
 use super::sys;
-use super::wire::{self, Head, Kind, LinkError};
+use super::wire::{self, Frame, Head, Kind, LinkError};
 
 /// How long past its deadline an accepted rank waits for the root's verdict.
 pub const VERDICT_GRACE: Duration = Duration::from_secs(2);
-/// How long the root spends telling a refused or abandoned peer why.
+/// How long the root spends telling a refused or abandoned peer why, or sending it a challenge.
 const NOTICE: Duration = Duration::from_millis(100);
-/// Connections that have not said hello yet, beyond the world size.
+/// Connections that have not finished their handshake yet, beyond the world size.
 const EXTRA_PENDING: usize = 64;
 
 /// The root's uid check: a peer must run as the root's own user (root included: no exception).
@@ -55,27 +63,89 @@ pub(crate) fn check_root(ours: u32, root: u32) -> Result<()> {
     }
 }
 
-/// The root's checks of a hello, in order: token, world, rank.
-fn check_hello(
+/// What a hello claimed, kept until the rank's proof.
+#[derive(Clone, Copy)]
+struct Claim {
+    rank: u16,
+    world: u16,
+    local: u16,
+    rank_nonce: [u8; auth::NONCE],
+}
+
+/// A connection in its handshake.
+struct Pending {
+    fd: OwnedFd,
+    /// The root's nonce for this connection.
+    nonce: [u8; auth::NONCE],
+    /// Set once the hello came and the challenge went.
+    claim: Option<Claim>,
+}
+
+impl Pending {
+    fn transcript<'a>(&self, job: &'a JobEnv, c: Claim) -> Transcript<'a> {
+        Transcript {
+            job: &job.job,
+            rank: c.rank,
+            world: c.world,
+            local: c.local,
+            rank_nonce: c.rank_nonce,
+            root_nonce: self.nonce,
+        }
+    }
+}
+
+/// Where a connection's handshake stands after a frame.
+enum Step {
+    /// The hello came and the challenge went: wait for the proof.
+    Challenged,
+    /// The proof holds and the claims fit: the connection is this rank's.
+    Member(u16),
+}
+
+/// The root's handling of a frame from a connection in its handshake.
+fn step(
     job: &JobEnv,
     taken: &[Option<OwnedFd>],
-    head: Head,
-    payload: &[u8],
-) -> std::result::Result<u16, Refusal> {
-    if head.kind != Kind::Hello {
+    p: &mut Pending,
+    f: Frame,
+) -> std::result::Result<Step, Refusal> {
+    let Some(claim) = p.claim else {
+        if f.head.kind != Kind::Hello {
+            return Err(Refusal::Malformed);
+        }
+        let (world, local, rank_nonce) = wire::parse_hello(&f.payload).ok_or(Refusal::Malformed)?;
+        let claim = Claim {
+            rank: f.head.rank,
+            world,
+            local,
+            rank_nonce,
+        };
+        let proof = p.transcript(job, claim).prove(&job.token, Role::Root);
+        let head = Head::control(Kind::Challenge, 0);
+        let payload = wire::challenge(&p.nonce, &proof);
+        // A peer that does not take its challenge at once is dropped (without a reason: it
+        // would not read one either).
+        wire::send(p.fd.as_fd(), head, &payload, &[], Instant::now() + NOTICE)
+            .map_err(|_| Refusal::Malformed)?;
+        p.claim = Some(claim);
+        return Ok(Step::Challenged);
+    };
+    if f.head.kind != Kind::Proof || f.head.rank != claim.rank {
         return Err(Refusal::Malformed);
     }
-    let (world, _local, token) = wire::parse_hello(payload).ok_or(Refusal::Malformed)?;
-    if !job.token.matches(token) {
+    if !p
+        .transcript(job, claim)
+        .verify(&job.token, Role::Rank, &f.payload)
+    {
         return Err(Refusal::Token);
     }
-    if world != job.world {
+    if claim.world != job.world {
         return Err(Refusal::World {
             expected: job.world,
-            found: world,
+            found: claim.world,
         });
     }
-    let rank = head.rank;
+    let rank = claim.rank;
     if rank >= job.world {
         return Err(Refusal::Rank {
             rank,
@@ -85,10 +155,15 @@ fn check_hello(
     if rank == 0 || taken.get(rank as usize).is_some_and(Option::is_some) {
         return Err(Refusal::Duplicate { rank });
     }
-    Ok(rank)
+    Ok(Step::Member(rank))
 }
 
-/// Tells a peer it is refused, best effort, and drops the connection.
+/// Frames the root reads and drops from a refused connection before closing it.
+const DRAIN: usize = 4;
+
+/// Tells a peer it is refused, best effort, and drops the connection. What the peer already
+/// sent is read first (a few frames at most): closing a socket with unread data resets the
+/// peer's end, and the reset would reach the peer ahead of the reason.
 fn refuse(fd: OwnedFd, why: Refusal, refused: &mut Vec<Refusal>) {
     let head = Head::control(Kind::Refused, 0);
     let _ = wire::send(
@@ -98,6 +173,14 @@ fn refuse(fd: OwnedFd, why: Refusal, refused: &mut Vec<Refusal>) {
         &[],
         Instant::now() + NOTICE,
     );
+    let mut scrap = [0u8; 64];
+    for _ in 0..DRAIN {
+        // Truncated into a small buffer (the kernel drops the rest); descriptors closed.
+        match sys::recv(fd.as_fd(), &mut scrap, 0) {
+            Ok(got) if got.len > 0 || !got.fds.is_empty() => {}
+            _ => break,
+        }
+    }
     if refused.len() < 1024 {
         refused.push(why);
     }
@@ -119,7 +202,7 @@ pub(crate) fn root(job: &JobEnv, deadline: Instant) -> Result<Vec<OwnedFd>> {
     let world = job.world as usize;
     let mut ranks: Vec<Option<OwnedFd>> = (0..world).map(|_| None).collect();
     let mut arrived = 1;
-    let mut pending: Vec<OwnedFd> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
     let mut refused = Vec::new();
     let mut buf = vec![0u8; wire::MAX_FRAME];
     while arrived < world {
@@ -128,7 +211,7 @@ pub(crate) fn root(job: &JobEnv, deadline: Instant) -> Result<Vec<OwnedFd>> {
             break;
         }
         let mut set: Vec<sys::Watch> = std::iter::once(&listener)
-            .chain(&pending)
+            .chain(pending.iter().map(|p| &p.fd))
             .map(|fd| sys::Watch {
                 fd: std::os::fd::AsRawFd::as_raw_fd(fd),
                 events: sys::POLLIN,
@@ -136,27 +219,28 @@ pub(crate) fn root(job: &JobEnv, deadline: Instant) -> Result<Vec<OwnedFd>> {
             })
             .collect();
         sys::poll(&mut set, Some(left)).map_err(|e| BootstrapError::sys("poll", e))?;
-        // Hellos first, from the connections already waiting.
+        // Handshakes first, on the connections already waiting.
         let mut keep = Vec::with_capacity(pending.len());
-        for (fd, w) in pending.drain(..).zip(&set[1..]) {
+        for (mut p, w) in pending.drain(..).zip(&set[1..]) {
             if w.revents == 0 {
-                keep.push(fd);
+                keep.push(p);
                 continue;
             }
-            match wire::try_recv(fd.as_fd(), &mut buf) {
-                Ok(None) => keep.push(fd),
-                Ok(Some(f)) => match check_hello(job, &ranks, f.head, &f.payload) {
-                    Ok(rank) => {
+            match wire::try_recv(p.fd.as_fd(), &mut buf) {
+                Ok(None) => keep.push(p),
+                Ok(Some(f)) => match step(job, &ranks, &mut p, f) {
+                    Ok(Step::Challenged) => keep.push(p),
+                    Ok(Step::Member(rank)) => {
                         let head = Head::control(Kind::Accepted, 0);
-                        if wire::send(fd.as_fd(), head, &[], &[], deadline).is_ok() {
-                            ranks[rank as usize] = Some(fd);
+                        if wire::send(p.fd.as_fd(), head, &[], &[], deadline).is_ok() {
+                            ranks[rank as usize] = Some(p.fd);
                             arrived += 1;
                         }
                     }
-                    Err(why) => refuse(fd, why, &mut refused),
+                    Err(why) => refuse(p.fd, why, &mut refused),
                 },
-                Err(LinkError::Protocol(_)) => refuse(fd, Refusal::Malformed, &mut refused),
-                Err(_) => {} // gone before saying hello
+                Err(LinkError::Protocol(_)) => refuse(p.fd, Refusal::Malformed, &mut refused),
+                Err(_) => {} // gone during its handshake
             }
         }
         pending = keep;
@@ -178,7 +262,12 @@ pub(crate) fn root(job: &JobEnv, deadline: Instant) -> Result<Vec<OwnedFd>> {
                 } else if pending.len() >= world + EXTRA_PENDING {
                     refuse(fd, Refusal::Busy, &mut refused);
                 } else {
-                    pending.push(fd);
+                    let nonce = auth::nonce().map_err(|e| BootstrapError::sys("getrandom", e))?;
+                    pending.push(Pending {
+                        fd,
+                        nonce,
+                        claim: None,
+                    });
                 }
             }
         }
@@ -233,13 +322,39 @@ fn connect(name: &str, deadline: Instant) -> Result<OwnedFd> {
     }
 }
 
+/// A frame the root sent before it closed, if one is still queued. When the root closes with
+/// this rank's frame unread, the kernel reports a reset (once) ahead of what the root had sent:
+/// reading again finds it.
+fn queued(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<Frame> {
+    for _ in 0..3 {
+        match wire::try_recv(fd, buf) {
+            Ok(f) => return f,
+            Err(LinkError::Closed) => continue,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// The root's next frame by `deadline`; a refusal the root sent before closing is read even
+/// when a reset overtakes it.
+fn from_root(fd: BorrowedFd<'_>, buf: &mut [u8], deadline: Instant) -> Result<Frame, LinkError> {
+    match wire::recv(fd, buf, deadline) {
+        Err(LinkError::Closed) => queued(fd, buf).ok_or(LinkError::Closed),
+        r => r,
+    }
+}
+
+/// The refusal a `Refused` frame carries.
+fn refused(f: &Frame) -> BootstrapError {
+    BootstrapError::Refused(wire::parse_refusal(&f.payload).unwrap_or(Refusal::Malformed))
+}
+
 /// What the root answered.
-fn verdict(f: wire::Frame, want: Kind) -> Result<()> {
+fn verdict(f: Frame, want: Kind) -> Result<()> {
     match f.head.kind {
         k if k == want => Ok(()),
-        Kind::Refused => Err(BootstrapError::Refused(
-            wire::parse_refusal(&f.payload).unwrap_or(Refusal::Malformed),
-        )),
+        Kind::Refused => Err(refused(&f)),
         Kind::Failed => Err(BootstrapError::Missing {
             ranks: wire::parse_ranks(&f.payload).unwrap_or_default(),
             refused: Vec::new(),
@@ -251,25 +366,59 @@ fn verdict(f: wire::Frame, want: Kind) -> Result<()> {
     }
 }
 
-/// Rank other than 0: joins the root. Returns the connection to it.
+/// Rank other than 0: joins the root, after the root proved that it knows the token. Returns
+/// the connection to it.
 pub(crate) fn join(job: &JobEnv, deadline: Instant) -> Result<OwnedFd> {
     let uid = sys::euid();
     let name = job.socket_name(uid);
     let fd = connect(&name, deadline)?;
     let root_uid = sys::peer_uid(fd.as_fd()).map_err(|e| BootstrapError::sys("SO_PEERCRED", e))?;
     check_root(uid, root_uid)?;
+    let rank_nonce = auth::nonce().map_err(|e| BootstrapError::sys("getrandom", e))?;
     let mut buf = vec![0u8; wire::MAX_FRAME];
-    let head = Head::control(Kind::Hello, job.rank);
-    let hello = wire::hello(job.world, job.local_rank, job.token.bytes());
+    let hello = wire::hello(job.world, job.local_rank, &rank_nonce);
     let during = |e: LinkError| e.at(0, "rendezvous");
-    if let Err(e) = wire::send(fd.as_fd(), head, &hello, &[], deadline) {
+    if let Err(e) = wire::send(
+        fd.as_fd(),
+        Head::control(Kind::Hello, job.rank),
+        &hello,
+        &[],
+        deadline,
+    ) {
         // The root may have refused (and closed) before reading: its reason is still queued.
-        if let Ok(Some(f)) = wire::try_recv(fd.as_fd(), &mut buf) {
+        if let Some(f) = queued(fd.as_fd(), &mut buf) {
+            verdict(f, Kind::Challenge)?;
+        }
+        return Err(during(e));
+    }
+    let f = from_root(fd.as_fd(), &mut buf, deadline).map_err(during)?;
+    let unproven = || BootstrapError::Unauthenticated { name: name.clone() };
+    let (root_nonce, root_proof) = match f.head.kind {
+        Kind::Challenge => wire::parse_challenge(&f.payload).ok_or_else(unproven)?,
+        Kind::Refused => return Err(refused(&f)),
+        // Anything else in place of the challenge is a root that did not prove itself.
+        _ => return Err(unproven()),
+    };
+    let t = Transcript {
+        job: &job.job,
+        rank: job.rank,
+        world: job.world,
+        local: job.local_rank,
+        rank_nonce,
+        root_nonce,
+    };
+    if !t.verify(&job.token, Role::Root, &root_proof) {
+        return Err(unproven());
+    }
+    let proof = t.prove(&job.token, Role::Rank);
+    let head = Head::control(Kind::Proof, job.rank);
+    if let Err(e) = wire::send(fd.as_fd(), head, &proof, &[], deadline) {
+        if let Some(f) = queued(fd.as_fd(), &mut buf) {
             verdict(f, Kind::Accepted)?;
         }
         return Err(during(e));
     }
-    let f = wire::recv(fd.as_fd(), &mut buf, deadline).map_err(during)?;
+    let f = from_root(fd.as_fd(), &mut buf, deadline).map_err(during)?;
     verdict(f, Kind::Accepted)?;
     let f =
         wire::recv(fd.as_fd(), &mut buf, wire::after(deadline, VERDICT_GRACE)).map_err(during)?;
@@ -278,103 +427,5 @@ pub(crate) fn join(job: &JobEnv, deadline: Instant) -> Result<OwnedFd> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::bootstrap::env::Token;
-    use std::os::fd::BorrowedFd;
-
-    fn job(rank: u16, world: u16, name: &str) -> JobEnv {
-        JobEnv {
-            rank,
-            world,
-            local_rank: rank,
-            job: format!("u{}-{name}", std::process::id()),
-            token: Token::from_bytes(&[7; 32]).unwrap(),
-        }
-    }
-
-    /// Connects to `name` and sends `parts` with `fds`; returns what the root answered.
-    fn poke(name: &str, parts: &[&[u8]], fds: &[BorrowedFd<'_>]) -> Option<Refusal> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let fd = connect(name, deadline).unwrap();
-        sys::send(fd.as_fd(), parts, fds).unwrap();
-        let mut buf = vec![0u8; wire::MAX_FRAME];
-        let f = wire::recv(fd.as_fd(), &mut buf, deadline).ok()?;
-        assert_eq!(f.head.kind, Kind::Refused);
-        wire::parse_refusal(&f.payload)
-    }
-
-    #[test]
-    fn hostile_hellos_are_refused_and_the_root_goes_on() {
-        let root_job = job(0, 2, "hostile");
-        let name = root_job.socket_name(sys::euid());
-        let root = std::thread::spawn(move || {
-            root(&root_job, Instant::now() + Duration::from_secs(30)).map(|l| l.len())
-        });
-        // A connection that never speaks delays nobody.
-        let silent = connect(&name, Instant::now() + Duration::from_secs(20)).unwrap();
-        let garbage = [0xAAu8; 100];
-        assert_eq!(poke(&name, &[&garbage], &[]), Some(Refusal::Malformed));
-        let huge = vec![0u8; wire::MAX_FRAME + 4096];
-        assert_eq!(poke(&name, &[&huge], &[]), Some(Refusal::Malformed));
-        let me = job(1, 2, "hostile");
-        let head = Head::control(Kind::Hello, 1).encode_for_test(37);
-        let hello = wire::hello(2, 1, me.token.bytes());
-        let file = crate::bootstrap::memfd("x").unwrap();
-        let fds = [file.as_fd()];
-        assert_eq!(
-            poke(&name, &[&head, &hello], &fds),
-            Some(Refusal::Malformed)
-        );
-        let wrong_world = wire::hello(3, 1, me.token.bytes());
-        assert_eq!(
-            poke(&name, &[&head, &wrong_world], &[]),
-            Some(Refusal::World {
-                expected: 2,
-                found: 3
-            })
-        );
-        let head9 = Head::control(Kind::Hello, 9).encode_for_test(37);
-        assert_eq!(
-            poke(&name, &[&head9, &hello], &[]),
-            Some(Refusal::Rank { rank: 9, world: 2 })
-        );
-        let head0 = Head::control(Kind::Hello, 0).encode_for_test(37);
-        assert_eq!(
-            poke(&name, &[&head0, &hello], &[]),
-            Some(Refusal::Duplicate { rank: 0 })
-        );
-        // The real rank 1 still gets in.
-        let link = join(&me, Instant::now() + Duration::from_secs(20)).unwrap();
-        assert_eq!(root.join().unwrap(), Ok(1));
-        drop((link, silent));
-    }
-
-    #[test]
-    fn only_the_same_user_is_accepted() {
-        assert_eq!(check_user(1000, 1000), Ok(()));
-        assert_eq!(
-            check_user(1000, 0),
-            Err(Refusal::User {
-                expected: 1000,
-                found: 0
-            })
-        );
-        assert_eq!(
-            check_user(0, 1000),
-            Err(Refusal::User {
-                expected: 0,
-                found: 1000
-            })
-        );
-        assert!(check_root(5, 5).is_ok());
-        assert_eq!(
-            check_root(5, 6),
-            Err(BootstrapError::UntrustedRoot { uid: 6, ours: 5 })
-        );
-        // The uid this process reports is the one its peers see.
-        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-        assert_eq!(sys::peer_uid(a.as_fd()).unwrap(), sys::euid());
-        drop(b);
-    }
-}
+#[path = "meet_tests.rs"]
+mod tests;

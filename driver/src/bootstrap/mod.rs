@@ -10,13 +10,18 @@
 //!   nothing on disk to create, secure or clean up after a crash (the name is freed when the
 //!   root's socket closes), and no dependence on a shared writable folder. The namespace has no
 //!   permissions, so both ends check each other instead: the root refuses a peer whose uid
-//!   (`SO_PEERCRED`) is not its own, and a rank refuses to send its hello (and token) to a root
-//!   that is not its own user, so another user squatting on the name can deny service but learns
-//!   nothing and injects nothing. Sequenced packets keep message boundaries, so descriptors sent
-//!   with a frame arrive with that frame.
+//!   (`SO_PEERCRED`) is not its own, and a rank refuses to say hello to a root that is not its
+//!   own user. A uid is not enough where every process is uid 0 (containers sharing the host's
+//!   network), so both sides also prove that they know the token, and the token never travels:
+//!   a process squatting on the name can deny service but learns nothing of the token and
+//!   receives no rank's data or descriptors. Sequenced packets keep message boundaries, so
+//!   descriptors sent with a frame arrive with that frame.
 //! * **Rendezvous** ([`meet`]): each rank connects (retrying until the deadline) and sends a
-//!   hello (rank, world, local rank, token); the root checks uid, token (constant-time), world,
-//!   rank range and uniqueness, and refuses with a reason the peer receives as
+//!   hello (rank, world, local rank, a fresh nonce); the root answers with its own nonce and an
+//!   HMAC-SHA256 of both nonces and the claims keyed by the token (`auth`); the rank checks it
+//!   ([`BootstrapError::Unauthenticated`] when it fails, having sent nothing derived from the
+//!   token) and answers with its own HMAC; the root checks uid, that proof (constant time),
+//!   world, rank range and uniqueness, and refuses with a reason the peer receives as
 //!   [`BootstrapError::Refused`]. When all ranks arrived the root frees the name and releases
 //!   everyone; at the deadline every side gets [`BootstrapError::Missing`] naming the absent ranks.
 //! * **Frames** ([`wire`]): a 16-byte header with the payload length, at most
@@ -34,6 +39,7 @@
 //! `sys` holds every libc call. The launcher that sets the environment is
 //! [`crate::launcher`] (`symm-run`).
 
+mod auth;
 mod collective;
 pub mod env;
 pub mod error;

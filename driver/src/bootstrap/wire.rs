@@ -7,7 +7,7 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0..2 | magic `0x5359` |
-//! | 2 | version (1) |
+//! | 2 | version (2) |
 //! | 3 | kind (`Kind`) |
 //! | 4 | op (`Op`, collectives only) |
 //! | 5 | 0 |
@@ -23,6 +23,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use super::auth;
 use super::error::{BootstrapError, Refusal};
 use super::sys;
 
@@ -36,12 +37,12 @@ pub const MAX_FRAME: usize = HEADER + MAX_PAYLOAD;
 pub const MAX_FDS: usize = 64;
 
 const MAGIC: u16 = 0x5359;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// What a frame is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// Rank to root: rank, world, local rank, token.
+    /// Rank to root: rank (in the header), world, local rank, the rank's nonce.
     Hello = 1,
     /// Root to rank: the hello was accepted; wait for Ready.
     Accepted = 2,
@@ -59,6 +60,10 @@ pub(crate) enum Kind {
     Lost = 8,
     /// Root to rank: the current collective failed at the root (payload: [`Abort`]).
     Abort = 9,
+    /// Root to rank, answering a hello: the root's nonce and its proof of the token.
+    Challenge = 10,
+    /// Rank to root, after checking the root's proof: the rank's proof of the token.
+    Proof = 11,
 }
 
 impl Kind {
@@ -73,6 +78,8 @@ impl Kind {
             7 => Kind::Part,
             8 => Kind::Lost,
             9 => Kind::Abort,
+            10 => Kind::Challenge,
+            11 => Kind::Proof,
             _ => return None,
         })
     }
@@ -315,23 +322,42 @@ pub(crate) fn recv(
     }
 }
 
-/// The hello's payload: world, local rank, token.
-pub(crate) fn hello(world: u16, local_rank: u16, token: &[u8]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(5 + token.len());
+/// Bytes of a hello's payload: world, local rank, nonce.
+const HELLO: usize = 4 + auth::NONCE;
+/// Bytes of a challenge's payload: nonce, proof.
+const CHALLENGE: usize = auth::NONCE + auth::PROOF;
+
+/// The hello's payload: world, local rank, the rank's nonce.
+pub(crate) fn hello(world: u16, local_rank: u16, nonce: &[u8; auth::NONCE]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(HELLO);
     p.extend_from_slice(&world.to_le_bytes());
     p.extend_from_slice(&local_rank.to_le_bytes());
-    p.push(token.len().min(255) as u8);
-    p.extend_from_slice(token);
+    p.extend_from_slice(nonce);
     p
 }
 
-/// A hello's fields: (world, local rank, token).
-pub(crate) fn parse_hello(p: &[u8]) -> Option<(u16, u16, &[u8])> {
-    let world = u16::from_le_bytes([*p.first()?, *p.get(1)?]);
-    let local = u16::from_le_bytes([*p.get(2)?, *p.get(3)?]);
-    let n = *p.get(4)? as usize;
-    let token = p.get(5..)?;
-    (token.len() == n).then_some((world, local, token))
+/// A hello's fields, when it has exactly their size: (world, local rank, nonce).
+pub(crate) fn parse_hello(p: &[u8]) -> Option<(u16, u16, [u8; auth::NONCE])> {
+    if p.len() != HELLO {
+        return None;
+    }
+    let world = u16::from_le_bytes([p[0], p[1]]);
+    let local = u16::from_le_bytes([p[2], p[3]]);
+    Some((world, local, p[4..].try_into().ok()?))
+}
+
+/// The challenge's payload: the root's nonce and proof.
+pub(crate) fn challenge(nonce: &[u8; auth::NONCE], proof: &[u8; auth::PROOF]) -> Vec<u8> {
+    [&nonce[..], &proof[..]].concat()
+}
+
+/// A challenge's fields, when it has exactly their size: (nonce, proof).
+pub(crate) fn parse_challenge(p: &[u8]) -> Option<([u8; auth::NONCE], [u8; auth::PROOF])> {
+    if p.len() != CHALLENGE {
+        return None;
+    }
+    let (n, m) = p.split_at(auth::NONCE);
+    Some((n.try_into().ok()?, m.try_into().ok()?))
 }
 
 /// A refusal as a payload: a code and two values.
@@ -505,9 +531,17 @@ mod tests {
         }
         assert_eq!(parse_refusal(&[9; 9]), None);
         assert_eq!(parse_refusal(&[]), None);
-        let h = hello(8, 1, &[7; 32]);
-        assert_eq!(parse_hello(&h), Some((8, 1, &[7u8; 32][..])));
+        let h = hello(8, 1, &[7; auth::NONCE]);
+        assert_eq!(parse_hello(&h), Some((8, 1, [7u8; auth::NONCE])));
         assert_eq!(parse_hello(&h[..20]), None);
+        assert_eq!(parse_hello(&[h.clone(), vec![0]].concat()), None);
+        let c = challenge(&[1; auth::NONCE], &[2; auth::PROOF]);
+        assert_eq!(
+            parse_challenge(&c),
+            Some(([1; auth::NONCE], [2; auth::PROOF]))
+        );
+        assert_eq!(parse_challenge(&c[1..]), None);
+        assert_eq!(parse_challenge(&[c.clone(), vec![0]].concat()), None);
         assert_eq!(parse_ranks(&ranks(&[1, 5, 1023])), Some(vec![1, 5, 1023]));
         assert_eq!(parse_ranks(&[1]), None);
         let e = BootstrapError::PeerLost { rank: 6 };

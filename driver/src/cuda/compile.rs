@@ -15,7 +15,7 @@ use std::path::Path;
 use symm_kernels::Variant;
 
 use crate::kernel_cache::{self, KernelCache, Origin};
-use crate::sha256::{self, Sha256};
+use sha2::{Digest, Sha256};
 
 use super::error::{CudaError, Result};
 use super::ffi::nvrtc::{Nvrtc, Program};
@@ -151,7 +151,7 @@ impl Compiler {
 pub fn cache_key(v: &Variant, arch: u32, nvrtc: (i32, i32), driver: i32) -> String {
     let mut h = Sha256::new();
     let mut field = |bytes: &[u8]| {
-        h.update(&(bytes.len() as u64).to_le_bytes());
+        h.update((bytes.len() as u64).to_le_bytes());
         h.update(bytes);
     };
     field(v.source.as_bytes());
@@ -164,7 +164,10 @@ pub fn cache_key(v: &Variant, arch: u32, nvrtc: (i32, i32), driver: i32) -> Stri
     }
     field(&nvrtc.0.to_le_bytes());
     field(&nvrtc.1.to_le_bytes());
-    let hash = sha256::hex(&h.finish()[..8]);
+    let hash: String = h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("{}-sm{arch}-drv{driver}-{hash}.cubin", v.name)
 }
 

@@ -7,7 +7,7 @@
 //! (descriptors travel with SCM_RIGHTS). Either way `all_gather_fds` hands each rank descriptors
 //! of its own, so callers need not know which.
 
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,15 +33,31 @@ pub trait Bootstrap: Sync {
     fn shares_fds(&self) -> bool;
 }
 
+/// One rank's contribution to a [`ThreadBootstrap`] round.
+#[derive(Clone)]
+enum Slot {
+    /// Not yet contributed.
+    Empty,
+    /// Bytes (`all_gather`).
+    Bytes(Vec<u8>),
+    /// A descriptor (`all_gather_fds`), a copy owned by the round: every rank makes its own
+    /// copy from it, and it closes when the last rank drops the round's result.
+    Fd(Arc<OwnedFd>),
+}
+
 struct State {
     generation: u64,
     arrived: u16,
-    slots: Vec<Vec<u8>>,
-    result: Arc<Vec<Vec<u8>>>,
+    slots: Vec<Slot>,
+    result: Arc<Vec<Slot>>,
     failed: Option<String>,
 }
 
 /// One process, one thread per rank.
+///
+/// Descriptors never pass as integers: `all_gather_fds` contributes an owned copy of the
+/// caller's descriptor, so no call, whatever bytes another rank passes to `all_gather`, can
+/// make a rank use a descriptor number it was not lent.
 pub struct ThreadBootstrap {
     world: u16,
     deadline: Duration,
@@ -58,21 +74,16 @@ impl ThreadBootstrap {
             state: Mutex::new(State {
                 generation: 0,
                 arrived: 0,
-                slots: vec![Vec::new(); world as usize],
+                slots: vec![Slot::Empty; world as usize],
                 result: Arc::new(Vec::new()),
                 failed: None,
             }),
             cv: Condvar::new(),
         }
     }
-}
 
-impl Bootstrap for ThreadBootstrap {
-    fn world(&self) -> u16 {
-        self.world
-    }
-
-    fn all_gather(&self, rank: u16, data: &[u8]) -> Result<Arc<Vec<Vec<u8>>>> {
+    /// One round: every rank contributes `slot`; every rank gets all slots in rank order.
+    fn round(&self, rank: u16, slot: Slot) -> Result<Arc<Vec<Slot>>> {
         if rank >= self.world {
             return Err(CudaError::Invalid(format!(
                 "rank {rank} in a world of {}",
@@ -85,12 +96,12 @@ impl Bootstrap for ThreadBootstrap {
             return Err(CudaError::Rendezvous(why.clone()));
         }
         let gen = st.generation;
-        st.slots[rank as usize] = data.to_vec();
+        st.slots[rank as usize] = slot;
         st.arrived += 1;
         if st.arrived == self.world {
             st.result = Arc::new(std::mem::replace(
                 &mut st.slots,
-                vec![Vec::new(); self.world as usize],
+                vec![Slot::Empty; self.world as usize],
             ));
             st.arrived = 0;
             st.generation += 1;
@@ -120,25 +131,45 @@ impl Bootstrap for ThreadBootstrap {
         }
         Ok(st.result.clone())
     }
+}
+
+/// The error for ranks that called different collectives in the same round.
+fn mixed(p: usize, want: &str) -> CudaError {
+    CudaError::Rendezvous(format!("rank {p} called another exchange than {want}"))
+}
+
+impl Bootstrap for ThreadBootstrap {
+    fn world(&self) -> u16 {
+        self.world
+    }
+
+    fn all_gather(&self, rank: u16, data: &[u8]) -> Result<Arc<Vec<Vec<u8>>>> {
+        let got = self.round(rank, Slot::Bytes(data.to_vec()))?;
+        let bytes = got
+            .iter()
+            .enumerate()
+            .map(|(p, s)| match s {
+                Slot::Bytes(b) => Ok(b.clone()),
+                _ => Err(mixed(p, "all_gather")),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(bytes))
+    }
 
     fn all_gather_fds(&self, rank: u16, fd: BorrowedFd<'_>) -> Result<Vec<OwnedFd>> {
-        let raw = self.all_gather(rank, &fd.as_raw_fd().to_le_bytes())?;
-        let dup = |p: usize, bytes: &Vec<u8>| -> Result<OwnedFd> {
-            let n = <[u8; 4]>::try_from(bytes.as_slice())
-                .map(i32::from_le_bytes)
-                .ok()
-                .filter(|&n| n >= 0)
-                .ok_or_else(|| CudaError::Rendezvous(format!("rank {p} sent no descriptor")))?;
-            // SAFETY: rank p lends descriptor n for the whole of this call, and no rank returns
-            // before the barrier below, which every rank reaches only after its copies.
-            let lent = unsafe { BorrowedFd::borrow_raw(n) };
-            lent.try_clone_to_owned()
-                .map_err(|e| CudaError::Rendezvous(format!("dup of rank {p}'s descriptor: {e}")))
-        };
-        let fds: Result<Vec<OwnedFd>> = raw.iter().enumerate().map(|(p, b)| dup(p, b)).collect();
-        // Always reached, so that no rank closes a descriptor another is still copying.
-        self.barrier(rank)?;
-        fds
+        let own = fd
+            .try_clone_to_owned()
+            .map_err(|e| CudaError::Rendezvous(format!("dup of rank {rank}'s descriptor: {e}")))?;
+        let got = self.round(rank, Slot::Fd(Arc::new(own)))?;
+        got.iter()
+            .enumerate()
+            .map(|(p, s)| match s {
+                Slot::Fd(f) => f.try_clone().map_err(|e| {
+                    CudaError::Rendezvous(format!("dup of rank {p}'s descriptor: {e}"))
+                }),
+                _ => Err(mixed(p, "all_gather_fds")),
+            })
+            .collect()
     }
 
     fn abort(&self, rank: u16, why: &str) {
@@ -278,6 +309,29 @@ mod tests {
                     }
                 });
             }
+        });
+    }
+
+    /// Bytes that look like a descriptor number are bytes: a rank gathering descriptors while
+    /// another gathers bytes gets an error, never a descriptor made from those bytes.
+    #[test]
+    fn bytes_never_become_descriptors() {
+        let b = ThreadBootstrap::new(2, Duration::from_secs(5));
+        let f = crate::bootstrap::memfd("heap").unwrap();
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&f);
+        std::thread::scope(|s| {
+            let b = &b;
+            let forged = s.spawn(move || b.all_gather(1, &raw.to_le_bytes()));
+            let got = b.all_gather_fds(0, std::os::fd::AsFd::as_fd(&f));
+            assert!(
+                matches!(&got, Err(CudaError::Rendezvous(m)) if m.contains("rank 1")),
+                "{:?}",
+                got.as_ref().map(Vec::len)
+            );
+            assert!(matches!(
+                forged.join().unwrap(),
+                Err(CudaError::Rendezvous(m)) if m.contains("rank 0")
+            ));
         });
     }
 

@@ -1,4 +1,5 @@
-//! Every libc call of the bootstrap and the launcher, each behind a safe function.
+//! Every libc call of the bootstrap and the launcher, each behind a safe function: sockets,
+//! polling and memory files here, processes and signals in `proc`.
 //!
 //! Nothing outside this module calls libc. Every descriptor a call creates is returned as an
 //! [`OwnedFd`] (closed on drop) and is created close-on-exec: sockets with `SOCK_CLOEXEC`,
@@ -9,8 +10,10 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+mod proc;
+pub(crate) use proc::*;
 
 /// `poll` readiness bits, re-exported so callers need not name libc.
 pub(crate) const POLLIN: i16 = libc::POLLIN;
@@ -29,13 +32,6 @@ pub(crate) const ECONNREFUSED: i32 = libc::ECONNREFUSED;
 pub(crate) const EADDRINUSE: i32 = libc::EADDRINUSE;
 /// See [`EPIPE`].
 pub(crate) const ENOENT: i32 = libc::ENOENT;
-
-/// The terminating signals the launcher forwards.
-pub(crate) const SIGINT: i32 = libc::SIGINT;
-/// See [`SIGINT`].
-pub(crate) const SIGTERM: i32 = libc::SIGTERM;
-/// Cannot be caught: the last word to a rank that ignores `SIGTERM`.
-pub(crate) const SIGKILL: i32 = libc::SIGKILL;
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
@@ -56,6 +52,26 @@ fn owned(fd: libc::c_int) -> io::Result<OwnedFd> {
 pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// Fills `buf` from the kernel's random source (`getrandom`, blocking only until the pool is
+/// first seeded at boot).
+pub(crate) fn random(buf: &mut [u8]) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: writes at most `rest.len()` bytes into the live buffer `rest`.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        filled += n as usize;
+    }
+    Ok(())
 }
 
 /// A new `AF_UNIX` `SOCK_SEQPACKET` socket, non-blocking and close-on-exec.
@@ -365,75 +381,4 @@ pub fn memfd(name: &str) -> io::Result<std::fs::File> {
     // SAFETY: `name` is a NUL-terminated string that outlives the call.
     let fd = owned(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })?;
     Ok(std::fs::File::from(fd))
-}
-
-/// Sends `sig` to every process of process group `pgid`.
-pub(crate) fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
-    let pgid = libc::pid_t::try_from(pgid)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pgid out of range"))?;
-    if pgid <= 1 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a process group",
-        ));
-    }
-    // SAFETY: plain system call; a negative pid names the group `pgid` (checked above 1).
-    cvt(unsafe { libc::kill(-pgid, sig) })?;
-    Ok(())
-}
-
-/// Signals caught by [`catch_signals`], one bit per signal number.
-static CAUGHT: AtomicU64 = AtomicU64::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    if (0..64).contains(&sig) {
-        // Lock-free atomics are async-signal-safe.
-        CAUGHT.fetch_or(1 << sig, Ordering::Relaxed);
-    }
-}
-
-/// Installs a handler for each of `signals` that only records it (see [`take_caught`]).
-pub(crate) fn catch_signals(signals: &[i32]) -> io::Result<()> {
-    for &sig in signals {
-        // SAFETY: sigaction is plain data; all-zero is a valid starting value.
-        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-        act.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        act.sa_flags = libc::SA_RESTART;
-        // SAFETY: `act.sa_mask` is a valid sigset to initialise; `act` outlives the call, and the
-        // handler only touches an atomic (async-signal-safe).
-        cvt(unsafe { libc::sigemptyset(&mut act.sa_mask) })?;
-        // SAFETY: as above; the old action is not wanted.
-        cvt(unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) })?;
-    }
-    Ok(())
-}
-
-/// The signals caught since the last call, as a bit set by signal number.
-pub(crate) fn take_caught() -> u64 {
-    CAUGHT.swap(0, Ordering::Relaxed)
-}
-
-/// Makes the child that `cmd` starts receive `sig` when this process dies (and refuse to start
-/// when it already has).
-pub(crate) fn die_with_parent(cmd: &mut std::process::Command, sig: i32) {
-    use std::os::unix::process::CommandExt;
-    let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only makes two async-signal-safe
-    // system calls (prctl, getppid); it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || set_death_signal(sig, parent));
-    }
-}
-
-/// Between fork and exec: asks for `sig` when the parent dies, and fails when the parent is
-/// already gone (it is no longer `parent`).
-fn set_death_signal(sig: i32, parent: u32) -> io::Result<()> {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and has no memory arguments.
-    cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) })?;
-    // SAFETY: getppid has no preconditions and cannot fail.
-    if unsafe { libc::getppid() } as u32 != parent {
-        // No allocation here (between fork and exec): a plain code.
-        return Err(io::Error::from_raw_os_error(libc::ESRCH));
-    }
-    Ok(())
 }
