@@ -177,12 +177,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .collect::<Result<_, _>>()?,
         None => vec![2, 4],
     };
+    // Rank r's GPU as every rank places itself (LOCAL_RANK, or SYMM_DEVICES to share GPUs).
+    let place = |w: u16| -> Option<Vec<i32>> {
+        (0..w)
+            .map(|r| symm_driver::cuda::Comm::placement(r).ok())
+            .collect()
+    };
     let worlds: Vec<u16> = worlds
         .into_iter()
-        .filter(|&w| w as i32 <= count && w >= 2)
+        .filter(|&w| w >= 2 && place(w).is_some())
         .collect();
     if worlds.is_empty() {
-        return Err(format!("{count} GPU(s) visible: need at least 2"));
+        return Err(format!(
+            "{count} GPU(s) visible: need at least 2, or SYMM_DEVICES=mod to share them"
+        ));
     }
     println!("hw: {count} GPUs visible, worlds {worlds:?}");
     let mut rows = Vec::new();
@@ -205,7 +213,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         rows.push(r);
     }
     for &w in &worlds {
-        let devices: Vec<i32> = (0..w as i32).collect();
+        let devices: Vec<i32> = place(w).unwrap_or_default();
         if !one_process {
             let mut phases = Vec::new();
             if correctness {

@@ -87,6 +87,8 @@ pub enum CudaError {
     ForeignPlan(String),
     /// An option is out of its range; the text names it and the range.
     BadOption(String),
+    /// This rank has no GPU to open (see `cuda::placement`).
+    Placement(super::placement::PlacementError),
 }
 
 impl fmt::Display for CudaError {
@@ -127,6 +129,7 @@ impl fmt::Display for CudaError {
             CudaError::MulticastEnv(e) => write!(f, "{e}"),
             CudaError::ForeignPlan(s) => write!(f, "foreign plan: {s}"),
             CudaError::BadOption(s) => write!(f, "bad option: {s}"),
+            CudaError::Placement(e) => write!(f, "placement: {e}"),
         }
     }
 }

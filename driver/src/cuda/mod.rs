@@ -11,6 +11,7 @@
 //! * [`rendezvous`]: the [`rendezvous::Bootstrap`] trait and its one-process, one-thread-per-GPU
 //!   implementation.
 //! * [`compile`]: NVRTC to a cubin for the device's architecture, cached on disk.
+//! * [`placement`]: which GPU a rank opens (`LOCAL_RANK`, or `SYMM_DEVICES`).
 //! * [`plan`]: encoded plans from schedules (or user ops), checked before upload.
 //! * [`launch`]: modules, the interpreter's parameter block, launches and CUDA graphs.
 //! * [`examples`]: runs the device-API examples (a check of `symm/device.cuh` on GPUs).
@@ -30,6 +31,7 @@ pub mod ffi;
 pub mod launch;
 pub mod multicast;
 pub mod nccl;
+pub mod placement;
 pub mod plan;
 pub mod rendezvous;
 pub mod trace;

@@ -137,13 +137,29 @@ pub struct Comm {
 }
 
 impl Comm {
-    /// Joins the job described by the environment on GPU `LOCAL_RANK`.
+    /// Joins the job described by the environment on GPU `LOCAL_RANK` (or where `SYMM_DEVICES`
+    /// puts it: [`crate::cuda::placement`]).
     pub fn from_env(opts: CommOptions) -> Result<Comm> {
         opts.validate()?;
         let boot = SocketBootstrap::from_env(opts.bootstrap_timeout)
             .map_err(|e| CudaError::Rendezvous(e.to_string()))?;
-        let ordinal = boot.local_rank() as i32;
+        let ordinal = Self::placement(boot.local_rank());
+        let ordinal = match ordinal {
+            Ok(o) => o,
+            Err(e) => {
+                let boot = SocketRendezvous::new(boot, opts.bootstrap_timeout);
+                boot.abort(boot.bootstrap().rank(), &e.to_string());
+                return Err(e);
+            }
+        };
         Comm::open(boot, ordinal, opts)
+    }
+
+    /// The GPU of local rank `local_rank` ([`crate::cuda::placement`]).
+    pub fn placement(local_rank: u16) -> Result<i32> {
+        let visible = device::device_count()?;
+        super::placement::device_for(local_rank, visible, |k| std::env::var_os(k))
+            .map_err(CudaError::Placement)
     }
 
     /// Opens a rank of `boot`'s job on GPU `ordinal`. Collective: every rank calls it.

@@ -37,10 +37,11 @@ const TEAM_HEAPS: u64 = 64 << 20;
 
 /// Runs the checks in order; an error opening the job ends the phase.
 pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
-    let local: i32 = std::env::var("LOCAL_RANK")
+    let local: u16 = std::env::var("LOCAL_RANK")
         .ok()
         .and_then(|v| v.parse().ok())
         .ok_or("LOCAL_RANK is not set")?;
+    let local = Comm::placement(local).map_err(e)?;
     let world: u16 = std::env::var("WORLD_SIZE")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -18,10 +18,11 @@ use super::{e, opts, Params};
 const DEATH_HEAP: u64 = 1 << 30;
 
 fn local_rank() -> Result<i32, String> {
-    std::env::var("LOCAL_RANK")
+    let local: u16 = std::env::var("LOCAL_RANK")
         .ok()
         .and_then(|v| v.parse().ok())
-        .ok_or_else(|| "LOCAL_RANK is not set".to_string())
+        .ok_or_else(|| "LOCAL_RANK is not set".to_string())?;
+    symm_driver::cuda::Comm::placement(local).map_err(|m| m.to_string())
 }
 
 fn open_fds() -> Result<usize, String> {
