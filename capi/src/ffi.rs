@@ -44,7 +44,7 @@ fn guard_with(
         Ok(status) => status,
         Err(payload) => {
             discard(payload);
-            contain(|| error::set_last_internal(), ());
+            contain(error::set_last_internal, ());
             Error::Internal.status()
         }
     }
