@@ -115,19 +115,16 @@ fn preamble(bytes: &[u8], layout: OpLayout) -> Result<(Header, Cursor<'_>), Trac
             offset: HEADER_OFFSET,
         });
     }
-    let parsed = if found >= 3 {
-        postcard::take_from_bytes::<Header>(&body[..hlen]).map(|(h, rest)| (h, rest.is_empty()))
-    } else {
-        postcard::take_from_bytes::<super::HeaderV2>(&body[..hlen])
-            .map(|(h, rest)| (Header::from(h), rest.is_empty()))
+    let hb = &body[..hlen];
+    let parsed = match found {
+        1 => super::old::header_v1(hb),
+        2 => super::old::exact::<super::old::HeaderV2>(hb).map(Header::from),
+        _ => super::old::exact::<Header>(hb),
     };
-    let header: Header = match parsed {
-        Ok((h, true)) => h,
-        _ => {
-            return Err(TraceError::Corrupt {
-                offset: HEADER_OFFSET,
-            })
-        }
+    let Some(header) = parsed else {
+        return Err(TraceError::Corrupt {
+            offset: HEADER_OFFSET,
+        });
     };
     header
         .validate()
@@ -361,8 +358,11 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, TraceError> {
     let mut reader = Reader::new(bytes)?;
     let header = reader.header().clone();
     // Count first: an event takes 120 bytes in memory, so a vector grown by doubling would
-    // hold up to twice that per event.
-    let n = Reader::new(bytes)?.map_while(Result::ok).count();
+    // hold up to twice that per event. The count reads with the layout already chosen, so a
+    // version 3 trace is not probed again.
+    let n = Reader::with_layout(bytes, reader.layout())?
+        .map_while(Result::ok)
+        .count();
     let mut events = alloc::vec::Vec::with_capacity(n);
     let mut warning = None;
     for e in &mut reader {

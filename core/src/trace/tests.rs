@@ -1,6 +1,7 @@
 mod golden;
 mod versions;
 
+use super::old::HeaderV2;
 use super::*;
 use crate::dtype::{DType, ReduceOp};
 use crate::op::{Buf, Loc};

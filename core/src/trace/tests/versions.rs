@@ -274,3 +274,69 @@ fn hostile_version_3_traces() {
         }
     }
 }
+
+/// A version 1 trace as written before `AllToAllV` joined the collectives: its `SendRecv` (tag
+/// 8 then) reads as a send/recv, and a later version 1 trace's `AllToAllV` (tag 8 now) as an
+/// all-to-allv.
+#[test]
+fn early_version_1_headers_read() {
+    use super::super::old::{CollectiveV1Early, HeaderV1Early};
+    use crate::sched::{Algorithm, Collective, Request};
+    let v1 = |hdr: &[u8]| {
+        let mut b = Bytes::new();
+        b.extend_from_slice(&MAGIC).unwrap();
+        b.extend_from_slice(&1u16.to_le_bytes()).unwrap();
+        b.extend_from_slice(&(hdr.len() as u32).to_le_bytes())
+            .unwrap();
+        b.extend_from_slice(hdr).unwrap();
+        let mut eb = [0u8; MAX_EVENT];
+        let e = Event {
+            rank: 1,
+            channel: 0,
+            ..event_of(sample(OpKind::Copy))
+        };
+        let n = wire::encode(&e, OpLayout::Original, &mut eb).unwrap();
+        b.extend_from_slice(&eb[..n]).unwrap();
+        b
+    };
+    let early = HeaderV1Early {
+        world: 2,
+        channels: 1,
+        collective: CollectiveV1Early::SendRecv { src: 0, dst: 1 },
+        algorithm: Algorithm::Direct,
+        req_world: 2,
+        req_channels: 1,
+        bytes: 4096,
+        dtype: crate::dtype::DType::U8,
+        op: crate::dtype::ReduceOp::Sum,
+        chunk_bytes: 0,
+        slots: 0,
+        source: Source::Host { simulated: true },
+        time_unit_ns: 1,
+    };
+    let mut hb = [0u8; MAX_HEADER];
+    let bytes = v1(postcard::to_slice(&early, &mut hb).unwrap());
+    let r = Reader::new(&bytes).unwrap();
+    let want = Request::new(
+        Collective::SendRecv { src: 0, dst: 1 },
+        Algorithm::Direct,
+        2,
+        4096,
+        crate::dtype::DType::U8,
+        crate::dtype::ReduceOp::Sum,
+    );
+    assert_eq!(r.header().request, want);
+    assert_eq!(read_all(&bytes), Ok((1, None)));
+
+    let mut h = header();
+    h.request = Request::new(
+        Collective::AllToAllV,
+        Algorithm::Pairwise,
+        4,
+        4096,
+        crate::dtype::DType::U8,
+        crate::dtype::ReduceOp::Sum,
+    );
+    let bytes = v1(postcard::to_slice(&v2_header(&h), &mut hb).unwrap());
+    assert_eq!(Reader::new(&bytes).unwrap().header(), &h);
+}
