@@ -316,3 +316,105 @@ fn header_enum_positions_are_pinned() {
         );
     }
 }
+
+/// Every op with every field at its largest, in a stall event with contents: the largest record
+/// any writer (the C ABI's included) can be handed still fits [`MAX_EVENT`], so encoding never
+/// fails on field values.
+#[test]
+fn the_largest_event_of_every_kind_fits() {
+    let loc = Loc::new(u16::MAX, Buf::Scratch, u64::MAX);
+    let mc = McLoc {
+        buf: Buf::Scratch,
+        offset: u64::MAX,
+    };
+    let (dtype, op, div) = (DType::U8, ReduceOp::Avg, u32::MAX);
+    let mut most = 0;
+    for kind in OpKind::ALL {
+        let o = match kind {
+            OpKind::Copy => Op::Copy {
+                src: loc,
+                dst: loc,
+                bytes: u64::MAX,
+            },
+            OpKind::Reduce => Op::Reduce {
+                a: loc,
+                b: loc,
+                dst: loc,
+                elems: u64::MAX,
+                dtype,
+                op,
+                div,
+            },
+            OpKind::Signal => Op::Signal {
+                peer: u16::MAX,
+                slot: u32::MAX,
+                op: SignalOp::Add,
+                value: u64::MAX,
+            },
+            OpKind::Wait => Op::Wait {
+                slot: u32::MAX,
+                count: u64::MAX,
+            },
+            OpKind::ReduceN => Op::ReduceN {
+                buf: Buf::Scratch,
+                offset: u64::MAX,
+                ranks: Ranks::new(&[u16::MAX; crate::op::MAX_FANIN]).unwrap(),
+                dst: loc,
+                elems: u64::MAX,
+                dtype,
+                op,
+                div,
+            },
+            OpKind::LlPut => Op::LlPut {
+                src: loc,
+                dst: loc,
+                bytes: u64::MAX,
+                slot: u32::MAX,
+                flip: u64::MAX,
+            },
+            OpKind::LlReduce => Op::LlReduce {
+                src: loc,
+                stride: u64::MAX,
+                sources: u16::MAX,
+                dst: loc,
+                elems: u64::MAX,
+                dtype,
+                op,
+                div,
+                slot: u32::MAX,
+                flip: u64::MAX,
+            },
+            OpKind::McReduce => Op::McReduce {
+                src: mc,
+                dst: loc,
+                elems: u64::MAX,
+                dtype,
+                op,
+                div,
+            },
+            OpKind::McStore => Op::McStore {
+                src: loc,
+                dst: mc,
+                bytes: u64::MAX,
+            },
+        };
+        let e = Event {
+            time: u64::MAX,
+            rank: u16::MAX,
+            channel: u16::MAX,
+            index: u32::MAX,
+            kind: EventKind::Stall {
+                target: u64::MAX,
+                found: u64::MAX,
+            },
+            op: o,
+            contents: Some(u64::MAX),
+        };
+        let mut buf = [0u8; MAX_EVENT];
+        let n = wire::encode(&e, OpLayout::Stable, &mut buf)
+            .unwrap_or_else(|err| panic!("{kind:?}: {err}"));
+        assert_eq!(wire::decode(&buf[..n], OpLayout::Stable), Ok((e, n)));
+        most = most.max(n);
+    }
+    assert!(most <= MAX_EVENT, "{most}");
+}
