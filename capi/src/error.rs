@@ -150,7 +150,7 @@ impl fmt::Display for Error {
                 write!(f, "the trace writer already holds its {max} events")
             }
             Error::Trace(e) => write!(f, "trace: {e}"),
-            Error::Internal => write!(f, "internal error (a panic was caught)"),
+            Error::Internal => write!(f, "{INTERNAL}"),
         }
     }
 }
@@ -185,9 +185,27 @@ pub fn set_last(err: Option<&Error>) {
     });
 }
 
-/// Runs `f` with the last error message of this thread.
+/// Records that a call failed with a caught panic, without formatting anything (used when
+/// recording the call's own error panicked).
+pub fn set_last_internal() {
+    let _ = LAST.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            l.clear();
+            l.push_str(INTERNAL);
+        }
+    });
+}
+
+/// The message of [`Error::Internal`].
+const INTERNAL: &str = "internal error (a panic was caught)";
+
+/// Runs `f` with the last error message of this thread (empty during thread teardown, when the
+/// message is gone).
 pub fn with_last<R>(f: impl FnOnce(&str) -> R) -> R {
-    LAST.with(|l| f(&l.borrow()))
+    match LAST.try_with(|l| l.try_borrow().map(|m| m.clone()).ok()) {
+        Ok(Some(m)) => f(&m),
+        _ => f(""),
+    }
 }
 
 /// The status's C name, for `symm_status_name`.

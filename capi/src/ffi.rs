@@ -6,6 +6,7 @@
 //! `SYMM_ERR_INTERNAL`. Every call records its outcome for `symm_last_error` on the calling
 //! thread (cleared on success).
 
+use std::any::Any;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -19,19 +20,52 @@ use crate::types::{
     symm_trace_writer,
 };
 
-/// Runs `body`, catching a panic, records the outcome for `symm_last_error` and returns the
-/// status (or the body's non-negative result).
+/// Runs `body`, records the outcome for `symm_last_error` and returns the status (or the body's
+/// non-negative result). Everything runs under `catch_unwind`, recording included (formatting
+/// the message, storing it): any panic is `SYMM_ERR_INTERNAL`, never an unwind into C.
 fn guard(body: impl FnOnce() -> Result<c_int, Error>) -> c_int {
-    let outcome = catch_unwind(AssertUnwindSafe(body)).unwrap_or(Err(Error::Internal));
-    match outcome {
-        Ok(v) => {
-            error::set_last(None);
-            v
+    guard_with(body, error::set_last)
+}
+
+/// [`guard`] with the recording step given.
+fn guard_with(
+    body: impl FnOnce() -> Result<c_int, Error>,
+    record: impl FnOnce(Option<&Error>),
+) -> c_int {
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = body();
+        record(outcome.as_ref().err());
+        match outcome {
+            Ok(v) => v,
+            Err(e) => e.status(),
         }
-        Err(e) => {
-            error::set_last(Some(&e));
-            e.status()
+    }));
+    match run {
+        Ok(status) => status,
+        Err(payload) => {
+            discard(payload);
+            contain(error::set_last_internal, ());
+            Error::Internal.status()
         }
+    }
+}
+
+/// Runs `f`, or returns `fallback` when it panics; no panic leaves this function.
+fn contain<R>(f: impl FnOnce() -> R, fallback: R) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(payload) => {
+            discard(payload);
+            fallback
+        }
+    }
+}
+
+/// Drops a panic's payload; when its destructor panics too, that payload is leaked instead of
+/// unwinding further.
+fn discard(payload: Box<dyn Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
     }
 }
 
@@ -88,21 +122,23 @@ unsafe fn write<T>(p: *mut T, v: T) {
 /// `buf` is null or valid for writes of `len` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn symm_last_error(buf: *mut c_char, len: usize) -> usize {
-    catch_unwind(AssertUnwindSafe(|| {
-        error::with_last(|msg| {
-            if !buf.is_null() && len > 0 {
-                let n = msg.len().min(len - 1);
-                // SAFETY: `buf` is non-null and valid for `len` bytes; `n + 1 <= len`, and `msg`
-                // is a live Rust string that cannot overlap the caller's buffer.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
-                    buf.add(n).write(0);
+    contain(
+        || {
+            error::with_last(|msg| {
+                if !buf.is_null() && len > 0 {
+                    let n = msg.len().min(len - 1);
+                    // SAFETY: `buf` is non-null and valid for `len` bytes; `n + 1 <= len`, and `msg`
+                    // is a live Rust string that cannot overlap the caller's buffer.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
+                        buf.add(n).write(0);
+                    }
                 }
-            }
-            msg.len()
-        })
-    }))
-    .unwrap_or(0)
+                msg.len()
+            })
+        },
+        0,
+    )
 }
 
 /// The name of a status (`"SYMM_OK"`, `"SYMM_ERR_NULL"`, ...), or `"SYMM_UNKNOWN_STATUS"`:
@@ -110,9 +146,7 @@ pub unsafe extern "C" fn symm_last_error(buf: *mut c_char, len: usize) -> usize 
 #[no_mangle]
 pub extern "C" fn symm_status_name(status: c_int) -> *const c_char {
     const UNKNOWN: &CStr = c"SYMM_UNKNOWN_STATUS";
-    catch_unwind(|| error::status_name(status).unwrap_or(UNKNOWN))
-        .unwrap_or(UNKNOWN)
-        .as_ptr()
+    contain(|| error::status_name(status).unwrap_or(UNKNOWN), UNKNOWN).as_ptr()
 }
 
 /// The ABI version this library implements; compare with `SYMM_ABI_VERSION` of the header.
@@ -228,7 +262,7 @@ pub unsafe extern "C" fn symm_schedule_free(s: *mut symm_schedule) {
     if !s.is_null() {
         // SAFETY: `s` came from `Box::into_raw` in `symm_schedule_new` and is freed once.
         let b = unsafe { Box::from_raw(s) };
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(b)));
+        contain(move || drop(b), ());
     }
 }
 
@@ -425,7 +459,7 @@ pub unsafe extern "C" fn symm_trace_writer_free(w: *mut symm_trace_writer) {
     if !w.is_null() {
         // SAFETY: `w` came from `Box::into_raw` in `symm_trace_writer_new` and is freed once.
         let b = unsafe { Box::from_raw(w) };
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(b)));
+        contain(move || drop(b), ());
     }
 }
 
@@ -440,5 +474,57 @@ pub unsafe extern "C" fn symm_bytes_free(bytes: *mut u8, len: usize) {
         // SAFETY: `bytes` and `len` are a boxed slice's pointer and length leaked by
         // `symm_trace_writer_finish`, freed once by the caller's contract.
         drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::SYMM_ERR_INTERNAL;
+
+    /// A panic payload whose destructor panics too.
+    struct PanicsWhenDropped;
+
+    impl Drop for PanicsWhenDropped {
+        fn drop(&mut self) {
+            panic!("the payload's destructor panics");
+        }
+    }
+
+    fn last() -> String {
+        error::with_last(str::to_string)
+    }
+
+    /// Recording the outcome (formatting and storing the message) runs inside the catch: a
+    /// panic there is `SYMM_ERR_INTERNAL` with the internal message, not an unwind into C.
+    #[test]
+    fn a_panic_while_recording_the_outcome_does_not_unwind() {
+        let failing = || Err(Error::Null { arg: "req" });
+        assert_eq!(
+            guard_with(failing, |_| panic!("formatting the error")),
+            SYMM_ERR_INTERNAL
+        );
+        assert_eq!(last(), "internal error (a panic was caught)");
+        assert_eq!(
+            guard_with(|| Ok(7), |_| panic!("storing")),
+            SYMM_ERR_INTERNAL
+        );
+        assert_eq!(last(), "internal error (a panic was caught)");
+        // The real recording: the message, then cleared on success.
+        assert_eq!(guard(failing), crate::error::SYMM_ERR_NULL);
+        assert_eq!(last(), "req is null");
+        assert_eq!(guard(|| Ok(SYMM_OK)), SYMM_OK);
+        assert_eq!(last(), "");
+    }
+
+    /// A panic whose payload panics again when dropped stops at the boundary too.
+    #[test]
+    fn a_payload_that_panics_when_dropped_does_not_unwind() {
+        let status = guard(|| std::panic::panic_any(PanicsWhenDropped));
+        assert_eq!(status, SYMM_ERR_INTERNAL);
+        assert_eq!(last(), "internal error (a panic was caught)");
+        let v = contain(|| -> u8 { std::panic::panic_any(PanicsWhenDropped) }, 3);
+        assert_eq!(v, 3);
+        assert_eq!(contain(|| 5u8, 3), 5);
     }
 }

@@ -23,6 +23,13 @@
 //!   rank's copy of a symmetric location, and a store broadcast to every rank's copy.
 //!
 //! All ranks' buffers are symmetric: the same [`Buf`] and offset name the same bytes on every rank.
+//!
+//! Each op has a kind ([`OpKind`]) with a stable number from an append-only table: traces tag
+//! ops with it, never with the position of the variant in [`Op`].
+
+mod kind;
+
+pub use kind::OpKind;
 
 use crate::dtype::{DType, ReduceOp};
 use serde::{Deserialize, Serialize};
@@ -507,19 +514,14 @@ impl Op {
         }
     }
 
+    /// The op's kind (its stable tag in traces).
+    pub const fn kind(&self) -> OpKind {
+        OpKind::of(self)
+    }
+
     /// Short name of the op kind.
     pub fn kind_name(&self) -> &'static str {
-        match self {
-            Op::Copy { .. } => "copy",
-            Op::Reduce { .. } => "reduce",
-            Op::ReduceN { .. } => "reduce_n",
-            Op::LlPut { .. } => "ll_put",
-            Op::LlReduce { .. } => "ll_reduce",
-            Op::Signal { .. } => "signal",
-            Op::Wait { .. } => "wait",
-            Op::McReduce { .. } => "mc_reduce",
-            Op::McStore { .. } => "mc_store",
-        }
+        self.kind().name()
     }
 
     /// Whether the op is a multicast op.

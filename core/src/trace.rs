@@ -1,34 +1,56 @@
-//! The trace format, version 3: one format from the simulator and the GPU alike.
+//! The trace format, version 4: one format from the simulator and the GPU alike.
 //!
 //! ```text
 //! magic    8 bytes  "SYMMTRCE"
-//! version  u16 LE   3
+//! version  u16 LE   4
 //! hlen     u32 LE   length of the header (at most MAX_HEADER)
 //! header   postcard Header { world, channels, request, source, time_unit, team }
 //! records  back to back:
-//!   event  b'E', then a postcard Event
+//!   event  b'E', then the event (see below)
 //!   end    b'Z', count u64 LE, checksum u64 LE  (exactly once, last)
 //! ```
 //!
 //! An [`Event`] is (time, rank, channel, op index, kind, op, contents). `kind` is `Begin` or `End`
 //! of an op, or `Stall` for a wait that never finished (written when a run times out, with what it
-//! expected and found). `contents` is optional: the set of ranks whose contributions the op's
-//! destination holds afterwards (bit r for rank r; worlds up to 64), which lets a viewer colour
-//! data by origin.
+//! expected and found). The op is a one-byte tag from [`OpKind`](crate::op::OpKind)'s append-only table followed by
+//! the op's fields, so a new op never renumbers the others; `wire` gives the exact
+//! bytes. `contents` is optional: the set of ranks whose contributions the op's destination holds
+//! afterwards (bit r for rank r; worlds up to 64), which lets a viewer colour data by origin.
 //!
 //! The end record carries the number of events and a 64-bit FNV-1a checksum of every byte before
 //! the checksum field (magic, version, header, every event record, the end tag and the count).
 //! A trace that stops before its end record was cut short (a crash while writing): readers show
 //! the events it holds with a warning naming the byte offset ([`TraceError::is_truncation`]).
-//! A record that does not decode, an event outside the header's world, a wrong count or checksum
-//! or bytes after the end record are errors.
+//! A record that does not decode, an op tag the version does not define, an event outside the
+//! header's world, a wrong count or checksum or bytes after the end record are errors; a version
+//! newer than this crate's is [`TraceError::NewerVersion`].
+//!
+//! # Older versions
+//!
+//! Every older version is still read. Versions 1 to 3 tagged ops by the position of the variant
+//! in [`Op`] ([`OpLayout`]), and the op enum grew in the middle twice while the version stayed
+//! at 3: a version 3 trace uses the original layout (written before the k-way reduce), the k-way
+//! layout (with `reduce_n`, before the low-latency ops) or the low-latency layout (the order
+//! version 4 froze). Nothing in a version 3 file says which, so the reader tries them: a trace
+//! reads with the first of [`OpLayout::V3`] under which every record decodes, every event is
+//! inside the world and the count matches (or the trace was cut short) and whose ops fit the
+//! header's algorithm (low-latency ops only in a `one_shot_ll` trace, multicast ops only in a
+//! `multicast` one: what symm's schedules write); failing that, the first that reads. Whole
+//! traces of symm's schedules read under one layout only (an op read with the wrong table
+//! misaligns the records after it), but a short or cut trace, or one of hand-written op streams,
+//! can read under two: then the low-latency layout is preferred (it was written longest), then
+//! the original. [`Reader::layout`] says which was used; [`Reader::with_layout`] picks one.
+//! Version 3 added the team tag; version 2 traces (no tag) are read as traces of a whole world.
+//! Version 1 traces (no record tags, no end record: events until the end of the input) are read
+//! too; they carry no count or checksum, so only undecodable records are detected in them.
+//! Versions 1 and 2 only ever used the original layout. Version 1 headers also come in two
+//! shapes: the collective's tag list grew in the middle (`AllToAllV` before `SendRecv`) during
+//! version 1, so a version 1 header that neither decodes nor validates with today's list is read
+//! with the earlier one.
 //!
 //! A trace of a team collective (see [`crate::team`]) names the team in the header
 //! ([`TeamTag`]: its id, the world it is part of and its members): events use the team's local
-//! ranks, as its request does. Version 3 added the tag; version 2 traces (no tag) are still read
-//! as traces of a whole world. Version 1 traces (no record tags, no end record: events until the
-//! end of the input) are read too; they carry no count or checksum, so only undecodable records
-//! are detected in them.
+//! ranks, as its request does.
 //!
 //! The header is validated before anything uses it ([`Header::validate`]): the request passes
 //! [`Request::validate`] and the header's world and channels are the request's. Every event
@@ -38,12 +60,15 @@
 //! and hands it to a [`Sink`]; [`Reader`] decodes from a byte slice. Hostile input is a
 //! [`TraceError`] that names the byte offset, never a panic.
 
+mod old;
 mod read;
+mod wire;
 mod write;
 
 pub use read::Reader;
 #[cfg(feature = "alloc")]
 pub use read::{decode, Decoded};
+pub use wire::OpLayout;
 #[cfg(feature = "alloc")]
 pub use write::encode;
 pub use write::{Sink, Writer};
@@ -54,8 +79,8 @@ use serde::{Deserialize, Serialize};
 
 /// The magic bytes at the start of every trace.
 pub const MAGIC: [u8; 8] = *b"SYMMTRCE";
-/// The format version this crate writes.
-pub const VERSION: u16 = 3;
+/// The format version this crate writes (and the newest it reads).
+pub const VERSION: u16 = 4;
 /// The oldest format version this crate reads.
 pub const MIN_VERSION: u16 = 1;
 /// Largest encoded header.
@@ -129,29 +154,6 @@ pub struct Header {
     pub time_unit_ns: u32,
     /// The team, when the collective ran on one (version 3).
     pub team: Option<TeamTag>,
-}
-
-/// The header of versions 1 and 2 (no team).
-#[derive(Serialize, Deserialize)]
-pub(crate) struct HeaderV2 {
-    world: u16,
-    channels: u16,
-    request: Request,
-    source: Source,
-    time_unit_ns: u32,
-}
-
-impl From<HeaderV2> for Header {
-    fn from(h: HeaderV2) -> Header {
-        Header {
-            world: h.world,
-            channels: h.channels,
-            request: h.request,
-            source: h.source,
-            time_unit_ns: h.time_unit_ns,
-            team: None,
-        }
-    }
 }
 
 impl Header {
@@ -272,8 +274,13 @@ pub struct Event {
 pub enum TraceError {
     /// The input does not start with [`MAGIC`].
     BadMagic,
-    /// The input's version is not one this crate reads.
+    /// The input's version is older than any this crate reads (no symm trace has it).
     UnsupportedVersion {
+        /// The version found.
+        found: u16,
+    },
+    /// The input's version is newer than this crate reads: a newer symm wrote it.
+    NewerVersion {
         /// The version found.
         found: u16,
     },
@@ -293,6 +300,16 @@ pub enum TraceError {
     Corrupt {
         /// Byte offset of the record.
         offset: usize,
+    },
+    /// The event at `offset` has an op tag that its format version does not define (damage,
+    /// or an op a newer symm added).
+    UnknownOp {
+        /// Byte offset of the record.
+        offset: usize,
+        /// The tag.
+        tag: u32,
+        /// The trace's format version.
+        version: u16,
     },
     /// The header decodes but is not acceptable.
     InvalidHeader {
@@ -355,6 +372,10 @@ impl core::fmt::Display for TraceError {
                 f,
                 "trace version {found} is not supported (this build reads versions {MIN_VERSION} to {VERSION}) at byte 8"
             ),
+            TraceError::NewerVersion { found } => write!(
+                f,
+                "trace version {found} is newer than this build reads (versions {MIN_VERSION} to {VERSION}): it was written by a newer symm (version at byte 8)"
+            ),
             TraceError::Truncated { offset } => {
                 write!(f, "trace is truncated: the record at byte {offset} is incomplete")
             }
@@ -365,6 +386,14 @@ impl core::fmt::Display for TraceError {
             TraceError::Corrupt { offset } => {
                 write!(f, "trace is corrupt: the record at byte {offset} does not decode")
             }
+            TraceError::UnknownOp {
+                offset,
+                tag,
+                version,
+            } => write!(
+                f,
+                "trace is corrupt or from a newer symm: the event at byte {offset} has op tag {tag}, which format version {version} does not define"
+            ),
             TraceError::InvalidHeader { offset, reason } => {
                 write!(f, "trace header at byte {offset} is invalid: {reason}")
             }

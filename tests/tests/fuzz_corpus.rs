@@ -108,7 +108,7 @@ fn trace_decoder_survives_100k_hostile_inputs() {
     future[8] = symm_core::trace::VERSION as u8 + 1;
     assert_eq!(
         Reader::new(&future).err(),
-        Some(TraceError::UnsupportedVersion {
+        Some(TraceError::NewerVersion {
             found: symm_core::trace::VERSION + 1
         })
     );

@@ -74,7 +74,8 @@ pub const USAGE: &str = "usage: cargo xtask demo [--no-serve]
   runs every collective x algorithm (world 4 and 8, 256 KiB f32, two channels) on the host
   simulator, checks each against a sequential reference, writes one trace per run to
   <target>/symm/traces/ and prints a table; then builds the viz and serves it with those traces
-  on http://127.0.0.1:8000/ until interrupted.
+  on http://127.0.0.1:8000/ (another free port, with a line saying so, when 8000 is taken) until
+  interrupted.
   Building the viz installs what is missing, and says so first: the wasm32-unknown-unknown target
   (rustup target add) and wasm-bindgen-cli at the version in Cargo.lock (cargo install, into
   ~/.cargo/bin). <target> is $CARGO_TARGET_DIR when set, else target/.

@@ -29,7 +29,8 @@ pub const USAGE: &str =
   (rustup target add) and wasm-bindgen-cli at the version in Cargo.lock (cargo install, into
   ~/.cargo/bin)
   --serve          then serve the app on 127.0.0.1 until interrupted
-  --port N         port to serve on (default 8000; any free port when taken)
+  --port N         port to serve on (an error when taken; without it 8000, or any free port
+                   when 8000 is taken, with a line saying so)
   --traces DIR     traces to serve (default viz/dist/examples)
   --test           the browser tests in headless Chromium (chromium and chromium-driver installed
                    with apt-get when missing, which needs root)
@@ -61,7 +62,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .value("--traces")
             .map(PathBuf::from)
             .unwrap_or_else(|| dist.join("examples"));
-        let port = args.num::<u16>("--port")?.unwrap_or(8000);
+        let port = match args.num::<u16>("--port")? {
+            Some(p) => http::Port::Given(p),
+            None => http::Port::Default(http::DEFAULT_PORT),
+        };
         return serve_on(&dist, &traces, port);
     }
     Ok(())
@@ -163,11 +167,15 @@ pub fn build() -> Result<PathBuf, String> {
 
 /// Serves the app in `dist` and the traces in `traces` on 127.0.0.1 until interrupted.
 pub fn serve(dist: &Path, traces: &Path) -> Result<(), String> {
-    serve_on(dist, traces, 8000)
+    serve_on(dist, traces, http::Port::Default(http::DEFAULT_PORT))
 }
 
-fn serve_on(dist: &Path, traces: &Path, port: u16) -> Result<(), String> {
-    let addr = http::start(dist, traces, port).or_else(|_| http::start(dist, traces, 0))?;
+fn serve_on(dist: &Path, traces: &Path, port: http::Port) -> Result<(), String> {
+    let started = http::start(dist, traces, port)?;
+    if let Some(notice) = &started.notice {
+        eprintln!("{notice}");
+    }
+    let addr = started.addr;
     let first = std::fs::read_dir(traces)
         .ok()
         .into_iter()

@@ -1,18 +1,37 @@
 //! The decoder: [`Reader`] and, with `alloc`, [`decode`].
 
+use super::wire::{self, OpLayout, WireError};
 use super::{Event, Fnv, Header, TraceError, END_LEN, HEADER_OFFSET, MAGIC, MAX_HEADER};
-use super::{MIN_VERSION, TAG_END, TAG_EVENT};
+use super::{MIN_VERSION, TAG_END, TAG_EVENT, VERSION};
+use crate::op::{Op, OpKind};
+use crate::sched::Algorithm;
 
 /// A streaming trace decoder over a byte slice.
 ///
 /// [`Reader::new`] checks the preamble and validates the header; iterating yields the events,
 /// then stops. A problem is yielded once, as the last item: when it
 /// [is a truncation](TraceError::is_truncation) the events before it are whole and may be used
-/// (with the error as a warning); any other error means the trace is damaged. For a version 2
-/// trace the count and checksum of the end record are checked before the iteration ends cleanly.
+/// (with the error as a warning); any other error means the trace is damaged. From version 2 on
+/// the count and checksum of the end record are checked before the iteration ends cleanly.
+///
+/// A version 3 trace's op tags mean one of three things ([`OpLayout::V3`]): [`Reader::new`]
+/// reads the input once per layout (no allocation) and keeps the first, in the order of
+/// [`OpLayout::V3`], under which the whole input reads, preferring one whose ops fit the
+/// header's algorithm (low-latency ops in a low-latency trace, multicast ops in a multicast
+/// one); when none reads, the one that reads furthest, so the error names the damage.
+/// [`Reader::layout`] says which it took and [`Reader::with_layout`] overrides it.
 pub struct Reader<'a> {
     header: Header,
+    cur: Cursor<'a>,
+}
+
+/// The record-by-record state of a [`Reader`].
+#[derive(Clone, Copy)]
+struct Cursor<'a> {
+    world: u16,
+    channels: u16,
     version: u16,
+    layout: OpLayout,
     bytes: &'a [u8],
     offset: usize,
     hash: Fnv,
@@ -23,65 +42,19 @@ pub struct Reader<'a> {
 impl<'a> Reader<'a> {
     /// Reads and checks the preamble and header.
     pub fn new(bytes: &'a [u8]) -> Result<Reader<'a>, TraceError> {
-        if bytes.len() < 8 {
-            return if MAGIC.starts_with(bytes) {
-                Err(TraceError::Truncated { offset: 0 })
-            } else {
-                Err(TraceError::BadMagic)
-            };
-        }
-        if bytes[..8] != MAGIC {
-            return Err(TraceError::BadMagic);
-        }
-        if bytes.len() < HEADER_OFFSET {
-            return Err(TraceError::Truncated { offset: 8 });
-        }
-        let found = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if !(MIN_VERSION..=super::VERSION).contains(&found) {
-            return Err(TraceError::UnsupportedVersion { found });
-        }
-        let hlen = u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]) as usize;
-        if hlen > MAX_HEADER {
-            return Err(TraceError::Corrupt { offset: 10 });
-        }
-        let body = &bytes[HEADER_OFFSET..];
-        if body.len() < hlen {
-            return Err(TraceError::Truncated {
-                offset: HEADER_OFFSET,
-            });
-        }
-        let parsed = if found >= 3 {
-            postcard::take_from_bytes::<Header>(&body[..hlen]).map(|(h, rest)| (h, rest.is_empty()))
-        } else {
-            postcard::take_from_bytes::<super::HeaderV2>(&body[..hlen])
-                .map(|(h, rest)| (Header::from(h), rest.is_empty()))
+        let (header, cur) = preamble(bytes, OpLayout::LowLatency)?;
+        let cur = match OpLayout::of_version(cur.version) {
+            Some(layout) => Cursor { layout, ..cur },
+            None => detect(cur, header.request.algorithm),
         };
-        let header: Header = match parsed {
-            Ok((h, true)) => h,
-            _ => {
-                return Err(TraceError::Corrupt {
-                    offset: HEADER_OFFSET,
-                })
-            }
-        };
-        header
-            .validate()
-            .map_err(|reason| TraceError::InvalidHeader {
-                offset: HEADER_OFFSET,
-                reason,
-            })?;
-        let offset = HEADER_OFFSET + hlen;
-        let mut hash = Fnv::new();
-        hash.update(&bytes[..offset]);
-        Ok(Reader {
-            header,
-            version: found,
-            bytes,
-            offset,
-            hash,
-            count: 0,
-            done: false,
-        })
+        Ok(Reader { header, cur })
+    }
+
+    /// Reads and checks the preamble and header, and reads the ops with `layout`'s tags whatever
+    /// the version (for a version 3 trace whose layout [`Reader::new`] guessed wrong).
+    pub fn with_layout(bytes: &'a [u8], layout: OpLayout) -> Result<Reader<'a>, TraceError> {
+        let (header, cur) = preamble(bytes, layout)?;
+        Ok(Reader { header, cur })
     }
 
     /// The header (validated).
@@ -91,19 +64,133 @@ impl<'a> Reader<'a> {
 
     /// The format version of the input.
     pub fn version(&self) -> u16 {
-        self.version
+        self.cur.version
+    }
+
+    /// The op table the events are read with.
+    pub fn layout(&self) -> OpLayout {
+        self.cur.layout
     }
 
     /// Byte offset of the next record.
     pub fn offset(&self) -> usize {
-        self.offset
+        self.cur.offset
     }
 
     /// Events read so far.
     pub fn count(&self) -> u64 {
-        self.count
+        self.cur.count
     }
+}
 
+/// Checks the magic, version and header: the header and a cursor at the first record.
+fn preamble(bytes: &[u8], layout: OpLayout) -> Result<(Header, Cursor<'_>), TraceError> {
+    if bytes.len() < 8 {
+        return if MAGIC.starts_with(bytes) {
+            Err(TraceError::Truncated { offset: 0 })
+        } else {
+            Err(TraceError::BadMagic)
+        };
+    }
+    if bytes[..8] != MAGIC {
+        return Err(TraceError::BadMagic);
+    }
+    if bytes.len() < HEADER_OFFSET {
+        return Err(TraceError::Truncated { offset: 8 });
+    }
+    let found = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if found > VERSION {
+        return Err(TraceError::NewerVersion { found });
+    }
+    if found < MIN_VERSION {
+        return Err(TraceError::UnsupportedVersion { found });
+    }
+    let hlen = u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]) as usize;
+    if hlen > MAX_HEADER {
+        return Err(TraceError::Corrupt { offset: 10 });
+    }
+    let body = &bytes[HEADER_OFFSET..];
+    if body.len() < hlen {
+        return Err(TraceError::Truncated {
+            offset: HEADER_OFFSET,
+        });
+    }
+    let hb = &body[..hlen];
+    let parsed = match found {
+        1 => super::old::header_v1(hb),
+        2 => super::old::exact::<super::old::HeaderV2>(hb).map(Header::from),
+        _ => super::old::exact::<Header>(hb),
+    };
+    let Some(header) = parsed else {
+        return Err(TraceError::Corrupt {
+            offset: HEADER_OFFSET,
+        });
+    };
+    header
+        .validate()
+        .map_err(|reason| TraceError::InvalidHeader {
+            offset: HEADER_OFFSET,
+            reason,
+        })?;
+    let offset = HEADER_OFFSET + hlen;
+    let mut hash = Fnv::new();
+    hash.update(&bytes[..offset]);
+    let cur = Cursor {
+        world: header.world,
+        channels: header.channels,
+        version: found,
+        layout,
+        bytes,
+        offset,
+        hash,
+        count: 0,
+        done: false,
+    };
+    Ok((header, cur))
+}
+
+/// The cursor with the version 3 layout that reads the input: the first of [`OpLayout::V3`]
+/// that reads all of it (a trace cut short counts as read) with ops that fit the header's
+/// algorithm ([`fits`]), else the first that reads all of it, else the one that reads furthest.
+fn detect(start: Cursor<'_>, algorithm: Algorithm) -> Cursor<'_> {
+    let mut read: Option<Cursor<'_>> = None;
+    let mut furthest: Option<(Cursor<'_>, usize)> = None;
+    for layout in OpLayout::V3 {
+        let first = Cursor { layout, ..start };
+        let mut c = first;
+        let (mut failed, mut fit) = (false, true);
+        while let Some(r) = c.step() {
+            match r {
+                Ok(e) => fit &= fits(&e.op, algorithm),
+                Err(e) => {
+                    failed = !e.is_truncation();
+                    break;
+                }
+            }
+        }
+        if !failed && fit {
+            return first;
+        }
+        if !failed {
+            read = read.or(Some(first));
+        } else if furthest.is_none_or(|(_, reached)| c.offset > reached) {
+            furthest = Some((first, c.offset));
+        }
+    }
+    read.or(furthest.map(|(c, _)| c)).unwrap_or(start)
+}
+
+/// Whether `op` is one that symm's schedules for `algorithm` write: the low-latency ops only in
+/// the low-latency algorithm's traces, the multicast ops only in the multicast algorithm's.
+fn fits(op: &Op, algorithm: Algorithm) -> bool {
+    match op.kind() {
+        OpKind::LlPut | OpKind::LlReduce => algorithm == Algorithm::OneShotLl,
+        OpKind::McReduce | OpKind::McStore => algorithm == Algorithm::Multicast,
+        _ => true,
+    }
+}
+
+impl Cursor<'_> {
     fn fail(&mut self, e: TraceError) -> Option<Result<Event, TraceError>> {
         self.done = true;
         Some(Err(e))
@@ -153,12 +240,9 @@ impl<'a> Reader<'a> {
         self.done = true;
         None
     }
-}
 
-impl Iterator for Reader<'_> {
-    type Item = Result<Event, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+    /// The next record: an event, the last error, or `None` at a clean end.
+    fn step(&mut self) -> Option<Result<Event, TraceError>> {
         if self.done {
             return None;
         }
@@ -177,26 +261,39 @@ impl Iterator for Reader<'_> {
         } else {
             0
         };
-        match postcard::take_from_bytes::<Event>(&rest[skip..]) {
-            Ok((e, tail)) => {
-                if e.rank >= self.header.world || e.channel >= self.header.channels {
+        match wire::decode(&rest[skip..], self.layout) {
+            Ok((e, n)) => {
+                if e.rank >= self.world || e.channel >= self.channels {
                     return self.fail(TraceError::OutOfRange {
                         offset,
                         rank: e.rank,
                         channel: e.channel,
                     });
                 }
-                let used = rest.len() - tail.len();
+                let used = skip + n;
                 self.hash.update(&rest[..used]);
                 self.offset += used;
                 self.count += 1;
                 Some(Ok(e))
             }
-            Err(postcard::Error::DeserializeUnexpectedEnd) if !self.ends_terminated(offset) => {
+            Err(WireError::End) if !self.ends_terminated(offset) => {
                 self.fail(TraceError::Truncated { offset })
             }
+            Err(WireError::UnknownOp(tag)) => self.fail(TraceError::UnknownOp {
+                offset,
+                tag,
+                version: self.version,
+            }),
             Err(_) => self.fail(TraceError::Corrupt { offset }),
         }
+    }
+}
+
+impl Iterator for Reader<'_> {
+    type Item = Result<Event, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.cur.step()
     }
 }
 
@@ -261,8 +358,11 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, TraceError> {
     let mut reader = Reader::new(bytes)?;
     let header = reader.header().clone();
     // Count first: an event takes 120 bytes in memory, so a vector grown by doubling would
-    // hold up to twice that per event.
-    let n = Reader::new(bytes)?.map_while(Result::ok).count();
+    // hold up to twice that per event. The count reads with the layout already chosen, so a
+    // version 3 trace is not probed again.
+    let n = Reader::with_layout(bytes, reader.layout())?
+        .map_while(Result::ok)
+        .count();
     let mut events = alloc::vec::Vec::with_capacity(n);
     let mut warning = None;
     for e in &mut reader {

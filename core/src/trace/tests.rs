@@ -1,3 +1,7 @@
+mod golden;
+mod versions;
+
+use super::old::HeaderV2;
 use super::*;
 use crate::dtype::{DType, ReduceOp};
 use crate::op::{Buf, Loc};
@@ -331,11 +335,9 @@ fn version_1_still_reads() {
 fn preamble_errors() {
     let bytes = trace(&header(), 1);
     let mut future = bytes.clone();
-    future[8] = 4;
-    assert_eq!(
-        Reader::new(&future).err(),
-        Some(TraceError::UnsupportedVersion { found: 4 })
-    );
+    future[8] = VERSION as u8 + 1;
+    let err = Reader::new(&future).err();
+    assert_eq!(err, Some(TraceError::NewerVersion { found: VERSION + 1 }));
     future[8] = 0;
     assert_eq!(
         Reader::new(&future).err(),

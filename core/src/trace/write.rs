@@ -1,7 +1,7 @@
 //! The encoder: [`Writer`] and, with `alloc`, [`encode`].
 
 use super::{Event, Fnv, Header, TraceError, MAGIC, MAX_EVENT, MAX_HEADER, TAG_END, TAG_EVENT};
-use super::{END_LEN, VERSION};
+use super::{OpLayout, END_LEN, VERSION};
 
 /// Somewhere encoded bytes go.
 pub trait Sink {
@@ -60,9 +60,7 @@ impl<S: Sink> Writer<S> {
     pub fn event(&mut self, e: &Event) -> Result<(), TraceError> {
         let mut buf = [0u8; 1 + MAX_EVENT];
         buf[0] = TAG_EVENT;
-        let n = postcard::to_slice(e, &mut buf[1..])
-            .map_err(|_| TraceError::TooLarge)?
-            .len();
+        let n = super::wire::encode(e, OpLayout::Stable, &mut buf[1..])?;
         self.put(&buf[..1 + n])?;
         self.count += 1;
         Ok(())

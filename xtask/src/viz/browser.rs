@@ -134,7 +134,7 @@ pub fn run_all(
     std::fs::write(&corrupt, &damaged).map_err(|e| e.to_string())?;
     let truncated = scratch.join("truncated.trace");
     std::fs::write(&truncated, &ring[..ring.len() * 2 / 3]).map_err(|e| e.to_string())?;
-    let addr = http::start(dist, &traces, 0)?;
+    let addr = http::start(dist, &traces, http::Port::Given(0))?.addr;
     let base = format!("http://{addr}/");
     let b = Browser::start(chromium, driver, scratch)?;
     let mut passed = 0;

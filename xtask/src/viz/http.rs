@@ -13,18 +13,72 @@ mod serve;
 mod tests;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-/// Binds 127.0.0.1:`port` (0: any free port) and serves the app and the traces in background
-/// threads, with the default [`serve::Limits`].
-pub fn start(app: &Path, traces: &Path, port: u16) -> Result<SocketAddr, String> {
+/// The port the server listens on when none is given.
+pub const DEFAULT_PORT: u16 = 8000;
+
+/// Which port to serve on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Port {
+    /// The port the user asked for (`--port N`; 0: any free port): taken is an error.
+    Given(u16),
+    /// The default port: when it cannot be bound, any free port, with a notice saying so.
+    Default(u16),
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct Started {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// A line for the user when it does not listen where it was asked to (the default port was
+    /// taken).
+    pub notice: Option<String>,
+}
+
+/// Binds 127.0.0.1 on `port` and serves the app and the traces in background threads, with the
+/// default [`serve::Limits`].
+pub fn start(app: &Path, traces: &Path, port: Port) -> Result<Started, String> {
     let roots = path::Roots {
         app: app.to_path_buf(),
         traces: traces.to_path_buf(),
     };
-    serve::start_with(roots, port, serve::Limits::default())
+    let (listener, notice) = bind(port)?;
+    let addr = serve::serve_listener(listener, roots, serve::Limits::default())?;
+    Ok(Started { addr, notice })
+}
+
+/// Binds 127.0.0.1 on `port`: a given port or an error naming it; the default port or, when it
+/// cannot be bound, any free port and a notice naming both.
+fn bind(port: Port) -> Result<(TcpListener, Option<String>), String> {
+    let at = |p: u16| TcpListener::bind(("127.0.0.1", p));
+    let why = |p: u16, e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::AddrInUse => format!("port {p} is already in use"),
+        _ => format!("port {p} cannot be bound ({e})"),
+    };
+    match port {
+        Port::Given(p) => at(p).map(|l| (l, None)).map_err(|e| {
+            format!(
+                "cannot serve on 127.0.0.1:{p}: {}; pick another with --port N (0: any free port)",
+                why(p, e)
+            )
+        }),
+        Port::Default(p) => match at(p) {
+            Ok(l) => Ok((l, None)),
+            Err(first) => {
+                let l = at(0).map_err(|e| format!("cannot bind any port on 127.0.0.1: {e}"))?;
+                let got = l.local_addr().map_err(|e| e.to_string())?.port();
+                let notice = format!(
+                    "viz: the default {}; serving on port {got} instead (--port N picks one)",
+                    why(p, first)
+                );
+                Ok((l, Some(notice)))
+            }
+        },
+    }
 }
 
 /// Sends one request and returns (status, body).

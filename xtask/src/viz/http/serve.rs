@@ -321,9 +321,15 @@ fn close(mut s: &TcpStream) {
 }
 
 /// Binds 127.0.0.1:`port` (0: any free port) and serves `roots` in background threads.
+#[cfg(test)]
 pub fn start_with(roots: Roots, port: u16, limits: Limits) -> Result<SocketAddr, String> {
     let l = TcpListener::bind(("127.0.0.1", port))
         .map_err(|e| format!("bind 127.0.0.1:{port}: {e}"))?;
+    serve_listener(l, roots, limits)
+}
+
+/// Serves `roots` on a bound listener in background threads; its address.
+pub fn serve_listener(l: TcpListener, roots: Roots, limits: Limits) -> Result<SocketAddr, String> {
     let addr = l.local_addr().map_err(|e| e.to_string())?;
     let busy = Arc::new(AtomicUsize::new(0));
     let shared = Arc::new((roots, limits));

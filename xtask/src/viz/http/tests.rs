@@ -3,6 +3,7 @@
 
 use super::path::Roots;
 use super::serve::{host_allowed, start_with, Limits};
+use super::Port;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -267,4 +268,43 @@ fn a_slow_client_is_cut_off_and_blocks_nobody() {
     assert!(cut >= head_timeout && cut < head_timeout * 3, "{cut:?}");
     let _ = drip.shutdown(Shutdown::Both);
     dripper.join().unwrap();
+}
+
+/// `--port N` taken is an error naming the port; the default port taken is a free port and a
+/// notice naming both; a free default port is used as is.
+#[test]
+fn a_taken_port_is_said_so() {
+    let base = std::env::temp_dir().join(format!("symm-http-port-{}", std::process::id()));
+    let (app, traces) = (base.join("app"), base.join("traces"));
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(&traces).unwrap();
+    std::fs::write(app.join("index.html"), b"<html>app</html>").unwrap();
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = taken.local_addr().unwrap().port();
+    let err = super::start(&app, &traces, Port::Given(p)).unwrap_err();
+    assert!(
+        err.contains(&format!("127.0.0.1:{p}"))
+            && err.contains(&format!("port {p} is already in use")),
+        "{err}"
+    );
+
+    let s = super::start(&app, &traces, Port::Default(p)).unwrap();
+    assert_ne!(s.addr.port(), p);
+    let notice = s.notice.expect("a notice when the default port is taken");
+    assert!(
+        notice.contains(&format!("default port {p} is already in use"))
+            && notice.contains(&format!("serving on port {} instead", s.addr.port())),
+        "{notice}"
+    );
+    assert_eq!(get(s.addr, "/").0, 200);
+
+    let free = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let s = super::start(&app, &traces, Port::Default(free)).unwrap();
+    assert_eq!((s.addr.port(), s.notice), (free, None));
+    drop(taken);
+    let _ = std::fs::remove_dir_all(&base);
 }
