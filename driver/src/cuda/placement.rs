@@ -63,7 +63,10 @@ pub enum PlacementError {
 impl fmt::Display for PlacementError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PlacementError::PastVisible { local_rank, visible } => write!(
+            PlacementError::PastVisible {
+                local_rank,
+                visible,
+            } => write!(
                 f,
                 "LOCAL_RANK {local_rank} but {visible} GPU(s) visible: to share GPUs between \
                  ranks set {SYMM_DEVICES}=mod (rank r on GPU r % {visible}) or a list such as \
@@ -142,7 +145,9 @@ pub fn device_for(
         if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) || part.len() > 9 {
             return Err(bad(text, "an entry is not a GPU ordinal"));
         }
-        let ordinal: u64 = part.parse().map_err(|_| bad(text, "an entry is not a GPU ordinal"))?;
+        let ordinal: u64 = part
+            .parse()
+            .map_err(|_| bad(text, "an entry is not a GPU ordinal"))?;
         if i == usize::from(local_rank) {
             mine = Some(ordinal);
         }
@@ -182,7 +187,10 @@ mod tests {
             }
         );
         let m = e.to_string();
-        assert!(m.contains("1 GPU(s) visible") && m.contains("SYMM_DEVICES"), "{m}");
+        assert!(
+            m.contains("1 GPU(s) visible") && m.contains("SYMM_DEVICES"),
+            "{m}"
+        );
         assert_eq!(device_for(0, 0, with(None)), Err(PlacementError::NoGpu));
     }
 
@@ -196,9 +204,22 @@ mod tests {
 
     #[test]
     fn hostile_values_are_typed_errors() {
-        for v in ["", "-1", "0,,1", "a", "0x1", "1e3", "+1", "0;1", "99999999999999999999"] {
+        for v in [
+            "",
+            "-1",
+            "0,,1",
+            "a",
+            "0x1",
+            "1e3",
+            "+1",
+            "0;1",
+            "99999999999999999999",
+        ] {
             assert!(
-                matches!(device_for(0, 4, with(Some(v))), Err(PlacementError::Malformed { .. })),
+                matches!(
+                    device_for(0, 4, with(Some(v))),
+                    Err(PlacementError::Malformed { .. })
+                ),
                 "{v:?}"
             );
         }
