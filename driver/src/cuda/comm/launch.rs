@@ -142,7 +142,11 @@ impl Comm {
             abort_word: self.host.dev,
             trace: traced.map_or(0, |t| t.events.ptr),
             trace_len: traced.map_or(0, |t| t.lens.ptr),
-            timeout_ns: self.opts.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            timeout_ns: self
+                .sharing
+                .deadline(self.opts.timeout)
+                .as_nanos()
+                .min(u64::MAX as u128) as u64,
             rank: self.rank as u32,
             world: self.world as u32,
             channels,

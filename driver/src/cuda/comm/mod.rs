@@ -30,11 +30,14 @@ mod backend;
 mod capture;
 pub(crate) mod epoch;
 mod launch;
+mod memory;
 mod order;
+mod sharing;
 mod team;
 
 pub use backend::MAX_GATHER;
 pub use capture::{Capture, CommGraph};
+pub use sharing::Sharing;
 pub use team::CommTeam;
 
 use std::collections::HashMap;
@@ -131,6 +134,8 @@ pub struct Comm {
     data_off: u64,
     /// What ties plans to this Comm (`world::next_owner`).
     id: u64,
+    /// How this rank's GPU is shared with other ranks of the job.
+    sharing: Sharing,
     opts: CommOptions,
     dev: Device,
     boot: SocketRendezvous,
@@ -200,6 +205,8 @@ impl Comm {
                 "device {ordinal} lacks VMM or POSIX-fd handles"
             )));
         }
+        let sharing = sharing::exchange(boot, rank, &dev)?;
+        sharing::warn_once(&sharing, ordinal, opts.timeout);
         let compiler = Compiler::load(opts.nvrtc.as_deref())?;
         let drv = device::driver_version()?;
         let (cubin, _) = compile::cubin(&compiler, &symm_kernels::INTERP, dev.arch, drv)?;
@@ -228,6 +235,7 @@ impl Comm {
             host,
             pad_slots,
             data_off,
+            sharing,
             dev,
         })
     }
@@ -245,6 +253,11 @@ impl Comm {
     /// The GPU.
     pub fn device(&self) -> &Device {
         &self.dev
+    }
+
+    /// How this rank's GPU is shared with the job's other ranks (and so its wait deadline).
+    pub fn sharing(&self) -> Sharing {
+        self.sharing
     }
 
     /// Bytes of each rank's heap (signal pad included).
@@ -337,113 +350,6 @@ impl Comm {
     /// Collective: every rank's `data` (at most 64 KiB), in rank order, through the bootstrap.
     pub fn exchange(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         Ok(self.boot.all_gather(self.rank, data)?.to_vec())
-    }
-
-    /// Copies bytes into this rank's heap at `off` (host to device, synchronous).
-    pub fn write(&self, off: u64, bytes: &[u8]) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        self.check_range(off, bytes.len() as u64)?;
-        self.heap_write(off, bytes)
-    }
-
-    /// Reads `len` bytes of this rank's heap at `off`.
-    pub fn read(&self, off: u64, len: u64) -> Result<Vec<u8>> {
-        let _ctx = device::keep_current()?;
-        self.check_range(off, len)?;
-        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("read too large".into()))?;
-        let mut v = vec![0u8; len];
-        self.own_heap(off, len as u64)?;
-        self.dev.bind()?;
-        // SAFETY: bytes `off .. off + len` lie in this rank's heap (`own_heap`), mapped into its
-        // context, bound above.
-        unsafe { device::dtoh(&mut v, self.ptr(self.rank, off)?) }?;
-        Ok(v)
-    }
-
-    /// Fails unless bytes `off .. off + len` lie in this rank's heap (pad included).
-    fn own_heap(&self, off: u64, len: u64) -> Result<()> {
-        guard::check_range(off, len, 0, self.stride())
-    }
-
-    /// Copies `bytes` to heap offset `off` of this rank (pad included: the caller decides).
-    pub(crate) fn heap_write(&self, off: u64, bytes: &[u8]) -> Result<()> {
-        self.own_heap(off, bytes.len() as u64)?;
-        self.dev.bind()?;
-        // SAFETY: bytes `off .. off + len` lie in this rank's heap (`own_heap`), mapped into its
-        // context, bound above.
-        unsafe { device::htod(self.ptr(self.rank, off)?, bytes) }
-    }
-
-    /// Reads `len` bytes at heap offset `off` of `peer`'s heap through this rank's mapping.
-    pub(crate) fn peer_read(&self, peer: u16, off: u64, len: u64) -> Result<Vec<u8>> {
-        self.own_heap(off, len)?;
-        if peer >= self.world {
-            return Err(CudaError::Invalid(format!(
-                "peer {peer} in a job of {}",
-                self.world
-            )));
-        }
-        let mut v = vec![0u8; len as usize];
-        self.dev.bind()?;
-        // SAFETY: bytes `off .. off + len` lie inside a heap (`own_heap`) and `peer` is a rank
-        // of the job, so the range is inside `peer`'s heap as mapped into this rank's context,
-        // bound above.
-        unsafe { device::dtoh(&mut v, self.ptr(peer, off)?) }?;
-        Ok(v)
-    }
-
-    /// Sets `len` bytes at heap offset `off` of this rank to `value` (pad included).
-    pub(crate) fn heap_fill(&self, off: u64, len: u64, value: u8) -> Result<()> {
-        self.own_heap(off, len)?;
-        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("fill too large".into()))?;
-        self.dev.bind()?;
-        // SAFETY: bytes `off .. off + len` lie in this rank's heap (`own_heap`), mapped into its
-        // context, bound above.
-        unsafe { device::memset(self.ptr(self.rank, off)?, value, len) }
-    }
-
-    /// Enqueues a copy of `bytes` from this rank's heap offset `src` into `peer`'s heap offset
-    /// `dst` on `stream`, done by the copy engine (no kernel, no signal): the stream-ordered put
-    /// of the symmetric heap. Both ranges are checked against the buffer area first.
-    pub fn put_on_stream(
-        &self,
-        peer: u16,
-        dst: u64,
-        src: u64,
-        bytes: u64,
-        stream: &Stream,
-    ) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
-        if peer >= self.world {
-            return Err(CudaError::Invalid(format!(
-                "peer {peer} in a job of {}",
-                self.world
-            )));
-        }
-        self.check_range(src, bytes)?;
-        self.check_range(dst, bytes)?;
-        let (s, d) = (self.ptr(self.rank, src)?, self.ptr(peer, dst)?);
-        let len = usize::try_from(bytes).map_err(|_| CudaError::Invalid("put too large".into()))?;
-        self.dev.bind()?;
-        let api = driver()?;
-        // SAFETY: `s` and `d` address `bytes` bytes inside this rank's and `peer`'s buffer areas
-        // of the heap (checked above), both mapped into this rank's context; the stream belongs
-        // to this rank's device, whose context is bound.
-        check("cuMemcpyDtoDAsync", unsafe {
-            (api.memcpy_dtod_async)(d, s, len, stream.raw)
-        })
-    }
-
-    /// Sets `len` bytes of this rank's heap at `off` to `value`.
-    pub fn fill(&self, off: u64, len: u64, value: u8) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        self.check_range(off, len)?;
-        self.heap_fill(off, len, value)
-    }
-
-    fn check_range(&self, off: u64, len: u64) -> Result<()> {
-        guard::check_range(off, len, self.data_off, self.stride())
     }
 
     /// Fails fast when the communicator is poisoned or a peer was lost.
@@ -561,6 +467,7 @@ impl Drop for Comm {
 
 /// What `open_inner` builds before the bootstrap joins it.
 struct Parts {
+    sharing: Sharing,
     armed: crate::abort::Arm<HostMapped>,
     interp: Kernel,
     expected: DevBuf,
@@ -594,6 +501,7 @@ impl Parts {
             pad_slots: self.pad_slots,
             data_off: self.data_off,
             id: super::world::next_owner(),
+            sharing: self.sharing,
             opts,
             dev: self.dev,
             boot,

@@ -63,6 +63,12 @@ pub enum McError {
     },
     /// The request is malformed; the text says how.
     BadRequest(String),
+    /// Two ranks share a device: their traffic never crosses NVLink, so multicast is never
+    /// used for them.
+    SharedDevice {
+        /// The device listed twice.
+        device: i32,
+    },
     /// A plan holds multicast ops but no multicast object was supplied for its launch.
     NoObject {
         /// The rank.
@@ -112,6 +118,11 @@ impl fmt::Display for McError {
                 "{what} {value} is not a multiple of the multicast granularity {granularity}"
             ),
             McError::BadRequest(s) => write!(f, "{s}"),
+            McError::SharedDevice { device } => write!(
+                f,
+                "device {device} holds more than one rank: multicast is never used between ranks \
+                 that share a device"
+            ),
             McError::NoObject {
                 rank,
                 channel,

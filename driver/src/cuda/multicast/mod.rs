@@ -134,6 +134,13 @@ pub(crate) fn permit_with(
     if devices.is_empty() {
         return Err(McError::BadRequest("a permit needs at least one device".into()).into());
     }
+    if let Some(&device) = devices
+        .iter()
+        .enumerate()
+        .find_map(|(i, d)| devices[..i].contains(d).then_some(d))
+    {
+        return Err(McError::SharedDevice { device }.into());
+    }
     for &d in devices {
         // SAFETY: an attribute query; no handle involved.
         let r = unsafe { drv.device_attribute(super::ffi::driver::ATTR_MULTICAST_SUPPORTED, d) };

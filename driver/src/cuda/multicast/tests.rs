@@ -371,3 +371,13 @@ fn the_feature_build_says_so() {
     const { assert!(COMPILED) };
     assert_eq!(guard_with(opted_in), Ok(()));
 }
+
+#[test]
+fn ranks_that_share_a_device_get_no_permit_and_no_driver_call() {
+    let fake = Fake::new();
+    assert_eq!(
+        permit_with(fake.clone(), opted_in, &[0, 1, 0]).unwrap_err(),
+        CudaError::Multicast(McError::SharedDevice { device: 0 })
+    );
+    assert!(fake.calls().is_empty());
+}

@@ -1,0 +1,118 @@
+//! A rank's access to the symmetric heap from the host: copies into and out of its own heap,
+//! reads of a peer's heap through the mapping, and the copy engine's stream-ordered put. Every
+//! range is checked before the driver sees it: the public calls against the buffer area (never
+//! the signal pad), the crate's own against the heap.
+
+use super::Comm;
+use crate::cuda::device::{self, Stream};
+use crate::cuda::error::{check, driver, CudaError, Result};
+use crate::cuda::world::guard;
+
+impl Comm {
+    /// Copies bytes into this rank's heap at `off` (host to device, synchronous).
+    pub fn write(&self, off: u64, bytes: &[u8]) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.check_range(off, bytes.len() as u64)?;
+        self.heap_write(off, bytes)
+    }
+
+    /// Reads `len` bytes of this rank's heap at `off`.
+    pub fn read(&self, off: u64, len: u64) -> Result<Vec<u8>> {
+        let _ctx = device::keep_current()?;
+        self.check_range(off, len)?;
+        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("read too large".into()))?;
+        let mut v = vec![0u8; len];
+        self.own_heap(off, len as u64)?;
+        self.dev.bind()?;
+        // SAFETY: bytes `off .. off + len` lie in this rank's heap (`own_heap`), mapped into its
+        // context, bound above.
+        unsafe { device::dtoh(&mut v, self.ptr(self.rank, off)?) }?;
+        Ok(v)
+    }
+
+    /// Fails unless bytes `off .. off + len` lie in this rank's heap (pad included).
+    fn own_heap(&self, off: u64, len: u64) -> Result<()> {
+        guard::check_range(off, len, 0, self.stride())
+    }
+
+    /// Copies `bytes` to heap offset `off` of this rank (pad included: the caller decides).
+    pub(crate) fn heap_write(&self, off: u64, bytes: &[u8]) -> Result<()> {
+        self.own_heap(off, bytes.len() as u64)?;
+        self.dev.bind()?;
+        // SAFETY: bytes `off .. off + len` lie in this rank's heap (`own_heap`), mapped into its
+        // context, bound above.
+        unsafe { device::htod(self.ptr(self.rank, off)?, bytes) }
+    }
+
+    /// Reads `len` bytes at heap offset `off` of `peer`'s heap through this rank's mapping.
+    pub(crate) fn peer_read(&self, peer: u16, off: u64, len: u64) -> Result<Vec<u8>> {
+        self.own_heap(off, len)?;
+        if peer >= self.world {
+            return Err(CudaError::Invalid(format!(
+                "peer {peer} in a job of {}",
+                self.world
+            )));
+        }
+        let mut v = vec![0u8; len as usize];
+        self.dev.bind()?;
+        // SAFETY: bytes `off .. off + len` lie inside a heap (`own_heap`) and `peer` is a rank
+        // of the job, so the range is inside `peer`'s heap as mapped into this rank's context,
+        // bound above.
+        unsafe { device::dtoh(&mut v, self.ptr(peer, off)?) }?;
+        Ok(v)
+    }
+
+    /// Sets `len` bytes at heap offset `off` of this rank to `value` (pad included).
+    pub(crate) fn heap_fill(&self, off: u64, len: u64, value: u8) -> Result<()> {
+        self.own_heap(off, len)?;
+        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("fill too large".into()))?;
+        self.dev.bind()?;
+        // SAFETY: bytes `off .. off + len` lie in this rank's heap (`own_heap`), mapped into its
+        // context, bound above.
+        unsafe { device::memset(self.ptr(self.rank, off)?, value, len) }
+    }
+
+    /// Enqueues a copy of `bytes` from this rank's heap offset `src` into `peer`'s heap offset
+    /// `dst` on `stream`, done by the copy engine (no kernel, no signal): the stream-ordered put
+    /// of the symmetric heap. Both ranges are checked against the buffer area first.
+    pub fn put_on_stream(
+        &self,
+        peer: u16,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        stream: &Stream,
+    ) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        if peer >= self.world {
+            return Err(CudaError::Invalid(format!(
+                "peer {peer} in a job of {}",
+                self.world
+            )));
+        }
+        self.check_range(src, bytes)?;
+        self.check_range(dst, bytes)?;
+        let (s, d) = (self.ptr(self.rank, src)?, self.ptr(peer, dst)?);
+        let len = usize::try_from(bytes).map_err(|_| CudaError::Invalid("put too large".into()))?;
+        self.dev.bind()?;
+        let api = driver()?;
+        // SAFETY: `s` and `d` address `bytes` bytes inside this rank's and `peer`'s buffer areas
+        // of the heap (checked above), both mapped into this rank's context; the stream belongs
+        // to this rank's device, whose context is bound.
+        check("cuMemcpyDtoDAsync", unsafe {
+            (api.memcpy_dtod_async)(d, s, len, stream.raw)
+        })
+    }
+
+    /// Sets `len` bytes of this rank's heap at `off` to `value`.
+    pub fn fill(&self, off: u64, len: u64, value: u8) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.check_range(off, len)?;
+        self.heap_fill(off, len, value)
+    }
+
+    fn check_range(&self, off: u64, len: u64) -> Result<()> {
+        guard::check_range(off, len, self.data_off, self.stride())
+    }
+}
