@@ -46,7 +46,11 @@ const REVIEWED: &[(&str, &str, &str)] = &[
         "symm-run sets the variables itself (below)",
     ),
     ("driver/tests/bootstrap.rs", "\"kill\"", "kill"),
-    ("driver/tests/bootstrap.rs", "\"sh\"", "a shell printing whether the token was inherited"),
+    (
+        "driver/tests/bootstrap.rs",
+        "\"sh\"",
+        "a shell printing whether the token was inherited",
+    ),
     ("driver/tests/launcher.rs", "\"kill\"", "kill"),
     (
         "driver/tests/launcher.rs",

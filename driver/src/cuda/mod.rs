@@ -5,6 +5,8 @@
 //!
 //! * [`ffi`]: every foreign call, one table per library, results kept as integers.
 //! * [`error`]: [`CudaError`], the codes matched into named cases.
+//! * [`ctx`]: retains of a device's primary context (every object holds its own) and the
+//!   calling thread's binding.
 //! * [`device`]: devices and their primary contexts, streams, events, device and host-mapped memory.
 //! * [`vmm`]: the symmetric heap: one physical allocation per rank, exported as a POSIX file
 //!   descriptor, every peer mapped at `base + r * stride` of one reserved range, torn down in order.
@@ -23,6 +25,7 @@
 mod backend;
 pub mod comm;
 pub mod compile;
+pub mod ctx;
 pub mod device;
 pub mod error;
 pub mod examples;

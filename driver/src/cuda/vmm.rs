@@ -15,7 +15,7 @@
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use super::device::{in_context, Device};
+use super::device::{Ctx, Device};
 use super::error::{check, driver, CudaError, Result};
 use super::ffi::driver::{self as ffi, DevPtr, MemHandle};
 use super::rendezvous::Bootstrap;
@@ -170,7 +170,8 @@ pub struct SymmetricHeap {
     pub world: u16,
     /// Bytes of each rank's heap (and the distance between two peers' heaps).
     pub stride: u64,
-    ctx: ffi::Handle,
+    /// Declared last: released after the mappings are gone.
+    ctx: Ctx,
 }
 
 // SAFETY: handles and addresses are plain data; drop binds the owning context first.
@@ -207,7 +208,8 @@ impl SymmetricHeap {
         let span = stride
             .checked_mul(world as u64)
             .ok_or_else(|| CudaError::Invalid("heap span overflows".into()))?;
-        dev.bind()?;
+        let ctx = dev.retain()?;
+        ctx.bind()?;
         let own = Physical::create(dev, stride as usize)?;
         let fd = own.export()?;
         // Every rank's descriptor, as one of this process's own (SCM_RIGHTS between processes,
@@ -236,7 +238,7 @@ impl SymmetricHeap {
             rank,
             world,
             stride,
-            ctx: dev.ctx,
+            ctx,
         };
         let mut own = Some(own);
         for (p, peer_fd) in fds.iter().enumerate() {
@@ -298,10 +300,10 @@ impl SymmetricHeap {
 
 impl Drop for SymmetricHeap {
     fn drop(&mut self) {
-        // Unmapped and released with the heap's context bound (kept alive by its Device), the
+        // Unmapped and released with the heap's context bound (retained by `self.ctx`), the
         // caller's binding restored after.
         match driver() {
-            Ok(api) => in_context(api, self.ctx, || {
+            Ok(api) => self.ctx.with(api, || {
                 self.maps.clear();
                 self.handles.clear();
             }),
