@@ -41,5 +41,5 @@ pub mod world;
 
 pub use comm::{Capture, Comm, CommGraph, CommOptions, CommTeam};
 pub use error::{CudaError, Result};
-pub use world::guard::MAX_WAIT;
+pub use world::guard::{MAX_HEAP_BYTES, MAX_WAIT};
 pub use world::{Buffers, Options, World};

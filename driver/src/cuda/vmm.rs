@@ -59,6 +59,16 @@ pub fn granularity(dev: &Device) -> Result<usize> {
     Ok(g.max(1))
 }
 
+/// `bytes` (at least 1) rounded up to a multiple of the granularity `g`; refused when that
+/// overflows.
+fn stride_of(bytes: u64, g: u64) -> Result<u64> {
+    bytes
+        .max(1)
+        .div_ceil(g.max(1))
+        .checked_mul(g.max(1))
+        .ok_or_else(|| CudaError::Invalid(format!("a heap of {bytes} bytes overflows")))
+}
+
 /// One generic allocation handle (own or imported), released on drop.
 struct Physical {
     handle: MemHandle,
@@ -204,7 +214,7 @@ impl SymmetricHeap {
         let world = boot.world();
         let api = driver()?;
         let g = granularity(dev)? as u64;
-        let stride = bytes.max(1).div_ceil(g) * g;
+        let stride = stride_of(bytes, g)?;
         let span = stride
             .checked_mul(world as u64)
             .ok_or_else(|| CudaError::Invalid("heap span overflows".into()))?;
@@ -314,5 +324,21 @@ impl Drop for SymmetricHeap {
         }
         // `range` drops after this body, once everything in it is unmapped (address-range calls
         // need no context).
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A caller's heap size near `u64::MAX` is refused, not rounded past the end.
+    #[test]
+    fn heap_sizes_round_without_overflow() {
+        assert_eq!(stride_of(0, 1 << 21).ok(), Some(1 << 21));
+        assert_eq!(stride_of((1 << 21) + 1, 1 << 21).ok(), Some(2 << 21));
+        assert!(matches!(
+            stride_of(u64::MAX - 5, 1 << 21),
+            Err(CudaError::Invalid(_))
+        ));
     }
 }

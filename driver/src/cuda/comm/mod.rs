@@ -75,8 +75,9 @@ pub struct CommOptions {
 
 impl CommOptions {
     /// Fails when an option is out of its range: every deadline more than 0 and at most
-    /// [`crate::cuda::MAX_WAIT`].
+    /// [`crate::cuda::MAX_WAIT`], the heap at most [`crate::cuda::MAX_HEAP_BYTES`].
     pub fn validate(&self) -> Result<()> {
+        guard::check_heap("CommOptions::heap_bytes", self.heap_bytes)?;
         guard::check_wait("CommOptions::timeout", self.timeout)?;
         guard::check_wait("CommOptions::bootstrap_timeout", self.bootstrap_timeout)
     }
