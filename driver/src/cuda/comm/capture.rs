@@ -107,6 +107,7 @@ impl Comm {
     ) -> Result<CommGraph<'c>> {
         let _ctx = device::keep_current()?;
         self.live()?;
+        self.own_stream(stream)?;
         let cap = Capture {
             comm: self,
             stream,
@@ -176,6 +177,7 @@ impl CommGraph<'_> {
         let _ctx = device::keep_current()?;
         let comm = self.comm;
         comm.live()?;
+        comm.own_stream(stream)?;
         let mut order = comm.launch_lock()?;
         let mut record = Vec::with_capacity(self.teams.len());
         for &t in &self.teams {
