@@ -295,6 +295,9 @@ impl Comm {
                 .lock()
                 .map_err(|_| CudaError::Invalid("region lock poisoned".into()))?
                 .clone();
+            // Held until the buffers are back in the heap: no capture pins them meanwhile.
+            let pins = self.pin_lock()?;
+            capture::check_unpinned_in(&pins, b)?;
             let mut h = self.heap_lock()?;
             let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.data_off));
             for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {

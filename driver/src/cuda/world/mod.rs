@@ -408,6 +408,12 @@ impl World {
     /// a [`Captured`] graph names them.
     pub fn free(&self, b: &Buffers) -> Result<()> {
         let _ctx = device::keep_current()?;
+        // Held until the buffers are back in the heap: a capture (which registers under this
+        // lock) cannot name them between the check and the free.
+        let _g = self
+            .launching
+            .lock()
+            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
         if self
             .captured
             .lock()
@@ -418,13 +424,7 @@ impl World {
                 "these buffers are captured in a live graph: drop it first".into(),
             ));
         }
-        {
-            let _g = self
-                .launching
-                .lock()
-                .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
-            self.drain()?;
-        }
+        self.drain()?;
         let mut h = self
             .alloc
             .lock()

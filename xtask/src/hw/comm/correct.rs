@@ -105,6 +105,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         hostile(&comm, &stream)
     }));
     checks.push(Check::timed(
+        "a buffer is pinned from its capture on, for every thread",
+        1,
+        || pinned_during_capture(&comm, &stream),
+    ));
+    checks.push(Check::timed(
         "a stream of another device refused",
         3,
         || foreign_stream(&comm, &stream),
@@ -561,4 +566,43 @@ fn foreign_stream(comm: &Comm, stream: &Stream) -> Result<String, String> {
     r?;
     case(comm, stream, &req, 9100)?.map_err(|m| format!("after the refusals: {m}"))?;
     Ok("enqueue, put_on_stream and replay on another device's stream refused".into())
+}
+
+/// Buffers a capture names are pinned from the moment the capture enqueues them: a `free` on
+/// another thread while the capture is still open is refused (it would return memory the graph
+/// replays into), and the buffers free normally once the graph is dropped.
+fn pinned_during_capture(comm: &Comm, stream: &Stream) -> Result<String, String> {
+    let req = Request::new(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        comm.world(),
+        64 << 10,
+        DType::F32,
+        ReduceOp::Sum,
+    );
+    let b = comm.alloc(&req).map_err(e)?;
+    comm.prepare(&req).map_err(e)?;
+    let mut during = None;
+    let g = comm
+        .capture(stream, |c| {
+            c.enqueue(&req, &b)?;
+            during = Some(std::thread::scope(|s| {
+                s.spawn(|| comm.free(&b))
+                    .join()
+                    .unwrap_or_else(|_| Err(CudaError::Invalid("the thread panicked".into())))
+            }));
+            Ok(())
+        })
+        .map_err(e)?;
+    drop(g);
+    match during {
+        Some(Err(CudaError::Invalid(m))) if m.contains("captured") => {}
+        other => {
+            return Err(format!(
+                "free on another thread during the capture gave {other:?}"
+            ))
+        }
+    }
+    comm.free(&b).map_err(e)?;
+    Ok("free refused while the capture was open, accepted after the graph was dropped".into())
 }
