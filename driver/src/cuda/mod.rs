@@ -30,6 +30,7 @@ pub mod device;
 pub mod error;
 pub mod examples;
 pub mod ffi;
+mod hostmap;
 pub mod launch;
 pub mod multicast;
 pub mod nccl;
