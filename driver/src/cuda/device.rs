@@ -4,18 +4,20 @@
 //! thread; [`Device::bind`] makes it so and is called at the top of each per-rank operation, so
 //! any thread may drive any rank.
 
-use core::ffi::{c_char, c_void};
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::ffi::c_char;
+use core::sync::atomic::{AtomicU64, Ordering};
 
+pub use super::ctx::{current_context, keep_current, Ctx, KeepCurrent};
 use super::error::{check, driver, CudaError, Result};
 use super::ffi::driver::{self as ffi, DevPtr, Handle};
+pub use super::hostmap::HostMapped;
 
-/// A GPU with its retained primary context (released on drop; the fields are private so that
-/// the handle released is always the one retained).
+/// A GPU with a retain of its primary context (released on drop). Every object made from it
+/// holds a retain of its own ([`Ctx`]), so the Device may be dropped before them.
 pub struct Device {
     pub(crate) ordinal: i32,
     pub(crate) dev: ffi::Device,
-    pub(crate) ctx: Handle,
+    pub(crate) ctx: Ctx,
     pub(crate) name: String,
     pub(crate) arch: u32,
 }
@@ -46,11 +48,7 @@ impl Device {
             .into_owned();
         let major = attribute(dev, ffi::ATTR_CC_MAJOR)?;
         let minor = attribute(dev, ffi::ATTR_CC_MINOR)?;
-        let mut ctx: Handle = core::ptr::null_mut();
-        // SAFETY: valid out-pointer and device handle.
-        check("cuDevicePrimaryCtxRetain", unsafe {
-            (api.primary_ctx_retain)(&mut ctx, dev)
-        })?;
+        let ctx = Ctx::retain(dev)?;
         Ok(Device {
             ordinal,
             dev,
@@ -77,16 +75,17 @@ impl Device {
 
     /// The primary context (retained as long as `self`), for a caller's own driver calls.
     pub fn context(&self) -> Handle {
-        self.ctx
+        self.ctx.raw()
+    }
+
+    /// Another retain of the primary context, for an object made from this device to hold.
+    pub fn retain(&self) -> Result<Ctx> {
+        self.ctx.try_clone()
     }
 
     /// Makes this device's context current on the calling thread.
     pub fn bind(&self) -> Result<()> {
-        let api = driver()?;
-        // SAFETY: `ctx` is a retained primary context, alive until Drop.
-        check("cuCtxSetCurrent", unsafe {
-            (api.ctx_set_current)(self.ctx)
-        })
+        self.ctx.bind()
     }
 
     /// Integer attribute of the device.
@@ -128,15 +127,6 @@ impl Device {
     }
 }
 
-impl Drop for Device {
-    fn drop(&mut self) {
-        if let Ok(api) = driver() {
-            // SAFETY: releases the retain taken in `open`, exactly once.
-            unsafe { (api.primary_ctx_release)(self.dev) };
-        }
-    }
-}
-
 fn attribute(dev: ffi::Device, attr: i32) -> Result<i32> {
     let api = driver()?;
     let mut v = 0;
@@ -175,7 +165,7 @@ pub struct DevBuf {
     pub(crate) ptr: DevPtr,
     /// Size in bytes.
     pub(crate) len: usize,
-    ctx: Handle,
+    ctx: Ctx,
 }
 
 // SAFETY: a device address is plain data; freeing binds the owning context first.
@@ -187,7 +177,8 @@ impl DevBuf {
     /// Allocates `len` bytes (at least 1) on `dev`, zeroed.
     pub fn zeroed(dev: &Device, len: usize) -> Result<DevBuf> {
         let _ctx = keep_current()?;
-        dev.bind()?;
+        let ctx = dev.retain()?;
+        ctx.bind()?;
         let api = driver()?;
         let mut ptr = 0;
         // SAFETY: context bound; valid out-pointer.
@@ -197,7 +188,7 @@ impl DevBuf {
         let b = DevBuf {
             ptr,
             len: len.max(1),
-            ctx: dev.ctx,
+            ctx,
         };
         // SAFETY: `ptr` points to `len` bytes just allocated.
         check("cuMemsetD8", unsafe { (api.memset_d8)(ptr, 0, b.len) })?;
@@ -208,9 +199,9 @@ impl DevBuf {
 impl Drop for DevBuf {
     fn drop(&mut self) {
         if let Ok(api) = driver() {
-            // SAFETY: the owning context is retained by its Device, which outlives its buffers
-            // (World drops buffers first); the pointer was returned by cuMemAlloc, freed once.
-            in_context(api, self.ctx, || unsafe {
+            // SAFETY: the context is retained by `self.ctx` (released after this body); the
+            // pointer was returned by cuMemAlloc, freed once.
+            self.ctx.with(api, || unsafe {
                 (api.mem_free)(self.ptr);
             });
         }
@@ -271,7 +262,7 @@ impl DevBuf {
     pub(crate) fn upload(&self, bytes: &[u8]) -> Result<()> {
         self.check(0, bytes.len())?;
         let _ctx = keep_current()?;
-        bind(self.ctx)?;
+        self.ctx.bind()?;
         // SAFETY: the buffer owns `len` bytes of its context, bound above; checked to hold them.
         unsafe { htod(self.ptr, bytes) }
     }
@@ -286,7 +277,7 @@ impl DevBuf {
         self.check(off, len)?;
         let mut v = vec![0u8; len];
         let _ctx = keep_current()?;
-        bind(self.ctx)?;
+        self.ctx.bind()?;
         // SAFETY: bytes `off .. off + len` lie in the buffer (checked), of the bound context.
         unsafe { dtoh(&mut v, self.ptr + off as u64) }?;
         Ok(v)
@@ -296,7 +287,7 @@ impl DevBuf {
     pub(crate) fn write_at(&self, off: usize, bytes: &[u8]) -> Result<()> {
         self.check(off, bytes.len())?;
         let _ctx = keep_current()?;
-        bind(self.ctx)?;
+        self.ctx.bind()?;
         // SAFETY: bytes `off .. off + len` lie in the buffer (checked), of the bound context.
         unsafe { htod(self.ptr + off as u64, bytes) }
     }
@@ -304,7 +295,7 @@ impl DevBuf {
     /// Fills the whole buffer with `value`.
     pub(crate) fn fill(&self, value: u8) -> Result<()> {
         let _ctx = keep_current()?;
-        bind(self.ctx)?;
+        self.ctx.bind()?;
         // SAFETY: the buffer owns `len` bytes of its context, bound above.
         unsafe { memset(self.ptr, value, self.len) }
     }
@@ -320,61 +311,10 @@ impl DevBuf {
     }
 }
 
-fn bind(ctx: Handle) -> Result<()> {
-    let api = driver()?;
-    // SAFETY: `ctx` is a live context (retained by the owner's Device).
-    check("cuCtxSetCurrent", unsafe { (api.ctx_set_current)(ctx) })
-}
-
-/// The calling thread's current context, made current again on drop: symm binds its devices'
-/// contexts as it works, and every public call leaves the caller's binding as it found it.
-pub struct KeepCurrent {
-    prev: Handle,
-}
-
-/// Remembers the calling thread's current context (restored when the guard drops).
-pub fn keep_current() -> Result<KeepCurrent> {
-    let api = driver()?;
-    let mut prev = core::ptr::null_mut();
-    // SAFETY: valid out-pointer; reads the calling thread's binding (null when none).
-    check("cuCtxGetCurrent", unsafe {
-        (api.ctx_get_current)(&mut prev)
-    })?;
-    Ok(KeepCurrent { prev })
-}
-
-/// The calling thread's current context (null when none).
-pub fn current_context() -> Result<Handle> {
-    keep_current().map(|k| k.prev)
-}
-
-/// Runs `f` with `ctx` current, then makes the calling thread's previous binding current again:
-/// what every drop that needs its context does, so dropping a symm object never changes the
-/// caller's binding.
-pub(crate) fn in_context(api: &ffi::DriverApi, ctx: Handle, f: impl FnOnce()) {
-    let mut prev = core::ptr::null_mut();
-    // SAFETY: valid out-pointer; reads the binding (null when none, also on error).
-    unsafe { (api.ctx_get_current)(&mut prev) };
-    // SAFETY: `ctx` is a live context (retained by the owner's Device).
-    unsafe { (api.ctx_set_current)(ctx) };
-    f();
-    // SAFETY: restores a binding the thread had (a live context, or null).
-    unsafe { (api.ctx_set_current)(prev) };
-}
-
-impl Drop for KeepCurrent {
-    fn drop(&mut self) {
-        if let Ok(api) = driver() {
-            // SAFETY: restores a binding the thread had (a live context, or null).
-            unsafe { (api.ctx_set_current)(self.prev) };
-        }
-    }
-}
-
 /// A stream of one device, destroyed on drop unless borrowed from its owner.
 pub struct Stream {
     pub(crate) raw: Handle,
-    ctx: Handle,
+    ctx: Ctx,
     owned: bool,
     /// What tells streams apart ([`Stream::key`]).
     key: u64,
@@ -395,7 +335,8 @@ impl Stream {
     /// A non-blocking stream on `dev`.
     pub fn new(dev: &Device) -> Result<Stream> {
         let _ctx = keep_current()?;
-        dev.bind()?;
+        let ctx = dev.retain()?;
+        ctx.bind()?;
         let api = driver()?;
         let mut raw = core::ptr::null_mut();
         // SAFETY: context bound; valid out-pointer.
@@ -404,7 +345,7 @@ impl Stream {
         })?;
         Ok(Stream {
             raw,
-            ctx: dev.ctx,
+            ctx,
             owned: true,
             key: next_stream_key(),
         })
@@ -418,15 +359,15 @@ impl Stream {
     /// `raw` must be a valid stream (or null, the legacy default stream) of `dev`'s primary
     /// context, and stay valid for as long as the returned value and any work enqueued
     /// through it.
-    pub unsafe fn borrowed(raw: Handle, dev: &Device) -> Stream {
-        Stream {
+    pub unsafe fn borrowed(raw: Handle, dev: &Device) -> Result<Stream> {
+        Ok(Stream {
             raw,
-            ctx: dev.ctx,
+            ctx: dev.retain()?,
             owned: false,
             // A caller's stream is known by its handle (every wrapper of it is the same stream);
             // the top bit keeps these apart from the streams made here.
             key: (raw as usize as u64) | 1 << 63,
-        }
+        })
     }
 
     /// The handle (for a caller's own launches on this stream; it stays owned by `self`).
@@ -442,13 +383,13 @@ impl Stream {
 
     /// The context the stream belongs to.
     pub(crate) fn context(&self) -> Handle {
-        self.ctx
+        self.ctx.raw()
     }
 
     /// Whether the stream is capturing work into a graph (the work does not run now).
     pub fn is_capturing(&self) -> Result<bool> {
         let _ctx = keep_current()?;
-        bind(self.ctx)?;
+        self.ctx.bind()?;
         let api = driver()?;
         let mut status = ffi::CAPTURE_STATUS_NONE;
         // SAFETY: valid stream of the bound context; valid out-pointer.
@@ -461,7 +402,7 @@ impl Stream {
     /// Makes later work on this stream wait for `event`'s last record (on any stream).
     pub(crate) fn wait_event(&self, event: &Event) -> Result<()> {
         let _ctx = keep_current()?;
-        bind(self.ctx)?;
+        self.ctx.bind()?;
         let api = driver()?;
         // SAFETY: valid stream and event of the bound context.
         check("cuStreamWaitEvent", unsafe {
@@ -475,7 +416,7 @@ impl Stream {
         let api = driver()?;
         // SAFETY: valid stream; binding its context first.
         check("cuStreamSynchronize", unsafe {
-            (api.ctx_set_current)(self.ctx);
+            (api.ctx_set_current)(self.ctx.raw());
             (api.stream_synchronize)(self.raw)
         })
     }
@@ -487,8 +428,8 @@ impl Drop for Stream {
             return;
         }
         if let Ok(api) = driver() {
-            // SAFETY: destroyed once, with its context bound.
-            in_context(api, self.ctx, || unsafe {
+            // SAFETY: destroyed once, with its context (retained by `self.ctx`) bound.
+            self.ctx.with(api, || unsafe {
                 (api.stream_destroy)(self.raw);
             });
         }
@@ -498,7 +439,7 @@ impl Drop for Stream {
 /// A timing event.
 pub struct Event {
     raw: Handle,
-    ctx: Handle,
+    ctx: Ctx,
 }
 
 // SAFETY: event handles may be used from any thread once their context is bound, which every
@@ -511,27 +452,29 @@ impl Event {
     /// A new event on `dev`.
     pub fn new(dev: &Device) -> Result<Event> {
         let _ctx = keep_current()?;
-        dev.bind()?;
+        let ctx = dev.retain()?;
+        ctx.bind()?;
         let api = driver()?;
         let mut raw = core::ptr::null_mut();
         // SAFETY: context bound; valid out-pointer.
         check("cuEventCreate", unsafe {
             (api.event_create)(&mut raw, ffi::EVENT_DEFAULT)
         })?;
-        Ok(Event { raw, ctx: dev.ctx })
+        Ok(Event { raw, ctx })
     }
 
     /// An event without timing, for ordering streams.
     pub(crate) fn untimed(dev: &Device) -> Result<Event> {
         let _ctx = keep_current()?;
-        dev.bind()?;
+        let ctx = dev.retain()?;
+        ctx.bind()?;
         let api = driver()?;
         let mut raw = core::ptr::null_mut();
         // SAFETY: context bound; valid out-pointer.
         check("cuEventCreate", unsafe {
             (api.event_create)(&mut raw, ffi::EVENT_DISABLE_TIMING)
         })?;
-        Ok(Event { raw, ctx: dev.ctx })
+        Ok(Event { raw, ctx })
     }
 
     /// Records the event on a stream of the same device.
@@ -540,7 +483,7 @@ impl Event {
         let api = driver()?;
         // SAFETY: event and stream belong to the bound context.
         check("cuEventRecord", unsafe {
-            (api.ctx_set_current)(self.ctx);
+            (api.ctx_set_current)(self.ctx.raw());
             (api.event_record)(self.raw, s.raw)
         })
     }
@@ -552,7 +495,7 @@ impl Event {
         let mut ms = 0f32;
         // SAFETY: both events were recorded; valid out-pointer.
         check("cuEventSynchronize", unsafe {
-            (api.ctx_set_current)(self.ctx);
+            (api.ctx_set_current)(self.ctx.raw());
             (api.event_synchronize)(end.raw)
         })?;
         // SAFETY: as above.
@@ -566,140 +509,10 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         if let Ok(api) = driver() {
-            // SAFETY: destroyed once, with its context bound.
-            in_context(api, self.ctx, || unsafe {
+            // SAFETY: destroyed once, with its context (retained by `self.ctx`) bound.
+            self.ctx.with(api, || unsafe {
                 (api.event_destroy)(self.raw);
             });
-        }
-    }
-}
-
-/// Page-locked host memory mapped into every device's address space (portable), zeroed.
-///
-/// Devices and host threads use it at once (timeout records, the abort word), so every access
-/// is an atomic word access at an aligned offset inside the mapping; an access out of bounds or
-/// misaligned reads 0 and writes nothing.
-pub struct HostMapped {
-    host: *mut c_void,
-    pub(crate) dev: DevPtr,
-    pub(crate) len: usize,
-}
-
-// SAFETY: the memory is plain words shared with devices; every access is atomic.
-unsafe impl Send for HostMapped {}
-// SAFETY: as above.
-unsafe impl Sync for HostMapped {}
-
-impl HostMapped {
-    /// Allocates `len` bytes (rounded up to 8) with a context of `dev` bound.
-    pub fn new(dev: &Device, len: usize) -> Result<HostMapped> {
-        let len = len
-            .max(8)
-            .checked_next_multiple_of(8)
-            .ok_or_else(|| CudaError::Invalid("host-mapped size overflows".into()))?;
-        let _ctx = keep_current()?;
-        dev.bind()?;
-        let api = driver()?;
-        let mut host = core::ptr::null_mut();
-        // SAFETY: valid out-pointer; flags request portable, device-mapped memory.
-        check("cuMemHostAlloc", unsafe {
-            (api.mem_host_alloc)(&mut host, len, ffi::HOSTALLOC_PORTABLE_DEVICEMAP)
-        })?;
-        let mut d = 0;
-        // SAFETY: `host` was just allocated with DEVICEMAP.
-        let rc = unsafe { (api.mem_host_get_device_pointer)(&mut d, host, 0) };
-        if rc != 0 {
-            // SAFETY: freeing what was just allocated.
-            unsafe { (api.mem_free_host)(host) };
-            return Err(CudaError::Driver {
-                call: "cuMemHostGetDevicePointer",
-                code: rc,
-                name: super::error::error_name(rc),
-            });
-        }
-        // SAFETY: `host` points to `len` writable bytes, not yet shared.
-        unsafe { core::ptr::write_bytes(host.cast::<u8>(), 0, len) };
-        Ok(HostMapped { host, dev: d, len })
-    }
-
-    /// Size in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the mapping is empty (never: at least 8 bytes are allocated).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The device address of byte `off`, when it lies in the mapping.
-    pub fn device_ptr(&self, off: usize) -> Option<DevPtr> {
-        (off < self.len).then(|| self.dev + off as u64)
-    }
-
-    /// The word at byte `off` when `off .. off + size` lies in the mapping and is aligned.
-    fn word<T>(&self, off: usize) -> Option<*mut T> {
-        let size = core::mem::size_of::<T>();
-        let end = off.checked_add(size)?;
-        (end <= self.len && off.is_multiple_of(size))
-            // SAFETY: in bounds of the allocation (checked above).
-            .then(|| unsafe { self.host.cast::<u8>().add(off) }.cast::<T>())
-    }
-
-    /// Reads a `u32` at byte `off` (acquire: devices write it); 0 out of bounds or misaligned.
-    pub fn read_u32(&self, off: usize) -> u32 {
-        self.word::<u32>(off).map_or(0, |p| {
-            // SAFETY: `p` is in bounds and aligned (`word`), valid for the life of `self`, and
-            // every access to this memory from the host is atomic.
-            unsafe { AtomicU32::from_ptr(p) }.load(Ordering::Acquire)
-        })
-    }
-
-    /// Reads a `u64` at byte `off`; 0 out of bounds or misaligned.
-    pub fn read_u64(&self, off: usize) -> u64 {
-        self.word::<u64>(off).map_or(0, |p| {
-            // SAFETY: as in `read_u32`.
-            unsafe { AtomicU64::from_ptr(p) }.load(Ordering::Acquire)
-        })
-    }
-
-    /// Writes a `u32` at byte `off` (release: devices read it while running); nothing out of
-    /// bounds or misaligned.
-    pub fn write_u32(&self, off: usize, value: u32) {
-        if let Some(p) = self.word::<u32>(off) {
-            // SAFETY: as in `read_u32`.
-            unsafe { AtomicU32::from_ptr(p) }.store(value, Ordering::Release);
-        }
-    }
-
-    /// Zeroes the words that lie in bytes `off .. off + len` (rounded out to 4-byte words).
-    pub fn zero(&self, off: usize, len: usize) {
-        let end = off.saturating_add(len).min(self.len);
-        let mut at = off - off % 4;
-        while at < end {
-            self.write_u32(at, 0);
-            at += 4;
-        }
-    }
-
-    /// Zeroes the whole mapping.
-    pub fn zero_all(&self) {
-        self.zero(0, self.len);
-    }
-}
-
-impl crate::abort::Raise for HostMapped {
-    /// Raises the abort word (word 0), which every device wait polls.
-    fn raise(&self) {
-        self.write_u32(0, 1);
-    }
-}
-
-impl Drop for HostMapped {
-    fn drop(&mut self) {
-        if let Ok(api) = driver() {
-            // SAFETY: allocated by cuMemHostAlloc, freed once.
-            unsafe { (api.mem_free_host)(self.host) };
         }
     }
 }

@@ -3,7 +3,7 @@
 use core::ffi::c_void;
 use std::ffi::CString;
 
-use super::device::{in_context, keep_current, Device, Stream};
+use super::device::{keep_current, Ctx, Device, Stream};
 use super::error::{check, driver, CudaError, Result};
 use super::ffi::driver::{self as ffi, Handle};
 
@@ -12,7 +12,7 @@ pub struct Kernel {
     module: Handle,
     /// The kernel.
     pub func: Handle,
-    ctx: Handle,
+    ctx: Ctx,
 }
 
 // SAFETY: module and function handles may be used from any thread with their context bound.
@@ -24,7 +24,8 @@ impl Kernel {
     /// Loads `cubin` into `dev`'s context and looks up `entry`.
     pub fn load(dev: &Device, cubin: &[u8], entry: &str) -> Result<Kernel> {
         let _ctx = keep_current()?;
-        dev.bind()?;
+        let ctx = dev.retain()?;
+        ctx.bind()?;
         let api = driver()?;
         let mut module = core::ptr::null_mut();
         // SAFETY: `cubin` is a complete ELF image that outlives the call (the driver copies it).
@@ -40,11 +41,7 @@ impl Kernel {
             unsafe { (api.module_unload)(module) };
             check("cuModuleGetFunction", rc)?;
         }
-        Ok(Kernel {
-            module,
-            func,
-            ctx: dev.ctx,
-        })
+        Ok(Kernel { module, func, ctx })
     }
 
     /// Launches with one parameter block passed by value (context bound by the caller).
@@ -99,8 +96,8 @@ impl Kernel {
 impl Drop for Kernel {
     fn drop(&mut self) {
         if let Ok(api) = driver() {
-            // SAFETY: unloads the module once, with its context bound.
-            in_context(api, self.ctx, || unsafe {
+            // SAFETY: unloads the module once, with its context (retained by `self.ctx`) bound.
+            self.ctx.with(api, || unsafe {
                 (api.module_unload)(self.module);
             });
         }
@@ -121,7 +118,7 @@ pub use symm_kernels::abi::RECORD_BYTES;
 pub(crate) struct Graph {
     graph: Handle,
     exec: Handle,
-    ctx: Handle,
+    ctx: Ctx,
 }
 
 // SAFETY: graph handles may be used from any thread with their context bound.
@@ -135,7 +132,8 @@ impl Graph {
         body: impl FnOnce() -> Result<()>,
     ) -> Result<Graph> {
         let _ctx = keep_current()?;
-        dev.bind()?;
+        let ctx = dev.retain()?;
+        ctx.bind()?;
         let api = driver()?;
         // SAFETY: valid stream of the bound context.
         check("cuStreamBeginCapture", unsafe {
@@ -155,11 +153,7 @@ impl Graph {
             unsafe { (api.graph_destroy)(graph) };
             check("cuGraphInstantiate", rc)?;
         }
-        Ok(Graph {
-            graph,
-            exec,
-            ctx: dev.ctx,
-        })
+        Ok(Graph { graph, exec, ctx })
     }
 
     /// Launches the graph on `stream`.
@@ -168,7 +162,7 @@ impl Graph {
         let api = driver()?;
         // SAFETY: instantiated graph and stream of the same context, bound first.
         check("cuGraphLaunch", unsafe {
-            (api.ctx_set_current)(self.ctx);
+            (api.ctx_set_current)(self.ctx.raw());
             (api.graph_launch)(self.exec, stream.raw)
         })
     }
@@ -177,8 +171,8 @@ impl Graph {
 impl Drop for Graph {
     fn drop(&mut self) {
         if let Ok(api) = driver() {
-            // SAFETY: destroyed once each, with the context bound.
-            in_context(api, self.ctx, || unsafe {
+            // SAFETY: destroyed once each, with the context (retained by `self.ctx`) bound.
+            self.ctx.with(api, || unsafe {
                 (api.graph_exec_destroy)(self.exec);
                 (api.graph_destroy)(self.graph);
             });

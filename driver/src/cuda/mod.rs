@@ -5,6 +5,8 @@
 //!
 //! * [`ffi`]: every foreign call, one table per library, results kept as integers.
 //! * [`error`]: [`CudaError`], the codes matched into named cases.
+//! * [`ctx`]: retains of a device's primary context (every object holds its own) and the
+//!   calling thread's binding.
 //! * [`device`]: devices and their primary contexts, streams, events, device and host-mapped memory.
 //! * [`vmm`]: the symmetric heap: one physical allocation per rank, exported as a POSIX file
 //!   descriptor, every peer mapped at `base + r * stride` of one reserved range, torn down in order.
@@ -24,10 +26,12 @@
 mod backend;
 pub mod comm;
 pub mod compile;
+pub mod ctx;
 pub mod device;
 pub mod error;
 pub mod examples;
 pub mod ffi;
+mod hostmap;
 pub mod launch;
 pub mod multicast;
 pub mod nccl;
@@ -40,5 +44,5 @@ pub mod world;
 
 pub use comm::{Capture, Comm, CommGraph, CommOptions, CommTeam};
 pub use error::{CudaError, Result};
-pub use world::guard::MAX_WAIT;
+pub use world::guard::{MAX_HEAP_BYTES, MAX_WAIT};
 pub use world::{Buffers, Options, World};

@@ -237,7 +237,7 @@ impl NcclRank {
         let need = Self::check_sizes(op, b, block, symm.world() as u64)?;
         let (lo, hi) = symm.buffer_area();
         guard::check_buffers(b, &need, lo, hi)?;
-        if stream.context() != symm.device().ctx {
+        if stream.context() != symm.device().context() {
             return Err(CudaError::Invalid(
                 "the stream belongs to another device's context".into(),
             ));

@@ -66,11 +66,12 @@ pub struct ThreadBootstrap {
 }
 
 impl ThreadBootstrap {
-    /// A bootstrap for `world` threads; each exchange fails after `deadline`.
+    /// A bootstrap for `world` threads; each exchange fails after `deadline` (at most
+    /// [`super::MAX_WAIT`]).
     pub fn new(world: u16, deadline: Duration) -> ThreadBootstrap {
         ThreadBootstrap {
             world,
-            deadline,
+            deadline: deadline.min(super::MAX_WAIT),
             state: Mutex::new(State {
                 generation: 0,
                 arrived: 0,
@@ -191,9 +192,12 @@ pub struct SocketRendezvous {
 }
 
 impl SocketRendezvous {
-    /// Serves `boot`'s job; each exchange fails after `deadline`.
+    /// Serves `boot`'s job; each exchange fails after `deadline` (at most [`super::MAX_WAIT`]).
     pub fn new(boot: SocketBootstrap, deadline: Duration) -> SocketRendezvous {
-        SocketRendezvous { boot, deadline }
+        SocketRendezvous {
+            boot,
+            deadline: deadline.min(super::MAX_WAIT),
+        }
     }
 
     /// The bootstrap (its lost word, callbacks, `finish`).
@@ -342,5 +346,24 @@ mod tests {
             b.all_gather(0, b"x"),
             Err(CudaError::Rendezvous(_))
         ));
+    }
+
+    /// A caller's deadline past any bound waits (at most `MAX_WAIT`) instead of overflowing the
+    /// clock; an abort from another rank still ends the wait.
+    #[test]
+    fn an_endless_deadline_is_bounded() {
+        let b = ThreadBootstrap::new(2, Duration::MAX);
+        std::thread::scope(|s| {
+            let b = &b;
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                b.abort(1, "rank 1 gives up");
+            });
+            let r = b.all_gather(0, b"x");
+            assert!(
+                matches!(&r, Err(CudaError::Rendezvous(m)) if m.contains("gives up")),
+                "{r:?}"
+            );
+        });
     }
 }

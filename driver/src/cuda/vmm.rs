@@ -15,7 +15,7 @@
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use super::device::{in_context, Device};
+use super::device::{Ctx, Device};
 use super::error::{check, driver, CudaError, Result};
 use super::ffi::driver::{self as ffi, DevPtr, MemHandle};
 use super::rendezvous::Bootstrap;
@@ -57,6 +57,16 @@ pub fn granularity(dev: &Device) -> Result<usize> {
         (api.mem_get_allocation_granularity)(&mut g, &p, ffi::GRANULARITY_RECOMMENDED)
     })?;
     Ok(g.max(1))
+}
+
+/// `bytes` (at least 1) rounded up to a multiple of the granularity `g`; refused when that
+/// overflows.
+fn stride_of(bytes: u64, g: u64) -> Result<u64> {
+    bytes
+        .max(1)
+        .div_ceil(g.max(1))
+        .checked_mul(g.max(1))
+        .ok_or_else(|| CudaError::Invalid(format!("a heap of {bytes} bytes overflows")))
 }
 
 /// One generic allocation handle (own or imported), released on drop.
@@ -170,7 +180,8 @@ pub struct SymmetricHeap {
     pub world: u16,
     /// Bytes of each rank's heap (and the distance between two peers' heaps).
     pub stride: u64,
-    ctx: ffi::Handle,
+    /// Declared last: released after the mappings are gone.
+    ctx: Ctx,
 }
 
 // SAFETY: handles and addresses are plain data; drop binds the owning context first.
@@ -203,11 +214,12 @@ impl SymmetricHeap {
         let world = boot.world();
         let api = driver()?;
         let g = granularity(dev)? as u64;
-        let stride = bytes.max(1).div_ceil(g) * g;
+        let stride = stride_of(bytes, g)?;
         let span = stride
             .checked_mul(world as u64)
             .ok_or_else(|| CudaError::Invalid("heap span overflows".into()))?;
-        dev.bind()?;
+        let ctx = dev.retain()?;
+        ctx.bind()?;
         let own = Physical::create(dev, stride as usize)?;
         let fd = own.export()?;
         // Every rank's descriptor, as one of this process's own (SCM_RIGHTS between processes,
@@ -236,7 +248,7 @@ impl SymmetricHeap {
             rank,
             world,
             stride,
-            ctx: dev.ctx,
+            ctx,
         };
         let mut own = Some(own);
         for (p, peer_fd) in fds.iter().enumerate() {
@@ -298,10 +310,10 @@ impl SymmetricHeap {
 
 impl Drop for SymmetricHeap {
     fn drop(&mut self) {
-        // Unmapped and released with the heap's context bound (kept alive by its Device), the
+        // Unmapped and released with the heap's context bound (retained by `self.ctx`), the
         // caller's binding restored after.
         match driver() {
-            Ok(api) => in_context(api, self.ctx, || {
+            Ok(api) => self.ctx.with(api, || {
                 self.maps.clear();
                 self.handles.clear();
             }),
@@ -312,5 +324,21 @@ impl Drop for SymmetricHeap {
         }
         // `range` drops after this body, once everything in it is unmapped (address-range calls
         // need no context).
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A caller's heap size near `u64::MAX` is refused, not rounded past the end.
+    #[test]
+    fn heap_sizes_round_without_overflow() {
+        assert_eq!(stride_of(0, 1 << 21).ok(), Some(1 << 21));
+        assert_eq!(stride_of((1 << 21) + 1, 1 << 21).ok(), Some(2 << 21));
+        assert!(matches!(
+            stride_of(u64::MAX - 5, 1 << 21),
+            Err(CudaError::Invalid(_))
+        ));
     }
 }

@@ -8,7 +8,9 @@
 //! * graphs: `free` refuses buffers a live capture names, and accepts them once it is dropped;
 //! * two threads launching on one world at once: every result correct;
 //! * foreign plans: plans another world validated, or validated for another rank, are refused
-//!   with `ForeignPlan` before any launch.
+//!   with `ForeignPlan` before any launch;
+//! * context lifetime: a stream, events and plans made from a world still work, and drop
+//!   cleanly, after the world (and with it its devices) is dropped.
 
 use std::time::{Duration, Instant};
 
@@ -258,6 +260,51 @@ fn context_restored(world: &World, seed: u64) -> Result<String, String> {
     ))
 }
 
+/// Objects made from a world hold their own retain of the device's context: after the world is
+/// dropped a stream and events made from its device still record, synchronise and time, and its
+/// plans drop cleanly (each would bind a released context otherwise).
+fn context_outlives_world(devices: &[i32]) -> Result<String, String> {
+    use symm_driver::cuda::device::{Event, Stream};
+    let e = |e: CudaError| e.to_string();
+    let world = World::open(
+        &devices[..1],
+        Options {
+            heap_bytes: 8 << 20,
+            ..Options::default()
+        },
+    )
+    .map_err(e)?;
+    let req = request(Algorithm::Ring, 1);
+    let plans = world.plans(&req).map_err(e)?;
+    let dev = world.device(0).map_err(e)?;
+    let stream = Stream::new(dev).map_err(e)?;
+    let (start, end) = (Event::new(dev).map_err(e)?, Event::new(dev).map_err(e)?);
+    drop(world);
+    start.record(&stream).map_err(e)?;
+    end.record(&stream).map_err(e)?;
+    stream.synchronize().map_err(e)?;
+    let ms = start.elapsed_ms(&end).map_err(e)?;
+    if !(0.0..1e4).contains(&ms) {
+        return Err(format!("an empty interval of {ms} ms"));
+    }
+    drop(plans);
+    drop(stream);
+    drop((start, end));
+    // The context is released now; a fresh world on the same device works.
+    let again = World::open(
+        &devices[..1],
+        Options {
+            heap_bytes: 8 << 20,
+            ..Options::default()
+        },
+    )
+    .map_err(e)?;
+    let b = again.alloc(&req).map_err(e)?;
+    checked_run(&again, &req, &b, 7)?;
+    again.free(&b).map_err(e)?;
+    Ok("stream, events and plans used and dropped after their world; a new world runs".into())
+}
+
 /// One check: a note on success, the failure otherwise.
 type Check<'a> = dyn Fn(&mut u64) -> Result<String, String> + 'a;
 
@@ -265,7 +312,7 @@ type Check<'a> = dyn Fn(&mut u64) -> Result<String, String> + 'a;
 pub fn run(world: &World, devices: &[i32], seed: &mut u64) -> Vec<Row> {
     let w = world.world();
     let mut rows = Vec::new();
-    let checks: [(&str, &Check); 6] = [
+    let checks: [(&str, &Check); 7] = [
         ("safety: foreign plans", &|_| foreign_plans(world, devices)),
         ("safety: caller's context kept", &|s| {
             context_restored(world, *s)
@@ -275,6 +322,9 @@ pub fn run(world: &World, devices: &[i32], seed: &mut u64) -> Vec<Row> {
         ("safety: two launching threads", &|s| two_threads(world, *s)),
         ("safety: poison and reset", &|s| {
             poison_and_reset(devices, s)
+        }),
+        ("safety: context outlives its world", &|_| {
+            context_outlives_world(devices)
         }),
     ];
     for (name, f) in checks {

@@ -39,6 +39,8 @@ impl Capture<'_> {
     pub fn enqueue(&self, req: &Request, b: &Buffers) -> Result<()> {
         let plan = self.comm.prepared((0, *req))?;
         self.comm.check_request(req, b)?;
+        // Pinned before the graph names them: a `free` on another thread meanwhile is refused.
+        self.pin(b);
         self.comm.launch_plan(
             &plan,
             0,
@@ -47,7 +49,6 @@ impl Capture<'_> {
             self.stream,
             None,
         )?;
-        self.pin(b);
         self.teams.borrow_mut().push(0);
         Ok(())
     }
@@ -63,16 +64,19 @@ impl Capture<'_> {
         team.check_request(req, b)?;
         let plan = self.comm.prepared((team.team().id(), *req))?;
         let id = team.team().id();
+        self.pin(b);
         self.comm
             .launch_plan(&plan, id, b, team.region(), self.stream, None)?;
-        self.pin(b);
         self.teams.borrow_mut().push(id);
         Ok(())
     }
 
     /// Pins buffers that other work in the capture uses (a library's collective enqueued on
-    /// [`Capture::stream`]), so they are not freed while the graph lives.
+    /// [`Capture::stream`]), so they are not freed while the graph lives. The pin holds from
+    /// this call: a `free` of them (on any thread) is refused until the graph is dropped, or
+    /// until the capture fails.
     pub fn pin(&self, b: &Buffers) {
+        self.comm.pin_all(std::slice::from_ref(b));
         self.pinned.borrow_mut().push(*b);
     }
 
@@ -107,23 +111,25 @@ impl Comm {
     ) -> Result<CommGraph<'c>> {
         let _ctx = device::keep_current()?;
         self.live()?;
+        self.own_stream(stream)?;
         let cap = Capture {
             comm: self,
             stream,
             pinned: RefCell::new(Vec::new()),
             teams: RefCell::new(Vec::new()),
         };
-        let graph = Graph::capture(&self.dev, stream, || body(&cap))?;
+        let graph = Graph::capture(&self.dev, stream, || body(&cap));
         let pinned = cap.pinned.into_inner();
+        let graph = match graph {
+            Ok(g) => g,
+            Err(err) => {
+                self.unpin_all(&pinned);
+                return Err(err);
+            }
+        };
         let mut teams = cap.teams.into_inner();
         teams.sort_unstable();
         teams.dedup();
-        let mut reg = self.pin_lock()?;
-        for b in &pinned {
-            for o in offsets(b) {
-                *reg.entry(o).or_insert(0) += 1;
-            }
-        }
         Ok(CommGraph {
             comm: self,
             graph,
@@ -150,7 +156,33 @@ impl Comm {
             })
     }
 
-    fn pin_lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<u64, usize>>> {
+    /// Counts one more pin of each of the buffers' offsets (a poisoned registry is still used:
+    /// a pin must never be lost).
+    fn pin_all(&self, bs: &[Buffers]) {
+        let mut reg = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        for b in bs {
+            for o in offsets(b) {
+                *reg.entry(o).or_insert(0) += 1;
+            }
+        }
+    }
+
+    /// Takes back one pin of each of the buffers' offsets.
+    fn unpin_all(&self, bs: &[Buffers]) {
+        let mut reg = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        for b in bs {
+            for o in offsets(b) {
+                if let Some(n) = reg.get_mut(&o) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        reg.remove(&o);
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn pin_lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<u64, usize>>> {
         self.pinned
             .lock()
             .map_err(|_| CudaError::Invalid("capture registry poisoned".into()))
@@ -159,13 +191,20 @@ impl Comm {
     /// Fails when a live graph names any of `b`'s buffers.
     pub(super) fn check_unpinned(&self, b: &Buffers) -> Result<()> {
         let reg = self.pin_lock()?;
-        if offsets(b).iter().any(|o| reg.contains_key(o)) {
-            return Err(CudaError::Invalid(
-                "these buffers are captured in a live graph: drop it first".into(),
-            ));
-        }
-        Ok(())
+        check_unpinned_in(&reg, b)
     }
+}
+
+/// Fails when the pin registry `reg` names any of `b`'s buffers (a `free` holds the registry's
+/// lock from this check until the buffers are back in the heap, so no capture pins them
+/// between).
+pub(super) fn check_unpinned_in(reg: &HashMap<u64, usize>, b: &Buffers) -> Result<()> {
+    if offsets(b).iter().any(|o| reg.contains_key(o)) {
+        return Err(CudaError::Invalid(
+            "these buffers are captured in a live graph: drop it first".into(),
+        ));
+    }
+    Ok(())
 }
 
 impl CommGraph<'_> {
@@ -176,6 +215,7 @@ impl CommGraph<'_> {
         let _ctx = device::keep_current()?;
         let comm = self.comm;
         comm.live()?;
+        comm.own_stream(stream)?;
         let mut order = comm.launch_lock()?;
         let mut record = Vec::with_capacity(self.teams.len());
         for &t in &self.teams {
@@ -195,17 +235,6 @@ impl CommGraph<'_> {
 
 impl Drop for CommGraph<'_> {
     fn drop(&mut self) {
-        if let Ok(mut reg) = self.comm.pinned.lock() {
-            for b in &self.pinned {
-                for o in offsets(b) {
-                    if let Some(n) = reg.get_mut(&o) {
-                        *n = n.saturating_sub(1);
-                        if *n == 0 {
-                            reg.remove(&o);
-                        }
-                    }
-                }
-            }
-        }
+        self.comm.unpin_all(&self.pinned);
     }
 }

@@ -122,6 +122,7 @@ impl Comm {
         traced: Option<&Tracing>,
     ) -> Result<()> {
         self.live()?;
+        self.own_stream(stream)?;
         plan.check_owner(self.id, self.rank)?;
         check_buffers(b, &plan.sizes, area.0, area.1)?;
         let channels = plan.host.channels() as u32;

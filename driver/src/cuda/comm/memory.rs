@@ -93,6 +93,7 @@ impl Comm {
         }
         self.check_range(src, bytes)?;
         self.check_range(dst, bytes)?;
+        self.own_stream(stream)?;
         let (s, d) = (self.ptr(self.rank, src)?, self.ptr(peer, dst)?);
         let len = usize::try_from(bytes).map_err(|_| CudaError::Invalid("put too large".into()))?;
         self.dev.bind()?;
@@ -110,6 +111,17 @@ impl Comm {
         let _ctx = device::keep_current()?;
         self.check_range(off, len)?;
         self.heap_fill(off, len, value)
+    }
+
+    /// Fails unless `stream` belongs to this rank's context: work on another device's stream
+    /// would run where the heap is not mapped (or the kernel not loaded).
+    pub(super) fn own_stream(&self, stream: &Stream) -> Result<()> {
+        if stream.context() != self.dev.context() {
+            return Err(CudaError::Invalid(
+                "the stream belongs to another device's context".into(),
+            ));
+        }
+        Ok(())
     }
 
     fn check_range(&self, off: u64, len: u64) -> Result<()> {

@@ -78,8 +78,9 @@ pub struct CommOptions {
 
 impl CommOptions {
     /// Fails when an option is out of its range: every deadline more than 0 and at most
-    /// [`crate::cuda::MAX_WAIT`].
+    /// [`crate::cuda::MAX_WAIT`], the heap at most [`crate::cuda::MAX_HEAP_BYTES`].
     pub fn validate(&self) -> Result<()> {
+        guard::check_heap("CommOptions::heap_bytes", self.heap_bytes)?;
         guard::check_wait("CommOptions::timeout", self.timeout)?;
         guard::check_wait("CommOptions::bootstrap_timeout", self.bootstrap_timeout)
     }
@@ -323,6 +324,9 @@ impl Comm {
                 .lock()
                 .map_err(|_| CudaError::Invalid("region lock poisoned".into()))?
                 .clone();
+            // Held until the buffers are back in the heap: no capture pins them meanwhile.
+            let pins = self.pin_lock()?;
+            capture::check_unpinned_in(&pins, b)?;
             let mut h = self.heap_lock()?;
             let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.data_off));
             for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {

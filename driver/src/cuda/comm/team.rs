@@ -282,6 +282,9 @@ impl<'c> CommTeam<'c> {
         let _ctx = device::keep_current()?;
         self.comm.check_unpinned(b)?;
         self.comm.sync_device()?;
+        // Held until the buffers are back in the region: no capture pins them meanwhile.
+        let pins = self.comm.pin_lock()?;
+        super::capture::check_unpinned_in(&pins, b)?;
         let mut h = self.heap_lock()?;
         // Every offset is checked before any is freed: a bad set frees nothing.
         let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.region.0));
@@ -297,6 +300,7 @@ impl<'c> CommTeam<'c> {
                 .free(off)
                 .map_err(|e| CudaError::Invalid(format!("team heap: {e:?}")))?;
         }
+        drop(pins);
         self.agree(&mut h)
     }
 

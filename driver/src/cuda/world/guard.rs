@@ -87,6 +87,20 @@ pub(crate) fn place(heap: &mut Heap, sizes: BufferSizes, data_off: u64) -> Resul
 /// but alive ends every wait within it (`SYMM_WAIT_MAX_NS` in `symm/device.cuh`).
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 
+/// The most buffer bytes a heap may ask for per rank (256 TiB): sizes past it are refused before
+/// any arithmetic on them (the pad is added and the sum rounded up to the granularity).
+pub const MAX_HEAP_BYTES: u64 = 1 << 48;
+
+/// Fails unless the heap size `what` is at most [`MAX_HEAP_BYTES`].
+pub(crate) fn check_heap(what: &str, bytes: u64) -> Result<()> {
+    if bytes > MAX_HEAP_BYTES {
+        return Err(CudaError::BadOption(format!(
+            "{what} is {bytes}; it must be at most {MAX_HEAP_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
 /// Fails unless the deadline `what` lies in `(0, MAX_WAIT]`.
 pub(crate) fn check_wait(what: &str, d: Duration) -> Result<()> {
     if d.is_zero() || d > MAX_WAIT {
@@ -277,5 +291,32 @@ mod tests {
         };
         assert!(world.validate().is_err());
         assert!(Options::default().validate().is_ok());
+    }
+
+    /// A heap size near `u64::MAX` is refused by validation (`World::open` added the pad to it
+    /// unchecked, and overflowed).
+    #[test]
+    fn heap_sizes_are_bounded() {
+        for bad in [MAX_HEAP_BYTES + 1, u64::MAX] {
+            let world = Options {
+                heap_bytes: bad,
+                ..Default::default()
+            };
+            let r = world.validate();
+            assert!(
+                matches!(&r, Err(CudaError::BadOption(m)) if m.contains("heap_bytes")),
+                "{r:?}"
+            );
+            let comm = crate::cuda::CommOptions {
+                heap_bytes: bad,
+                ..Default::default()
+            };
+            assert!(matches!(comm.validate(), Err(CudaError::BadOption(_))));
+        }
+        let world = Options {
+            heap_bytes: MAX_HEAP_BYTES,
+            ..Default::default()
+        };
+        assert!(world.validate().is_ok());
     }
 }

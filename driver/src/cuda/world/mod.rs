@@ -56,8 +56,9 @@ pub struct Options {
 
 impl Options {
     /// Fails when an option is out of its range: every deadline more than 0 and at most
-    /// [`guard::MAX_WAIT`].
+    /// [`guard::MAX_WAIT`], the heap at most [`guard::MAX_HEAP_BYTES`].
     pub fn validate(&self) -> Result<()> {
+        guard::check_heap("Options::heap_bytes", self.heap_bytes)?;
         guard::check_wait("Options::timeout", self.timeout)?;
         guard::check_wait("Options::rendezvous", self.rendezvous)
     }
@@ -270,7 +271,9 @@ impl World {
 
         let pad_slots = MAX_CHANNELS as u32 * KINDS * world as u32;
         let data_off = (pad_slots as u64 * 8).div_ceil(4096) * 4096;
-        let total = data_off + opts.heap_bytes;
+        let total = data_off
+            .checked_add(opts.heap_bytes)
+            .ok_or_else(|| CudaError::Invalid("heap size overflows".into()))?;
         let boot = ThreadBootstrap::new(world, opts.rendezvous);
         let cap = opts.trace_cap as usize;
         let results: Vec<Result<Rank>> = std::thread::scope(|s| {
@@ -405,6 +408,12 @@ impl World {
     /// a [`Captured`] graph names them.
     pub fn free(&self, b: &Buffers) -> Result<()> {
         let _ctx = device::keep_current()?;
+        // Held until the buffers are back in the heap: a capture (which registers under this
+        // lock) cannot name them between the check and the free.
+        let _g = self
+            .launching
+            .lock()
+            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
         if self
             .captured
             .lock()
@@ -415,13 +424,7 @@ impl World {
                 "these buffers are captured in a live graph: drop it first".into(),
             ));
         }
-        {
-            let _g = self
-                .launching
-                .lock()
-                .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
-            self.drain()?;
-        }
+        self.drain()?;
         let mut h = self
             .alloc
             .lock()

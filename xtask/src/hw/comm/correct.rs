@@ -105,6 +105,16 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
     checks.push(Check::timed("hostile calls refused", 3, || {
         hostile(&comm, &stream)
     }));
+    checks.push(Check::timed(
+        "a buffer is pinned from its capture on, for every thread",
+        1,
+        || pinned_during_capture(&comm, &stream),
+    ));
+    checks.push(Check::timed(
+        "a stream of another device refused",
+        3,
+        || foreign_stream(&comm, &stream),
+    ));
     drop(stream);
     checks.push(Check::timed(
         "caller's context after the checks and drop",
@@ -516,4 +526,84 @@ fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
         )),
         other => Err(format!("divergent allocation gave {other:?}")),
     }
+}
+
+/// A stream of another GPU's context is refused by `enqueue`, `put_on_stream` and a graph's
+/// replay before anything is enqueued (the heap is not mapped there), and the Comm stays usable.
+fn foreign_stream(comm: &Comm, stream: &Stream) -> Result<String, String> {
+    let n = device::device_count().map_err(e)?;
+    let mine = comm.device().ordinal();
+    let Some(other) = (0..n).find(|&d| d != mine) else {
+        return Ok("one visible GPU: nothing to check".into());
+    };
+    let other = Device::open(other).map_err(e)?;
+    let theirs = Stream::new(&other).map_err(e)?;
+    let req = Request::new(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        comm.world(),
+        64 << 10,
+        DType::F32,
+        ReduceOp::Sum,
+    );
+    let b = comm.alloc(&req).map_err(e)?;
+    let r = (|| {
+        comm.prepare(&req).map_err(e)?;
+        let refused = |what: &str, r: Result<(), CudaError>| match r {
+            Err(CudaError::Invalid(m)) if m.contains("another device") => Ok(()),
+            other => Err(format!("{what} on another device's stream gave {other:?}")),
+        };
+        refused("enqueue", comm.enqueue(&req, &b, &theirs))?;
+        refused(
+            "put_on_stream",
+            comm.put_on_stream(comm.rank(), b.output, b.input, 4096, &theirs),
+        )?;
+        let g = comm.capture(stream, |c| c.enqueue(&req, &b)).map_err(e)?;
+        refused("a graph replay", g.launch(&theirs))?;
+        drop(g);
+        comm.check().map_err(e)
+    })();
+    comm.free(&b).map_err(e)?;
+    r?;
+    case(comm, stream, &req, 9100)?.map_err(|m| format!("after the refusals: {m}"))?;
+    Ok("enqueue, put_on_stream and replay on another device's stream refused".into())
+}
+
+/// Buffers a capture names are pinned from the moment the capture enqueues them: a `free` on
+/// another thread while the capture is still open is refused (it would return memory the graph
+/// replays into), and the buffers free normally once the graph is dropped.
+fn pinned_during_capture(comm: &Comm, stream: &Stream) -> Result<String, String> {
+    let req = Request::new(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        comm.world(),
+        64 << 10,
+        DType::F32,
+        ReduceOp::Sum,
+    );
+    let b = comm.alloc(&req).map_err(e)?;
+    comm.prepare(&req).map_err(e)?;
+    let mut during = None;
+    let g = comm
+        .capture(stream, |c| {
+            c.enqueue(&req, &b)?;
+            during = Some(std::thread::scope(|s| {
+                s.spawn(|| comm.free(&b))
+                    .join()
+                    .unwrap_or_else(|_| Err(CudaError::Invalid("the thread panicked".into())))
+            }));
+            Ok(())
+        })
+        .map_err(e)?;
+    drop(g);
+    match during {
+        Some(Err(CudaError::Invalid(m))) if m.contains("captured") => {}
+        other => {
+            return Err(format!(
+                "free on another thread during the capture gave {other:?}"
+            ))
+        }
+    }
+    comm.free(&b).map_err(e)?;
+    Ok("free refused while the capture was open, accepted after the graph was dropped".into())
 }
