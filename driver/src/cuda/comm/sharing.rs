@@ -28,6 +28,8 @@ pub struct Sharing {
     pub ranks_on_device: u16,
     /// Whether MPS serves the device (kernels of several processes run at once).
     pub mps: bool,
+    /// Whether this rank is the lowest-numbered rank on its device (the one that warns).
+    pub first: bool,
 }
 
 impl Sharing {
@@ -75,22 +77,25 @@ pub(super) fn exchange(boot: &SocketRendezvous, rank: u16, dev: &Device) -> Resu
             })
         })
         .collect::<Result<_>>()?;
-    Ok(sharing(&mine, &parts))
+    Ok(sharing(rank, &mine, &parts))
 }
 
-/// How the device `mine` is shared among `all` ranks' identities.
-fn sharing(mine: &[u32; 4], all: &[[u32; 4]]) -> Sharing {
+/// How the device `mine` of `rank` is shared among `all` ranks' identities.
+fn sharing(rank: u16, mine: &[u32; 4], all: &[[u32; 4]]) -> Sharing {
     let on = all.iter().filter(|p| p[..3] == mine[..3]).count();
+    let first = all.iter().position(|p| p[..3] == mine[..3]) == Some(rank as usize);
     Sharing {
         ranks_on_device: u16::try_from(on).unwrap_or(u16::MAX),
         mps: mine[3] != 0,
+        first,
     }
 }
 
-/// Says once per process that ranks share a GPU without MPS, and how to start it.
+/// Says once per job and device (from its lowest rank, once per process) that ranks share a
+/// GPU without MPS, and how to start it.
 pub(super) fn warn_once(s: &Sharing, ordinal: i32, timeout: Duration) {
     static ONCE: Once = Once::new();
-    if !s.time_sliced() {
+    if !s.time_sliced() || !s.first {
         return;
     }
     ONCE.call_once(|| {
@@ -115,14 +120,16 @@ mod tests {
     fn ranks_on_one_device_without_mps_are_time_sliced_with_longer_deadlines() {
         let a = [0, 0x41, 0, 0];
         let b = [0, 0x42, 0, 0];
-        let s = sharing(&a, &[a, b, a]);
+        let s = sharing(2, &a, &[a, b, a]);
         assert_eq!(
             s,
             Sharing {
                 ranks_on_device: 2,
-                mps: false
+                mps: false,
+                first: false,
             }
         );
+        assert!(sharing(0, &a, &[a, b, a]).first);
         assert!(s.time_sliced());
         assert_eq!(
             s.deadline(Duration::from_secs(10)),
@@ -130,12 +137,12 @@ mod tests {
         );
         assert_eq!(s.deadline(MAX_WAIT), MAX_WAIT);
         // Under MPS, or alone on the device: the deadline as given.
-        let mps = sharing(&[0, 0x41, 0, 1], &[[0, 0x41, 0, 1], [0, 0x41, 0, 1]]);
+        let mps = sharing(0, &[0, 0x41, 0, 1], &[[0, 0x41, 0, 1], [0, 0x41, 0, 1]]);
         assert!(!mps.time_sliced());
         assert_eq!(
             mps.deadline(Duration::from_secs(10)),
             Duration::from_secs(10)
         );
-        assert!(!sharing(&a, &[a, b]).time_sliced());
+        assert!(!sharing(0, &a, &[a, b]).time_sliced());
     }
 }

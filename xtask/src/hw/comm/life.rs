@@ -7,7 +7,7 @@ use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, Collective, Request};
 use symm_driver::bootstrap::SocketBootstrap;
 use symm_driver::cuda::device::{Device, Stream};
-use symm_driver::cuda::rendezvous::SocketRendezvous;
+use symm_driver::cuda::rendezvous::{Bootstrap, SocketRendezvous};
 use symm_driver::cuda::{vmm, Comm, CudaError};
 
 use super::super::data;
@@ -48,12 +48,21 @@ pub(super) fn leak(p: &Params) -> Result<String, String> {
         }
         dev.synchronize().map_err(e)
     };
+    // Free memory is the device's: ranks that share it measure between two barriers, when no
+    // rank allocates or frees.
+    let quiet = |barrier: &dyn Fn() -> Result<(), String>| -> Result<_, String> {
+        barrier()?;
+        let m = (dev.mem_info().map_err(e)?.0, vmm::live(), open_fds()?);
+        barrier()?;
+        Ok(m)
+    };
+    let boot_barrier = || rdv.barrier(rank).map_err(e);
     cycle(1)?;
-    let (free0, live0, fds0) = (dev.mem_info().map_err(e)?.0, vmm::live(), open_fds()?);
+    let (free0, live0, fds0) = quiet(&boot_barrier)?;
     let t = Instant::now();
     cycle(p.cycles)?;
     let heap_secs = t.elapsed().as_secs_f64();
-    let (free1, live1, fds1) = (dev.mem_info().map_err(e)?.0, vmm::live(), open_fds()?);
+    let (free1, live1, fds1) = quiet(&boot_barrier)?;
     // Collectives on a communicator over the same job: allocation, launch and free cycles.
     let comm = Comm::open(
         rdv.into_inner(),
@@ -85,11 +94,12 @@ pub(super) fn leak(p: &Params) -> Result<String, String> {
     for i in 0..3 {
         one(i)?;
     }
-    let (free2, live2, fds2) = (dev.mem_info().map_err(e)?.0, vmm::live(), open_fds()?);
+    let comm_barrier = || comm.exchange(&[]).map(|_| ()).map_err(e);
+    let (free2, live2, fds2) = quiet(&comm_barrier)?;
     for i in 0..runs {
         one(i)?;
     }
-    let (free3, live3, fds3) = (dev.mem_info().map_err(e)?.0, vmm::live(), open_fds()?);
+    let (free3, live3, fds3) = quiet(&comm_barrier)?;
     drop(stream);
     comm.finish().map_err(e)?;
     let heap_drift = free1 as i64 - free0 as i64;
