@@ -11,6 +11,7 @@
 //! against size (one line per system) and symm's ratio to the best peer to `--out` (default
 //! `docs/perf`).
 
+mod plot;
 mod profile;
 pub(super) mod rank;
 mod report;
