@@ -14,7 +14,6 @@ mod browser;
 mod examples;
 mod export_check;
 mod http;
-mod json;
 mod webdriver;
 
 use crate::util;
