@@ -41,7 +41,7 @@ fn only_the_multicast_module_and_the_driver_table_name_the_multicast_entry_point
         root.join("driver/tests/multicast_confined.rs"),
     ];
     let mut files = Vec::new();
-    for d in ["core", "driver", "kernels", "tests", "xtask"] {
+    for d in ["core", "driver", "kernels", "tests", "xtask", "bench"] {
         scan(&root.join(d), &mut files);
     }
     assert!(
@@ -49,6 +49,10 @@ fn only_the_multicast_module_and_the_driver_table_name_the_multicast_entry_point
             .iter()
             .any(|f| f.ends_with("driver/src/cuda/ffi/driver.rs")),
         "the scan reached the driver table"
+    );
+    assert!(
+        files.iter().any(|f| f.ends_with("bench/src/main.rs")),
+        "the scan reached symm-bench"
     );
     let needle = needle();
     let mut found = Vec::new();

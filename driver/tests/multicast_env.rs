@@ -34,7 +34,7 @@ const REVIEWED: &[(&str, &str, &str)] = &[
     ("xtask/src/viz.rs", "&bindgen", "wasm-bindgen"),
     ("xtask/src/viz/browser.rs", "\"apt-get\"", "apt-get"),
     ("xtask/src/viz/webdriver.rs", "chromedriver", "chromedriver"),
-    ("xtask/src/hw/comm/life.rs", "\"kill\"", "kill"),
+    ("bench/src/hw/comm/life.rs", "\"kill\"", "kill"),
     (
         "driver/tests/bootstrap.rs",
         "std::env::current_exe()",
@@ -166,11 +166,37 @@ fn every_program_symm_starts_gets_the_variables_or_is_reviewed() {
         "programs started without symm_driver::safety_env::command (which sets {SAFETY_ENV:?}): \
          {unreviewed:#?}"
     );
-    // The scan finds what it looks for: the launcher and the hw ranks go through the guard.
-    for f in ["driver/src/launcher.rs", "xtask/src/hw/comm/mod.rs"] {
+    // The scan finds what it looks for: the launcher, symm-bench's ranks and PyTorch script, and
+    // `cargo xtask hw` starting symm-bench go through the guard.
+    for f in [
+        "driver/src/launcher.rs",
+        "bench/src/hw/comm/mod.rs",
+        "bench/src/hw/perf/mod.rs",
+        "xtask/src/hw.rs",
+    ] {
         let text = &all.iter().find(|(n, _)| n == f).expect(f).1;
         assert!(text.contains("safety_env::command("), "{f}");
     }
+}
+
+/// symm-bench, the binary copied to GPU machines, sets the variables for itself before anything
+/// else in `main`, and refuses to run when it cannot.
+#[test]
+fn symm_bench_sets_the_variables_first() {
+    let text = std::fs::read_to_string(root().join("bench/src/main.rs")).unwrap();
+    let main = text.find("fn main()").expect("symm-bench has a main");
+    let body = &text[main..];
+    let first = body
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("//"))
+        .expect("main has a body");
+    assert!(
+        first.contains("unsafe { symm_driver::safety_env::set_for_process() }")
+            && first.starts_with("if let Err("),
+        "the first statement of symm-bench's main sets the variables and checks the result: {first}"
+    );
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! 1. `cargo fmt --check` and `cargo clippy --all-targets -D warnings`;
 //! 2. every workspace test in release mode (unit, doctests, conformance, symbolic, fuzz-corpus
 //!    replay, the multicast entry points confined to their module), then symm-driver's
-//!    multicast tests with the `multicast` feature, against the fake driver (this binary itself,
-//!    which builds `cargo xtask hw`, must have no multicast);
+//!    multicast tests with the `multicast` feature, against the fake driver (this binary itself
+//!    must have no multicast; `symm-bench` refuses to run with it);
 //! 3. the loom models (`--cfg loom`, release, own target directory), then `cargo xtask mutants`:
 //!    each ordering of the signal protocol weakened to relaxed must fail a model;
 //! 4. symm-core for `thumbv7em-none-eabihf` with no default features (installs the target);
@@ -131,9 +131,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         &mut times,
         || {
             if symm_driver::cuda::multicast::COMPILED {
-                return Err(
-                    "xtask (and so the hw binary) was built with the multicast feature".into(),
-                );
+                return Err("xtask was built with the multicast feature".into());
             }
             sh(cargo().args([
                 "test",

@@ -37,14 +37,6 @@ pub fn flag(args: &[String], flag: &str) -> bool {
     args.iter().any(|a| a == flag)
 }
 
-/// The value after `name` among the arguments.
-pub fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|s| s.as_str())
-}
-
 /// The cargo target directory: `CARGO_TARGET_DIR` when set (relative to the workspace root when
 /// relative), else `target/` in the workspace root.
 pub fn target_dir() -> PathBuf {

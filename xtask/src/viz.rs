@@ -13,13 +13,12 @@
 mod browser;
 mod examples;
 mod export_check;
-mod http;
-mod json;
 mod webdriver;
 
 use crate::util;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use symm_viz_serve as http;
 
 /// Usage of `cargo xtask viz`.
 pub const USAGE: &str =

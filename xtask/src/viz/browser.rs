@@ -6,8 +6,8 @@
 
 use super::examples;
 use super::http;
-use super::json::Json;
 use super::webdriver::Browser;
+use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

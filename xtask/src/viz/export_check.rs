@@ -2,7 +2,7 @@
 //! ring all-reduce parses, has one process per rank, a thread per channel, and one flow (a
 //! `flow_out` and a `flow_in` with the same integer `bind_id`) for every Signal -> Wait pair.
 
-use super::json::{self, Json};
+use serde_json::Value as Json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use symm_core::perfetto;
@@ -23,7 +23,8 @@ pub fn check(trace: &Path, scratch: &Path) -> Result<String, String> {
     .collect();
     crate::trace::run(&args)?;
     let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let doc = json::parse(&text).map_err(|e| format!("the Perfetto export is not JSON: {e}"))?;
+    let doc = serde_json::from_str::<Json>(&text)
+        .map_err(|e| format!("the Perfetto export is not JSON: {e}"))?;
     let bytes = std::fs::read(trace).map_err(|e| e.to_string())?;
     let reader = Reader::new(&bytes).map_err(|e| e.to_string())?;
     let world = reader.header().world as usize;
@@ -34,7 +35,7 @@ pub fn check(trace: &Path, scratch: &Path) -> Result<String, String> {
     let pairs = perfetto::pairs(&perfetto::spans(&events)).len();
     let evs = doc
         .get("traceEvents")
-        .and_then(Json::as_arr)
+        .and_then(Json::as_array)
         .ok_or("no traceEvents array")?;
     let mut procs = BTreeSet::new();
     let mut threads = BTreeSet::new();

@@ -1,7 +1,7 @@
 //! A minimal W3C WebDriver client for chromedriver driving headless Chromium.
 
 use super::http;
-use super::json::{self, quote, Json};
+use serde_json::Value as Json;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -80,7 +80,8 @@ impl Browser {
     fn call(&self, method: &str, path: &str, body: Option<&str>) -> Result<Json, String> {
         let (code, bytes) = http::request(self.addr, method, path, body)?;
         let text = String::from_utf8_lossy(&bytes);
-        let v = json::parse(&text).map_err(|e| format!("webdriver reply to {path}: {e}"))?;
+        let v = serde_json::from_str::<Json>(&text)
+            .map_err(|e| format!("webdriver reply to {path}: {e}"))?;
         let value = v.get("value").cloned().unwrap_or(Json::Null);
         if code != 200 {
             let msg = value.get("message").and_then(Json::as_str).unwrap_or(&text);
@@ -216,11 +217,22 @@ pub fn base64(text: &str) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// `s` as a JSON string literal.
+fn quote(s: &str) -> String {
+    Json::from(s).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn base64_decodes() {
         assert_eq!(super::base64("aGVsbG8=").unwrap(), b"hello");
         assert_eq!(super::base64("aGk=").unwrap(), b"hi");
+    }
+
+    #[test]
+    fn strings_are_quoted_for_the_wire() {
+        assert_eq!(super::quote("a\"b\n"), r#""a\"b\n""#);
+        assert_eq!(super::quote("é"), "\"é\"");
     }
 }

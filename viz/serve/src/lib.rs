@@ -7,8 +7,8 @@
 //! name the bound loopback address in `Host` (421 otherwise), and their size and time are
 //! bounded ([`serve`]).
 
-mod path;
-mod serve;
+pub mod path;
+pub mod serve;
 #[cfg(test)]
 mod tests;
 

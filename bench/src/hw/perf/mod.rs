@@ -1,24 +1,27 @@
-//! `cargo xtask hw bench`: every collective at every size, one process per GPU, symm beside
+//! `symm-bench bench` (`cargo xtask hw bench`): every collective at every size, one process per GPU, symm beside
 //! NCCL (same processes, same buffers, same streams) and PyTorch SymmetricMemory (when torch is
 //! importable), eager and in CUDA graphs, in one run.
 //!
 //! The parent starts the ranks through the launcher (phase `perf`, [`rank`]); rank 0 writes its
 //! samples to `OUT/perf-samples.tsv`. When `python3 -c "import torch"` works, the parent then
-//! runs the project's own PyTorch script (`xtask/py/torch_bench.py`, one-shot and two-shot
+//! runs the project's own PyTorch script (`bench/py/torch_bench.py`, one-shot and two-shot
 //! all-reduce and NCCL through torch, eager and in a graph) with `torch.distributed.run` in the
 //! same machine call. [`report`] prints the nccl-tests columns (size count type redop root time
 //! algbw busbw #wrong) per system, writes a JSON record and SVG plots of time and bus bandwidth
-//! against size (one line per system) to `--out` (default `docs/perf`).
+//! against size (one line per system) and symm's ratio to the best peer to `--out` (default
+//! `docs/perf`).
 
+mod plot;
 mod profile;
 pub(super) mod rank;
 mod report;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 use symm_driver::safety_env;
 
-use crate::util;
+use super::comm::Params;
+use crate::{progress, BenchArgs};
 
 /// The collectives measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,74 +154,37 @@ impl Sample {
     }
 }
 
-/// Usage of `cargo xtask hw bench`.
-pub const USAGE: &str =
-    "usage: cargo xtask hw bench [--worlds 2] [--quick] [--out DIR] [--no-torch]
-  every collective (all-reduce, all-gather, reduce-scatter, all-to-all, broadcast; bf16, sum) at
-  1 KiB .. 1 GiB in x4 steps, one process per GPU: symm (best of its candidates) beside NCCL in the
-  same processes on the same buffers, eager and in CUDA graphs, and PyTorch SymmetricMemory
-  one-shot / two-shot all-reduce when torch is importable; prints nccl-tests columns and writes
-  bench-wN.json and SVG plots to DIR (default docs/perf)
-  --quick      sizes 1 KiB, 1 MiB, 256 MiB only
-  --no-torch   skip the PyTorch script
-  --calibrate FILE
-               also try a quarter and four times the default channels, and write the fastest
-               (algorithm, channels) per collective and size as symm-core's calibration table
-               (commit it as core/src/cost/calibration.rs; cost::tune reads it)";
-
-/// The sizes of a run.
-fn sizes(quick: bool) -> Vec<u64> {
-    if quick {
-        vec![1 << 10, 1 << 20, 256 << 20]
-    } else {
-        (0..11).map(|i| 1u64 << (10 + 2 * i)).collect()
+/// `symm-bench bench ...`.
+pub fn run(a: &BenchArgs) -> Result<(), String> {
+    let out = a.out.clone();
+    let sizes = a.sizes();
+    if sizes.is_empty() {
+        return Err(format!(
+            "no sizes between -b {} and -e {}",
+            a.minbytes, a.maxbytes
+        ));
     }
-}
-
-/// `cargo xtask hw bench ...`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let Some(a) = util::command_args(
-        args,
-        &[
-            ("--worlds", true),
-            ("--quick", false),
-            ("--out", true),
-            ("--no-torch", false),
-            ("--calibrate", true),
-        ],
-        USAGE,
-    )?
-    else {
-        return Ok(());
-    };
-    let out = PathBuf::from(a.value("--out").unwrap_or("docs/perf"));
-    let quick = a.flag("--quick");
-    let cal = a.value("--calibrate").map(PathBuf::from);
-    let worlds: Vec<u16> = a
-        .value("--worlds")
-        .unwrap_or("2")
-        .split(',')
-        .map(|x| x.parse().map_err(|e| format!("--worlds: {e}")))
-        .collect::<Result<_, _>>()?;
+    let cal = a.calibrate.clone();
     let count = symm_driver::cuda::device::device_count().map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    for w in worlds {
+    let bar = progress::bar(a.worlds.len() as u64, "bench");
+    for &w in &a.worlds {
         if w < 2 || w as i32 > count {
-            println!("bench: world {w} skipped ({count} GPUs visible)");
+            bar.println(format!("bench: world {w} skipped ({count} GPUs visible)"));
+            bar.inc(1);
             continue;
         }
+        bar.set_message(format!("world {w}: symm and NCCL, {} sizes", sizes.len()));
         let t = Instant::now();
         let p = super::comm::Params {
-            max_bytes: *sizes(quick).last().unwrap_or(&0),
+            max_bytes: sizes.iter().copied().max().unwrap_or(0),
             cycles: 0,
             out: out.clone(),
+            sizes: sizes.clone(),
+            iters: a.iters,
+            warmup: a.warmup_iters,
         };
-        let phase = match (quick, cal.is_some()) {
-            (true, true) => "perf-quick-cal",
-            (true, false) => "perf-quick",
-            (false, true) => "perf-cal",
-            (false, false) => "perf",
-        };
+        let phase = if cal.is_some() { "perf-cal" } else { "perf" };
         let code = super::comm::launch(w, phase, &p)?;
         if code != 0 {
             return Err(format!("the bench job exited {code}"));
@@ -226,17 +192,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let text = std::fs::read_to_string(out.join("perf-samples.tsv"))
             .map_err(|e| format!("rank 0 wrote no samples: {e}"))?;
         let mut samples: Vec<Sample> = text.lines().filter_map(Sample::parse).collect();
-        println!(
+        bar.println(format!(
             "bench: {} symm/NCCL samples at world {w} in {:.0} s",
             samples.len(),
             t.elapsed().as_secs_f64()
-        );
-        if !a.flag("--no-torch") {
-            match torch(w, &sizes(quick), &out) {
+        ));
+        if !a.no_torch {
+            bar.set_message(format!("world {w}: PyTorch"));
+            match torch(w, &sizes, &out) {
                 Ok(s) => samples.extend(s),
-                Err(m) => println!("bench: PyTorch not measured: {m}"),
+                Err(m) => bar.println(format!("bench: PyTorch not measured: {m}")),
             }
         }
+        bar.inc(1);
         report::write(w, &samples, &out)?;
         let _ = std::fs::remove_file(out.join("perf-samples.tsv"));
         for r in 0..w {
@@ -248,12 +216,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
             println!("bench: calibration table written to {}", path.display());
         }
     }
+    bar.finish_and_clear();
     Ok(())
 }
 
 /// The child's part: measures and (rank 0) writes the samples.
-pub(super) fn rank_main(phase: &str, out: &Path) -> Result<String, String> {
-    let (samples, profile) = rank::run(&sizes(phase.contains("quick")), phase.contains("cal"))?;
+pub(super) fn rank_main(phase: &str, p: &Params) -> Result<String, String> {
+    let out = p.out.as_path();
+    let timing = rank::Timing {
+        iters: p.iters,
+        warmup: p.warmup,
+    };
+    let (samples, profile) = rank::run(&p.sizes, phase.contains("cal"), timing)?;
     let rank0 = std::env::var("RANK").as_deref() == Ok("0");
     if rank0 {
         let text: String = samples.iter().map(|s| s.line() + "\n").collect();

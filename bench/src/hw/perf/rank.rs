@@ -1,11 +1,11 @@
-//! One rank of `cargo xtask hw bench`: every collective at every size on this process's `Comm`,
+//! One rank of `symm-bench bench`: every collective at every size on this process's `Comm`,
 //! symm and NCCL on the same buffers and stream, eager and in CUDA graphs.
 //!
 //! For each (collective, size) symm runs its candidate (algorithm, channels) pairs eagerly and
 //! keeps the fastest; that pair is then timed in a CUDA graph. NCCL (`ncclCommInitRank` in the
 //! same process) runs the same operation on the same buffers, eager and in a graph. A time is
 //! the slowest rank's mean over back-to-back launches (CUDA events), after warm-up; the number
-//! of launches is chosen so that each measurement lasts about 20 ms. Outputs up to 16 MiB are
+//! of launches is `-n`, or chosen so that each measurement lasts about 20 ms. Outputs up to 16 MiB are
 //! checked against the reference after the timing (symm bit exact; the count of wrong elements
 //! is the `#wrong` column); larger inputs are a device fill and go unchecked.
 
@@ -30,6 +30,25 @@ fn e(e: CudaError) -> String {
 const CHECKED: u64 = 16 << 20;
 /// How long one measurement aims to last.
 const TARGET_US: f64 = 20_000.0;
+
+/// Iterations of each measurement (nccl-tests' `-n` and `-w`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timing {
+    /// Timed calls per measurement (0: enough for [`TARGET_US`]).
+    pub iters: u32,
+    /// Calls before each measurement.
+    pub warmup: u32,
+}
+
+/// The run's [`Timing`], set once by [`run`].
+static TIMING: std::sync::OnceLock<Timing> = std::sync::OnceLock::new();
+
+fn timing() -> Timing {
+    TIMING.get().copied().unwrap_or(Timing {
+        iters: 0,
+        warmup: 1,
+    })
+}
 
 /// The request of `kind` whose nccl-tests size is `size` bytes.
 pub(super) fn request(kind: Kind, size: u64, world: u16, a: Algorithm, ch: u16) -> Option<Request> {
@@ -92,15 +111,17 @@ fn nccl_count(req: &Request) -> usize {
     (req.bytes / 2) as usize
 }
 
-/// Microseconds per call of `call` over `n` back-to-back calls (after one to warm up), the
-/// slowest rank's.
+/// Microseconds per call of `call` over `n` back-to-back calls (after the warm-up calls, at
+/// least one), the slowest rank's.
 fn timed(
     comm: &Comm,
     stream: &Stream,
     n: u32,
     call: &dyn Fn() -> Result<(), CudaError>,
 ) -> Result<f64, String> {
-    call().map_err(e)?;
+    for _ in 0..timing().warmup.max(1) {
+        call().map_err(e)?;
+    }
     stream.synchronize().map_err(e)?;
     let (s, t) = (
         Event::new(comm.device()).map_err(e)?,
@@ -125,12 +146,16 @@ fn slowest(comm: &Comm, us: f64) -> Result<f64, String> {
         .fold(0.0, f64::max))
 }
 
-/// Calls per measurement: enough for [`TARGET_US`], from a first estimate (agreed by all ranks).
+/// Calls per measurement: `-n` when given, else enough for [`TARGET_US`], from a first estimate
+/// (agreed by all ranks).
 fn count(
     comm: &Comm,
     stream: &Stream,
     call: &dyn Fn() -> Result<(), CudaError>,
 ) -> Result<u32, String> {
+    if timing().iters > 0 {
+        return Ok(timing().iters);
+    }
     let first = timed(comm, stream, 3, call)?;
     Ok((TARGET_US / first.max(1.0)).clamp(5.0, 1000.0) as u32)
 }
@@ -193,7 +218,12 @@ fn wrong(found: &[u8], want: &[u8]) -> u64 {
 
 /// Every sample of this rank's run (all ranks measure; rank 0's list is the result), and the
 /// profile of the small all-reduce (`profile.rs`).
-pub(super) fn run(sizes: &[u64], wide: bool) -> Result<(Vec<Sample>, String), String> {
+pub(super) fn run(
+    sizes: &[u64],
+    wide: bool,
+    timing: Timing,
+) -> Result<(Vec<Sample>, String), String> {
+    let _ = TIMING.set(timing);
     let comm = Comm::from_env(CommOptions {
         heap_bytes: 5 << 30,
         timeout: Duration::from_secs(20),

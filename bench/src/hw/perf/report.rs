@@ -1,11 +1,12 @@
-//! The bench's outputs: nccl-tests columns on stdout, `bench-wN.json`, SVG plots of time and
-//! bus bandwidth against size (one line per system and mode), and `bench-wN.md` (the tables
-//! docs/perf.md shows).
+//! The bench's outputs: nccl-tests columns on stdout, `bench-wN.json`, SVG plots ([`plot`]) of
+//! time and bus bandwidth against size (one line per system and mode) and of symm's time over the
+//! best peer's, and `bench-wN.md` (the tables docs/perf.md shows).
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use super::plot::{self, Axis};
 use super::{Kind, Sample, REPORTED};
 
 fn algbw(s: &Sample) -> f64 {
@@ -16,7 +17,7 @@ fn busbw(s: &Sample, world: u16) -> f64 {
     algbw(s) * s.kind.bus_factor(world)
 }
 
-fn human(size: u64) -> String {
+pub(super) fn human(size: u64) -> String {
     match size {
         s if s >= 1 << 30 => format!("{}G", s >> 30),
         s if s >= 1 << 20 => format!("{}M", s >> 20),
@@ -26,7 +27,7 @@ fn human(size: u64) -> String {
 }
 
 /// The (system, mode) series present, in a stable order (symm first).
-fn series(samples: &[Sample]) -> Vec<(String, String)> {
+pub(super) fn series(samples: &[Sample]) -> Vec<(String, String)> {
     let set: BTreeSet<(u8, String, String)> = samples
         .iter()
         .map(|s| {
@@ -52,12 +53,16 @@ pub(super) fn write(world: u16, samples: &[Sample], out: &Path) -> Result<(), St
         if these.is_empty() {
             continue;
         }
-        for (what, f) in [
-            ("time", (|s: &Sample, _| s.us) as fn(&Sample, u16) -> f64),
-            ("busbw", busbw as fn(&Sample, u16) -> f64),
+        for (what, axis, lines) in [
+            ("time", Axis::Time, plot::lines(&these, world, |s, _| s.us)),
+            ("busbw", Axis::Busbw, plot::lines(&these, world, busbw)),
+            ("ratio", Axis::Ratio, plot::ratios(&these)),
         ] {
+            if lines.is_empty() {
+                continue;
+            }
             let p = out.join(format!("w{world}-{}-{what}.svg", kind.name()));
-            let svg = plot(world, kind, what, &these, f);
+            let svg = plot::svg(world, kind, axis, &lines);
             std::fs::write(&p, svg).map_err(|e| io(&p, e))?;
         }
     }
@@ -116,29 +121,30 @@ fn print_tables(world: u16, samples: &[Sample]) {
 }
 
 fn to_json(world: u16, samples: &[Sample]) -> String {
-    let mut j = format!("{{\n  \"world\": {world},\n  \"dtype\": \"bf16\",\n  \"redop\": \"sum\",\n  \"samples\": [\n");
-    for (i, s) in samples.iter().enumerate() {
-        let wrong = if s.wrong == u64::MAX {
-            "null".to_string()
-        } else {
-            s.wrong.to_string()
-        };
-        let _ = writeln!(
-            j,
-            "    {{\"collective\": \"{}\", \"size\": {}, \"system\": \"{}\", \"mode\": \"{}\", \"us\": {:.3}, \"algbw\": {:.3}, \"busbw\": {:.3}, \"wrong\": {wrong}, \"what\": \"{}\"}}{}",
-            s.kind.name(),
-            s.size,
-            s.system,
-            s.mode,
-            s.us,
-            algbw(s),
-            busbw(s, world),
-            s.label,
-            if i + 1 < samples.len() { "," } else { "" }
-        );
-    }
-    j.push_str("  ]\n}\n");
-    j
+    let round = |v: f64| (v * 1000.0).round() / 1000.0;
+    let rows: Vec<serde_json::Value> = samples
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "collective": s.kind.name(),
+                "size": s.size,
+                "system": s.system,
+                "mode": s.mode,
+                "us": round(s.us),
+                "algbw": round(algbw(s)),
+                "busbw": round(busbw(s, world)),
+                "wrong": (s.wrong != u64::MAX).then_some(s.wrong),
+                "what": s.label,
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "world": world,
+        "dtype": "bf16",
+        "redop": "sum",
+        "samples": rows,
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
 }
 
 /// Per collective: time (us) per size for every series, and symm's ratio to the best peer in
@@ -259,164 +265,6 @@ pub(super) fn calibration(world: u16, samples: &[Sample]) -> String {
     t
 }
 
-const COLORS: [&str; 8] = [
-    "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
-];
-
-/// A log-x plot of `f` against size, one polyline per series (log y for time).
-fn plot(
-    world: u16,
-    kind: Kind,
-    what: &str,
-    samples: &[&Sample],
-    f: fn(&Sample, u16) -> f64,
-) -> String {
-    let (w, h, l, r, t, b) = (720.0, 420.0, 70.0, 190.0, 40.0, 50.0);
-    let sizes: Vec<u64> = samples
-        .iter()
-        .map(|s| s.size)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let (xmin, xmax) = (
-        (*sizes.first().unwrap_or(&1) as f64).log2(),
-        (*sizes.last().unwrap_or(&2) as f64).log2().max(1.0),
-    );
-    let vals: Vec<f64> = samples
-        .iter()
-        .map(|s| f(s, world))
-        .filter(|v| *v > 0.0)
-        .collect();
-    let log_y = what == "time";
-    let (ylo, yhi) = if log_y {
-        let lo = vals
-            .iter()
-            .copied()
-            .fold(f64::MAX, f64::min)
-            .max(1e-3)
-            .log10()
-            .floor();
-        let hi = vals
-            .iter()
-            .copied()
-            .fold(0.0, f64::max)
-            .max(1e-3)
-            .log10()
-            .ceil();
-        (lo, hi.max(lo + 1.0))
-    } else {
-        let hi = vals.iter().copied().fold(0.0, f64::max);
-        let step = if hi > 200.0 {
-            100.0
-        } else if hi > 40.0 {
-            20.0
-        } else {
-            5.0
-        };
-        (0.0, ((hi / step).ceil() * step).max(step))
-    };
-    let px = |size: u64| {
-        let x = (size as f64).log2();
-        l + (x - xmin) / (xmax - xmin).max(1e-9) * (w - l - r)
-    };
-    let py = |v: f64| {
-        let y = if log_y { v.max(1e-3).log10() } else { v };
-        h - b - (y - ylo) / (yhi - ylo).max(1e-9) * (h - t - b)
-    };
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    );
-    let title = if log_y {
-        "time per op (us, log scale)"
-    } else {
-        "bus bandwidth (GB/s)"
-    };
-    let _ = writeln!(
-        s,
-        "<text x=\"{l}\" y=\"24\" font-size=\"14\">{} — {title}, world {world}, bf16</text>",
-        kind.name()
-    );
-    // Axes and grid.
-    for &size in &sizes {
-        let x = px(size);
-        let _ = writeln!(
-            s,
-            "<line x1=\"{x:.1}\" y1=\"{t}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#eee\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            h - b,
-            h - b + 16.0,
-            human(size)
-        );
-    }
-    let ticks: Vec<f64> = if log_y {
-        (ylo as i32..=yhi as i32).map(|e| 10f64.powi(e)).collect()
-    } else {
-        let step = (yhi - ylo) / 5.0;
-        (0..=5).map(|i| ylo + step * i as f64).collect()
-    };
-    for v in ticks {
-        let y = py(v);
-        let _ = writeln!(
-            s,
-            "<line x1=\"{l}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#eee\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            w - r,
-            l - 6.0,
-            y + 4.0,
-            if v >= 1.0 { format!("{v:.0}") } else { format!("{v}") }
-        );
-    }
-    let _ = writeln!(
-        s,
-        "<line x1=\"{l}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"black\"/><line x1=\"{l}\" y1=\"{t}\" x2=\"{l}\" y2=\"{:.1}\" stroke=\"black\"/>",
-        h - b,
-        w - r,
-        h - b,
-        h - b
-    );
-    let _ = writeln!(
-        s,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">message size (bytes, nccl-tests convention)</text>",
-        (l + w - r) / 2.0,
-        h - 12.0
-    );
-    let owned: Vec<Sample> = samples.iter().map(|s| (*s).clone()).collect();
-    for (i, (sys, mode)) in series(&owned).iter().enumerate() {
-        let mut pts: Vec<&&Sample> = samples
-            .iter()
-            .filter(|s| &s.system == sys && &s.mode == mode && f(s, world) > 0.0)
-            .collect();
-        pts.sort_by_key(|s| s.size);
-        if pts.is_empty() {
-            continue;
-        }
-        let color = COLORS[i % COLORS.len()];
-        let dash = if mode == "graph" {
-            " stroke-dasharray=\"5,3\""
-        } else {
-            ""
-        };
-        let path: Vec<String> = pts
-            .iter()
-            .map(|s| format!("{:.1},{:.1}", px(s.size), py(f(s, world))))
-            .collect();
-        let _ = writeln!(
-            s,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{dash} points=\"{}\"/>",
-            path.join(" ")
-        );
-        let ly = t + 16.0 * i as f64 + 10.0;
-        let _ = writeln!(
-            s,
-            "<line x1=\"{:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{color}\" stroke-width=\"2\"{dash}/><text x=\"{:.1}\" y=\"{:.1}\">{sys} {mode}</text>",
-            w - r + 10.0,
-            w - r + 34.0,
-            w - r + 40.0,
-            ly + 4.0
-        );
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,18 +303,22 @@ mod tests {
             md.contains("| 1K | 10.00 (0) | 20.00 (0) | 0.50 | - |"),
             "{md}"
         );
-        let j = to_json(2, &s);
-        assert!(
-            j.contains("\"size\": 268435456, \"system\": \"symm\""),
-            "{j}"
+        let j: serde_json::Value = serde_json::from_str(&to_json(2, &s)).expect("valid JSON");
+        assert_eq!(j["world"], 2);
+        let last = &j["samples"][4];
+        assert_eq!(
+            (&last["size"], &last["system"]),
+            (&268435456.into(), &"symm".into())
         );
-        assert!(j.contains("\"wrong\": null"));
-        let svg = plot(
+        assert_eq!(last["us"], 30.0);
+        assert!(j["samples"][1]["wrong"].is_null());
+        assert_eq!(j["samples"][0]["wrong"], 0);
+        let refs: Vec<&Sample> = s.iter().collect();
+        let svg = plot::svg(
             2,
             Kind::AllReduce,
-            "time",
-            &s.iter().collect::<Vec<_>>(),
-            |s, _| s.us,
+            Axis::Time,
+            &plot::lines(&refs, 2, |s, _| s.us),
         );
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains("symm eager") && svg.contains("nccl eager"));

@@ -1,6 +1,6 @@
-//! `cargo xtask hw` with one process per GPU (the default mode).
+//! `symm-bench check` with one process per GPU (the default mode).
 //!
-//! The parent starts one process per rank of this same binary (`hw comm-rank PHASE ...`) through
+//! The parent starts one process per rank of this same binary (`symm-bench comm-rank PHASE ...`) through
 //! the launcher behind `symm-run` (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `SYMM_JOB`, `SYMM_TOKEN`
 //! and the multicast-off variables set, output prefixed `[r]`, the job ended when a rank fails).
 //! Each rank writes its checks to `OUT/PHASE-rankR.tsv`; the parent turns rank 0's lines into
@@ -35,7 +35,7 @@ use symm_driver::launcher;
 use super::Row;
 
 /// What the parent passes to every rank.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Params {
     /// Largest message of the matrix.
     pub max_bytes: u64,
@@ -43,6 +43,12 @@ pub struct Params {
     pub cycles: u32,
     /// Where reports and traces go.
     pub out: PathBuf,
+    /// The bench's sizes.
+    pub sizes: Vec<u64>,
+    /// The bench's timed iterations per measurement (0: about 20 ms' worth).
+    pub iters: u32,
+    /// The bench's warm-up iterations before each measurement.
+    pub warmup: u32,
 }
 
 /// One check as a rank reports it.
@@ -71,7 +77,9 @@ impl Check {
 pub fn run(w: u16, phases: &[&str], p: &Params) -> Vec<Row> {
     let _ = std::fs::create_dir_all(&p.out);
     let mut rows = Vec::new();
+    let bar = crate::progress::bar(phases.len() as u64, &format!("world {w}"));
     for &phase in phases {
+        bar.set_message(phase.to_string());
         let t = Instant::now();
         let code = if phase == "death" {
             spawn(w, phase, p)
@@ -102,12 +110,14 @@ pub fn run(w: u16, phases: &[&str], p: &Params) -> Vec<Row> {
             }
         }
         rows.extend(got);
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     rows
 }
 
 fn rank_args(phase: &str, p: &Params) -> Vec<OsString> {
-    let mut v: Vec<OsString> = vec!["hw".into(), "comm-rank".into(), phase.into()];
+    let mut v: Vec<OsString> = vec!["comm-rank".into(), phase.into()];
     v.extend([
         "--max-bytes".into(),
         p.max_bytes.to_string().into(),
@@ -115,7 +125,15 @@ fn rank_args(phase: &str, p: &Params) -> Vec<OsString> {
         p.cycles.to_string().into(),
         "--out".into(),
         p.out.clone().into_os_string(),
+        "--iters".into(),
+        p.iters.to_string().into(),
+        "--warmup".into(),
+        p.warmup.to_string().into(),
     ]);
+    if !p.sizes.is_empty() {
+        let s: Vec<String> = p.sizes.iter().map(u64::to_string).collect();
+        v.extend(["--sizes".into(), s.join(",").into()]);
+    }
     v
 }
 
@@ -221,17 +239,15 @@ fn collect(w: u16, phase: &str, out: &Path) -> Vec<Row> {
 }
 
 /// The child: one rank of `phase`; writes its report and fails when any check failed.
-pub fn rank(args: &[String]) -> Result<(), String> {
-    use crate::util;
-    let phase = args.first().map_or("", String::as_str);
+pub fn rank(a: &crate::RankArgs) -> Result<(), String> {
+    let phase = a.phase.as_str();
     let p = Params {
-        max_bytes: util::value(args, "--max-bytes")
-            .map_or(Ok(u64::MAX), str::parse)
-            .map_err(|e| format!("--max-bytes: {e}"))?,
-        cycles: util::value(args, "--leak-cycles")
-            .map_or(Ok(1000), str::parse)
-            .map_err(|e| format!("--leak-cycles: {e}"))?,
-        out: PathBuf::from(util::value(args, "--out").unwrap_or("hw-out")),
+        max_bytes: a.max_bytes.unwrap_or(u64::MAX),
+        cycles: a.leak_cycles,
+        out: a.out.clone(),
+        sizes: a.sizes.clone(),
+        iters: a.iters,
+        warmup: a.warmup,
     };
     let rank: u16 = std::env::var("RANK")
         .ok()
@@ -247,9 +263,9 @@ pub fn rank(args: &[String]) -> Result<(), String> {
             1,
             life::death,
         )],
-        "perf" | "perf-quick" | "perf-cal" | "perf-quick-cal" => {
+        "perf" | "perf-cal" => {
             vec![Check::timed("bench", 1, || {
-                super::perf::rank_main(phase, &p.out)
+                super::perf::rank_main(phase, &p)
             })]
         }
         other => return Err(format!("unknown phase {other:?}")),
