@@ -16,12 +16,12 @@ use core::ffi::c_void;
 
 use symm_core::signal::KINDS;
 
+use super::bounds::check_range;
 use super::comm::Comm;
 use super::compile::{self, Compiler};
 use super::device::{self, DevBuf, Device, Stream};
 use super::error::{CudaError, Result};
 use super::launch::Kernel;
-use super::world::guard::check_range;
 use super::world::World;
 
 /// `symm_world` of device.cuh, passed by value to a kernel.

@@ -24,10 +24,12 @@
 //!   (feature `multicast`) the budget and the binding, the one place of its driver calls.
 
 mod backend;
+pub mod bounds;
 pub mod comm;
 pub mod compile;
 pub mod ctx;
 pub mod device;
+pub mod device_plan;
 pub mod error;
 pub mod examples;
 pub mod ffi;
@@ -37,12 +39,14 @@ pub mod multicast;
 pub mod nccl;
 pub mod placement;
 pub mod plan;
+pub mod records;
 pub mod rendezvous;
 pub mod trace;
 pub mod vmm;
 pub mod world;
 
+pub use bounds::{Buffers, MAX_HEAP_BYTES, MAX_WAIT};
 pub use comm::{Capture, Comm, CommGraph, CommOptions, CommTeam};
+pub use device_plan::DevicePlan;
 pub use error::{CudaError, Result};
-pub use world::guard::{MAX_HEAP_BYTES, MAX_WAIT};
-pub use world::{Buffers, Options, World};
+pub use world::{Options, World};

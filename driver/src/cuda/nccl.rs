@@ -8,10 +8,11 @@
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::BufferSizes;
 
+use super::bounds::{self as guard, Buffers};
 use super::device::Event;
 use super::error::{CudaError, Result};
 use super::ffi::nccl::{self as ffi, Comm};
-use super::world::{guard, Buffers, World};
+use super::world::World;
 
 /// NCCL's code for an element type (`ncclDataType_t`).
 fn type_code(t: DType) -> Result<i32> {

@@ -17,10 +17,11 @@ use symm_core::trace::{Event, EventKind, Header, Source, MAX_DEVICES};
 use symm_kernels::abi::{self, TraceEvent};
 
 use super::device::DevBuf;
+use super::device_plan::DevicePlan;
 use super::error::{CudaError, Result};
 use super::launch::EVENT_BYTES;
 use super::plan::RankPlan;
-use super::world::{DevicePlan, World};
+use super::world::World;
 
 /// One raw GPU event: (globaltimer ns, op index, kind 0 begin / 1 end / 2 stall).
 pub type RawEvent = (u64, u32, u32);

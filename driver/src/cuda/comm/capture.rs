@@ -20,10 +20,10 @@ use std::collections::HashMap;
 use symm_core::sched::Request;
 
 use super::{Comm, CommTeam};
+use crate::cuda::bounds::Buffers;
 use crate::cuda::device::{self, Stream};
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::launch::Graph;
-use crate::cuda::world::Buffers;
 
 /// What a capture body enqueues through (see [`Comm::capture`]).
 pub struct Capture<'a> {
@@ -142,7 +142,7 @@ impl Comm {
     fn prepared(
         &self,
         key: (u16, Request),
-    ) -> Result<std::sync::Arc<crate::cuda::world::DevicePlan>> {
+    ) -> Result<std::sync::Arc<crate::cuda::device_plan::DevicePlan>> {
         self.plans
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -6,14 +6,14 @@ use std::sync::Arc;
 use symm_core::sched::{Request, MAX_CHANNELS};
 
 use super::{Comm, ABORT_BYTES};
+use crate::cuda::bounds::{check_buffers, Buffers};
 use crate::cuda::compile::{self, Compiler};
 use crate::cuda::device::{self, DevBuf, Stream};
+use crate::cuda::device_plan::DevicePlan;
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::launch::{InterpParams, Kernel, EVENT_BYTES};
 use crate::cuda::plan::RankPlan;
 use crate::cuda::trace;
-use crate::cuda::world::guard::check_buffers;
-use crate::cuda::world::{Buffers, DevicePlan};
 
 /// The traced interpreter and its buffers (`cap` events per channel), loaded on first use.
 pub(super) struct Tracing {

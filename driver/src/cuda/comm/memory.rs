@@ -4,9 +4,9 @@
 //! the signal pad), the crate's own against the heap.
 
 use super::Comm;
+use crate::cuda::bounds as guard;
 use crate::cuda::device::{self, Stream};
 use crate::cuda::error::{check, driver, CudaError, Result};
-use crate::cuda::world::guard;
 
 impl Comm {
     /// Copies bytes into this rank's heap at `off` (host to device, synchronous).

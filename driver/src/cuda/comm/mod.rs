@@ -49,16 +49,16 @@ use symm_core::sched::{BufferSizes, Request, MAX_CHANNELS};
 use symm_core::signal::KINDS;
 use symm_core::team::MAX_TEAMS;
 
+use super::bounds::{self as guard, Buffers};
 use super::compile::{self, Compiler};
 use super::device::{self, DevBuf, Device, HostMapped, Stream};
+use super::device_plan::DevicePlan;
 use super::error::{check, driver, CudaError, Result};
 use super::ffi::driver as ffi;
 use super::launch::{Kernel, RECORD_BYTES};
+use super::records::first_failure;
 use super::rendezvous::{Bootstrap, SocketRendezvous};
 use super::vmm::SymmetricHeap;
-use super::world::guard;
-use super::world::run::first_failure;
-use super::world::{Buffers, DevicePlan};
 use crate::bootstrap::SocketBootstrap;
 
 /// How a [`Comm`] is set up.
@@ -133,7 +133,7 @@ pub struct Comm {
     world: u16,
     pad_slots: u32,
     data_off: u64,
-    /// What ties plans to this Comm (`world::next_owner`).
+    /// What ties plans to this Comm (`device_plan::next_owner`).
     id: u64,
     /// How this rank's GPU is shared with other ranks of the job.
     sharing: Sharing,
@@ -504,7 +504,7 @@ impl Parts {
             world,
             pad_slots: self.pad_slots,
             data_off: self.data_off,
-            id: super::world::next_owner(),
+            id: super::device_plan::next_owner(),
             sharing: self.sharing,
             opts,
             dev: self.dev,

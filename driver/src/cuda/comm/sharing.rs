@@ -12,11 +12,11 @@
 use std::sync::Once;
 use std::time::Duration;
 
+use crate::cuda::bounds::MAX_WAIT;
 use crate::cuda::device::Device;
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::ffi::driver as ffi;
 use crate::cuda::rendezvous::{Bootstrap, SocketRendezvous};
-use crate::cuda::world::guard::MAX_WAIT;
 
 /// How much longer device waits may take when ranks share a GPU without MPS.
 pub const SLICED_DEADLINE_FACTOR: u32 = 30;

@@ -27,10 +27,11 @@ use symm_core::signal::SlotLayout;
 use symm_core::team::{Team, TeamError, TeamMap, MAX_TEAMS};
 
 use super::{agree, Comm};
+use crate::cuda::bounds::{self as guard, Buffers};
 use crate::cuda::device::{self, Stream};
+use crate::cuda::device_plan::DevicePlan;
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::plan::RankPlan;
-use crate::cuda::world::{guard, Buffers, DevicePlan};
 
 /// One team of a [`Comm`], as this rank sees it.
 pub struct CommTeam<'c> {

@@ -20,6 +20,11 @@ pub(crate) mod run;
 
 pub use guard::Captured;
 
+use super::bounds as limits;
+pub use super::bounds::Buffers;
+use super::device_plan::next_owner;
+pub use super::device_plan::DevicePlan;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -56,11 +61,11 @@ pub struct Options {
 
 impl Options {
     /// Fails when an option is out of its range: every deadline more than 0 and at most
-    /// [`guard::MAX_WAIT`], the heap at most [`guard::MAX_HEAP_BYTES`].
+    /// [`limits::MAX_WAIT`], the heap at most [`guard::MAX_HEAP_BYTES`].
     pub fn validate(&self) -> Result<()> {
-        guard::check_heap("Options::heap_bytes", self.heap_bytes)?;
-        guard::check_wait("Options::timeout", self.timeout)?;
-        guard::check_wait("Options::rendezvous", self.rendezvous)
+        limits::check_heap("Options::heap_bytes", self.heap_bytes)?;
+        limits::check_wait("Options::timeout", self.timeout)?;
+        limits::check_wait("Options::rendezvous", self.rendezvous)
     }
 }
 
@@ -73,97 +78,6 @@ impl Default for Options {
             trace_cap: 1 << 14,
             nvrtc: None,
         }
-    }
-}
-
-/// A request's buffers in the heap (byte offsets, the same on every rank).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Buffers {
-    /// Input offset.
-    pub input: u64,
-    /// Output offset.
-    pub output: u64,
-    /// Scratch offset.
-    pub scratch: u64,
-    /// Sizes.
-    pub sizes: BufferSizes,
-}
-
-/// A plan validated for one rank of one `World` or `Comm` and uploaded to its device.
-///
-/// Its fields are private: what was validated is what runs. A launch refuses a plan that
-/// another `World` or `Comm` validated, or that was validated for another rank
-/// ([`CudaError::ForeignPlan`]).
-pub struct DevicePlan {
-    pub(crate) host: RankPlan,
-    /// The buffer sizes the plan was validated against (a launch needs at least these).
-    pub(crate) sizes: BufferSizes,
-    pub(crate) ops: DevBuf,
-    pub(crate) chan: DevBuf,
-    /// The `World` or `Comm` that validated it ([`next_owner`]) and the rank it is for.
-    owner: u64,
-    rank: u16,
-}
-
-/// A number no other `World` or `Comm` of this process has: what ties a plan to its owner.
-pub(crate) fn next_owner() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-impl DevicePlan {
-    /// Uploads `plan`, validated against `sizes` for `rank` of the owner `owner`, to `dev`.
-    pub(crate) fn upload(
-        dev: &Device,
-        plan: RankPlan,
-        sizes: BufferSizes,
-        (owner, rank): (u64, u16),
-    ) -> Result<DevicePlan> {
-        let bytes = plan.op_bytes();
-        let ops = DevBuf::zeroed(dev, bytes.len().max(1))?;
-        ops.upload(&bytes)?;
-        let cs: Vec<u8> = plan
-            .chan_start
-            .iter()
-            .flat_map(|c| c.to_le_bytes())
-            .collect();
-        let chan = DevBuf::zeroed(dev, cs.len().max(1))?;
-        chan.upload(&cs)?;
-        Ok(DevicePlan {
-            host: plan,
-            sizes,
-            ops,
-            chan,
-            owner,
-            rank,
-        })
-    }
-
-    /// The plan as validated (for traces and checks).
-    pub fn host(&self) -> &RankPlan {
-        &self.host
-    }
-
-    /// The buffer sizes the plan was validated against.
-    pub fn sizes(&self) -> BufferSizes {
-        self.sizes
-    }
-
-    /// Fails unless the plan was validated by `owner` for `rank`.
-    pub(crate) fn check_owner(&self, owner: u64, rank: u16) -> Result<()> {
-        if self.owner != owner {
-            return Err(CudaError::ForeignPlan(
-                "the plan was validated by another World or Comm".into(),
-            ));
-        }
-        if self.rank != rank {
-            return Err(CudaError::ForeignPlan(format!(
-                "the plan was validated for rank {}, not rank {rank}",
-                self.rank
-            )));
-        }
-        Ok(())
     }
 }
 
@@ -401,7 +315,7 @@ impl World {
             .alloc
             .lock()
             .map_err(|_| CudaError::Invalid("heap lock poisoned".into()))?;
-        guard::place(&mut h, sizes, self.data_off)
+        limits::place(&mut h, sizes, self.data_off)
     }
 
     /// Returns a request's buffers to the heap, after launches in flight finished; refused while
@@ -456,7 +370,7 @@ impl World {
     pub fn read(&self, r: u16, off: u64, len: u64) -> Result<Vec<u8>> {
         let _ctx = device::keep_current()?;
         self.check_range(off, len)?;
-        guard::check_range(off, len, 0, self.stride())?;
+        limits::check_range(off, len, 0, self.stride())?;
         let p = self.ptr(r, off)?;
         let len = usize::try_from(len).map_err(|_| CudaError::Invalid("read too large".into()))?;
         let mut v = vec![0u8; len];
@@ -477,7 +391,7 @@ impl World {
 
     /// Copies `bytes` to heap offset `off` of rank `r` (pad included: the caller decides).
     pub(crate) fn heap_write(&self, r: u16, off: u64, bytes: &[u8]) -> Result<()> {
-        guard::check_range(off, bytes.len() as u64, 0, self.stride())?;
+        limits::check_range(off, bytes.len() as u64, 0, self.stride())?;
         let p = self.ptr(r, off)?;
         self.rank(r)?.dev.bind()?;
         // SAFETY: bytes `off .. off + len` lie in rank `r`'s heap (checked above), mapped into
@@ -487,7 +401,7 @@ impl World {
 
     /// Sets `len` bytes at heap offset `off` of rank `r` to `value` (pad included).
     pub(crate) fn heap_fill(&self, r: u16, off: u64, len: u64, value: u8) -> Result<()> {
-        guard::check_range(off, len, 0, self.stride())?;
+        limits::check_range(off, len, 0, self.stride())?;
         let p = self.ptr(r, off)?;
         let len = usize::try_from(len).map_err(|_| CudaError::Invalid("fill too large".into()))?;
         self.rank(r)?.dev.bind()?;
@@ -497,7 +411,7 @@ impl World {
     }
 
     fn check_range(&self, off: u64, len: u64) -> Result<()> {
-        guard::check_range(off, len, self.data_off, self.stride())
+        limits::check_range(off, len, self.data_off, self.stride())
     }
 
     fn upload(&self, r: u16, plan: RankPlan, sizes: BufferSizes) -> Result<DevicePlan> {

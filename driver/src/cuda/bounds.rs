@@ -1,0 +1,214 @@
+//! What a launch may touch: a request's buffers as heap offsets, checked against what a plan
+//! needs and the heap's buffer area before anything is enqueued, and the bounds every option
+//! and deadline is held to. Shared by `Comm` (the runtime) and `World` (the one-process test
+//! backend).
+//!
+//! `Buffers` are plain offsets a caller can build by hand, so every launch checks them against
+//! what the plans were validated for (each plan's ops stay inside its `BufferSizes`) and against
+//! the heap's buffer area (never the signal pad, never past the rank's heap): a safe call cannot
+//! make the GPU write outside the caller's buffers.
+
+use std::time::Duration;
+
+use symm_core::heap::Heap;
+use symm_core::sched::BufferSizes;
+
+use super::error::{CudaError, Result};
+
+/// A request's buffers in the heap (byte offsets, the same on every rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Buffers {
+    /// Input offset.
+    pub input: u64,
+    /// Output offset.
+    pub output: u64,
+    /// Scratch offset.
+    pub scratch: u64,
+    /// Sizes.
+    pub sizes: BufferSizes,
+}
+
+/// Checks buffers of the given sizes at the given offsets against what a plan needs and the
+/// buffer area `[lo, hi)` of the heap.
+pub(crate) fn check_buffers(b: &Buffers, need: &BufferSizes, lo: u64, hi: u64) -> Result<()> {
+    for (name, off, have, need) in [
+        ("input", b.input, b.sizes.input, need.input),
+        ("output", b.output, b.sizes.output, need.output),
+        ("scratch", b.scratch, b.sizes.scratch, need.scratch),
+    ] {
+        if have < need {
+            return Err(CudaError::Invalid(format!(
+                "the {name} buffer has {have} bytes; the plan needs {need}"
+            )));
+        }
+        if need > 0 && !off.is_multiple_of(16) {
+            return Err(CudaError::Invalid(format!(
+                "the {name} buffer at {off} is not 16-byte aligned"
+            )));
+        }
+        if need > 0 && (off < lo || off.checked_add(need).is_none_or(|e| e > hi)) {
+            return Err(CudaError::Invalid(format!(
+                "the {name} buffer at {off}..+{need} is outside the heap's buffer area {lo}..{hi}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Places input, output and scratch of `sizes` with `heap` (offsets relative to the buffer area,
+/// which starts at `data_off`): the same offsets on every rank that makes the same calls.
+pub(crate) fn place(heap: &mut Heap, sizes: BufferSizes, data_off: u64) -> Result<Buffers> {
+    let mut one = |n: u64| {
+        heap.alloc(n.max(16), 4096)
+            .map(|o| o + data_off)
+            .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))
+    };
+    Ok(Buffers {
+        input: one(sizes.input)?,
+        output: one(sizes.output)?,
+        scratch: one(sizes.scratch)?,
+        sizes,
+    })
+}
+
+/// The longest deadline any wait may have, on the device or on the host: a peer that is stuck
+/// but alive ends every wait within it (`SYMM_WAIT_MAX_NS` in `symm/device.cuh`).
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// The most buffer bytes a heap may ask for per rank (256 TiB): sizes past it are refused before
+/// any arithmetic on them (the pad is added and the sum rounded up to the granularity).
+pub const MAX_HEAP_BYTES: u64 = 1 << 48;
+
+/// Fails unless the heap size `what` is at most [`MAX_HEAP_BYTES`].
+pub(crate) fn check_heap(what: &str, bytes: u64) -> Result<()> {
+    if bytes > MAX_HEAP_BYTES {
+        return Err(CudaError::BadOption(format!(
+            "{what} is {bytes}; it must be at most {MAX_HEAP_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
+/// Fails unless the deadline `what` lies in `(0, MAX_WAIT]`.
+pub(crate) fn check_wait(what: &str, d: Duration) -> Result<()> {
+    if d.is_zero() || d > MAX_WAIT {
+        return Err(CudaError::BadOption(format!(
+            "{what} is {d:?}; it must be more than 0 and at most {MAX_WAIT:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Fails unless bytes `off .. off + len` lie in the buffer area `[lo, hi)`.
+pub(crate) fn check_range(off: u64, len: u64, lo: u64, hi: u64) -> Result<()> {
+    if off < lo || off.checked_add(len).is_none_or(|e| e > hi) {
+        return Err(CudaError::Invalid(format!(
+            "bytes {off}..+{len} are outside the buffer area"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::world::Options;
+
+    fn bufs(input: u64, output: u64, scratch: u64, n: u64) -> Buffers {
+        Buffers {
+            input,
+            output,
+            scratch,
+            sizes: BufferSizes {
+                input: n,
+                output: n,
+                scratch: n,
+            },
+        }
+    }
+
+    #[test]
+    fn buffers_are_checked_against_the_plan_and_the_heap() {
+        let need = BufferSizes {
+            input: 100,
+            output: 100,
+            scratch: 0,
+        };
+        let (lo, hi) = (4096, 1 << 20);
+        assert!(check_buffers(&bufs(4096, 8192, 12288, 100), &need, lo, hi).is_ok());
+        // Smaller than the plan needs.
+        assert!(check_buffers(&bufs(4096, 8192, 12288, 99), &need, lo, hi).is_err());
+        // In the signal pad.
+        assert!(check_buffers(&bufs(0, 8192, 12288, 100), &need, lo, hi).is_err());
+        // Inside the heap but not 16-byte aligned (a misaligned vector access would fault).
+        let r = check_buffers(&bufs(4096 + 8, 8192, 12288, 100), &need, lo, hi);
+        assert!(
+            matches!(&r, Err(CudaError::Invalid(m)) if m.contains("aligned")),
+            "{r:?}"
+        );
+        // Past the heap, or wrapping.
+        assert!(check_buffers(&bufs(4096, hi - 50, 12288, 100), &need, lo, hi).is_err());
+        assert!(check_buffers(&bufs(4096, u64::MAX - 10, 0, 100), &need, lo, hi).is_err());
+        // A buffer the plan does not use may be anywhere (it is never touched).
+        assert!(check_buffers(&bufs(4096, 8192, 0, 100), &need, lo, hi).is_ok());
+    }
+
+    #[test]
+    fn every_deadline_is_bounded() {
+        for bad in [
+            Duration::ZERO,
+            MAX_WAIT + Duration::from_nanos(1),
+            Duration::MAX,
+        ] {
+            let r = check_wait("timeout", bad);
+            assert!(matches!(r, Err(CudaError::BadOption(_))), "{bad:?}: {r:?}");
+        }
+        for good in [Duration::from_nanos(1), Duration::from_secs(10), MAX_WAIT] {
+            assert!(check_wait("timeout", good).is_ok(), "{good:?}");
+        }
+        let comm = crate::cuda::CommOptions {
+            timeout: Duration::MAX,
+            ..Default::default()
+        };
+        assert!(matches!(comm.validate(), Err(CudaError::BadOption(m)) if m.contains("timeout")));
+        let comm = crate::cuda::CommOptions {
+            bootstrap_timeout: Duration::ZERO,
+            ..Default::default()
+        };
+        assert!(comm.validate().is_err());
+        assert!(crate::cuda::CommOptions::default().validate().is_ok());
+        let world = Options {
+            rendezvous: Duration::MAX,
+            ..Default::default()
+        };
+        assert!(world.validate().is_err());
+        assert!(Options::default().validate().is_ok());
+    }
+
+    /// A heap size near `u64::MAX` is refused by validation (`World::open` added the pad to it
+    /// unchecked, and overflowed).
+    #[test]
+    fn heap_sizes_are_bounded() {
+        for bad in [MAX_HEAP_BYTES + 1, u64::MAX] {
+            let world = Options {
+                heap_bytes: bad,
+                ..Default::default()
+            };
+            let r = world.validate();
+            assert!(
+                matches!(&r, Err(CudaError::BadOption(m)) if m.contains("heap_bytes")),
+                "{r:?}"
+            );
+            let comm = crate::cuda::CommOptions {
+                heap_bytes: bad,
+                ..Default::default()
+            };
+            assert!(matches!(comm.validate(), Err(CudaError::BadOption(_))));
+        }
+        let world = Options {
+            heap_bytes: MAX_HEAP_BYTES,
+            ..Default::default()
+        };
+        assert!(world.validate().is_ok());
+    }
+}

@@ -1,0 +1,86 @@
+//! Plans as the GPU runs them: a rank's plan, validated for one `World` or `Comm` and rank,
+//! uploaded to its device, and tied to that owner so that no other may launch it.
+
+use symm_core::sched::BufferSizes;
+
+use super::device::{DevBuf, Device};
+use super::error::{CudaError, Result};
+use super::plan::RankPlan;
+
+/// A plan validated for one rank of one `World` or `Comm` and uploaded to its device.
+///
+/// Its fields are private: what was validated is what runs. A launch refuses a plan that
+/// another `World` or `Comm` validated, or that was validated for another rank
+/// ([`CudaError::ForeignPlan`]).
+pub struct DevicePlan {
+    pub(crate) host: RankPlan,
+    /// The buffer sizes the plan was validated against (a launch needs at least these).
+    pub(crate) sizes: BufferSizes,
+    pub(crate) ops: DevBuf,
+    pub(crate) chan: DevBuf,
+    /// The `World` or `Comm` that validated it ([`next_owner`]) and the rank it is for.
+    owner: u64,
+    rank: u16,
+}
+
+/// A number no other `World` or `Comm` of this process has: what ties a plan to its owner.
+pub(crate) fn next_owner() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl DevicePlan {
+    /// Uploads `plan`, validated against `sizes` for `rank` of the owner `owner`, to `dev`.
+    pub(crate) fn upload(
+        dev: &Device,
+        plan: RankPlan,
+        sizes: BufferSizes,
+        (owner, rank): (u64, u16),
+    ) -> Result<DevicePlan> {
+        let bytes = plan.op_bytes();
+        let ops = DevBuf::zeroed(dev, bytes.len().max(1))?;
+        ops.upload(&bytes)?;
+        let cs: Vec<u8> = plan
+            .chan_start
+            .iter()
+            .flat_map(|c| c.to_le_bytes())
+            .collect();
+        let chan = DevBuf::zeroed(dev, cs.len().max(1))?;
+        chan.upload(&cs)?;
+        Ok(DevicePlan {
+            host: plan,
+            sizes,
+            ops,
+            chan,
+            owner,
+            rank,
+        })
+    }
+
+    /// The plan as validated (for traces and checks).
+    pub fn host(&self) -> &RankPlan {
+        &self.host
+    }
+
+    /// The buffer sizes the plan was validated against.
+    pub fn sizes(&self) -> BufferSizes {
+        self.sizes
+    }
+
+    /// Fails unless the plan was validated by `owner` for `rank`.
+    pub(crate) fn check_owner(&self, owner: u64, rank: u16) -> Result<()> {
+        if self.owner != owner {
+            return Err(CudaError::ForeignPlan(
+                "the plan was validated by another World or Comm".into(),
+            ));
+        }
+        if self.rank != rank {
+            return Err(CudaError::ForeignPlan(format!(
+                "the plan was validated for rank {}, not rank {rank}",
+                self.rank
+            )));
+        }
+        Ok(())
+    }
+}

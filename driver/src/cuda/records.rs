@@ -1,0 +1,48 @@
+//! The timeout records kernels write to host-mapped memory: a device wait that passed its
+//! deadline, or an op the interpreter refused, becomes a typed error.
+
+use core::mem::offset_of;
+
+use symm_kernels::abi::{self, TimeoutRecord};
+
+use super::device::HostMapped;
+use super::error::CudaError;
+
+/// The error the timeout records at byte offsets `ats` of `host` report: the first timeout, or
+/// else the first op the interpreter refused; `None` when every record is empty (records of
+/// waits stopped by the abort word are the consequence of another failure and report nothing).
+pub(crate) fn first_failure(
+    host: &HostMapped,
+    ats: impl Iterator<Item = usize>,
+) -> Option<CudaError> {
+    let mut bad = None;
+    for at in ats {
+        // Field offsets of `symm_timeout_record`, from the one definition of the ABI.
+        let u32_at = |o: usize| host.read_u32(at + o);
+        let rank = u32_at(offset_of!(TimeoutRecord, rank)) as u16;
+        let channel = u32_at(offset_of!(TimeoutRecord, channel)) as u16;
+        let op_index = u32_at(offset_of!(TimeoutRecord, op_index));
+        match u32_at(offset_of!(TimeoutRecord, reason)) {
+            abi::STOP_TIMEOUT => {
+                return Some(CudaError::Timeout {
+                    rank,
+                    peer: u32_at(offset_of!(TimeoutRecord, peer)) as u16,
+                    slot: u32_at(offset_of!(TimeoutRecord, slot)),
+                    channel,
+                    expected: host.read_u64(at + offset_of!(TimeoutRecord, expected)),
+                    found: host.read_u64(at + offset_of!(TimeoutRecord, found)),
+                    op_index,
+                })
+            }
+            abi::STOP_BAD_OP => {
+                bad.get_or_insert(CudaError::BadOp {
+                    rank,
+                    channel,
+                    op_index,
+                });
+            }
+            _ => {}
+        }
+    }
+    bad
+}
