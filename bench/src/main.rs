@@ -9,6 +9,7 @@
 //!   above as `current_exe() comm-rank PHASE ...`.
 
 mod hw;
+mod mps;
 mod progress;
 
 use std::path::PathBuf;
@@ -74,6 +75,10 @@ pub(crate) struct CheckArgs {
     /// Correctness, the quick bench and the selftest in one run.
     #[arg(long)]
     pub all: bool,
+    /// Ranks share the GPUs there are (SYMM_DEVICES=mod, so any world runs on one GPU), under
+    /// an MPS daemon this run starts in a private directory and stops at the end.
+    #[arg(long)]
+    pub share_gpus: bool,
 }
 
 /// `symm-bench bench`, with nccl-tests' size and iteration flags.
@@ -175,6 +180,9 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let cli = Cli::parse();
+    // SAFETY: still before any thread or CUDA library (parsing started none).
+    let _mps =
+        matches!(&cli.cmd, Cmd::Check(a) if a.share_gpus).then(|| unsafe { mps::Mps::start() });
     let result = match cli.cmd {
         Cmd::Check(a) => hw::run(&a),
         Cmd::Bench(a) => hw::perf::run(&a),

@@ -36,6 +36,9 @@ use std::time::{Duration, Instant};
 use crate::bootstrap::env::{self, Token, MAX_WORLD};
 use crate::bootstrap::sys;
 
+mod gpus;
+use gpus::{dev_nodes, share_gpus, visible_gpus};
+
 /// Variables set to keep NVLink multicast off, in every rank, always ([`crate::safety_env`]).
 pub use crate::safety_env::SAFETY_ENV;
 
@@ -339,6 +342,18 @@ pub fn run(o: &Options) -> Result<i32, LaunchError> {
     let (done_tx, done_rx) = mpsc::channel();
     let mut streams = 0;
     let mut ranks: Vec<Rank> = Vec::with_capacity(o.ranks as usize);
+    let share = share_gpus(
+        o.ranks,
+        std::env::var_os("SYMM_DEVICES").is_some(),
+        visible_gpus(std::env::var_os("CUDA_VISIBLE_DEVICES"), dev_nodes()),
+    );
+    if let Some(gpus) = share {
+        eprintln!(
+            "symm-run: {} ranks on {gpus} GPU(s): ranks share GPUs (SYMM_DEVICES=mod; start MPS \
+             for full speed, see the README)",
+            o.ranks
+        );
+    }
     for r in 0..o.ranks {
         let mut cmd = crate::safety_env::command(&o.command[0]);
         cmd.args(&o.command[1..])
@@ -348,6 +363,7 @@ pub fn run(o: &Options) -> Result<i32, LaunchError> {
             .env("LOCAL_WORLD_SIZE", o.ranks.to_string())
             .env(env::SYMM_JOB, &job)
             .env(env::SYMM_TOKEN, token.to_hex())
+            .envs(share.map(|_| ("SYMM_DEVICES", "mod")))
             .stdin(Stdio::null())
             .process_group(0);
         if o.prefix {
