@@ -51,6 +51,17 @@ impl Link {
         multicast_bytes_per_us: 480_000.0,
     };
 
+    /// Ranks that share one GPU (MPS): no NVLink between them, data moves through the device's
+    /// L2 and HBM, and a signal crosses between processes in about 0.8 us (measured on H100
+    /// under MPS). One device's memory bandwidth (about 3 TB/s) is split among its ranks; this
+    /// charges each rank 1 TB/s.
+    pub const SHARED_DEVICE: Link = Link {
+        launch_us: 4.5,
+        alpha_us: 0.9,
+        beta_bytes_per_us: 1_000_000.0,
+        multicast_bytes_per_us: 0.0,
+    };
+
     /// Host threads over shared memory (what the simulator stamps traces with).
     pub const HOST: Link = Link {
         launch_us: 1.0,
@@ -203,6 +214,8 @@ mod calibration;
 /// One measured choice of the calibration table ([`tune`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Calibrated {
+    /// How the ranks were connected when it was measured.
+    pub topology: Topology,
     /// [`crate::sched::Collective::name`] of the collective.
     pub collective: &'static str,
     /// Ranks.
@@ -215,6 +228,35 @@ pub struct Calibrated {
     pub channels: u16,
     /// Its time per op, microseconds.
     pub us: f64,
+}
+
+/// How a job's ranks reach each other: what a calibration entry was measured on, and what
+/// [`tune_on`] chooses for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Topology {
+    /// Every rank on its own GPU, GPUs joined by NVLink (through NVSwitch).
+    Nvlink,
+    /// Ranks share GPUs: their traffic moves through one device's L2 and HBM.
+    SharedDevice,
+}
+
+impl Topology {
+    /// The model's link for this topology.
+    pub fn link(self) -> Link {
+        match self {
+            Topology::Nvlink => Link::NVLINK4,
+            Topology::SharedDevice => Link::SHARED_DEVICE,
+        }
+    }
+
+    /// Its name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::Nvlink => "nvlink",
+            Topology::SharedDevice => "shared_device",
+        }
+    }
 }
 
 /// The calibration table kept in the repository, and where it was measured.
@@ -242,15 +284,23 @@ pub fn default_channels(bytes: u64) -> u16 {
     }
 }
 
-/// `req` with the algorithm and channels symm picks by default: the calibration table's
-/// entry for (collective, world) at the size nearest `req.bytes` (in log scale), else the
-/// model's pick. A request the caller builds with an explicit algorithm and channels is run as
-/// given; this is the default for callers that do not choose.
+/// [`tune_on`] for ranks on their own GPUs joined by NVLink.
 pub fn tune(req: Request) -> (Request, Choice) {
+    tune_on(req, Topology::Nvlink)
+}
+
+/// `req` with the algorithm and channels symm picks by default on `topology`: the calibration
+/// table's entry for (topology, collective, world) at the size nearest `req.bytes` (in log
+/// scale), else the model's pick with the topology's link. Entries measured on another
+/// topology are never used. A request the caller builds with an explicit algorithm and
+/// channels is run as given; this is the default for callers that do not choose.
+pub fn tune_on(req: Request, topology: Topology) -> (Request, Choice) {
     let (table, _) = calibration();
     let near = table
         .iter()
-        .filter(|e| e.collective == req.collective.name() && e.world == req.world)
+        .filter(|e| {
+            e.topology == topology && e.collective == req.collective.name() && e.world == req.world
+        })
         .min_by_key(|e| {
             let (a, b) = (e.bytes.max(1).ilog2(), req.bytes.max(1).ilog2());
             (a.abs_diff(b), e.bytes)
@@ -266,7 +316,7 @@ pub fn tune(req: Request) -> (Request, Choice) {
         }
     }
     let r = Request {
-        algorithm: select(&req, &Link::NVLINK4, false),
+        algorithm: select(&req, &topology.link(), false),
         channels: default_channels(req.bytes),
         ..req
     };
@@ -379,19 +429,25 @@ mod tune_tests {
                 .with_channels(e.channels);
             req.validate()
                 .unwrap_or_else(|err| panic!("{e:?}: {err:?}"));
-            let (t, how) = tune(Request::new(
-                c,
-                Algorithm::Ring,
-                e.world,
-                e.bytes,
-                DType::Bf16,
-                ReduceOp::Sum,
-            ));
+            let (t, how) = tune_on(
+                Request::new(
+                    c,
+                    Algorithm::Ring,
+                    e.world,
+                    e.bytes,
+                    DType::Bf16,
+                    ReduceOp::Sum,
+                ),
+                e.topology,
+            );
             assert_eq!(how, Choice::Calibrated);
             let same = table
                 .iter()
                 .filter(|x| {
-                    x.collective == e.collective && x.world == e.world && x.bytes == e.bytes
+                    x.topology == e.topology
+                        && x.collective == e.collective
+                        && x.world == e.world
+                        && x.bytes == e.bytes
                 })
                 .any(|x| x.algorithm == t.algorithm && x.channels == t.channels);
             assert!(same, "{e:?} -> {t:?}");
@@ -409,5 +465,36 @@ mod tune_tests {
         assert_eq!(how, Choice::Model);
         assert_eq!(t.algorithm, select(&req, &Link::NVLINK4, false));
         assert_eq!(t.channels, default_channels(1 << 20));
+    }
+
+    /// Entries measured with every rank on its own NVLink-joined GPU never choose for ranks
+    /// that share a device (and the reverse): without entries of its own, a shared device gets
+    /// the model on its own link.
+    #[test]
+    fn tune_keeps_topologies_apart() {
+        let (table, _) = calibration();
+        let e = table
+            .iter()
+            .find(|e| e.topology == Topology::Nvlink && e.collective == "all_reduce")
+            .expect("the table holds NVLink all-reduce entries");
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            e.world,
+            e.bytes,
+            DType::Bf16,
+            ReduceOp::Sum,
+        );
+        assert_eq!(tune_on(req, Topology::Nvlink).1, Choice::Calibrated);
+        let shared = table.iter().any(|x| {
+            x.topology == Topology::SharedDevice
+                && x.collective == "all_reduce"
+                && x.world == e.world
+        });
+        if !shared {
+            let (t, how) = tune_on(req, Topology::SharedDevice);
+            assert_eq!(how, Choice::Model);
+            assert_eq!(t.algorithm, select(&req, &Link::SHARED_DEVICE, false));
+        }
     }
 }

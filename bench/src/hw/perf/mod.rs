@@ -211,7 +211,20 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             let _ = std::fs::remove_file(out.join(format!("{phase}-rank{r}.tsv")));
         }
         if let Some(path) = &cal {
-            let text = report::calibration(w, &samples);
+            // Ranks placed on the same GPU measure a shared device, not NVLink.
+            let devices: Vec<i32> = (0..w)
+                .filter_map(|r| symm_driver::cuda::Comm::placement(r).ok())
+                .collect();
+            let shared = devices
+                .iter()
+                .enumerate()
+                .any(|(i, d)| devices[..i].contains(d));
+            let topology = if shared {
+                symm_core::cost::Topology::SharedDevice
+            } else {
+                symm_core::cost::Topology::Nvlink
+            };
+            let text = report::calibration(w, topology, &samples);
             std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
             println!("bench: calibration table written to {}", path.display());
         }
