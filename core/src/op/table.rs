@@ -375,3 +375,91 @@ macro_rules! ops {
         }
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Loc, Op, OpKind};
+    use crate::plan::{PlanError, PlanOp};
+
+    /// The tag table is append-only and the plan codes are what the GPU kernels read: these
+    /// numbers are part of the trace format and of `plan.cuh`.
+    #[test]
+    fn tags_and_codes_are_pinned() {
+        let pinned = [
+            (OpKind::Copy, 0, "copy", 0, "COPY"),
+            (OpKind::Reduce, 1, "reduce", 1, "REDUCE"),
+            (OpKind::Signal, 2, "signal", 2, "SIGNAL"),
+            (OpKind::Wait, 3, "wait", 3, "WAIT"),
+            (OpKind::ReduceN, 4, "reduce_n", 6, "REDUCE_N"),
+            (OpKind::LlPut, 5, "ll_put", 7, "LL_PUT"),
+            (OpKind::LlReduce, 6, "ll_reduce", 8, "LL_REDUCE"),
+            (OpKind::McReduce, 7, "mc_reduce", 4, "MC_REDUCE"),
+            (OpKind::McStore, 8, "mc_store", 5, "MC_STORE"),
+        ];
+        for (k, tag, name, code, code_name) in pinned {
+            assert_eq!(k.tag(), tag, "{k:?}");
+            assert_eq!(k.name(), name);
+            assert_eq!(OpKind::from_tag(tag), Some(k));
+            assert_eq!((k.code(), k.code_name()), (code, code_name), "{k:?}");
+            assert_eq!(OpKind::from_code(code), Some(k));
+        }
+        for (t, k) in OpKind::ALL.iter().enumerate() {
+            assert_eq!(k.tag() as usize, t);
+        }
+        assert_eq!(OpKind::from_tag(OpKind::ALL.len() as u8), None);
+        assert_eq!(OpKind::from_tag(u8::MAX), None);
+        assert_eq!(OpKind::from_code(u8::MAX), None);
+        for w in OpKind::CODES.windows(2) {
+            assert!(w[0].1 < w[1].1, "{:?}", OpKind::CODES);
+        }
+    }
+
+    /// Every row's example is of its kind, round-trips through the flat form and the plan's
+    /// bytes, and keeps its value under identity mappings of locations and slots.
+    #[test]
+    fn every_row_round_trips_through_the_plan() {
+        for k in OpKind::ALL {
+            let op = Op::example(k);
+            assert_eq!(op.kind(), k);
+            assert_eq!(Op::from_fields(&op.to_fields()), Ok(op), "{k:?}");
+            let bytes = PlanOp::encode(&op).to_bytes();
+            assert_eq!(bytes[0], k.code());
+            let back = PlanOp::from_bytes(&bytes).and_then(|p| p.decode());
+            assert_eq!(back, Ok(op), "{k:?}");
+            assert_eq!(op.map_locs(Ok::<Loc, ()>), Ok(op));
+            assert_eq!(op.map_slots(Ok::<u16, ()>, Ok::<u32, ()>), Ok(op));
+        }
+        let unknown = PlanOp {
+            kind: 200,
+            ..PlanOp::default()
+        };
+        assert_eq!(unknown.decode(), Err(PlanError::BadKind(200)));
+    }
+
+    /// `map_slots` moves the slot of every op that has one and the peer of a signal, nothing
+    /// else; `map_locs` moves every location but multicast ones.
+    #[test]
+    fn mappings_touch_what_they_name() {
+        for k in OpKind::ALL {
+            let op = Op::example(k);
+            let moved = op
+                .map_slots(|p| Ok::<_, ()>(p + 1000), |s| Ok(s + 1000))
+                .unwrap_or(op);
+            let (f0, f1) = (op.to_fields(), moved.to_fields());
+            let slot_moved = f1.slot != f0.slot;
+            assert_eq!(slot_moved, f0.slot != 0, "{k:?}");
+            assert_eq!(f1.peer != f0.peer, f0.peer != 0, "{k:?}");
+            assert_eq!((f1.a, f1.b, f1.dst, f1.count), (f0.a, f0.b, f0.dst, f0.count));
+            let shifted = op
+                .map_locs(|l| Ok::<_, ()>(Loc::new(l.rank + 1, l.buf, l.offset)))
+                .unwrap_or(op)
+                .to_fields();
+            for (was, now) in [(f0.a, shifted.a), (f0.b, shifted.b), (f0.dst, shifted.dst)] {
+                // Every `Loc` example has a nonzero rank; multicast places have rank 0.
+                let want = if was.rank == 0 { 0 } else { was.rank + 1 };
+                assert_eq!((now.rank, now.buf, now.offset), (want, was.buf, was.offset));
+            }
+            assert_eq!((shifted.slot, shifted.peer), (f0.slot, f0.peer), "{k:?}");
+        }
+    }
+}
