@@ -75,7 +75,8 @@ fn the_generated_headers_list_every_row() {
         let (name, code) = (k.code_name(), k.code());
         assert!(KINDS.contains(&(name, code)), "{k:?} not in plan::KINDS");
         assert!(
-            cuh.lines().any(|l| l == format!("#define SYMM_OP_{name} {code}")),
+            cuh.lines()
+                .any(|l| l == format!("#define SYMM_OP_{name} {code}")),
             "kernels/symm/plan.cuh lacks SYMM_OP_{name} {code}: run `cargo xtask codegen`"
         );
         assert!(

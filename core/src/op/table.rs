@@ -449,7 +449,10 @@ mod tests {
             let slot_moved = f1.slot != f0.slot;
             assert_eq!(slot_moved, f0.slot != 0, "{k:?}");
             assert_eq!(f1.peer != f0.peer, f0.peer != 0, "{k:?}");
-            assert_eq!((f1.a, f1.b, f1.dst, f1.count), (f0.a, f0.b, f0.dst, f0.count));
+            assert_eq!(
+                (f1.a, f1.b, f1.dst, f1.count),
+                (f0.a, f0.b, f0.dst, f0.count)
+            );
             let shifted = op
                 .map_locs(|l| Ok::<_, ()>(Loc::new(l.rank + 1, l.buf, l.offset)))
                 .unwrap_or(op)
