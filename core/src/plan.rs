@@ -266,11 +266,11 @@ mod tests {
         }
         assert_eq!(
             PlanOp {
-                kind: 9,
+                kind: u8::MAX,
                 ..Default::default()
             }
             .decode(),
-            Err(PlanError::BadKind(9))
+            Err(PlanError::BadKind(u8::MAX))
         );
         // A k-way reduce over eight ranks uses both rank words; bad counts and stray ranks fail.
         let seven = Op::ReduceN {
