@@ -2,8 +2,7 @@
 
 use symm_core::cost::Link;
 use symm_core::dtype::{DType, ReduceOp};
-use symm_core::op::{Buf, Loc, McLoc, Op, Ranks, SignalOp};
-use symm_core::plan;
+use symm_core::op::{Fanin, FieldError, Op, OpFields, OpKind, RawLoc};
 use symm_core::sched::{Algorithm, Collective, Request};
 use symm_core::trace::{Event, EventKind};
 
@@ -32,10 +31,6 @@ fn dtype(v: u32) -> Result<DType, Error> {
 
 fn redop(v: u32) -> Result<ReduceOp, Error> {
     byte_code(v, "redop", ReduceOp::from_u8)
-}
-
-fn buf(v: u32) -> Result<Buf, Error> {
-    byte_code(v, "buf", Buf::from_u8)
 }
 
 impl symm_request {
@@ -79,268 +74,95 @@ impl symm_request {
 }
 
 impl symm_loc {
-    fn of(l: Loc) -> symm_loc {
+    fn of(l: RawLoc) -> symm_loc {
         symm_loc {
             rank: l.rank,
             reserved: 0,
-            buf: l.buf as u32,
+            buf: l.buf.into(),
             offset: l.offset,
         }
     }
 
-    fn of_mc(l: McLoc) -> symm_loc {
-        symm_loc {
-            rank: 0,
-            reserved: 0,
-            buf: l.buf as u32,
-            offset: l.offset,
-        }
-    }
-
-    fn to_core(self) -> Result<Loc, Error> {
-        Ok(Loc::new(self.rank, buf(self.buf)?, self.offset))
-    }
-
-    fn to_mc(self) -> Result<McLoc, Error> {
-        Ok(McLoc {
-            buf: buf(self.buf)?,
+    fn raw(self) -> RawLoc {
+        RawLoc {
+            rank: self.rank,
+            buf: narrow(self.buf),
             offset: self.offset,
-        })
+        }
+    }
+}
+
+/// A one-byte code of a C field: a wider value becomes 255, which no code uses, so it is refused
+/// where the op reads the field and ignored where the op does not use it.
+fn narrow(v: u32) -> u8 {
+    u8::try_from(v).unwrap_or(u8::MAX)
+}
+
+impl From<FieldError> for Error {
+    fn from(e: FieldError) -> Error {
+        let (field, value) = match e {
+            FieldError::BadBuf(v) => ("buf", v.into()),
+            FieldError::BadDType(v) => ("dtype", v.into()),
+            FieldError::BadReduceOp(v) => ("redop", v.into()),
+            FieldError::BadSignalOp(v) => ("sigop", v.into()),
+            FieldError::BadFanin(n) => ("nsources", n.into()),
+            _ => ("op", 0),
+        };
+        Error::BadCode { field, value }
     }
 }
 
 impl symm_op {
-    /// The C form of an op.
+    /// The C form of an op: its places ([`OpFields`]) in the struct's fields.
     pub fn of(op: &Op) -> symm_op {
-        let mut o = symm_op::default();
-        match *op {
-            Op::Copy { src, dst, bytes } => {
-                o.kind = plan::COPY.into();
-                o.a = symm_loc::of(src);
-                o.dst = symm_loc::of(dst);
-                o.count = bytes;
-            }
-            Op::Reduce {
-                a,
-                b,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            } => {
-                o.kind = plan::REDUCE.into();
-                o.a = symm_loc::of(a);
-                o.b = symm_loc::of(b);
-                o.dst = symm_loc::of(dst);
-                o.count = elems;
-                o.dtype = dtype as u32;
-                o.redop = op as u32;
-                o.div = div;
-            }
-            Op::Signal {
-                peer,
-                slot,
-                op,
-                value,
-            } => {
-                o.kind = plan::SIGNAL.into();
-                o.peer = peer;
-                o.slot = slot;
-                o.sigop = op as u32;
-                o.count = value;
-            }
-            Op::Wait { slot, count } => {
-                o.kind = plan::WAIT.into();
-                o.slot = slot;
-                o.count = count;
-            }
-            Op::ReduceN {
-                buf,
-                offset,
-                ranks,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            } => {
-                o.kind = plan::REDUCE_N.into();
-                o.a = symm_loc::of_mc(McLoc { buf, offset });
-                (o.sources_lo, o.sources_hi) = ranks.pack();
-                o.nsources = ranks.len() as u16;
-                o.dst = symm_loc::of(dst);
-                o.count = elems;
-                o.dtype = dtype as u32;
-                o.redop = op as u32;
-                o.div = div;
-            }
-            Op::LlPut {
-                src,
-                dst,
-                bytes,
-                slot,
-                flip,
-            } => {
-                o.kind = plan::LL_PUT.into();
-                o.a = symm_loc::of(src);
-                o.dst = symm_loc::of(dst);
-                o.count = bytes;
-                o.slot = slot;
-                o.sources_hi = flip;
-            }
-            Op::LlReduce {
-                src,
-                stride,
-                sources,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-                slot,
-                flip,
-            } => {
-                o.kind = plan::LL_REDUCE.into();
-                o.a = symm_loc::of(src);
-                o.nsources = sources;
-                o.sources_lo = stride;
-                o.sources_hi = flip;
-                o.dst = symm_loc::of(dst);
-                o.count = elems;
-                o.dtype = dtype as u32;
-                o.redop = op as u32;
-                o.div = div;
-                o.slot = slot;
-            }
-            Op::McReduce {
-                src,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            } => {
-                o.kind = plan::MC_REDUCE.into();
-                o.a = symm_loc::of_mc(src);
-                o.dst = symm_loc::of(dst);
-                o.count = elems;
-                o.dtype = dtype as u32;
-                o.redop = op as u32;
-                o.div = div;
-            }
-            Op::McStore { src, dst, bytes } => {
-                o.kind = plan::MC_STORE.into();
-                o.a = symm_loc::of(src);
-                o.dst = symm_loc::of_mc(dst);
-                o.count = bytes;
-            }
+        let w = op.to_fields();
+        symm_op {
+            kind: w.kind.code().into(),
+            dtype: w.dtype.into(),
+            redop: w.redop.into(),
+            sigop: w.sigop.into(),
+            a: symm_loc::of(w.a),
+            b: symm_loc::of(w.b),
+            dst: symm_loc::of(w.dst),
+            count: w.count,
+            slot: w.slot,
+            div: w.div,
+            peer: w.peer,
+            nsources: w.fanin.n,
+            reserved2: 0,
+            sources_lo: w.fanin.lo,
+            sources_hi: w.fanin.hi,
         }
-        o
     }
 
     /// The core op (every code checked).
     pub fn to_core(&self) -> Result<Op, Error> {
-        let kind = u8::try_from(self.kind).unwrap_or(u8::MAX);
-        Ok(match kind {
-            plan::COPY => Op::Copy {
-                src: self.a.to_core()?,
-                dst: self.dst.to_core()?,
-                bytes: self.count,
+        let kind = u8::try_from(self.kind)
+            .ok()
+            .and_then(OpKind::from_code)
+            .ok_or(Error::BadCode {
+                field: "kind",
+                value: self.kind.into(),
+            })?;
+        let w = OpFields {
+            kind,
+            a: self.a.raw(),
+            b: self.b.raw(),
+            dst: self.dst.raw(),
+            count: self.count,
+            slot: self.slot,
+            div: self.div,
+            dtype: narrow(self.dtype),
+            redop: narrow(self.redop),
+            sigop: narrow(self.sigop),
+            peer: self.peer,
+            fanin: Fanin {
+                n: self.nsources,
+                lo: self.sources_lo,
+                hi: self.sources_hi,
             },
-            plan::REDUCE => Op::Reduce {
-                a: self.a.to_core()?,
-                b: self.b.to_core()?,
-                dst: self.dst.to_core()?,
-                elems: self.count,
-                dtype: dtype(self.dtype)?,
-                op: redop(self.redop)?,
-                div: self.div,
-            },
-            plan::SIGNAL => Op::Signal {
-                peer: self.peer,
-                slot: self.slot,
-                op: match self.sigop {
-                    0 => SignalOp::Set,
-                    1 => SignalOp::Add,
-                    v => {
-                        return Err(Error::BadCode {
-                            field: "sigop",
-                            value: v.into(),
-                        })
-                    }
-                },
-                value: self.count,
-            },
-            plan::WAIT => Op::Wait {
-                slot: self.slot,
-                count: self.count,
-            },
-            plan::REDUCE_N => {
-                let src = self.a.to_mc()?;
-                Op::ReduceN {
-                    buf: src.buf,
-                    offset: src.offset,
-                    ranks: Ranks::unpack(self.nsources, self.sources_lo, self.sources_hi).ok_or(
-                        Error::BadCode {
-                            field: "nsources",
-                            value: self.nsources.into(),
-                        },
-                    )?,
-                    dst: self.dst.to_core()?,
-                    elems: self.count,
-                    dtype: dtype(self.dtype)?,
-                    op: redop(self.redop)?,
-                    div: self.div,
-                }
-            }
-            plan::LL_PUT => Op::LlPut {
-                src: self.a.to_core()?,
-                dst: self.dst.to_core()?,
-                bytes: self.count,
-                slot: self.slot,
-                flip: self.sources_hi,
-            },
-            plan::LL_REDUCE => Op::LlReduce {
-                src: self.a.to_core()?,
-                stride: self.sources_lo,
-                sources: match self.nsources {
-                    0 => {
-                        return Err(Error::BadCode {
-                            field: "nsources",
-                            value: 0,
-                        })
-                    }
-                    n => n,
-                },
-                dst: self.dst.to_core()?,
-                elems: self.count,
-                dtype: dtype(self.dtype)?,
-                op: redop(self.redop)?,
-                div: self.div,
-                slot: self.slot,
-                flip: self.sources_hi,
-            },
-            plan::MC_REDUCE => Op::McReduce {
-                src: self.a.to_mc()?,
-                dst: self.dst.to_core()?,
-                elems: self.count,
-                dtype: dtype(self.dtype)?,
-                op: redop(self.redop)?,
-                div: self.div,
-            },
-            plan::MC_STORE => Op::McStore {
-                src: self.a.to_core()?,
-                dst: self.dst.to_mc()?,
-                bytes: self.count,
-            },
-            _ => {
-                return Err(Error::BadCode {
-                    field: "kind",
-                    value: self.kind.into(),
-                })
-            }
-        })
+        };
+        Ok(Op::from_fields(&w)?)
     }
 }
 
@@ -425,6 +247,7 @@ impl symm_event {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use symm_core::op::{Buf, Loc, Ranks};
     use symm_core::sched::{collectives, pairs, Schedule};
 
     fn c_request(req: &Request) -> symm_request {

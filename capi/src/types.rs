@@ -369,7 +369,7 @@ pub mod codes {
     ];
 
     /// Op kinds (the plan encoding's).
-    pub const OP_KINDS: [(&str, u8); 9] = plan::KINDS;
+    pub const OP_KINDS: [(&str, u8); plan::KINDS.len()] = plan::KINDS;
 
     /// Signal operations: name and wire value.
     pub const SIGNAL_OPS: [(&str, u8); 2] = [("SET", 0), ("ADD", 1)];

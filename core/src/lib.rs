@@ -17,6 +17,7 @@
 //! owned trace buffers.
 #![no_std]
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;

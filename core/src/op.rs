@@ -25,11 +25,15 @@
 //! All ranks' buffers are symmetric: the same [`Buf`] and offset name the same bytes on every rank.
 //!
 //! Each op has a kind ([`OpKind`]) with a stable number from an append-only table: traces tag
-//! ops with it, never with the position of the variant in [`Op`].
+//! ops with it, never with the position of the variant in [`Op`]. Every op is one row of the ops
+//! table below (see `op/table.rs`), from which the enums, the location and slot mappings, the
+//! plan and C encodings, the trace record's fields and the generated header constants come.
 
-mod kind;
+#[macro_use]
+pub(crate) mod table;
+mod fields;
 
-pub use kind::OpKind;
+pub use fields::{Fanin, FieldError, OpFields, RawLoc};
 
 use crate::dtype::{DType, ReduceOp};
 use serde::{Deserialize, Serialize};
@@ -225,260 +229,191 @@ pub enum SignalOp {
     Add = 1,
 }
 
-/// One instruction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Op {
+impl SignalOp {
+    /// Decodes a wire value.
+    pub const fn from_u8(v: u8) -> Option<SignalOp> {
+        match v {
+            0 => Some(SignalOp::Set),
+            1 => Some(SignalOp::Add),
+            _ => None,
+        }
+    }
+}
+
+// The ops table: one row per op (see `table`). A row is
+// `Variant = trace tag, PLAN_CODE_NAME = plan code, "short name", unicast | multicast[, locs = f]`
+// and the fields, each `name: Type => place` (a place of `OpFields`), with an optional
+// `[check]` run on decode. Rows go in tag order; tags and plan codes never change.
+ops! {
     /// Copy `bytes` bytes from `src` to `dst`.
-    Copy {
+    Copy = 0, COPY = 0, "copy", unicast {
         /// Source.
-        src: Loc,
+        src: Loc => a,
         /// Destination.
-        dst: Loc,
+        dst: Loc => dst,
         /// Byte count.
-        bytes: u64,
-    },
+        bytes: u64 => count,
+    }
     /// `dst[i] = a[i] (op) b[i]` for `elems` elements, then divided by `div` when `div > 1`.
-    Reduce {
+    Reduce = 1, REDUCE = 1, "reduce", unicast {
         /// First operand.
-        a: Loc,
+        a: Loc => a,
         /// Second operand.
-        b: Loc,
+        b: Loc => b,
         /// Destination (may alias `a` or `b` exactly).
-        dst: Loc,
+        dst: Loc => dst,
         /// Element count.
-        elems: u64,
+        elems: u64 => count,
         /// Element type.
-        dtype: DType,
+        dtype: DType => dtype,
         /// Operator.
-        op: ReduceOp,
+        op: ReduceOp => redop,
         /// Divisor applied after combining (the last step of an average); 0 or 1: none.
-        div: u32,
-    },
+        div: u32 => div,
+    }
     /// Update slot `slot` of `peer`'s signal pad (release, system scope).
-    Signal {
+    Signal = 2, SIGNAL = 2, "signal", unicast {
         /// Rank whose pad is updated.
-        peer: u16,
+        peer: u16 => peer,
         /// Slot index in that pad.
-        slot: u32,
+        slot: u32 => slot,
         /// Set or add.
-        op: SignalOp,
+        op: SignalOp => sigop,
         /// Operand.
-        value: u64,
-    },
+        value: u64 => count,
+    }
     /// Wait until own slot `slot` reaches `expected[slot] + count`, then advance `expected[slot]`.
-    Wait {
+    Wait = 3, WAIT = 3, "wait", unicast {
         /// Own slot index.
-        slot: u32,
+        slot: u32 => slot,
         /// How many more signals to wait for.
-        count: u64,
-    },
+        count: u64 => count,
+    }
     /// k-way reduce: `dst[i] = (op) over r in ranks of (buf, offset)@r[i]`, combined in list
     /// order with one accumulator (`f32` for 16-bit floats), rounded once, then divided by `div`
     /// when `div > 1` ([`crate::dtype::fold`]). `dst` may be one of the sources exactly.
-    ReduceN {
+    ReduceN = 4, REDUCE_N = 6, "reduce_n", unicast, locs = reduce_n_locs {
         /// The symmetric buffer read on every listed rank.
-        buf: Buf,
+        buf: Buf => a.buf,
         /// Byte offset read on every listed rank.
-        offset: u64,
+        offset: u64 => a.offset,
         /// Ranks read, in combining order.
-        ranks: Ranks,
+        ranks: Ranks => fanin,
         /// Destination.
-        dst: Loc,
+        dst: Loc => dst,
         /// Element count.
-        elems: u64,
+        elems: u64 => count,
         /// Element type.
-        dtype: DType,
+        dtype: DType => dtype,
         /// Operator.
-        op: ReduceOp,
+        op: ReduceOp => redop,
         /// Divisor applied after combining; 0 or 1: none.
-        div: u32,
-    },
+        div: u32 => div,
+    }
     /// Low-latency put: `bytes` of `src` written as LL lines ([`crate::ll`]) at `dst`, plus
     /// `flip` when this call's epoch (the executor's counter of `slot`) is odd, each line
     /// carrying the call's flag. `dst` takes [`crate::ll::line_bytes`]`(bytes)`.
-    LlPut {
+    LlPut = 5, LL_PUT = 7, "ll_put", unicast {
         /// Source (plain bytes).
-        src: Loc,
+        src: Loc => a,
         /// Destination of the lines (half 0).
-        dst: Loc,
+        dst: Loc => dst,
         /// Data bytes.
-        bytes: u64,
+        bytes: u64 => count,
         /// The slot whose counter is the call's epoch.
-        slot: u32,
+        slot: u32 => slot,
         /// Offset of half 1 from half 0.
-        flip: u64,
-    },
+        flip: u64 => fanin.hi,
+    }
     /// Low-latency k-way reduce: waits until the LL lines of `sources` regions, region `s` at
     /// `src.offset + s * stride` (plus `flip` when the epoch is odd), carry this call's flag,
     /// then folds their data in region order into `dst` as [`Op::ReduceN`] does.
-    LlReduce {
+    LlReduce = 6, LL_REDUCE = 8, "ll_reduce", unicast {
         /// The first region (half 0), on the executing rank in every schedule.
-        src: Loc,
+        src: Loc => a,
         /// Bytes from one region to the next.
-        stride: u64,
+        stride: u64 => fanin.lo,
         /// Number of regions (at least 1).
-        sources: u16,
+        sources: u16 => fanin.n [fields::regions],
         /// Destination (plain elements).
-        dst: Loc,
+        dst: Loc => dst,
         /// Element count.
-        elems: u64,
+        elems: u64 => count,
         /// Element type.
-        dtype: DType,
+        dtype: DType => dtype,
         /// Operator.
-        op: ReduceOp,
+        op: ReduceOp => redop,
         /// Divisor applied after combining; 0 or 1: none.
-        div: u32,
+        div: u32 => div,
         /// The slot whose counter is the call's epoch.
-        slot: u32,
+        slot: u32 => slot,
         /// Offset of half 1 from half 0.
-        flip: u64,
-    },
+        flip: u64 => fanin.hi,
+    }
     /// Multicast load-reduce: `dst[i] = (op) over ranks r of src@r[i]`, in rank order.
-    McReduce {
+    McReduce = 7, MC_REDUCE = 4, "mc_reduce", multicast {
         /// The symmetric location read on every rank.
-        src: McLoc,
+        src: McLoc => a,
         /// Destination.
-        dst: Loc,
+        dst: Loc => dst,
         /// Element count.
-        elems: u64,
+        elems: u64 => count,
         /// Element type.
-        dtype: DType,
+        dtype: DType => dtype,
         /// Operator.
-        op: ReduceOp,
+        op: ReduceOp => redop,
         /// Divisor applied after combining; 0 or 1: none.
-        div: u32,
-    },
+        div: u32 => div,
+    }
     /// Multicast store: copy `bytes` from `src` to `dst` on every rank.
-    McStore {
+    McStore = 8, MC_STORE = 5, "mc_store", multicast {
         /// Source.
-        src: Loc,
+        src: Loc => a,
         /// The symmetric destination written on every rank.
-        dst: McLoc,
+        dst: McLoc => dst,
         /// Byte count.
-        bytes: u64,
-    },
+        bytes: u64 => count,
+    }
+}
+
+/// [`Op::map_locs`] of a k-way reduce: each source `(rank, buf, offset)` through `f`, the
+/// first one's mapped buffer and offset kept; then the destination.
+fn reduce_n_locs<E>(op: Op, f: &mut impl FnMut(Loc) -> Result<Loc, E>) -> Result<Op, E> {
+    let Op::ReduceN {
+        buf,
+        offset,
+        ranks,
+        dst,
+        elems,
+        dtype,
+        op,
+        div,
+    } = op
+    else {
+        return Ok(op);
+    };
+    let mut list = [0u16; MAX_FANIN];
+    let mut at = (buf, offset);
+    for (i, &r) in ranks.as_slice().iter().enumerate() {
+        let l = f(Loc::new(r, buf, offset))?;
+        if i == 0 {
+            at = (l.buf, l.offset);
+        }
+        list[i] = l.rank;
+    }
+    Ok(Op::ReduceN {
+        buf: at.0,
+        offset: at.1,
+        ranks: Ranks::new(&list[..ranks.len()]).unwrap_or(ranks),
+        dst: f(dst)?,
+        elems,
+        dtype,
+        op,
+        div,
+    })
 }
 
 impl Op {
-    /// The op with every rank-addressed location passed through `f` (the operands and the
-    /// destination of copies and reductions, each source of a k-way reduce (`f` must map the
-    /// offset of a symmetric buffer the same on every rank: the first source's mapped buffer
-    /// and offset are kept), the destination of a multicast load-reduce and
-    /// the source of a multicast store); signals, waits and multicast locations are unchanged.
-    pub fn map_locs<E>(self, mut f: impl FnMut(Loc) -> Result<Loc, E>) -> Result<Op, E> {
-        Ok(match self {
-            Op::Copy { src, dst, bytes } => Op::Copy {
-                src: f(src)?,
-                dst: f(dst)?,
-                bytes,
-            },
-            Op::Reduce {
-                a,
-                b,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            } => Op::Reduce {
-                a: f(a)?,
-                b: f(b)?,
-                dst: f(dst)?,
-                elems,
-                dtype,
-                op,
-                div,
-            },
-            Op::ReduceN {
-                buf,
-                offset,
-                ranks,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            } => {
-                let mut list = [0u16; MAX_FANIN];
-                let mut at = (buf, offset);
-                for (i, &r) in ranks.as_slice().iter().enumerate() {
-                    let l = f(Loc::new(r, buf, offset))?;
-                    if i == 0 {
-                        at = (l.buf, l.offset);
-                    }
-                    list[i] = l.rank;
-                }
-                Op::ReduceN {
-                    buf: at.0,
-                    offset: at.1,
-                    ranks: Ranks::new(&list[..ranks.len()]).unwrap_or(ranks),
-                    dst: f(dst)?,
-                    elems,
-                    dtype,
-                    op,
-                    div,
-                }
-            }
-            Op::McReduce {
-                src,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            } => Op::McReduce {
-                src,
-                dst: f(dst)?,
-                elems,
-                dtype,
-                op,
-                div,
-            },
-            Op::McStore { src, dst, bytes } => Op::McStore {
-                src: f(src)?,
-                dst,
-                bytes,
-            },
-            Op::LlPut {
-                src,
-                dst,
-                bytes,
-                slot,
-                flip,
-            } => Op::LlPut {
-                src: f(src)?,
-                dst: f(dst)?,
-                bytes,
-                slot,
-                flip,
-            },
-            Op::LlReduce {
-                src,
-                stride,
-                sources,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-                slot,
-                flip,
-            } => Op::LlReduce {
-                src: f(src)?,
-                stride,
-                sources,
-                dst: f(dst)?,
-                elems,
-                dtype,
-                op,
-                div,
-                slot,
-                flip,
-            },
-            other @ (Op::Signal { .. } | Op::Wait { .. }) => other,
-        })
-    }
-
     /// Bytes this op moves (reads of remote or written data), for cost accounting.
     pub fn bytes(&self) -> u64 {
         match *self {
@@ -526,7 +461,7 @@ impl Op {
 
     /// Whether the op is a multicast op.
     pub fn is_multicast(&self) -> bool {
-        matches!(self, Op::McReduce { .. } | Op::McStore { .. })
+        self.kind().is_multicast()
     }
 }
 

@@ -5,53 +5,26 @@
 //! request and caches it; `kernels/` has a header generated from the constants here
 //! (`cargo xtask codegen`), and a test fails when that header is stale.
 //!
-//! Field use per kind (unused fields are zero):
+//! Each field of an op sits at a place of the flat form ([`OpFields`]) that its row of the ops
+//! table names (`core/src/op.rs`); the places sit in the plan's fields as follows (unused fields
+//! are zero):
 //!
-//! | kind | a | b | dst | count | slot | div |
-//! |---|---|---|---|---|---|---|
-//! | `COPY` | src | - | dst | bytes | - | - |
-//! | `REDUCE` | a | b | dst | elems | - | div |
-//! | `SIGNAL` | - | - | rank = peer | value | slot | - |
-//! | `WAIT` | - | - | - | count | slot | - |
-//! | `REDUCE_N` | src (buf, off) | rank = source count, off and `reserved` = up to 8 source ranks (u16 each, little-endian) | dst | elems | - | div |
-//! | `MC_REDUCE` | src (buf, off) | - | dst | elems | - | div |
-//! | `LL_PUT` | src | - | dst | bytes | epoch slot | - |, `reserved` = flip
-//! | `LL_REDUCE` | first region | rank = regions, off = stride | dst | elems | epoch slot | div |, `reserved` = flip
-//! | `MC_STORE` | src | - | dst (buf, off) | bytes | - | - |
+//! | place | plan fields |
+//! |---|---|
+//! | `a` | `a_rank`, `a_buf`, `a_off` (a multicast location or a k-way reduce's sources: rank 0) |
+//! | `b` | `b_rank`, `b_buf`, `b_off` |
+//! | `dst` | `dst_rank`, `dst_buf`, `dst_off` |
+//! | `peer` | `dst_rank` |
+//! | `fanin.n`, `fanin.lo`, `fanin.hi` | `b_rank`, `b_off`, `reserved` (a k-way reduce's source count and up to 8 ranks, u16 each, little-endian; a low-latency reduce's region count and stride, a low-latency op's half offset `flip`) |
+//! | `count`, `slot`, `div`, `dtype`, `redop`, `sigop` | the fields of the same names |
 
-use crate::dtype::{DType, ReduceOp};
-use crate::op::{Buf, Loc, McLoc, Op, Ranks, SignalOp};
+use crate::op::{Fanin, FieldError, Op, OpFields, OpKind, RawLoc};
 
-/// Op kind: copy.
-pub const COPY: u8 = 0;
-/// Op kind: reduce.
-pub const REDUCE: u8 = 1;
-/// Op kind: signal.
-pub const SIGNAL: u8 = 2;
-/// Op kind: wait.
-pub const WAIT: u8 = 3;
-/// Op kind: multicast load-reduce.
-pub const MC_REDUCE: u8 = 4;
-/// Op kind: multicast store.
-pub const MC_STORE: u8 = 5;
-/// Op kind: k-way reduce.
-pub const REDUCE_N: u8 = 6;
-/// Op kind: low-latency put.
-pub const LL_PUT: u8 = 7;
-/// Op kind: low-latency k-way reduce.
-pub const LL_REDUCE: u8 = 8;
+pub use crate::op::code::*;
+
 /// Every op kind by name, in wire order: what the generated headers (`plan.cuh`, `symm.h`) list.
-pub const KINDS: [(&str, u8); 9] = [
-    ("COPY", COPY),
-    ("REDUCE", REDUCE),
-    ("SIGNAL", SIGNAL),
-    ("WAIT", WAIT),
-    ("MC_REDUCE", MC_REDUCE),
-    ("MC_STORE", MC_STORE),
-    ("REDUCE_N", REDUCE_N),
-    ("LL_PUT", LL_PUT),
-    ("LL_REDUCE", LL_REDUCE),
-];
+/// It comes from the ops table ([`OpKind::CODES`]).
+pub const KINDS: [(&str, u8); OpKind::COUNT] = OpKind::CODES;
 /// Size of one encoded op in bytes.
 pub const OP_BYTES: usize = 64;
 
@@ -124,243 +97,88 @@ pub enum PlanError {
     Short,
 }
 
+impl From<FieldError> for PlanError {
+    fn from(e: FieldError) -> PlanError {
+        match e {
+            FieldError::BadBuf(v) => PlanError::BadBuf(v),
+            FieldError::BadDType(v) => PlanError::BadDType(v),
+            FieldError::BadReduceOp(v) => PlanError::BadReduceOp(v),
+            FieldError::BadSignalOp(v) => PlanError::BadSignalOp(v),
+            FieldError::BadFanin(n) => PlanError::BadFanin(n),
+        }
+    }
+}
+
 impl PlanOp {
     /// Encodes an op.
     pub fn encode(op: &Op) -> PlanOp {
-        let mut p = PlanOp::default();
-        let set_a = |p: &mut PlanOp, l: Loc| {
-            p.a_rank = l.rank;
-            p.a_buf = l.buf as u8;
-            p.a_off = l.offset;
-        };
-        let set_dst = |p: &mut PlanOp, l: Loc| {
-            p.dst_rank = l.rank;
-            p.dst_buf = l.buf as u8;
-            p.dst_off = l.offset;
-        };
-        match *op {
-            Op::Copy { src, dst, bytes } => {
-                p.kind = COPY;
-                set_a(&mut p, src);
-                set_dst(&mut p, dst);
-                p.count = bytes;
-            }
-            Op::Reduce {
-                a,
-                b,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            } => {
-                p.kind = REDUCE;
-                set_a(&mut p, a);
-                p.b_rank = b.rank;
-                p.b_buf = b.buf as u8;
-                p.b_off = b.offset;
-                set_dst(&mut p, dst);
-                p.count = elems;
-                p.dtype = dtype as u8;
-                p.redop = op as u8;
-                p.div = div;
-            }
-            Op::Signal {
-                peer,
-                slot,
-                op,
-                value,
-            } => {
-                p.kind = SIGNAL;
-                p.dst_rank = peer;
-                p.slot = slot;
-                p.sigop = op as u8;
-                p.count = value;
-            }
-            Op::Wait { slot, count } => {
-                p.kind = WAIT;
-                p.slot = slot;
-                p.count = count;
-            }
-            Op::ReduceN {
-                buf,
-                offset,
-                ranks,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            } => {
-                p.kind = REDUCE_N;
-                p.a_buf = buf as u8;
-                p.a_off = offset;
-                p.b_rank = ranks.len() as u16;
-                let (lo, hi) = ranks.pack();
-                p.b_off = lo;
-                p.reserved = hi;
-                set_dst(&mut p, dst);
-                p.count = elems;
-                p.dtype = dtype as u8;
-                p.redop = op as u8;
-                p.div = div;
-            }
-            Op::LlPut {
-                src,
-                dst,
-                bytes,
-                slot,
-                flip,
-            } => {
-                p.kind = LL_PUT;
-                set_a(&mut p, src);
-                set_dst(&mut p, dst);
-                p.count = bytes;
-                p.slot = slot;
-                p.reserved = flip;
-            }
-            Op::LlReduce {
-                src,
-                stride,
-                sources,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-                slot,
-                flip,
-            } => {
-                p.kind = LL_REDUCE;
-                set_a(&mut p, src);
-                p.b_rank = sources;
-                p.b_off = stride;
-                set_dst(&mut p, dst);
-                p.count = elems;
-                p.dtype = dtype as u8;
-                p.redop = op as u8;
-                p.div = div;
-                p.slot = slot;
-                p.reserved = flip;
-            }
-            Op::McReduce {
-                src,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            } => {
-                p.kind = MC_REDUCE;
-                p.a_buf = src.buf as u8;
-                p.a_off = src.offset;
-                set_dst(&mut p, dst);
-                p.count = elems;
-                p.dtype = dtype as u8;
-                p.redop = op as u8;
-                p.div = div;
-            }
-            Op::McStore { src, dst, bytes } => {
-                p.kind = MC_STORE;
-                set_a(&mut p, src);
-                p.dst_buf = dst.buf as u8;
-                p.dst_off = dst.offset;
-                p.count = bytes;
-            }
-        }
-        p
+        PlanOp::from_fields(&op.to_fields())
     }
 
     /// Decodes an op.
     pub fn decode(&self) -> Result<Op, PlanError> {
-        let buf = |b: u8| Buf::from_u8(b).ok_or(PlanError::BadBuf(b));
-        let dtype = || DType::from_u8(self.dtype).ok_or(PlanError::BadDType(self.dtype));
-        let redop = || ReduceOp::from_u8(self.redop).ok_or(PlanError::BadReduceOp(self.redop));
-        let a = || Ok::<_, PlanError>(Loc::new(self.a_rank, buf(self.a_buf)?, self.a_off));
-        let dst = || Ok::<_, PlanError>(Loc::new(self.dst_rank, buf(self.dst_buf)?, self.dst_off));
-        Ok(match self.kind {
-            COPY => Op::Copy {
-                src: a()?,
-                dst: dst()?,
-                bytes: self.count,
-            },
-            REDUCE => Op::Reduce {
-                a: a()?,
-                b: Loc::new(self.b_rank, buf(self.b_buf)?, self.b_off),
-                dst: dst()?,
-                elems: self.count,
-                dtype: dtype()?,
-                op: redop()?,
-                div: self.div,
-            },
-            SIGNAL => Op::Signal {
-                peer: self.dst_rank,
-                slot: self.slot,
-                op: match self.sigop {
-                    0 => SignalOp::Set,
-                    1 => SignalOp::Add,
-                    x => return Err(PlanError::BadSignalOp(x)),
-                },
-                value: self.count,
-            },
-            WAIT => Op::Wait {
-                slot: self.slot,
-                count: self.count,
-            },
-            REDUCE_N => Op::ReduceN {
-                buf: buf(self.a_buf)?,
+        Ok(Op::from_fields(&self.to_fields()?)?)
+    }
+
+    /// Lays out an op's places. Three words are shared by places that no op uses together
+    /// (the second operand and the source list, the destination's rank and a signal's peer):
+    /// the unused one is zero, so the word is their union.
+    pub fn from_fields(w: &OpFields) -> PlanOp {
+        PlanOp {
+            kind: w.kind.code(),
+            dtype: w.dtype,
+            redop: w.redop,
+            sigop: w.sigop,
+            a_buf: w.a.buf,
+            b_buf: w.b.buf,
+            dst_buf: w.dst.buf,
+            pad0: 0,
+            a_rank: w.a.rank,
+            b_rank: w.b.rank | w.fanin.n,
+            dst_rank: w.dst.rank | w.peer,
+            pad1: 0,
+            slot: w.slot,
+            div: w.div,
+            a_off: w.a.offset,
+            b_off: w.b.offset | w.fanin.lo,
+            dst_off: w.dst.offset,
+            count: w.count,
+            reserved: w.fanin.hi,
+        }
+    }
+
+    /// The places of the encoded op (a shared word is read into each of its places).
+    pub fn to_fields(&self) -> Result<OpFields, PlanError> {
+        let kind = OpKind::from_code(self.kind).ok_or(PlanError::BadKind(self.kind))?;
+        Ok(OpFields {
+            kind,
+            a: RawLoc {
+                rank: self.a_rank,
+                buf: self.a_buf,
                 offset: self.a_off,
-                ranks: Ranks::unpack(self.b_rank, self.b_off, self.reserved)
-                    .ok_or(PlanError::BadFanin(self.b_rank))?,
-                dst: dst()?,
-                elems: self.count,
-                dtype: dtype()?,
-                op: redop()?,
-                div: self.div,
             },
-            LL_PUT => Op::LlPut {
-                src: a()?,
-                dst: dst()?,
-                bytes: self.count,
-                slot: self.slot,
-                flip: self.reserved,
+            b: RawLoc {
+                rank: self.b_rank,
+                buf: self.b_buf,
+                offset: self.b_off,
             },
-            LL_REDUCE => Op::LlReduce {
-                src: a()?,
-                stride: self.b_off,
-                sources: if self.b_rank == 0 {
-                    return Err(PlanError::BadFanin(0));
-                } else {
-                    self.b_rank
-                },
-                dst: dst()?,
-                elems: self.count,
-                dtype: dtype()?,
-                op: redop()?,
-                div: self.div,
-                slot: self.slot,
-                flip: self.reserved,
+            dst: RawLoc {
+                rank: self.dst_rank,
+                buf: self.dst_buf,
+                offset: self.dst_off,
             },
-            MC_REDUCE => Op::McReduce {
-                src: McLoc {
-                    buf: buf(self.a_buf)?,
-                    offset: self.a_off,
-                },
-                dst: dst()?,
-                elems: self.count,
-                dtype: dtype()?,
-                op: redop()?,
-                div: self.div,
+            count: self.count,
+            slot: self.slot,
+            div: self.div,
+            dtype: self.dtype,
+            redop: self.redop,
+            sigop: self.sigop,
+            peer: self.dst_rank,
+            fanin: Fanin {
+                n: self.b_rank,
+                lo: self.b_off,
+                hi: self.reserved,
             },
-            MC_STORE => Op::McStore {
-                src: a()?,
-                dst: McLoc {
-                    buf: buf(self.dst_buf)?,
-                    offset: self.dst_off,
-                },
-                bytes: self.count,
-            },
-            k => return Err(PlanError::BadKind(k)),
         })
     }
 
@@ -426,6 +244,8 @@ impl PlanOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::{DType, ReduceOp};
+    use crate::op::{Buf, Loc, Ranks};
     use crate::sched::{algorithms, Collective, Request, Schedule};
 
     #[test]
@@ -446,11 +266,11 @@ mod tests {
         }
         assert_eq!(
             PlanOp {
-                kind: 9,
+                kind: u8::MAX,
                 ..Default::default()
             }
             .decode(),
-            Err(PlanError::BadKind(9))
+            Err(PlanError::BadKind(u8::MAX))
         );
         // A k-way reduce over eight ranks uses both rank words; bad counts and stray ranks fail.
         let seven = Op::ReduceN {

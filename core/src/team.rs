@@ -292,64 +292,13 @@ impl<'t> TeamMap<'t> {
 
     /// One op of the team's schedule as an op on the world.
     pub fn op(&self, op: Op) -> Result<Op, TeamError> {
-        if matches!(op, Op::McReduce { .. } | Op::McStore { .. }) {
+        if op.is_multicast() {
             return Err(TeamError::Multicast);
         }
-        match op.map_locs(|l| self.loc(l))? {
-            Op::Signal {
-                peer,
-                slot,
-                op,
-                value,
-            } => Ok(Op::Signal {
-                peer: self.team.global(peer).ok_or(TeamError::OpOutOfTeam)?,
-                slot: self.slot(slot)?,
-                op,
-                value,
-            }),
-            Op::Wait { slot, count } => Ok(Op::Wait {
-                slot: self.slot(slot)?,
-                count,
-            }),
-            Op::LlPut {
-                src,
-                dst,
-                bytes,
-                slot,
-                flip,
-            } => Ok(Op::LlPut {
-                src,
-                dst,
-                bytes,
-                slot: self.slot(slot)?,
-                flip,
-            }),
-            Op::LlReduce {
-                src,
-                stride,
-                sources,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-                slot,
-                flip,
-            } => Ok(Op::LlReduce {
-                src,
-                stride,
-                sources,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-                slot: self.slot(slot)?,
-                flip,
-            }),
-            Op::McReduce { .. } | Op::McStore { .. } => Err(TeamError::Multicast),
-            data @ (Op::Copy { .. } | Op::Reduce { .. } | Op::ReduceN { .. }) => Ok(data),
-        }
+        op.map_locs(|l| self.loc(l))?.map_slots(
+            |peer| self.team.global(peer).ok_or(TeamError::OpOutOfTeam),
+            |slot| self.slot(slot),
+        )
     }
 }
 

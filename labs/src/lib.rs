@@ -17,6 +17,8 @@
 //! traces in the viz. `cargo xtask test` grades every solution (must pass) and every untouched
 //! skeleton (must fail).
 
+#![forbid(unsafe_code)]
+
 // Lab files are written as a student's crate would write them: `use symm_labs::...`.
 extern crate self as symm_labs;
 

@@ -1,5 +1,7 @@
 //! Shared helpers of the conformance tests: the request matrix.
 
+#![forbid(unsafe_code)]
+
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, Collective, Request};
 

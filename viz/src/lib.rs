@@ -15,6 +15,8 @@
 //! model only ([`model`], [`buffers`], [`hang`], [`describe`]), built natively on symm-core alone,
 //! which the fuzz targets drive from bytes to the Perfetto export.
 
+#![forbid(unsafe_code)]
+
 #[cfg(feature = "app")]
 pub mod app;
 pub mod buffers;

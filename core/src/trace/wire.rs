@@ -31,6 +31,7 @@
 //! written with the original layout.
 
 use super::{Event, EventKind, TraceError};
+use crate::op::table::{FieldSink, FieldSource};
 use crate::op::{Op, OpKind};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -163,65 +164,16 @@ pub(crate) fn encode(e: &Event, layout: OpLayout, out: &mut [u8]) -> Result<usiz
         OpLayout::Stable => o.put(&(tag as u8))?,
         _ => o.put(&tag)?,
     }
-    match e.op {
-        Op::Copy { src, dst, bytes } => o.put(&(src, dst, bytes))?,
-        Op::Reduce {
-            a,
-            b,
-            dst,
-            elems,
-            dtype,
-            op,
-            div,
-        } => o.put(&(a, b, dst, elems, dtype, op, div))?,
-        Op::Signal {
-            peer,
-            slot,
-            op,
-            value,
-        } => o.put(&(peer, slot, op, value))?,
-        Op::Wait { slot, count } => o.put(&(slot, count))?,
-        Op::ReduceN {
-            buf,
-            offset,
-            ranks,
-            dst,
-            elems,
-            dtype,
-            op,
-            div,
-        } => o.put(&(buf, offset, ranks, dst, elems, dtype, op, div))?,
-        Op::LlPut {
-            src,
-            dst,
-            bytes,
-            slot,
-            flip,
-        } => o.put(&(src, dst, bytes, slot, flip))?,
-        Op::LlReduce {
-            src,
-            stride,
-            sources,
-            dst,
-            elems,
-            dtype,
-            op,
-            div,
-            slot,
-            flip,
-        } => o.put(&(src, stride, sources, dst, elems, dtype, op, div, slot, flip))?,
-        Op::McReduce {
-            src,
-            dst,
-            elems,
-            dtype,
-            op,
-            div,
-        } => o.put(&(src, dst, elems, dtype, op, div))?,
-        Op::McStore { src, dst, bytes } => o.put(&(src, dst, bytes))?,
-    }
+    e.op.write_fields(&mut o)?;
     o.put(&e.contents)?;
     Ok(o.at)
+}
+
+impl FieldSink for Out<'_> {
+    type Error = TraceError;
+    fn field<T: Serialize>(&mut self, v: &T) -> Result<(), TraceError> {
+        self.put(v)
+    }
 }
 
 /// Reads from a slice.
@@ -242,6 +194,13 @@ impl In<'_> {
     }
 }
 
+impl FieldSource for In<'_> {
+    type Error = WireError;
+    fn field<T: DeserializeOwned>(&mut self) -> Result<T, WireError> {
+        self.take()
+    }
+}
+
 /// Decodes an event body (after the record tag) with `layout`'s op tags: the event and the
 /// bytes it took.
 pub(crate) fn decode(bytes: &[u8], layout: OpLayout) -> Result<(Event, usize), WireError> {
@@ -251,90 +210,7 @@ pub(crate) fn decode(bytes: &[u8], layout: OpLayout) -> Result<(Event, usize), W
         OpLayout::Stable => u32::from(i.take::<u8>()?),
         _ => i.take::<u32>()?,
     };
-    let op = match layout.kind(tag).ok_or(WireError::UnknownOp(tag))? {
-        OpKind::Copy => {
-            let (src, dst, bytes) = i.take()?;
-            Op::Copy { src, dst, bytes }
-        }
-        OpKind::Reduce => {
-            let (a, b, dst, elems, dtype, op, div) = i.take()?;
-            Op::Reduce {
-                a,
-                b,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            }
-        }
-        OpKind::Signal => {
-            let (peer, slot, op, value) = i.take()?;
-            Op::Signal {
-                peer,
-                slot,
-                op,
-                value,
-            }
-        }
-        OpKind::Wait => {
-            let (slot, count) = i.take()?;
-            Op::Wait { slot, count }
-        }
-        OpKind::ReduceN => {
-            let (buf, offset, ranks, dst, elems, dtype, op, div) = i.take()?;
-            Op::ReduceN {
-                buf,
-                offset,
-                ranks,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            }
-        }
-        OpKind::LlPut => {
-            let (src, dst, bytes, slot, flip) = i.take()?;
-            Op::LlPut {
-                src,
-                dst,
-                bytes,
-                slot,
-                flip,
-            }
-        }
-        OpKind::LlReduce => {
-            let (src, stride, sources, dst, elems, dtype, op, div, slot, flip) = i.take()?;
-            Op::LlReduce {
-                src,
-                stride,
-                sources,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-                slot,
-                flip,
-            }
-        }
-        OpKind::McReduce => {
-            let (src, dst, elems, dtype, op, div) = i.take()?;
-            Op::McReduce {
-                src,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-            }
-        }
-        OpKind::McStore => {
-            let (src, dst, bytes) = i.take()?;
-            Op::McStore { src, dst, bytes }
-        }
-    };
+    let op = Op::read_fields(layout.kind(tag).ok_or(WireError::UnknownOp(tag))?, &mut i)?;
     let contents = i.take::<Option<u64>>()?;
     let used = bytes.len() - i.rest.len();
     let e = Event {
