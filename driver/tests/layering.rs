@@ -22,5 +22,8 @@ fn the_comm_runtime_never_imports_the_world_backend() {
         }
     }
     assert!(seen >= 5, "the scan read the comm module ({seen} files)");
-    assert!(found.is_empty(), "comm imports the World backend: {found:#?}");
+    assert!(
+        found.is_empty(),
+        "comm imports the World backend: {found:#?}"
+    );
 }
