@@ -378,9 +378,24 @@ mod tests {
         assert_eq!(good, vec![(0, 5), (-1, 0)]);
         let mut long = entry(0, 0, 1);
         long.push(0);
-        for bad in [vec![], vec![0; 9], long, entry(0, 0, 2)] {
+        for bad in [vec![], vec![0; 9], long] {
             let r = split_entries(&[entry(0, 0, 1), bad.clone()], 1);
-            assert!(r.is_err(), "{bad:?}");
+            assert!(
+                matches!(
+                    r,
+                    Err(CudaError::Malformed {
+                        rank: 1,
+                        what: "split entry"
+                    })
+                ),
+                "{bad:?}"
+            );
         }
+        // Well formed, but expecting another team id: rank 1 missed a split.
+        let r = split_entries(&[entry(0, 0, 1), entry(0, 0, 2)], 1);
+        assert!(
+            matches!(r, Err(CudaError::Disagree { rank: Some(1), .. })),
+            "{r:?}"
+        );
     }
 }
