@@ -141,10 +141,18 @@ impl World {
         let world = u16::try_from(devices.len())
             .ok()
             .filter(|&w| w > 0 && w as usize <= 64)
-            .ok_or_else(|| CudaError::TooLarge {
-                what: "devices",
-                size: devices.len() as u64,
-                limit: 64,
+            .ok_or(if devices.is_empty() {
+                CudaError::SizeMismatch {
+                    what: "devices",
+                    have: 0,
+                    want: 1,
+                }
+            } else {
+                CudaError::TooLarge {
+                    what: "devices",
+                    size: devices.len() as u64,
+                    limit: 64,
+                }
             })?;
         let devs: Vec<Device> = devices
             .iter()
