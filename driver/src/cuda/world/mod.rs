@@ -61,7 +61,7 @@ pub struct Options {
 
 impl Options {
     /// Fails when an option is out of its range: every deadline more than 0 and at most
-    /// [`limits::MAX_WAIT`], the heap at most [`guard::MAX_HEAP_BYTES`].
+    /// [`limits::MAX_WAIT`], the heap at most [`limits::MAX_HEAP_BYTES`].
     pub fn validate(&self) -> Result<()> {
         limits::check_heap("Options::heap_bytes", self.heap_bytes)?;
         limits::check_wait("Options::timeout", self.timeout)?;
