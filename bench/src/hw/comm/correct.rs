@@ -603,7 +603,7 @@ fn pinned_during_capture(comm: &Comm, stream: &Stream) -> Result<String, String>
             during = Some(std::thread::scope(|s| {
                 s.spawn(|| comm.free(&b))
                     .join()
-                    .unwrap_or_else(|_| Err(CudaError::RankPanicked))
+                    .unwrap_or(Err(CudaError::RankPanicked))
             }));
             Ok(())
         })
