@@ -155,6 +155,17 @@ impl fmt::Display for Error {
     }
 }
 
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Request(e) => Some(e),
+            Error::Header(e) => Some(e),
+            Error::Trace(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 impl From<SchedError> for Error {
     fn from(e: SchedError) -> Error {
         Error::Request(e)

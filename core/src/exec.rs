@@ -90,6 +90,31 @@ pub enum ExecError<E> {
     },
 }
 
+impl<E: core::fmt::Display> core::fmt::Display for ExecError<E> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ExecError::SlotOutOfRange { slot, index } => {
+                write!(
+                    f,
+                    "op {index} names slot {slot}, outside the expected counters"
+                )
+            }
+            ExecError::Fabric { error, index } => {
+                write!(f, "the fabric refused op {index}: {error}")
+            }
+        }
+    }
+}
+
+impl<E: core::error::Error + 'static> core::error::Error for ExecError<E> {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            ExecError::Fabric { error, .. } => Some(error),
+            ExecError::SlotOutOfRange { .. } => None,
+        }
+    }
+}
+
 /// Steps one rank's op stream against a fabric.
 ///
 /// A tiny fabric (one rank's signal pad, data ops ignored) and a stream that signals a peer,

@@ -55,6 +55,32 @@ pub enum HeapError {
     BadLayout,
 }
 
+impl core::fmt::Display for HeapError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            HeapError::OutOfMemory { size, largest_free } => write!(
+                f,
+                "no free block holds {size} bytes (the largest free block has {largest_free})"
+            ),
+            HeapError::BadAlignment { align } => {
+                write!(f, "alignment {align} is not a power of two")
+            }
+            HeapError::ZeroSize => write!(f, "a zero-byte allocation"),
+            HeapError::DoubleFree { offset } => write!(f, "offset {offset} was already freed"),
+            HeapError::UnknownBlock { offset } => {
+                write!(f, "offset {offset} is not the start of an allocated block")
+            }
+            HeapError::TooManyBlocks => {
+                write!(f, "the heap tracks at most {MAX_BLOCKS} blocks")
+            }
+            HeapError::Divergence(d) => write!(f, "{d}"),
+            HeapError::BadLayout => write!(f, "a layout whose ranges overflow or overlap"),
+        }
+    }
+}
+
+impl core::error::Error for HeapError {}
+
 /// One allocator call as remembered for divergence reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Call {
@@ -81,6 +107,34 @@ pub struct Divergence {
     pub mine: Option<Call>,
     /// The other rank's call there, if remembered.
     pub theirs: Option<Call>,
+}
+
+impl core::fmt::Display for Call {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.alloc {
+            write!(
+                f,
+                "alloc({} B, align {}) -> {}",
+                self.size, self.align, self.offset
+            )
+        } else {
+            write!(f, "free({})", self.offset)
+        }
+    }
+}
+
+impl core::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "allocator calls diverge at call {}: ", self.seq)?;
+        match self.mine {
+            Some(c) => write!(f, "this rank {c}")?,
+            None => write!(f, "this rank's call is not remembered")?,
+        }
+        match self.theirs {
+            Some(c) => write!(f, ", the other {c}"),
+            None => write!(f, ", the other's is not remembered"),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -132,6 +132,8 @@ impl core::fmt::Display for BadRanks {
     }
 }
 
+impl core::error::Error for BadRanks {}
+
 impl TryFrom<RanksWire> for Ranks {
     type Error = BadRanks;
     fn try_from(w: RanksWire) -> Result<Ranks, BadRanks> {

@@ -109,6 +109,22 @@ impl From<FieldError> for PlanError {
     }
 }
 
+impl core::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PlanError::BadKind(b) => write!(f, "unknown op kind {b}"),
+            PlanError::BadDType(b) => write!(f, "unknown dtype {b}"),
+            PlanError::BadReduceOp(b) => write!(f, "unknown reduce op {b}"),
+            PlanError::BadSignalOp(b) => write!(f, "unknown signal op {b}"),
+            PlanError::BadBuf(b) => write!(f, "unknown buffer {b}"),
+            PlanError::BadFanin(n) => write!(f, "a reduce with a bad fan-in ({n})"),
+            PlanError::Short => write!(f, "fewer than {OP_BYTES} bytes"),
+        }
+    }
+}
+
+impl core::error::Error for PlanError {}
+
 impl PlanOp {
     /// Encodes an op.
     pub fn encode(op: &Op) -> PlanOp {

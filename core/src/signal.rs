@@ -133,6 +133,22 @@ pub enum SignalError {
     LayoutTooLarge,
 }
 
+impl core::fmt::Display for SignalError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SignalError::KeyOutOfRange => {
+                write!(
+                    f,
+                    "a slot key's team, channel or peer is outside the layout"
+                )
+            }
+            SignalError::LayoutTooLarge => write!(f, "the layout's slot count exceeds u32"),
+        }
+    }
+}
+
+impl core::error::Error for SignalError {}
+
 /// Maps slot keys to pad indices: `((team * channels + channel) * KINDS + kind) * world + peer`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SlotLayout {

@@ -20,6 +20,7 @@ use crate::sched::{Collective, Request, SchedError, Schedule};
 use crate::signal::apply;
 use alloc::collections::BTreeMap;
 
+mod display;
 mod ll;
 use alloc::vec;
 use alloc::vec::Vec;

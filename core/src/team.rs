@@ -90,6 +90,8 @@ impl core::fmt::Display for TeamError {
     }
 }
 
+impl core::error::Error for TeamError {}
+
 /// An ordered set of a world's ranks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Team {

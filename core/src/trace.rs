@@ -233,6 +233,15 @@ impl core::fmt::Display for HeaderError {
     }
 }
 
+impl core::error::Error for HeaderError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            HeaderError::Request(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// What an event marks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
@@ -423,6 +432,15 @@ impl core::fmt::Display for TraceError {
             ),
             TraceError::TooLarge => write!(f, "record too large to encode"),
             TraceError::Sink => write!(f, "the output refused the bytes"),
+        }
+    }
+}
+
+impl core::error::Error for TraceError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            TraceError::InvalidHeader { reason, .. } => Some(reason),
+            _ => None,
         }
     }
 }

@@ -82,7 +82,16 @@ impl std::fmt::Display for BackendError {
     }
 }
 
-impl std::error::Error for BackendError {}
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BackendError::Host(e) => Some(e),
+            #[cfg(feature = "cuda")]
+            BackendError::Cuda(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<HostError> for BackendError {
     fn from(e: HostError) -> Self {

@@ -41,6 +41,8 @@ impl std::fmt::Display for Failure {
     }
 }
 
+impl std::error::Error for Failure {}
+
 /// What a lab's check returns: its value, or the first failure.
 pub type Graded<T = ()> = Result<T, Box<Failure>>;
 

@@ -59,6 +59,18 @@ impl fmt::Display for LoadError {
     }
 }
 
+impl std::error::Error for LoadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LoadError::Decode { error, .. } => Some(error),
+            LoadError::Empty {
+                warning: Some(w), ..
+            } => Some(w),
+            _ => None,
+        }
+    }
+}
+
 /// One (rank, channel) stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lane {

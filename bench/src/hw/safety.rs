@@ -57,9 +57,14 @@ fn checked_run(
     exact(req, &found, &host::reference(req, &inputs))
 }
 
-fn expect_invalid(what: &str, r: Result<(), CudaError>) -> Result<(), String> {
+/// `Ok` when `r` is the refusal `want` accepts.
+fn expect_refused(
+    what: &str,
+    r: Result<(), CudaError>,
+    want: impl Fn(&CudaError) -> bool,
+) -> Result<(), String> {
     match r {
-        Err(CudaError::Invalid(_)) => Ok(()),
+        Err(e) if want(&e) => Ok(()),
         Err(other) => Err(format!("{what}: wrong error {other}")),
         Ok(()) => Err(format!("{what}: was accepted")),
     }
@@ -72,19 +77,41 @@ fn bounds(world: &World, seed: &mut u64) -> Result<String, String> {
     let r = (|| {
         let mut small = b;
         small.sizes.output -= 4;
-        expect_invalid("an output 4 bytes short", world.run(&req, &small, false))?;
+        expect_refused(
+            "an output 4 bytes short",
+            world.run(&req, &small, false),
+            |e| matches!(e, CudaError::TooSmall { what: "output", .. }),
+        )?;
         let mut pad = b;
         pad.output = 0;
-        expect_invalid(
+        expect_refused(
             "an output over the signal pad",
             world.run(&req, &pad, false),
+            |e| matches!(e, CudaError::OutOfBounds { what: "output", .. }),
         )?;
         let mut past = b;
-        past.scratch = world.stride() - 8;
-        expect_invalid("scratch past the heap", world.run(&req, &past, false))?;
+        // 16-byte aligned, so the refusal is for the range, not the alignment.
+        past.scratch = world.stride() - 16;
+        expect_refused(
+            "scratch past the heap",
+            world.run(&req, &past, false),
+            |e| {
+                matches!(
+                    e,
+                    CudaError::OutOfBounds {
+                        what: "scratch",
+                        ..
+                    }
+                )
+            },
+        )?;
         let mut wrap = b;
-        wrap.input = u64::MAX - 8;
-        expect_invalid("an input offset that wraps", world.run(&req, &wrap, false))?;
+        wrap.input = u64::MAX - 15;
+        expect_refused(
+            "an input offset that wraps",
+            world.run(&req, &wrap, false),
+            |e| matches!(e, CudaError::OutOfBounds { what: "input", .. }),
+        )?;
         if let Some(p) = world.poisoned() {
             return Err(format!("a refused launch poisoned the world: {p}"));
         }
@@ -196,7 +223,9 @@ fn graphs_pin_buffers(world: &World) -> Result<String, String> {
     let req = request(Algorithm::TwoShot, world.world());
     let b = world.alloc(&req).map_err(e)?;
     let captured = world.capture(&req, &b).map_err(e)?;
-    expect_invalid("free while captured", world.free(&b))?;
+    expect_refused("free while captured", world.free(&b), |e| {
+        matches!(e, CudaError::Pinned)
+    })?;
     world.replay(&captured).map_err(e)?;
     drop(captured);
     world.free(&b).map_err(e)?;

@@ -120,6 +120,8 @@ impl core::fmt::Display for FieldError {
     }
 }
 
+impl core::error::Error for FieldError {}
+
 /// How a place holds a field of type `T`.
 pub(crate) trait Place<T> {
     /// Stores `v`.

@@ -461,3 +461,5 @@ impl core::fmt::Display for SchedError {
         }
     }
 }
+
+impl core::error::Error for SchedError {}

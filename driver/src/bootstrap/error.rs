@@ -249,7 +249,18 @@ impl fmt::Display for BootstrapError {
     }
 }
 
-impl std::error::Error for BootstrapError {}
+impl std::error::Error for BootstrapError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BootstrapError::Env(e) => Some(e),
+            BootstrapError::Refused(r) => Some(r),
+            BootstrapError::Poisoned(e) => Some(&**e),
+            _ => None,
+        }
+    }
+}
+
+impl std::error::Error for Refusal {}
 
 impl From<EnvError> for BootstrapError {
     fn from(e: EnvError) -> Self {

@@ -37,19 +37,27 @@ pub(crate) fn check_buffers(b: &Buffers, need: &BufferSizes, lo: u64, hi: u64) -
         ("scratch", b.scratch, b.sizes.scratch, need.scratch),
     ] {
         if have < need {
-            return Err(CudaError::Invalid(format!(
-                "the {name} buffer has {have} bytes; the plan needs {need}"
-            )));
+            return Err(CudaError::TooSmall {
+                what: name,
+                have,
+                need,
+            });
         }
         if need > 0 && !off.is_multiple_of(16) {
-            return Err(CudaError::Invalid(format!(
-                "the {name} buffer at {off} is not 16-byte aligned"
-            )));
+            return Err(CudaError::Misaligned {
+                what: name,
+                offset: off,
+                align: 16,
+            });
         }
         if need > 0 && (off < lo || off.checked_add(need).is_none_or(|e| e > hi)) {
-            return Err(CudaError::Invalid(format!(
-                "the {name} buffer at {off}..+{need} is outside the heap's buffer area {lo}..{hi}"
-            )));
+            return Err(CudaError::OutOfBounds {
+                what: name,
+                offset: off,
+                len: need,
+                lo,
+                hi,
+            });
         }
     }
     Ok(())
@@ -61,7 +69,7 @@ pub(crate) fn place(heap: &mut Heap, sizes: BufferSizes, data_off: u64) -> Resul
     let mut one = |n: u64| {
         heap.alloc(n.max(16), 4096)
             .map(|o| o + data_off)
-            .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))
+            .map_err(CudaError::Heap)
     };
     Ok(Buffers {
         input: one(sizes.input)?,
@@ -102,9 +110,13 @@ pub(crate) fn check_wait(what: &str, d: Duration) -> Result<()> {
 /// Fails unless bytes `off .. off + len` lie in the buffer area `[lo, hi)`.
 pub(crate) fn check_range(off: u64, len: u64, lo: u64, hi: u64) -> Result<()> {
     if off < lo || off.checked_add(len).is_none_or(|e| e > hi) {
-        return Err(CudaError::Invalid(format!(
-            "bytes {off}..+{len} are outside the buffer area"
-        )));
+        return Err(CudaError::OutOfBounds {
+            what: "range",
+            offset: off,
+            len,
+            lo,
+            hi,
+        });
     }
     Ok(())
 }
@@ -137,18 +149,43 @@ mod tests {
         let (lo, hi) = (4096, 1 << 20);
         assert!(check_buffers(&bufs(4096, 8192, 12288, 100), &need, lo, hi).is_ok());
         // Smaller than the plan needs.
-        assert!(check_buffers(&bufs(4096, 8192, 12288, 99), &need, lo, hi).is_err());
+        assert!(matches!(
+            check_buffers(&bufs(4096, 8192, 12288, 99), &need, lo, hi),
+            Err(CudaError::TooSmall {
+                what: "input",
+                have: 99,
+                need: 100
+            })
+        ));
         // In the signal pad.
-        assert!(check_buffers(&bufs(0, 8192, 12288, 100), &need, lo, hi).is_err());
+        assert!(matches!(
+            check_buffers(&bufs(0, 8192, 12288, 100), &need, lo, hi),
+            Err(CudaError::OutOfBounds {
+                what: "input",
+                offset: 0,
+                ..
+            })
+        ));
         // Inside the heap but not 16-byte aligned (a misaligned vector access would fault).
         let r = check_buffers(&bufs(4096 + 8, 8192, 12288, 100), &need, lo, hi);
         assert!(
-            matches!(&r, Err(CudaError::Invalid(m)) if m.contains("aligned")),
+            matches!(
+                &r,
+                Err(CudaError::Misaligned {
+                    what: "input",
+                    offset: 4104,
+                    align: 16
+                })
+            ),
             "{r:?}"
         );
         // Past the heap, or wrapping.
-        assert!(check_buffers(&bufs(4096, hi - 50, 12288, 100), &need, lo, hi).is_err());
-        assert!(check_buffers(&bufs(4096, u64::MAX - 10, 0, 100), &need, lo, hi).is_err());
+        for output in [hi - 48, u64::MAX - 15] {
+            assert!(matches!(
+                check_buffers(&bufs(4096, output, 0, 100), &need, lo, hi),
+                Err(CudaError::OutOfBounds { what: "output", .. })
+            ));
+        }
         // A buffer the plan does not use may be anywhere (it is never touched).
         assert!(check_buffers(&bufs(4096, 8192, 0, 100), &need, lo, hi).is_ok());
     }

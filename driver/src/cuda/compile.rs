@@ -54,8 +54,11 @@ impl Compiler {
     /// Compiles a variant to a cubin for `sm_{arch}` (e.g. 90).
     pub fn compile(&self, v: &Variant, arch: u32) -> Result<Vec<u8>> {
         let api = &self.nvrtc.api;
-        let cstr =
-            |s: &str| CString::new(s).map_err(|_| CudaError::Invalid(format!("NUL in {s:?}")));
+        let cstr = |s: &str| {
+            CString::new(s).map_err(|_| CudaError::NulByte {
+                what: "kernel source or name",
+            })
+        };
         let src = cstr(v.source)?;
         let name = cstr(v.file)?;
         let mut hdr_src = Vec::new();

@@ -302,10 +302,13 @@ impl DevBuf {
 
     fn check(&self, off: usize, len: usize) -> Result<()> {
         if off.checked_add(len).is_none_or(|e| e > self.len) {
-            return Err(CudaError::Invalid(format!(
-                "bytes {off}..+{len} outside a device buffer of {}",
-                self.len
-            )));
+            return Err(CudaError::OutOfBounds {
+                what: "device buffer range",
+                offset: off as u64,
+                len: len as u64,
+                lo: 0,
+                hi: self.len as u64,
+            });
         }
         Ok(())
     }

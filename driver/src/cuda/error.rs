@@ -1,8 +1,36 @@
 //! The CUDA backend's error type: driver codes matched into named cases, plus symm's own.
 
-use core::fmt;
+use symm_core::heap::HeapError;
+use symm_core::plan::PlanError;
+use symm_core::sched::SchedError;
+use symm_core::signal::SignalError;
+use symm_core::team::TeamError;
+use symm_core::trace::TraceError;
 
 use super::multicast::McError;
+use crate::bootstrap::BootstrapError;
+
+mod display;
+
+/// One call of a symmetric allocator, as compared between ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeapCall {
+    /// An allocation.
+    Alloc {
+        /// Bytes.
+        size: u64,
+        /// Alignment.
+        align: u64,
+    },
+    /// A free.
+    Free {
+        /// The offset freed.
+        offset: u64,
+    },
+    /// No call is remembered there.
+    Nothing,
+}
 
 /// Why a CUDA-backend call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,10 +63,233 @@ pub enum CudaError {
     },
     /// The device cannot do what symm needs (VMM, POSIX-fd handles, peer access).
     Unsupported(String),
-    /// A request, plan or argument is invalid; the text names it.
+    /// An internal condition a caller cannot act on (a handle used twice, a state that was
+    /// just set up and is missing); the text names it.
     Invalid(String),
-    /// A host-side exchange between ranks passed its deadline or a rank failed during it.
-    Rendezvous(String),
+    /// A kernel source, file name or entry name holds a NUL byte.
+    NulByte {
+        /// Which string.
+        what: &'static str,
+    },
+    /// Bytes lie outside the area they must be in (`offset .. offset + len` not in `[lo, hi)`).
+    OutOfBounds {
+        /// What the bytes are (a buffer, a heap offset, an epoch slot).
+        what: &'static str,
+        /// First byte.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+        /// Start of the area.
+        lo: u64,
+        /// End of the area (exclusive).
+        hi: u64,
+    },
+    /// A buffer holds fewer bytes than the call needs.
+    TooSmall {
+        /// The buffer.
+        what: &'static str,
+        /// Bytes it holds.
+        have: u64,
+        /// Bytes needed.
+        need: u64,
+    },
+    /// A size or count is above what symm takes.
+    TooLarge {
+        /// What is too large.
+        what: &'static str,
+        /// The size or count asked for.
+        size: u64,
+        /// The most taken.
+        limit: u64,
+    },
+    /// A size computed from the arguments does not fit in 64 bits.
+    Overflow {
+        /// The size.
+        what: &'static str,
+    },
+    /// An offset is not a multiple of the alignment it needs.
+    Misaligned {
+        /// What the offset places.
+        what: &'static str,
+        /// The offset.
+        offset: u64,
+        /// The alignment needed.
+        align: u64,
+    },
+    /// A rank or peer is not in the world.
+    BadRank {
+        /// The rank.
+        rank: u16,
+        /// The world's size.
+        world: u16,
+    },
+    /// Two counts that must agree differ (a request's world and the world's, plans and ranks).
+    SizeMismatch {
+        /// What is counted.
+        what: &'static str,
+        /// The count given.
+        have: u64,
+        /// The count expected.
+        want: u64,
+    },
+    /// A rank called a per-rank object (a bootstrap) that belongs to another rank.
+    NotOwnRank {
+        /// The rank that called.
+        rank: u16,
+        /// The object's rank.
+        own: u16,
+    },
+    /// An offset is not the start of a live buffer of the heap it is returned to.
+    NotLive {
+        /// The offset.
+        offset: u64,
+    },
+    /// The symmetric-heap allocator refused a call.
+    Heap(HeapError),
+    /// A request does not schedule.
+    Sched(SchedError),
+    /// A team could not be formed, or a request does not map onto it.
+    Team(TeamError),
+    /// The signal-pad layout refused a key or size.
+    Signal(SignalError),
+    /// A trace could not be encoded or decoded.
+    Trace(TraceError),
+    /// An op of a plan does not decode, or reaches outside its buffers, the world or the pad.
+    BadPlanOp {
+        /// The plan's rank.
+        rank: u16,
+        /// The channel.
+        channel: u16,
+        /// Position in the channel's op stream.
+        index: u32,
+        /// Why it does not decode; `None` when it decodes but is out of bounds.
+        decode: Option<PlanError>,
+    },
+    /// A plan's channel offsets do not tile its op list.
+    MalformedPlan {
+        /// The plan's rank.
+        rank: u16,
+    },
+    /// Ranks' symmetric allocators diverged: their call sequences differ.
+    Diverged {
+        /// Which allocator (the symmetric heap, a team heap).
+        what: &'static str,
+        /// Position of the first differing call.
+        seq: u64,
+        /// This rank.
+        rank: u16,
+        /// This rank's call there.
+        mine: HeapCall,
+        /// The rank whose sequence differs.
+        peer: u16,
+        /// That rank's call there.
+        theirs: HeapCall,
+    },
+    /// Ranks gave different arguments to a collective call that needs the same on all.
+    Disagree {
+        /// The call.
+        what: &'static str,
+        /// The rank that differs, where known.
+        rank: Option<u16>,
+    },
+    /// The buffers are captured in a live graph: drop the graph before freeing them.
+    Pinned,
+    /// A request's plan is not prepared: call `prepare(req)` before capturing it.
+    NotPrepared,
+    /// A lock was poisoned by a thread that panicked while holding it.
+    LockPoisoned {
+        /// The lock.
+        what: &'static str,
+    },
+    /// An object (a team, a stream, captured graphs) belongs to another communicator, world or
+    /// device context.
+    WrongOwner {
+        /// The object.
+        what: &'static str,
+    },
+    /// Per-rank traces could not be merged into one.
+    TraceMerge {
+        /// The part at fault, where one is.
+        part: Option<usize>,
+        /// What is wrong with it.
+        why: &'static str,
+        /// The decoder's error, where it refused the part.
+        error: Option<TraceError>,
+    },
+    /// A traced launch wrote more events than the trace buffer holds: raise `trace_cap`.
+    TraceOverflow,
+    /// A host-visible wait of an example kernel passed its deadline (its counters are unknown).
+    Expired {
+        /// The example.
+        what: &'static str,
+        /// The rank whose wait expired, where known.
+        rank: Option<u16>,
+    },
+    /// The bootstrap (the socket rendezvous between processes) failed.
+    Bootstrap(BootstrapError),
+    /// A rank sent an exchange message that does not parse.
+    Malformed {
+        /// The rank.
+        rank: u16,
+        /// The message.
+        what: &'static str,
+    },
+    /// An exchange delivered another number of bytes or entries than announced or expected.
+    LengthMismatch {
+        /// The rank that sent it, where known.
+        rank: Option<u16>,
+        /// The message.
+        what: &'static str,
+        /// Bytes or entries sent.
+        sent: u64,
+        /// Bytes or entries expected.
+        expected: u64,
+    },
+    /// A rank's thread panicked during a one-process exchange or world creation.
+    RankPanicked,
+    /// A one-process exchange passed its deadline before every rank arrived.
+    ExchangeTimeout {
+        /// The rank that waited.
+        rank: u16,
+        /// Milliseconds waited.
+        waited_ms: u64,
+        /// Ranks that had arrived.
+        arrived: u16,
+        /// The world's size.
+        world: u16,
+    },
+    /// A rank aborted an exchange; the text is its reason.
+    RankFailed {
+        /// The rank.
+        rank: u16,
+        /// Its reason.
+        why: String,
+    },
+    /// Ranks called different exchanges in the same round.
+    MixedExchange {
+        /// A rank that called another one.
+        rank: u16,
+        /// The exchange this rank called.
+        want: &'static str,
+    },
+    /// A file descriptor could not be duplicated during an exchange.
+    Dup {
+        /// The rank whose descriptor it is.
+        rank: u16,
+        /// The operating system's message.
+        message: String,
+    },
+    /// A team member did not reach a team allocation before the deadline.
+    TeamTimeout {
+        /// The team's id.
+        team: u16,
+        /// The member that did not arrive.
+        peer: u16,
+        /// The allocation's position in the team's sequence.
+        seq: u64,
+        /// Milliseconds waited.
+        waited_ms: u64,
+    },
     /// A peer's process is gone (its bootstrap connection closed): kernels stop at their next
     /// wait, and the communicator cannot be used again.
     PeerLost {
@@ -91,55 +342,24 @@ pub enum CudaError {
     Placement(super::placement::PlacementError),
 }
 
-impl fmt::Display for CudaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CudaError::Unavailable(s) => write!(f, "CUDA unavailable: {s}"),
-            CudaError::Driver { call, code, name } => write!(f, "{call} failed: {name} ({code})"),
-            CudaError::Compile { variant, log } => write!(f, "NVRTC could not compile {variant}:\n{log}"),
-            CudaError::Nccl { call, code } => write!(f, "{call} failed with NCCL code {code}"),
-            CudaError::Unsupported(s) => write!(f, "unsupported: {s}"),
-            CudaError::Invalid(s) => write!(f, "invalid: {s}"),
-            CudaError::Rendezvous(s) => write!(f, "rendezvous: {s}"),
-            CudaError::PeerLost { rank } => write!(f, "rank {rank} was lost (its process ended)"),
-            CudaError::Poisoned(s) => write!(
-                f,
-                "the world is poisoned by an earlier failure ({s}); call reset() first"
-            ),
-            CudaError::Timeout {
-                rank,
-                peer,
-                slot,
-                channel,
-                expected,
-                found,
-                op_index,
-            } => write!(
-                f,
-                "device wait timed out: rank {rank} channel {channel} op {op_index} waited on slot {slot} \
-                 (signalled by peer {peer}) for {expected}, found {found}"
-            ),
-            CudaError::BadOp {
-                rank,
-                channel,
-                op_index,
-            } => write!(f, "rank {rank} channel {channel}: op {op_index} cannot run in this kernel"),
-            CudaError::Multicast(e) => write!(f, "multicast refused: {e}"),
-            CudaError::Io(s) => write!(f, "kernel cache: {s}"),
-            CudaError::MulticastEnv(e) => write!(f, "{e}"),
-            CudaError::ForeignPlan(s) => write!(f, "foreign plan: {s}"),
-            CudaError::BadOption(s) => write!(f, "bad option: {s}"),
-            CudaError::Placement(e) => write!(f, "placement: {e}"),
-        }
-    }
+macro_rules! wrap {
+    ($($ty:ty => $variant:ident),* $(,)?) => {
+        $(impl From<$ty> for CudaError {
+            fn from(e: $ty) -> CudaError {
+                CudaError::$variant(e)
+            }
+        })*
+    };
 }
 
-impl std::error::Error for CudaError {}
-
-impl From<McError> for CudaError {
-    fn from(e: McError) -> CudaError {
-        CudaError::Multicast(e)
-    }
+wrap! {
+    McError => Multicast,
+    HeapError => Heap,
+    SchedError => Sched,
+    TeamError => Team,
+    SignalError => Signal,
+    TraceError => Trace,
+    BootstrapError => Bootstrap,
 }
 
 /// Result of the CUDA backend.

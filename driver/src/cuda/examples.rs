@@ -89,10 +89,11 @@ impl RankRingPass {
     ) -> Result<()> {
         let (lo, hi) = area;
         if !a.pad.is_multiple_of(8) {
-            return Err(CudaError::Invalid(format!(
-                "pad offset {} is not 8-byte aligned",
-                a.pad
-            )));
+            return Err(CudaError::Misaligned {
+                what: "pad",
+                offset: a.pad,
+                align: 8,
+            });
         }
         check_range(a.pad, KINDS as u64 * w.world as u64 * 8, lo, hi)?;
         check_range(a.src, a.bytes, lo, hi)?;
@@ -124,10 +125,10 @@ impl RankRingPass {
     pub fn status(&self, rank: u16) -> Result<()> {
         let s = self.status.read_at(0, 4)?;
         if s != [0; 4] {
-            return Err(CudaError::Invalid(format!(
-                "rank {rank}: the example's wait passed its deadline (pass {})",
-                self.generation
-            )));
+            return Err(CudaError::Expired {
+                what: "ring pass",
+                rank: Some(rank),
+            });
         }
         Ok(())
     }
@@ -249,14 +250,17 @@ impl DeviceBench {
         let _ctx = device::keep_current()?;
         let (lo, hi) = comm.buffer_area();
         if self.bounces == u64::MAX {
-            return Err(CudaError::Invalid(
-                "a ping-pong timed out before: its counters are unknown".into(),
-            ));
+            return Err(CudaError::Expired {
+                what: "ping-pong",
+                rank: None,
+            });
         }
         if !pad.is_multiple_of(8) {
-            return Err(CudaError::Invalid(format!(
-                "pad offset {pad} is not 8-byte aligned"
-            )));
+            return Err(CudaError::Misaligned {
+                what: "pad",
+                offset: pad,
+                align: 8,
+            });
         }
         check_range(pad, KINDS as u64 * comm.world() as u64 * 8, lo, hi)?;
         let mut sw = comm.symm_world();
@@ -294,9 +298,10 @@ impl DeviceBench {
     fn check_status(&self, rank: u16) -> Result<()> {
         let st = self.status.read_at(0, 4)?;
         if st != [0; 4] {
-            return Err(CudaError::Invalid(format!(
-                "rank {rank}: a ping-pong wait passed its deadline"
-            )));
+            return Err(CudaError::Expired {
+                what: "ping-pong",
+                rank: Some(rank),
+            });
         }
         Ok(())
     }

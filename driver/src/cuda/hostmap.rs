@@ -32,7 +32,9 @@ impl HostMapped {
         let len = len
             .max(8)
             .checked_next_multiple_of(8)
-            .ok_or_else(|| CudaError::Invalid("host-mapped size overflows".into()))?;
+            .ok_or(CudaError::Overflow {
+                what: "host-mapped size",
+            })?;
         let _ctx = keep_current()?;
         let ctx = dev.retain()?;
         ctx.bind()?;

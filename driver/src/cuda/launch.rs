@@ -32,7 +32,7 @@ impl Kernel {
         check("cuModuleLoadData", unsafe {
             (api.module_load_data)(&mut module, cubin.as_ptr().cast())
         })?;
-        let name = CString::new(entry).map_err(|_| CudaError::Invalid("entry name".into()))?;
+        let name = CString::new(entry).map_err(|_| CudaError::NulByte { what: "entry name" })?;
         let mut func = core::ptr::null_mut();
         // SAFETY: valid module and NUL-terminated name.
         let rc = unsafe { (api.module_get_function)(&mut func, module, name.as_ptr()) };

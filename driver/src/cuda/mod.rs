@@ -48,5 +48,5 @@ pub mod world;
 pub use bounds::{Buffers, MAX_HEAP_BYTES, MAX_WAIT};
 pub use comm::{Capture, Comm, CommGraph, CommOptions, CommTeam};
 pub use device_plan::DevicePlan;
-pub use error::{CudaError, Result};
+pub use error::{CudaError, HeapCall, Result};
 pub use world::{Options, World};

@@ -27,7 +27,7 @@ fn type_code(t: DType) -> Result<i32> {
         DType::F64 => 8,
         DType::Bf16 => 9,
         #[allow(unreachable_patterns)]
-        other => return Err(CudaError::Invalid(format!("NCCL has no {other:?}"))),
+        other => return Err(CudaError::Unsupported(format!("NCCL has no {other:?}"))),
     })
 }
 
@@ -40,7 +40,7 @@ fn op_code(op: ReduceOp) -> Result<i32> {
         ReduceOp::Min => 3,
         ReduceOp::Avg => 4,
         #[allow(unreachable_patterns)]
-        other => return Err(CudaError::Invalid(format!("NCCL has no {other:?}"))),
+        other => return Err(CudaError::Unsupported(format!("NCCL has no {other:?}"))),
     })
 }
 
@@ -95,7 +95,9 @@ impl Nccl {
         let (ty, red) = (type_code(dtype)?, op_code(op)?);
         let bytes = (count as u64)
             .checked_mul(dtype.size())
-            .ok_or_else(|| CudaError::Invalid(format!("{count} elements overflow")))?;
+            .ok_or(CudaError::Overflow {
+                what: "element count",
+            })?;
         let need = BufferSizes {
             input: bytes,
             output: bytes,
@@ -104,11 +106,11 @@ impl Nccl {
         let (lo, hi) = world.buffer_area();
         guard::check_buffers(b, &need, lo, hi)?;
         if self.comms.len() != world.world() as usize {
-            return Err(CudaError::Invalid(format!(
-                "{} NCCL communicators for a world of {}",
-                self.comms.len(),
-                world.world()
-            )));
+            return Err(CudaError::SizeMismatch {
+                what: "NCCL communicators",
+                have: self.comms.len() as u64,
+                want: world.world() as u64,
+            });
         }
         let api = ffi::api()?;
         let ptrs: Vec<(u64, u64)> = (0..world.world())
@@ -188,7 +190,10 @@ impl NcclRank {
         let root: [u8; 128] = all
             .first()
             .and_then(|v| v.as_slice().try_into().ok())
-            .ok_or_else(|| CudaError::Rendezvous("rank 0 sent no NCCL id".into()))?;
+            .ok_or(CudaError::Malformed {
+                rank: 0,
+                what: "NCCL id",
+            })?;
         id.internal = root;
         symm.device().bind()?;
         let mut comm = core::ptr::null_mut();
@@ -234,14 +239,14 @@ impl NcclRank {
         let (ty, red) = (type_code(dtype)?, op_code(redop)?);
         let block = (count as u64)
             .checked_mul(dtype.size())
-            .ok_or_else(|| CudaError::Invalid(format!("{count} elements overflow")))?;
+            .ok_or(CudaError::Overflow {
+                what: "element count",
+            })?;
         let need = Self::check_sizes(op, b, block, symm.world() as u64)?;
         let (lo, hi) = symm.buffer_area();
         guard::check_buffers(b, &need, lo, hi)?;
         if stream.context() != symm.device().context() {
-            return Err(CudaError::Invalid(
-                "the stream belongs to another device's context".into(),
-            ));
+            return Err(CudaError::WrongOwner { what: "the stream" });
         }
         let api = ffi::api()?;
         let (i, o) = (
@@ -295,20 +300,28 @@ impl NcclRank {
     /// What `op` reads and writes with `block` bytes per block over `world` ranks; fails
     /// unless `b`'s sizes hold it.
     pub fn check_sizes(op: NcclOp, b: &Buffers, block: u64, world: u64) -> Result<BufferSizes> {
-        let all = block
-            .checked_mul(world)
-            .ok_or_else(|| CudaError::Invalid(format!("{block} B x {world} ranks overflows")))?;
+        let all = block.checked_mul(world).ok_or(CudaError::Overflow {
+            what: "block size times ranks",
+        })?;
         let (input, output) = match op {
             NcclOp::AllReduce | NcclOp::Broadcast => (block, block),
             NcclOp::AllGather => (block, all),
             NcclOp::ReduceScatter => (all, block),
             NcclOp::AllToAll => (all, all),
         };
-        if b.sizes.input < input || b.sizes.output < output {
-            return Err(CudaError::Invalid(format!(
-                "NCCL {op:?} needs {input} B in, {output} B out; the buffers hold {} and {}",
-                b.sizes.input, b.sizes.output
-            )));
+        if b.sizes.input < input {
+            return Err(CudaError::TooSmall {
+                what: "input",
+                have: b.sizes.input,
+                need: input,
+            });
+        }
+        if b.sizes.output < output {
+            return Err(CudaError::TooSmall {
+                what: "output",
+                have: b.sizes.output,
+                need: output,
+            });
         }
         Ok(BufferSizes {
             input,

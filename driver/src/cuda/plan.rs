@@ -34,8 +34,11 @@ impl RankPlan {
         };
         for ops in channels {
             p.ops.extend(ops.iter().map(PlanOp::encode));
-            let n = u32::try_from(p.ops.len())
-                .map_err(|_| CudaError::Invalid("plan has over 2^32 ops".into()))?;
+            let n = u32::try_from(p.ops.len()).map_err(|_| CudaError::TooLarge {
+                what: "plan ops",
+                size: p.ops.len() as u64,
+                limit: u32::MAX as u64,
+            })?;
             p.chan_start.push(n);
         }
         Ok(p)
@@ -54,9 +57,11 @@ impl RankPlan {
             for op in stream(c)? {
                 total += 1;
                 if total > MAX_PLAN_OPS {
-                    return Err(CudaError::Invalid(format!(
-                        "the plan has over {MAX_PLAN_OPS} ops (chunks too small for the size?)"
-                    )));
+                    return Err(CudaError::TooLarge {
+                        what: "plan ops",
+                        size: total as u64,
+                        limit: MAX_PLAN_OPS as u64,
+                    });
                 }
                 ops.push(op?);
             }
@@ -70,7 +75,7 @@ impl RankPlan {
         Self::collect(req.channels, |c| {
             Schedule::new(*req, rank, c)
                 .map(|s| s.map(Ok))
-                .map_err(|e| CudaError::Invalid(e.to_string()))
+                .map_err(CudaError::Sched)
         })
     }
 
@@ -128,20 +133,22 @@ impl RankPlan {
         mc: &super::multicast::Multicast,
     ) -> Result<()> {
         if mc.devices().len() != world as usize {
-            return Err(CudaError::Invalid(format!(
-                "a multicast object of {} devices for a world of {world}",
-                mc.devices().len()
-            )));
+            return Err(CudaError::SizeMismatch {
+                what: "multicast devices",
+                have: mc.devices().len() as u64,
+                want: world as u64,
+            });
         }
         let total = sizes
             .input
             .checked_add(sizes.output)
             .and_then(|t| t.checked_add(sizes.scratch));
         if total.is_none_or(|t| t > mc.size() as u64) {
-            return Err(CudaError::Invalid(format!(
-                "buffers of {sizes:?} do not fit in a multicast view of {} bytes",
-                mc.size()
-            )));
+            return Err(CudaError::TooSmall {
+                what: "multicast view",
+                have: mc.size() as u64,
+                need: total.unwrap_or(u64::MAX),
+            });
         }
         self.check(rank, world, sizes, pad_slots, true)
     }
@@ -155,17 +162,17 @@ impl RankPlan {
         multicast: bool,
     ) -> Result<()> {
         if self.channels() > symm_core::sched::MAX_CHANNELS as usize {
-            return Err(CudaError::Invalid(format!(
-                "{} channels (at most {})",
-                self.channels(),
-                symm_core::sched::MAX_CHANNELS
-            )));
+            return Err(CudaError::TooLarge {
+                what: "channels",
+                size: self.channels() as u64,
+                limit: symm_core::sched::MAX_CHANNELS as u64,
+            });
         }
         if self.chan_start.first() != Some(&0)
             || self.chan_start.windows(2).any(|w| w[0] > w[1])
             || self.chan_start.last().copied() != Some(self.ops.len() as u32)
         {
-            return Err(CudaError::Invalid("malformed channel offsets".into()));
+            return Err(CudaError::MalformedPlan { rank });
         }
         let size = |b: Buf| match b {
             Buf::Input => sizes.input,
@@ -174,10 +181,13 @@ impl RankPlan {
         };
         for (c, w) in self.chan_start.windows(2).enumerate() {
             for (i, p) in self.ops[w[0] as usize..w[1] as usize].iter().enumerate() {
-                let bad = |why: &str| {
-                    CudaError::Invalid(format!("rank {rank} channel {c} op {i}: {why}"))
+                let bad = |decode: Option<symm_core::plan::PlanError>| CudaError::BadPlanOp {
+                    rank,
+                    channel: u16::try_from(c).unwrap_or(u16::MAX),
+                    index: u32::try_from(i).unwrap_or(u32::MAX),
+                    decode,
                 };
-                let op = p.decode().map_err(|e| bad(&format!("{e:?}")))?;
+                let op = p.decode().map_err(|e| bad(Some(e)))?;
                 let in_buf = |l: symm_core::op::Loc, len: u64| {
                     l.rank < world
                         && l.offset
@@ -276,7 +286,7 @@ impl RankPlan {
                     Op::McStore { src, dst, bytes } => in_buf(src, bytes) && in_mc(dst, bytes),
                 };
                 if !ok {
-                    return Err(bad(&format!("out of bounds: {op:?}")));
+                    return Err(bad(None));
                 }
             }
         }
@@ -307,7 +317,14 @@ mod tests {
         let t = std::time::Instant::now();
         let r = RankPlan::schedule(&req, 0);
         assert!(
-            matches!(&r, Err(CudaError::Invalid(m)) if m.contains("ops")),
+            matches!(
+                &r,
+                Err(CudaError::TooLarge {
+                    what: "plan ops",
+                    limit,
+                    ..
+                }) if *limit == MAX_PLAN_OPS as u64
+            ),
             "{:?}",
             r.as_ref().map(|p| p.ops.len())
         );

@@ -50,7 +50,7 @@ struct State {
     arrived: u16,
     slots: Vec<Slot>,
     result: Arc<Vec<Slot>>,
-    failed: Option<String>,
+    failed: Option<CudaError>,
 }
 
 /// One process, one thread per rank.
@@ -86,15 +86,15 @@ impl ThreadBootstrap {
     /// One round: every rank contributes `slot`; every rank gets all slots in rank order.
     fn round(&self, rank: u16, slot: Slot) -> Result<Arc<Vec<Slot>>> {
         if rank >= self.world {
-            return Err(CudaError::Invalid(format!(
-                "rank {rank} in a world of {}",
-                self.world
-            )));
+            return Err(CudaError::BadRank {
+                rank,
+                world: self.world,
+            });
         }
-        let poisoned = || CudaError::Rendezvous("a rank panicked during the exchange".into());
+        let poisoned = || CudaError::RankPanicked;
         let mut st = self.state.lock().map_err(|_| poisoned())?;
         if let Some(why) = &st.failed {
-            return Err(CudaError::Rendezvous(why.clone()));
+            return Err(why.clone());
         }
         let gen = st.generation;
         st.slots[rank as usize] = slot;
@@ -112,17 +112,19 @@ impl ThreadBootstrap {
         let end = Instant::now() + self.deadline;
         while st.generation == gen {
             if let Some(why) = &st.failed {
-                return Err(CudaError::Rendezvous(why.clone()));
+                return Err(why.clone());
             }
             let now = Instant::now();
             if now >= end {
-                let why = format!(
-                    "rank {rank} waited {:?} for the other ranks ({} of {} arrived)",
-                    self.deadline, st.arrived, self.world
-                );
+                let why = CudaError::ExchangeTimeout {
+                    rank,
+                    waited_ms: u64::try_from(self.deadline.as_millis()).unwrap_or(u64::MAX),
+                    arrived: st.arrived,
+                    world: self.world,
+                };
                 st.failed = Some(why.clone());
                 self.cv.notify_all();
-                return Err(CudaError::Rendezvous(why));
+                return Err(why);
             }
             st = self
                 .cv
@@ -135,8 +137,11 @@ impl ThreadBootstrap {
 }
 
 /// The error for ranks that called different collectives in the same round.
-fn mixed(p: usize, want: &str) -> CudaError {
-    CudaError::Rendezvous(format!("rank {p} called another exchange than {want}"))
+fn mixed(p: usize, want: &'static str) -> CudaError {
+    CudaError::MixedExchange {
+        rank: u16::try_from(p).unwrap_or(u16::MAX),
+        want,
+    }
 }
 
 impl Bootstrap for ThreadBootstrap {
@@ -158,15 +163,17 @@ impl Bootstrap for ThreadBootstrap {
     }
 
     fn all_gather_fds(&self, rank: u16, fd: BorrowedFd<'_>) -> Result<Vec<OwnedFd>> {
-        let own = fd
-            .try_clone_to_owned()
-            .map_err(|e| CudaError::Rendezvous(format!("dup of rank {rank}'s descriptor: {e}")))?;
+        let own = fd.try_clone_to_owned().map_err(|e| CudaError::Dup {
+            rank,
+            message: e.to_string(),
+        })?;
         let got = self.round(rank, Slot::Fd(Arc::new(own)))?;
         got.iter()
             .enumerate()
             .map(|(p, s)| match s {
-                Slot::Fd(f) => f.try_clone().map_err(|e| {
-                    CudaError::Rendezvous(format!("dup of rank {p}'s descriptor: {e}"))
+                Slot::Fd(f) => f.try_clone().map_err(|e| CudaError::Dup {
+                    rank: u16::try_from(p).unwrap_or(u16::MAX),
+                    message: e.to_string(),
                 }),
                 _ => Err(mixed(p, "all_gather_fds")),
             })
@@ -175,7 +182,10 @@ impl Bootstrap for ThreadBootstrap {
 
     fn abort(&self, rank: u16, why: &str) {
         if let Ok(mut st) = self.state.lock() {
-            st.failed = Some(format!("rank {rank} failed: {why}"));
+            st.failed = Some(CudaError::RankFailed {
+                rank,
+                why: why.to_string(),
+            });
         }
         self.cv.notify_all();
     }
@@ -214,16 +224,16 @@ impl SocketRendezvous {
         if rank == self.boot.rank() {
             Ok(())
         } else {
-            Err(CudaError::Invalid(format!(
-                "rank {rank} called the bootstrap of rank {}",
-                self.boot.rank()
-            )))
+            Err(CudaError::NotOwnRank {
+                rank,
+                own: self.boot.rank(),
+            })
         }
     }
 }
 
 fn socket_error(e: crate::bootstrap::BootstrapError) -> CudaError {
-    CudaError::Rendezvous(e.to_string())
+    CudaError::Bootstrap(e)
 }
 
 impl Bootstrap for SocketRendezvous {
@@ -256,7 +266,10 @@ impl Bootstrap for SocketRendezvous {
             .map(|(p, mut fds)| {
                 fds.pop()
                     .filter(|_| fds.is_empty())
-                    .ok_or_else(|| CudaError::Rendezvous(format!("rank {p} sent no descriptor")))
+                    .ok_or(CudaError::Malformed {
+                        rank: u16::try_from(p).unwrap_or(u16::MAX),
+                        what: "descriptor list",
+                    })
             })
             .collect()
     }
@@ -328,13 +341,19 @@ mod tests {
             let forged = s.spawn(move || b.all_gather(1, &raw.to_le_bytes()));
             let got = b.all_gather_fds(0, std::os::fd::AsFd::as_fd(&f));
             assert!(
-                matches!(&got, Err(CudaError::Rendezvous(m)) if m.contains("rank 1")),
+                matches!(
+                    &got,
+                    Err(CudaError::MixedExchange {
+                        rank: 1,
+                        want: "all_gather_fds"
+                    })
+                ),
                 "{:?}",
                 got.as_ref().map(Vec::len)
             );
             assert!(matches!(
                 forged.join().unwrap(),
-                Err(CudaError::Rendezvous(m)) if m.contains("rank 0")
+                Err(CudaError::MixedExchange { rank: 0, .. })
             ));
         });
     }
@@ -344,7 +363,12 @@ mod tests {
         let b = ThreadBootstrap::new(2, Duration::from_millis(50));
         assert!(matches!(
             b.all_gather(0, b"x"),
-            Err(CudaError::Rendezvous(_))
+            Err(CudaError::ExchangeTimeout {
+                rank: 0,
+                arrived: 1,
+                world: 2,
+                ..
+            })
         ));
     }
 
@@ -361,7 +385,7 @@ mod tests {
             });
             let r = b.all_gather(0, b"x");
             assert!(
-                matches!(&r, Err(CudaError::Rendezvous(m)) if m.contains("gives up")),
+                matches!(&r, Err(CudaError::RankFailed { rank: 1, why }) if why == "rank 1 gives up"),
                 "{r:?}"
             );
         });

@@ -13,7 +13,7 @@
 use core::mem::offset_of;
 
 use symm_core::sched::Request;
-use symm_core::trace::{Event, EventKind, Header, Source, MAX_DEVICES};
+use symm_core::trace::{Event, EventKind, Header, Source, TraceError, MAX_DEVICES};
 use symm_kernels::abi::{self, TraceEvent};
 
 use super::device::DevBuf;
@@ -139,16 +139,14 @@ pub(crate) fn header(req: &Request, names: &[String]) -> Header {
 }
 
 pub(crate) fn encode(header: &Header, events: &mut [Event]) -> Result<Vec<u8>> {
-    symm_core::trace::encode(header, events).map_err(|e| CudaError::Invalid(format!("trace: {e}")))
+    symm_core::trace::encode(header, events).map_err(CudaError::Trace)
 }
 
 /// Reads the last traced launch of `plans` and encodes it (with the end record).
 pub fn read(world: &World, req: &Request, plans: &[DevicePlan]) -> Result<Vec<u8>> {
     let (events, overflow) = events(world, plans)?;
     if overflow {
-        return Err(CudaError::Invalid(
-            "trace buffer overflowed: raise Options::trace_cap".into(),
-        ));
+        return Err(CudaError::TraceOverflow);
     }
     let mut all = Vec::new();
     for (r, per) in events.iter().enumerate() {
@@ -165,17 +163,20 @@ pub fn read(world: &World, req: &Request, plans: &[DevicePlan]) -> Result<Vec<u8
 /// [`Comm::run_traced`](super::Comm::run_traced) writes them, in any order): the events of all,
 /// on one time axis starting at the earliest, the devices in rank order.
 pub fn merge(parts: &[Vec<u8>]) -> Result<Vec<u8>> {
-    let bad = |m: String| CudaError::Invalid(format!("trace merge: {m}"));
+    let bad = |part: Option<usize>, why: &'static str, error: Option<TraceError>| {
+        CudaError::TraceMerge { part, why, error }
+    };
     let mut decoded = Vec::with_capacity(parts.len());
     for (i, p) in parts.iter().enumerate() {
-        let d = symm_core::trace::decode(p).map_err(|e| bad(format!("part {i}: {e}")))?;
+        let d =
+            symm_core::trace::decode(p).map_err(|e| bad(Some(i), "does not decode", Some(e)))?;
         if let Some(w) = d.warning {
-            return Err(bad(format!("part {i} is cut short: {w}")));
+            return Err(bad(Some(i), "is cut short", Some(w)));
         }
         decoded.push(d);
     }
     let Some(first) = decoded.first() else {
-        return Err(bad("no parts".into()));
+        return Err(bad(None, "no parts", None));
     };
     let req = first.header.request;
     let mut names = vec![String::new(); req.world as usize];
@@ -183,18 +184,20 @@ pub fn merge(parts: &[Vec<u8>]) -> Result<Vec<u8>> {
     let mut seen = vec![false; req.world as usize];
     for (i, d) in decoded.iter().enumerate() {
         if d.header.request != req {
-            return Err(bad(format!("part {i} traces another request")));
+            return Err(bad(Some(i), "traces another request", None));
         }
         let mut ranks = d.events.iter().map(|e| e.rank);
         let Some(rank) = ranks.next() else { continue };
         if ranks.any(|r| r != rank) {
-            return Err(bad(format!("part {i} holds several ranks")));
+            return Err(bad(Some(i), "holds several ranks", None));
         }
-        let slot = seen
-            .get_mut(rank as usize)
-            .ok_or_else(|| bad(format!("part {i}: rank {rank}")))?;
+        let slot = seen.get_mut(rank as usize).ok_or(bad(
+            Some(i),
+            "names a rank outside the world",
+            None,
+        ))?;
         if std::mem::replace(slot, true) {
-            return Err(bad(format!("rank {rank} appears twice")));
+            return Err(bad(Some(i), "repeats a rank of an earlier part", None));
         }
         if let Source::Gpu { devices } = &d.header.source {
             if let Some(n) = devices.first() {
@@ -261,7 +264,7 @@ mod tests {
             vec![],
         ] {
             assert!(
-                matches!(merge(&bad), Err(CudaError::Invalid(_))),
+                matches!(merge(&bad), Err(CudaError::TraceMerge { .. })),
                 "{} parts",
                 bad.len()
             );

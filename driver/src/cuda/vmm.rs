@@ -66,7 +66,7 @@ fn stride_of(bytes: u64, g: u64) -> Result<u64> {
         .max(1)
         .div_ceil(g.max(1))
         .checked_mul(g.max(1))
-        .ok_or_else(|| CudaError::Invalid(format!("a heap of {bytes} bytes overflows")))
+        .ok_or(CudaError::Overflow { what: "heap size" })
 }
 
 /// One generic allocation handle (own or imported), released on drop.
@@ -217,7 +217,7 @@ impl SymmetricHeap {
         let stride = stride_of(bytes, g)?;
         let span = stride
             .checked_mul(world as u64)
-            .ok_or_else(|| CudaError::Invalid("heap span overflows".into()))?;
+            .ok_or(CudaError::Overflow { what: "heap span" })?;
         let ctx = dev.retain()?;
         ctx.bind()?;
         let own = Physical::create(dev, stride as usize)?;
@@ -226,10 +226,12 @@ impl SymmetricHeap {
         // a duplicate within one).
         let fds = boot.all_gather_fds(rank, std::os::fd::AsFd::as_fd(&fd))?;
         if fds.len() != world as usize {
-            return Err(CudaError::Rendezvous(format!(
-                "{} descriptors for {world} ranks",
-                fds.len()
-            )));
+            return Err(CudaError::LengthMismatch {
+                rank: None,
+                what: "descriptors",
+                sent: fds.len() as u64,
+                expected: world as u64,
+            });
         }
 
         let mut base = 0;
@@ -254,6 +256,8 @@ impl SymmetricHeap {
         for (p, peer_fd) in fds.iter().enumerate() {
             let phys = if p == rank as usize {
                 own.take()
+                    // The loop meets its own rank once: a second take is a bug here, not
+                    // something a caller can act on.
                     .ok_or_else(|| CudaError::Invalid("own handle used twice".into()))?
             } else {
                 Physical::import(std::os::fd::AsRawFd::as_raw_fd(peer_fd))?
@@ -338,7 +342,7 @@ mod tests {
         assert_eq!(stride_of((1 << 21) + 1, 1 << 21).ok(), Some(2 << 21));
         assert!(matches!(
             stride_of(u64::MAX - 5, 1 << 21),
-            Err(CudaError::Invalid(_))
+            Err(CudaError::Overflow { what: "heap size" })
         ));
     }
 }

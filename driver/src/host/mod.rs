@@ -167,7 +167,16 @@ impl std::fmt::Display for HostError {
     }
 }
 
-impl std::error::Error for HostError {}
+impl std::error::Error for HostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            HostError::Sched(e) => Some(e),
+            HostError::Trace(e) => Some(e),
+            HostError::Team(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// Encodes a host trace (events sorted by `symm_core::trace::encode`).
 fn write_trace(

@@ -148,6 +148,26 @@ pub enum PlanIntoError {
     },
 }
 
+impl core::fmt::Display for PlanIntoError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PlanIntoError::Sched(e) => write!(f, "the stream does not schedule: {e}"),
+            PlanIntoError::TooLong { needed } => {
+                write!(f, "the stream has {needed} ops, more than the array holds")
+            }
+        }
+    }
+}
+
+impl core::error::Error for PlanIntoError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            PlanIntoError::Sched(e) => Some(e),
+            PlanIntoError::TooLong { .. } => None,
+        }
+    }
+}
+
 /// Encodes the stream of (`rank`, `channel`) into the front of `out` and returns how many ops it
 /// wrote. A stream longer than `out` is [`PlanIntoError::TooLong`] with its full length, so the
 /// caller can size the array and try again; `out` is then partly written.

@@ -403,7 +403,7 @@ fn graph_of(comm: &Comm, stream: &Stream, a: Algorithm) -> Result<(), String> {
         .map_err(e)?;
     // The capture pins its buffers: they cannot be freed (and reused) while it lives.
     match comm.free(&b) {
-        Err(CudaError::Invalid(m)) if m.contains("graph") => {}
+        Err(CudaError::Pinned) => {}
         other => return Err(format!("free of captured buffers gave {other:?}")),
     }
     for i in 0..100u64 {
@@ -495,7 +495,9 @@ fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
     pad.output = 0;
     for (what, bad) in [("4 bytes short", short), ("over the signal pad", pad)] {
         match comm.enqueue(&req, &bad, stream) {
-            Err(CudaError::Invalid(_)) => {}
+            Err(CudaError::TooSmall { what: "output", .. }) if what == "4 bytes short" => {}
+            Err(CudaError::OutOfBounds { what: "output", .. }) if what == "over the signal pad" => {
+            }
             other => return Err(format!("an output {what} gave {other:?}")),
         }
     }
@@ -512,7 +514,12 @@ fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
         output: n,
         scratch: 0,
     }) {
-        Err(CudaError::Invalid(m)) if m.contains("team allocation diverged") => m,
+        Err(
+            e @ CudaError::Diverged {
+                what: "team allocation",
+                ..
+            },
+        ) => e.to_string(),
         other => return Err(format!("divergent team allocation gave {other:?}")),
     };
     drop(team);
@@ -522,8 +529,13 @@ fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
         scratch: 0,
     };
     match comm.alloc_sizes(sizes) {
-        Err(CudaError::Invalid(m)) if m.contains("diverged") => Ok(format!(
-            "2 bad buffer sets refused; divergent allocation named: {m}; in a team: {team_msg}"
+        Err(
+            e @ CudaError::Diverged {
+                what: "symmetric allocation",
+                ..
+            },
+        ) => Ok(format!(
+            "2 bad buffer sets refused; divergent allocation named: {e}; in a team: {team_msg}"
         )),
         other => Err(format!("divergent allocation gave {other:?}")),
     }
@@ -551,7 +563,7 @@ fn foreign_stream(comm: &Comm, stream: &Stream) -> Result<String, String> {
     let r = (|| {
         comm.prepare(&req).map_err(e)?;
         let refused = |what: &str, r: Result<(), CudaError>| match r {
-            Err(CudaError::Invalid(m)) if m.contains("another device") => Ok(()),
+            Err(CudaError::WrongOwner { what: "the stream" }) => Ok(()),
             other => Err(format!("{what} on another device's stream gave {other:?}")),
         };
         refused("enqueue", comm.enqueue(&req, &b, &theirs))?;
@@ -591,14 +603,14 @@ fn pinned_during_capture(comm: &Comm, stream: &Stream) -> Result<String, String>
             during = Some(std::thread::scope(|s| {
                 s.spawn(|| comm.free(&b))
                     .join()
-                    .unwrap_or_else(|_| Err(CudaError::Invalid("the thread panicked".into())))
+                    .unwrap_or(Err(CudaError::RankPanicked))
             }));
             Ok(())
         })
         .map_err(e)?;
     drop(g);
     match during {
-        Some(Err(CudaError::Invalid(m))) if m.contains("captured") => {}
+        Some(Err(CudaError::Pinned)) => {}
         other => {
             return Err(format!(
                 "free on another thread during the capture gave {other:?}"

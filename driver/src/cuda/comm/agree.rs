@@ -23,7 +23,7 @@ use symm_core::heap::Heap;
 use symm_core::team::Team;
 
 use super::Comm;
-use crate::cuda::error::{CudaError, Result};
+use crate::cuda::error::{CudaError, HeapCall, Result};
 use crate::cuda::rendezvous::Bootstrap;
 
 /// Bytes at the start of a team's region reserved for its agreement records.
@@ -48,7 +48,7 @@ pub(super) fn heap_words(h: &Heap) -> Vec<u64> {
 /// The error when rank `them`'s words differ from rank `me`'s, naming the first of the recent
 /// calls whose arguments differ (else the last).
 pub(super) fn diverged(
-    what: &str,
+    what: &'static str,
     me: u16,
     mine: &[u64],
     them: u16,
@@ -58,9 +58,12 @@ pub(super) fn diverged(
         return None;
     }
     let describe = |c: &[u64]| match c {
-        [_, 1, size, align, _] => format!("alloc(size {size}, align {align})"),
-        [_, _, _, _, offset] => format!("free(offset {offset})"),
-        _ => "nothing".to_string(),
+        [_, 1, size, align, _] => HeapCall::Alloc {
+            size: *size,
+            align: *align,
+        },
+        [_, _, _, _, offset] => HeapCall::Free { offset: *offset },
+        _ => HeapCall::Nothing,
     };
     let (a, b) = (
         mine.get(2..).unwrap_or(&[]).chunks(5),
@@ -73,12 +76,14 @@ pub(super) fn diverged(
         .or(pairs.last())
         .copied()
         .unwrap_or((&[], &[]));
-    Some(CudaError::Invalid(format!(
-        "{what} diverged at call {}: rank {me} called {}, rank {them} called {}",
-        m.first().copied().or(mine.first().copied()).unwrap_or(0),
-        describe(m),
-        describe(t)
-    )))
+    Some(CudaError::Diverged {
+        what,
+        seq: m.first().copied().or(mine.first().copied()).unwrap_or(0),
+        rank: me,
+        mine: describe(m),
+        peer: them,
+        theirs: describe(t),
+    })
 }
 
 fn words(v: &[u8]) -> Vec<u64> {
@@ -168,11 +173,13 @@ impl Comm {
                     return Err(CudaError::PeerLost { rank });
                 }
                 if Instant::now() > deadline {
-                    return Err(CudaError::Rendezvous(format!(
-                        "team {}: rank {peer} did not reach team allocation {seq} within {:?}",
-                        team.id(),
-                        self.opts.bootstrap_timeout
-                    )));
+                    return Err(CudaError::TeamTimeout {
+                        team: team.id(),
+                        peer,
+                        seq,
+                        waited_ms: u64::try_from(self.opts.bootstrap_timeout.as_millis())
+                            .unwrap_or(u64::MAX),
+                    });
                 }
                 std::thread::sleep(Duration::from_micros(50));
             };
@@ -221,6 +228,24 @@ mod tests {
         a.alloc(4096, 4096).unwrap();
         b.alloc(8192, 4096).unwrap();
         let e = diverged("team allocation", 0, &heap_words(&a), 3, &heap_words(&b)).unwrap();
+        assert_eq!(
+            e,
+            CudaError::Diverged {
+                what: "team allocation",
+                seq: 0,
+                rank: 0,
+                mine: HeapCall::Alloc {
+                    size: 4096,
+                    align: 4096
+                },
+                peer: 3,
+                theirs: HeapCall::Alloc {
+                    size: 8192,
+                    align: 4096
+                },
+            }
+        );
+        // The text a person reads names both calls.
         let m = e.to_string();
         assert!(
             m.contains("rank 0 called alloc(size 4096")

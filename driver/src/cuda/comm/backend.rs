@@ -33,14 +33,18 @@ pub(crate) fn announced(msgs: &[Vec<u8>]) -> Result<Vec<usize>> {
                 .as_slice()
                 .try_into()
                 .map(u64::from_le_bytes)
-                .map_err(|_| CudaError::Rendezvous(format!("rank {r} sent a malformed length")))?;
+                .map_err(|_| CudaError::Malformed {
+                    rank: u16::try_from(r).unwrap_or(u16::MAX),
+                    what: "length",
+                })?;
             usize::try_from(n)
                 .ok()
                 .filter(|&n| n <= MAX_GATHER)
-                .ok_or_else(|| {
-                    CudaError::Rendezvous(format!(
-                        "rank {r} announced {n} bytes: at most {MAX_GATHER}"
-                    ))
+                .ok_or_else(|| CudaError::LengthMismatch {
+                    rank: Some(u16::try_from(r).unwrap_or(u16::MAX)),
+                    what: "announced bytes (at most)",
+                    sent: n,
+                    expected: MAX_GATHER as u64,
                 })
         })
         .collect()
@@ -52,10 +56,11 @@ impl Comm {
     /// grows with what actually arrives, not with what a peer announces.
     pub fn gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         if mine.len() > MAX_GATHER {
-            return Err(CudaError::Invalid(format!(
-                "gather of {} bytes: at most {MAX_GATHER}",
-                mine.len()
-            )));
+            return Err(CudaError::TooLarge {
+                what: "gather bytes",
+                size: mine.len() as u64,
+                limit: MAX_GATHER as u64,
+            });
         }
         let lens = announced(
             &self
@@ -72,20 +77,23 @@ impl Comm {
             let got = self.boot.all_gather(self.rank, piece)?;
             for (r, (o, p)) in all.iter_mut().zip(got.iter()).enumerate() {
                 if o.len() + p.len() > lens[r] {
-                    return Err(CudaError::Rendezvous(format!(
-                        "rank {r} sent more than the {} bytes it announced",
-                        lens[r]
-                    )));
+                    return Err(CudaError::LengthMismatch {
+                        rank: Some(u16::try_from(r).unwrap_or(u16::MAX)),
+                        what: "bytes",
+                        sent: (o.len() + p.len()) as u64,
+                        expected: lens[r] as u64,
+                    });
                 }
                 o.extend_from_slice(p);
             }
         }
         if let Some(r) = (0..all.len()).find(|&r| all[r].len() != lens[r]) {
-            return Err(CudaError::Rendezvous(format!(
-                "rank {r} sent {} of the {} bytes it announced",
-                all[r].len(),
-                lens[r]
-            )));
+            return Err(CudaError::LengthMismatch {
+                rank: Some(u16::try_from(r).unwrap_or(u16::MAX)),
+                what: "bytes",
+                sent: all[r].len() as u64,
+                expected: lens[r] as u64,
+            });
         }
         Ok(all)
     }
@@ -223,7 +231,13 @@ mod tests {
         ] {
             let r = announced(&[0u64.to_le_bytes().to_vec(), bad.clone()]);
             assert!(
-                matches!(&r, Err(CudaError::Rendezvous(m)) if m.contains("rank 1")),
+                matches!(
+                    &r,
+                    Err(CudaError::Malformed {
+                        rank: 1,
+                        what: "length"
+                    }) | Err(CudaError::LengthMismatch { rank: Some(1), .. })
+                ),
                 "{bad:?}: {r:?}"
             );
         }

@@ -57,9 +57,7 @@ impl Capture<'_> {
     /// graph and pins `b`.
     pub fn enqueue_team(&self, team: &CommTeam<'_>, req: &Request, b: &Buffers) -> Result<()> {
         if !std::ptr::eq(team.comm(), self.comm) {
-            return Err(CudaError::Invalid(
-                "the team belongs to another communicator".into(),
-            ));
+            return Err(CudaError::WrongOwner { what: "the team" });
         }
         team.check_request(req, b)?;
         let plan = self.comm.prepared((team.team().id(), *req))?;
@@ -148,12 +146,7 @@ impl Comm {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
             .cloned()
-            .ok_or_else(|| {
-                CudaError::Invalid(
-                    "the request's plan is not prepared: call prepare(req) before capturing it"
-                        .into(),
-                )
-            })
+            .ok_or(CudaError::NotPrepared)
     }
 
     /// Counts one more pin of each of the buffers' offsets (a poisoned registry is still used:
@@ -183,9 +176,9 @@ impl Comm {
     }
 
     pub(super) fn pin_lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<u64, usize>>> {
-        self.pinned
-            .lock()
-            .map_err(|_| CudaError::Invalid("capture registry poisoned".into()))
+        self.pinned.lock().map_err(|_| CudaError::LockPoisoned {
+            what: "capture registry",
+        })
     }
 
     /// Fails when a live graph names any of `b`'s buffers.
@@ -200,9 +193,7 @@ impl Comm {
 /// between).
 pub(super) fn check_unpinned_in(reg: &HashMap<u64, usize>, b: &Buffers) -> Result<()> {
     if offsets(b).iter().any(|o| reg.contains_key(o)) {
-        return Err(CudaError::Invalid(
-            "these buffers are captured in a live graph: drop it first".into(),
-        ));
+        return Err(CudaError::Pinned);
     }
     Ok(())
 }

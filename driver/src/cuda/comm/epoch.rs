@@ -17,8 +17,7 @@ use crate::cuda::error::{CudaError, Result};
 /// Pad indices of `rank`'s own `Epoch` slots, one per (team, channel), in a pad of `teams`
 /// team ids (the one-process `World` has one, a `Comm` `MAX_TEAMS`).
 pub(crate) fn slots(teams: u16, world: u16, rank: u16) -> Result<Vec<u32>> {
-    let layout = SlotLayout::new(teams, MAX_CHANNELS, world)
-        .map_err(|e| CudaError::Invalid(format!("pad layout: {e:?}")))?;
+    let layout = SlotLayout::new(teams, MAX_CHANNELS, world).map_err(CudaError::Signal)?;
     let mut v = Vec::with_capacity(teams as usize * MAX_CHANNELS as usize);
     for team in 0..teams {
         for channel in 0..MAX_CHANNELS {
@@ -28,11 +27,7 @@ pub(crate) fn slots(teams: u16, world: u16, rank: u16) -> Result<Vec<u32>> {
                 kind: SlotKind::Epoch,
                 peer: rank,
             };
-            v.push(
-                layout
-                    .index(key)
-                    .map_err(|e| CudaError::Invalid(format!("epoch slot: {e:?}")))?,
-            );
+            v.push(layout.index(key).map_err(CudaError::Signal)?);
         }
     }
     Ok(v)
@@ -58,11 +53,12 @@ pub(super) fn highest(comm: &Comm) -> Result<Vec<u64>> {
     let mut top = vec![0u64; mine.len() / 8];
     for part in &all {
         if part.len() != mine.len() {
-            return Err(CudaError::Rendezvous(format!(
-                "a rank sent {} bytes of epochs, not {}",
-                part.len(),
-                mine.len()
-            )));
+            return Err(CudaError::LengthMismatch {
+                rank: None,
+                what: "bytes of epochs",
+                sent: part.len() as u64,
+                expected: mine.len() as u64,
+            });
         }
         for (t, i) in top.iter_mut().zip(0u32..) {
             *t = (*t).max(at(part, i));
@@ -81,9 +77,13 @@ pub(super) fn resume(comm: &Comm, top: &[u64]) -> Result<()> {
         let v = t.wrapping_add(1).to_le_bytes();
         let off = slot as u64 * 8;
         if off + 8 > comm.data_off {
-            return Err(CudaError::Invalid(format!(
-                "epoch slot {slot} past the pad"
-            )));
+            return Err(CudaError::OutOfBounds {
+                what: "epoch slot",
+                offset: off,
+                len: 8,
+                lo: 0,
+                hi: comm.data_off,
+            });
         }
         comm.heap_write(off, &v)?;
         comm.expected.write_at(off as usize, &v)?;

@@ -28,10 +28,11 @@ impl Comm {
     /// uploaded once, then cached).
     fn plan(&self, req: &Request) -> Result<Arc<DevicePlan>> {
         if req.world != self.world {
-            return Err(CudaError::Invalid(format!(
-                "a request for {} ranks on a job of {}",
-                req.world, self.world
-            )));
+            return Err(CudaError::SizeMismatch {
+                what: "ranks in the request",
+                have: req.world as u64,
+                want: self.world as u64,
+            });
         }
         self.cached_plan((0, *req), || RankPlan::schedule(req, self.rank))
     }
@@ -100,13 +101,13 @@ impl Comm {
     pub(super) fn check_request(&self, req: &Request, b: &Buffers) -> Result<()> {
         self.live()?;
         if req.world != self.world {
-            return Err(CudaError::Invalid(format!(
-                "a request for {} ranks on a job of {}",
-                req.world, self.world
-            )));
+            return Err(CudaError::SizeMismatch {
+                what: "ranks in the request",
+                have: req.world as u64,
+                want: self.world as u64,
+            });
         }
-        req.validate()
-            .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        req.validate().map_err(CudaError::Sched)?;
         check_buffers(b, &req.buffer_sizes(), self.data_off, self.stride())
     }
 
@@ -185,11 +186,12 @@ impl Comm {
         let mut slot = self
             .tracing
             .lock()
-            .map_err(|_| CudaError::Invalid("trace lock poisoned".into()))?;
+            .map_err(|_| CudaError::LockPoisoned { what: "trace" })?;
         if slot.is_none() {
             *slot = Some(self.load_tracing()?);
         }
         let Some(t) = slot.as_ref() else {
+            // Loaded just above: a bug here if missing, not something a caller can act on.
             return Err(CudaError::Invalid("tracing not loaded".into()));
         };
         t.lens.fill(0)?;
@@ -198,9 +200,7 @@ impl Comm {
         let (per, overflow) =
             trace::read_rank(&t.events, &t.lens, t.cap as usize, plan.host.channels())?;
         if overflow {
-            return Err(CudaError::Invalid(
-                "trace buffer overflowed: raise CommOptions::trace_cap".into(),
-            ));
+            return Err(CudaError::TraceOverflow);
         }
         let mut events = Vec::new();
         trace::to_events(self.rank, &plan.host, &per, &mut events);

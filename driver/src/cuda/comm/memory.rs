@@ -20,7 +20,11 @@ impl Comm {
     pub fn read(&self, off: u64, len: u64) -> Result<Vec<u8>> {
         let _ctx = device::keep_current()?;
         self.check_range(off, len)?;
-        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("read too large".into()))?;
+        let len = usize::try_from(len).map_err(|_| CudaError::TooLarge {
+            what: "read",
+            size: len,
+            limit: usize::MAX as u64,
+        })?;
         let mut v = vec![0u8; len];
         self.own_heap(off, len as u64)?;
         self.dev.bind()?;
@@ -48,10 +52,10 @@ impl Comm {
     pub(crate) fn peer_read(&self, peer: u16, off: u64, len: u64) -> Result<Vec<u8>> {
         self.own_heap(off, len)?;
         if peer >= self.world {
-            return Err(CudaError::Invalid(format!(
-                "peer {peer} in a job of {}",
-                self.world
-            )));
+            return Err(CudaError::BadRank {
+                rank: peer,
+                world: self.world,
+            });
         }
         let mut v = vec![0u8; len as usize];
         self.dev.bind()?;
@@ -65,7 +69,11 @@ impl Comm {
     /// Sets `len` bytes at heap offset `off` of this rank to `value` (pad included).
     pub(crate) fn heap_fill(&self, off: u64, len: u64, value: u8) -> Result<()> {
         self.own_heap(off, len)?;
-        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("fill too large".into()))?;
+        let len = usize::try_from(len).map_err(|_| CudaError::TooLarge {
+            what: "fill",
+            size: len,
+            limit: usize::MAX as u64,
+        })?;
         self.dev.bind()?;
         // SAFETY: bytes `off .. off + len` lie in this rank's heap (`own_heap`), mapped into its
         // context, bound above.
@@ -86,16 +94,20 @@ impl Comm {
         let _ctx = device::keep_current()?;
         self.live()?;
         if peer >= self.world {
-            return Err(CudaError::Invalid(format!(
-                "peer {peer} in a job of {}",
-                self.world
-            )));
+            return Err(CudaError::BadRank {
+                rank: peer,
+                world: self.world,
+            });
         }
         self.check_range(src, bytes)?;
         self.check_range(dst, bytes)?;
         self.own_stream(stream)?;
         let (s, d) = (self.ptr(self.rank, src)?, self.ptr(peer, dst)?);
-        let len = usize::try_from(bytes).map_err(|_| CudaError::Invalid("put too large".into()))?;
+        let len = usize::try_from(bytes).map_err(|_| CudaError::TooLarge {
+            what: "put",
+            size: bytes,
+            limit: usize::MAX as u64,
+        })?;
         self.dev.bind()?;
         let api = driver()?;
         // SAFETY: `s` and `d` address `bytes` bytes inside this rank's and `peer`'s buffer areas
@@ -117,9 +129,7 @@ impl Comm {
     /// would run where the heap is not mapped (or the kernel not loaded).
     pub(super) fn own_stream(&self, stream: &Stream) -> Result<()> {
         if stream.context() != self.dev.context() {
-            return Err(CudaError::Invalid(
-                "the stream belongs to another device's context".into(),
-            ));
+            return Err(CudaError::WrongOwner { what: "the stream" });
         }
         Ok(())
     }

@@ -147,8 +147,8 @@ impl Comm {
     /// puts it: [`crate::cuda::placement`]).
     pub fn from_env(opts: CommOptions) -> Result<Comm> {
         opts.validate()?;
-        let boot = SocketBootstrap::from_env(opts.bootstrap_timeout)
-            .map_err(|e| CudaError::Rendezvous(e.to_string()))?;
+        let boot =
+            SocketBootstrap::from_env(opts.bootstrap_timeout).map_err(CudaError::Bootstrap)?;
         let ordinal = Self::placement(boot.local_rank());
         let ordinal = match ordinal {
             Ok(o) => o,
@@ -216,7 +216,7 @@ impl Comm {
         let data_off = (pad_slots as u64 * 8).div_ceil(4096) * 4096;
         let total = data_off
             .checked_add(opts.heap_bytes)
-            .ok_or_else(|| CudaError::Invalid("heap size overflows".into()))?;
+            .ok_or(CudaError::Overflow { what: "heap size" })?;
         let heap = SymmetricHeap::create(&dev, rank, total, boot)?;
         let host = Arc::new(HostMapped::new(
             &dev,
@@ -286,9 +286,20 @@ impl Comm {
     /// Device address of heap offset `off` of `peer`, through this rank's mapping (what
     /// `symm_ptr` computes in device code).
     pub fn ptr(&self, peer: u16, off: u64) -> Result<u64> {
-        self.heap
-            .ptr(peer, off)
-            .ok_or_else(|| CudaError::Invalid(format!("offset {off} of rank {peer}")))
+        self.heap.ptr(peer, off).ok_or(if peer >= self.world {
+            CudaError::BadRank {
+                rank: peer,
+                world: self.world,
+            }
+        } else {
+            CudaError::OutOfBounds {
+                what: "heap offset",
+                offset: off,
+                len: 0,
+                lo: 0,
+                hi: self.stride(),
+            }
+        })
     }
 
     /// Collective: places buffers for `req` in the heap, at the same offsets on every rank.
@@ -322,7 +333,7 @@ impl Comm {
             let regions = self
                 .regions
                 .lock()
-                .map_err(|_| CudaError::Invalid("region lock poisoned".into()))?
+                .map_err(|_| CudaError::LockPoisoned { what: "region" })?
                 .clone();
             // Held until the buffers are back in the heap: no capture pins them meanwhile.
             let pins = self.pin_lock()?;
@@ -332,14 +343,11 @@ impl Comm {
             for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {
                 let live = off.is_some_and(|x| h.is_live(x));
                 if !live || regions.contains(o) {
-                    return Err(CudaError::Invalid(format!(
-                        "offset {o} is not a live buffer of this heap"
-                    )));
+                    return Err(CudaError::NotLive { offset: *o });
                 }
             }
             for off in offs.into_iter().flatten() {
-                h.free(off)
-                    .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))?;
+                h.free(off).map_err(CudaError::Heap)?;
             }
         }
         self.agree()
@@ -348,7 +356,7 @@ impl Comm {
     fn heap_lock(&self) -> Result<std::sync::MutexGuard<'_, Heap>> {
         self.alloc
             .lock()
-            .map_err(|_| CudaError::Invalid("heap lock poisoned".into()))
+            .map_err(|_| CudaError::LockPoisoned { what: "heap" })
     }
 
     /// Collective: every rank's `data` (at most 64 KiB), in rank order, through the bootstrap.
@@ -367,7 +375,7 @@ impl Comm {
             Ok(p) => p
                 .clone()
                 .map_or(Ok(()), |why| Err(CudaError::Poisoned(why))),
-            Err(_) => Err(CudaError::Invalid("poison lock poisoned".into())),
+            Err(_) => Err(CudaError::LockPoisoned { what: "poison" }),
         }
     }
 
@@ -375,7 +383,7 @@ impl Comm {
     fn launch_lock(&self) -> Result<std::sync::MutexGuard<'_, order::StreamOrder>> {
         self.launching
             .lock()
-            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))
+            .map_err(|_| CudaError::LockPoisoned { what: "launch" })
     }
 
     fn poison(&self, e: &CudaError) {
@@ -457,7 +465,7 @@ impl Comm {
         self.boot
             .bootstrap()
             .finish(self.opts.bootstrap_timeout)
-            .map_err(|e| CudaError::Rendezvous(e.to_string()))
+            .map_err(CudaError::Bootstrap)
     }
 }
 

@@ -72,8 +72,9 @@ pub(super) fn exchange(boot: &SocketRendezvous, rank: u16, dev: &Device) -> Resu
                 .chunks_exact(4)
                 .filter_map(|b| b.try_into().ok().map(u32::from_le_bytes))
                 .collect();
-            <[u32; 4]>::try_from(w).map_err(|_| {
-                CudaError::Rendezvous(format!("rank {r} sent a malformed device identity"))
+            <[u32; 4]>::try_from(w).map_err(|_| CudaError::Malformed {
+                rank: u16::try_from(r).unwrap_or(u16::MAX),
+                what: "device identity",
             })
         })
         .collect::<Result<_>>()?;

@@ -52,7 +52,7 @@ struct TeamHeap {
 }
 
 fn team_err(e: TeamError) -> CudaError {
-    CudaError::Invalid(format!("team: {e}"))
+    CudaError::Team(e)
 }
 
 /// Every rank's (colour, key) from its split message (colour, key, the team id it expects), all
@@ -68,12 +68,14 @@ pub(crate) fn split_entries(all: &[Vec<u8>], next: u16) -> Result<Vec<(i32, i32)
             };
             match (w(0), w(4), v.get(8..10), v.len()) {
                 (Some(c), Some(k), Some(id), 10) if id == next.to_le_bytes() => Ok((c, k)),
-                (Some(_), Some(_), Some(_), 10) => Err(CudaError::Invalid(format!(
-                    "split: rank {r} expects another team id (a rank missed a split)"
-                ))),
-                _ => Err(CudaError::Rendezvous(format!(
-                    "split: rank {r} sent a malformed entry"
-                ))),
+                (Some(_), Some(_), Some(_), 10) => Err(CudaError::Disagree {
+                    what: "split (team id; a rank missed a split)",
+                    rank: Some(u16::try_from(r).unwrap_or(u16::MAX)),
+                }),
+                _ => Err(CudaError::Malformed {
+                    rank: u16::try_from(r).unwrap_or(u16::MAX),
+                    what: "split entry",
+                }),
             }
         })
         .collect()
@@ -82,8 +84,7 @@ pub(crate) fn split_entries(all: &[Vec<u8>], next: u16) -> Result<Vec<(i32, i32)
 impl Comm {
     /// The pad layout of every team id (what team plans are mapped onto).
     fn team_layout(&self) -> Result<SlotLayout> {
-        SlotLayout::new(MAX_TEAMS, MAX_CHANNELS, self.world)
-            .map_err(|e| CudaError::Invalid(format!("slot layout: {e:?}")))
+        SlotLayout::new(MAX_TEAMS, MAX_CHANNELS, self.world).map_err(CudaError::Signal)
     }
 
     /// The id the next split will take.
@@ -91,7 +92,7 @@ impl Comm {
         self.next_team
             .lock()
             .map(|n| *n)
-            .map_err(|_| CudaError::Invalid("team lock poisoned".into()))
+            .map_err(|_| CudaError::LockPoisoned { what: "team" })
     }
 
     /// Collective: takes the next team id and reserves `heap_bytes` of the heap for the split.
@@ -102,7 +103,7 @@ impl Comm {
             let mut n = self
                 .next_team
                 .lock()
-                .map_err(|_| CudaError::Invalid("team lock poisoned".into()))?;
+                .map_err(|_| CudaError::LockPoisoned { what: "team" })?;
             if *n >= MAX_TEAMS {
                 return Err(team_err(TeamError::NoSlots { id: *n }));
             }
@@ -112,12 +113,12 @@ impl Comm {
         let span = heap_bytes
             .max(4096)
             .checked_add(agree::MAILBOX)
-            .ok_or_else(|| CudaError::Invalid(format!("a team heap of {heap_bytes} bytes")))?;
+            .ok_or(CudaError::Overflow {
+                what: "team heap size",
+            })?;
         let off = {
             let mut h = self.heap_lock()?;
-            h.alloc(span, 4096)
-                .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))?
-                + self.data_off
+            h.alloc(span, 4096).map_err(CudaError::Heap)? + self.data_off
         };
         if let Ok(mut r) = self.regions.lock() {
             r.push(off);
@@ -216,9 +217,10 @@ impl Comm {
             .flat_map(|x| x.to_le_bytes())
             .collect();
         if self.exchange(&desc)?.iter().any(|d| *d != desc) {
-            return Err(CudaError::Invalid(
-                "split_strided: ranks gave different (start, stride, size) or team counters".into(),
-            ));
+            return Err(CudaError::Disagree {
+                what: "split_strided (start, stride, size, team counter)",
+                rank: None,
+            });
         }
         let (id, off) = self.begin_split(heap_bytes)?;
         let team = Team::strided(id, self.world, start, stride, size).map_err(team_err)?;
@@ -268,7 +270,7 @@ impl<'c> CommTeam<'c> {
     fn heap_lock(&self) -> Result<std::sync::MutexGuard<'_, TeamHeap>> {
         self.alloc
             .lock()
-            .map_err(|_| CudaError::Invalid("team heap lock poisoned".into()))
+            .map_err(|_| CudaError::LockPoisoned { what: "team heap" })
     }
 
     /// Compares the team allocators of every member (after an alloc or a free).
@@ -291,15 +293,11 @@ impl<'c> CommTeam<'c> {
         let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.region.0));
         for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {
             if !off.is_some_and(|x| h.heap.is_live(x)) {
-                return Err(CudaError::Invalid(format!(
-                    "offset {o} is not a live team buffer"
-                )));
+                return Err(CudaError::NotLive { offset: *o });
             }
         }
         for off in offs.into_iter().flatten() {
-            h.heap
-                .free(off)
-                .map_err(|e| CudaError::Invalid(format!("team heap: {e:?}")))?;
+            h.heap.free(off).map_err(CudaError::Heap)?;
         }
         drop(pins);
         self.agree(&mut h)
@@ -313,7 +311,7 @@ impl<'c> CommTeam<'c> {
             RankPlan::collect(req.channels, |c| {
                 Schedule::new(*req, self.me, c)
                     .map(|s| s.map(|op| map.op(op).map_err(team_err)))
-                    .map_err(|e| CudaError::Invalid(e.to_string()))
+                    .map_err(CudaError::Sched)
             })
         })
     }
@@ -345,8 +343,7 @@ impl<'c> CommTeam<'c> {
                 team: self.team.size(),
             }));
         }
-        req.validate()
-            .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        req.validate().map_err(CudaError::Sched)?;
         guard::check_buffers(b, &req.buffer_sizes(), self.region.0, self.region.1)
     }
 
@@ -381,9 +378,24 @@ mod tests {
         assert_eq!(good, vec![(0, 5), (-1, 0)]);
         let mut long = entry(0, 0, 1);
         long.push(0);
-        for bad in [vec![], vec![0; 9], long, entry(0, 0, 2)] {
+        for bad in [vec![], vec![0; 9], long] {
             let r = split_entries(&[entry(0, 0, 1), bad.clone()], 1);
-            assert!(r.is_err(), "{bad:?}");
+            assert!(
+                matches!(
+                    r,
+                    Err(CudaError::Malformed {
+                        rank: 1,
+                        what: "split entry"
+                    })
+                ),
+                "{bad:?}"
+            );
         }
+        // Well formed, but expecting another team id: rank 1 missed a split.
+        let r = split_entries(&[entry(0, 0, 1), entry(0, 0, 2)], 1);
+        assert!(
+            matches!(r, Err(CudaError::Disagree { rank: Some(1), .. })),
+            "{r:?}"
+        );
     }
 }

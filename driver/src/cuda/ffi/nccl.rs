@@ -61,7 +61,14 @@ impl core::fmt::Display for NcclLoadError {
     }
 }
 
-impl std::error::Error for NcclLoadError {}
+impl std::error::Error for NcclLoadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            NcclLoadError::MulticastEnv(e) => Some(e),
+            NcclLoadError::NotFound(_) => None,
+        }
+    }
+}
 
 static API: OnceLock<Result<Loaded, &'static str>> = OnceLock::new();
 

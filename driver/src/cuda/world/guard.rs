@@ -46,7 +46,7 @@ impl World {
         let g = self
             .launching
             .lock()
-            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
+            .map_err(|_| CudaError::LockPoisoned { what: "launch" })?;
         if let Some(why) = self.poisoned.lock().ok().and_then(|p| p.clone()) {
             return Err(CudaError::Poisoned(why));
         }
@@ -68,11 +68,11 @@ impl World {
     /// Checks `b` against every plan's validated sizes and the heap.
     pub(super) fn check_plans(&self, plans: &[DevicePlan], b: &Buffers) -> Result<()> {
         if plans.len() != self.world as usize {
-            return Err(CudaError::Invalid(format!(
-                "{} plans for {} ranks",
-                plans.len(),
-                self.world
-            )));
+            return Err(CudaError::SizeMismatch {
+                what: "plans",
+                have: plans.len() as u64,
+                want: self.world as u64,
+            });
         }
         for (r, p) in plans.iter().enumerate() {
             p.check_owner(self.id, r as u16)?;
@@ -90,7 +90,7 @@ impl World {
         let _g = self
             .launching
             .lock()
-            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
+            .map_err(|_| CudaError::LockPoisoned { what: "launch" })?;
         for k in &self.ranks {
             k.stream.synchronize()?;
         }
@@ -113,7 +113,13 @@ impl World {
                 if t > 0 {
                     let v = (t + 1).to_le_bytes();
                     if s as u64 * 8 + 8 > self.data_off {
-                        return Err(CudaError::Invalid(format!("epoch slot {s} past the pad")));
+                        return Err(CudaError::OutOfBounds {
+                            what: "epoch slot",
+                            offset: s as u64 * 8,
+                            len: 8,
+                            lo: 0,
+                            hi: self.data_off,
+                        });
                     }
                     self.heap_write(r as u16, s as u64 * 8, &v)?;
                     k.expected.write_at(s as usize * 8, &v)?;

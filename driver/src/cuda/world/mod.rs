@@ -61,7 +61,7 @@ pub struct Options {
 
 impl Options {
     /// Fails when an option is out of its range: every deadline more than 0 and at most
-    /// [`limits::MAX_WAIT`], the heap at most [`guard::MAX_HEAP_BYTES`].
+    /// [`limits::MAX_WAIT`], the heap at most [`limits::MAX_HEAP_BYTES`].
     pub fn validate(&self) -> Result<()> {
         limits::check_heap("Options::heap_bytes", self.heap_bytes)?;
         limits::check_wait("Options::timeout", self.timeout)?;
@@ -141,7 +141,19 @@ impl World {
         let world = u16::try_from(devices.len())
             .ok()
             .filter(|&w| w > 0 && w as usize <= 64)
-            .ok_or_else(|| CudaError::Invalid(format!("{} devices", devices.len())))?;
+            .ok_or(if devices.is_empty() {
+                CudaError::SizeMismatch {
+                    what: "devices",
+                    have: 0,
+                    want: 1,
+                }
+            } else {
+                CudaError::TooLarge {
+                    what: "devices",
+                    size: devices.len() as u64,
+                    limit: 64,
+                }
+            })?;
         let devs: Vec<Device> = devices
             .iter()
             .map(|&d| Device::open(d))
@@ -187,7 +199,7 @@ impl World {
         let data_off = (pad_slots as u64 * 8).div_ceil(4096) * 4096;
         let total = data_off
             .checked_add(opts.heap_bytes)
-            .ok_or_else(|| CudaError::Invalid("heap size overflows".into()))?;
+            .ok_or(CudaError::Overflow { what: "heap size" })?;
         let boot = ThreadBootstrap::new(world, opts.rendezvous);
         let cap = opts.trace_cap as usize;
         let results: Vec<Result<Rank>> = std::thread::scope(|s| {
@@ -214,11 +226,7 @@ impl World {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(CudaError::Rendezvous("a rank thread panicked".into()))
-                    })
-                })
+                .map(|h| h.join().unwrap_or_else(|_| Err(CudaError::RankPanicked)))
                 .collect()
         });
         let ranks: Vec<Rank> = results.into_iter().collect::<Result<_>>()?;
@@ -280,9 +288,10 @@ impl World {
     }
 
     fn rank(&self, r: u16) -> Result<&Rank> {
-        self.ranks
-            .get(r as usize)
-            .ok_or_else(|| CudaError::Invalid(format!("rank {r} in a world of {}", self.world)))
+        self.ranks.get(r as usize).ok_or(CudaError::BadRank {
+            rank: r,
+            world: self.world,
+        })
     }
 
     /// The device of rank `r`.
@@ -298,9 +307,13 @@ impl World {
     /// Device address of heap offset `off` on rank `r`, as rank `r` sees it.
     pub fn ptr(&self, r: u16, off: u64) -> Result<u64> {
         let k = self.rank(r)?;
-        k.heap
-            .ptr(r, off)
-            .ok_or_else(|| CudaError::Invalid(format!("offset {off} outside the heap")))
+        k.heap.ptr(r, off).ok_or(CudaError::OutOfBounds {
+            what: "heap offset",
+            offset: off,
+            len: 0,
+            lo: 0,
+            hi: self.stride(),
+        })
     }
 
     /// Places a request's buffers in the heap (collective in spirit: same offsets on all ranks).
@@ -314,7 +327,7 @@ impl World {
         let mut h = self
             .alloc
             .lock()
-            .map_err(|_| CudaError::Invalid("heap lock poisoned".into()))?;
+            .map_err(|_| CudaError::LockPoisoned { what: "heap" })?;
         limits::place(&mut h, sizes, self.data_off)
     }
 
@@ -327,34 +340,31 @@ impl World {
         let _g = self
             .launching
             .lock()
-            .map_err(|_| CudaError::Invalid("launch lock poisoned".into()))?;
+            .map_err(|_| CudaError::LockPoisoned { what: "launch" })?;
         if self
             .captured
             .lock()
-            .map_err(|_| CudaError::Invalid("capture registry poisoned".into()))?
+            .map_err(|_| CudaError::LockPoisoned {
+                what: "capture registry",
+            })?
             .contains_key(&b.input)
         {
-            return Err(CudaError::Invalid(
-                "these buffers are captured in a live graph: drop it first".into(),
-            ));
+            return Err(CudaError::Pinned);
         }
         self.drain()?;
         let mut h = self
             .alloc
             .lock()
-            .map_err(|_| CudaError::Invalid("heap lock poisoned".into()))?;
+            .map_err(|_| CudaError::LockPoisoned { what: "heap" })?;
         // Every offset is checked before any is freed: a bad set frees nothing.
         let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.data_off));
         for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {
             if !off.is_some_and(|x| h.is_live(x)) {
-                return Err(CudaError::Invalid(format!(
-                    "offset {o} is not a live buffer of this heap"
-                )));
+                return Err(CudaError::NotLive { offset: *o });
             }
         }
         for off in offs.into_iter().flatten() {
-            h.free(off)
-                .map_err(|e| CudaError::Invalid(format!("heap: {e:?}")))?;
+            h.free(off).map_err(CudaError::Heap)?;
         }
         Ok(())
     }
@@ -372,7 +382,11 @@ impl World {
         self.check_range(off, len)?;
         limits::check_range(off, len, 0, self.stride())?;
         let p = self.ptr(r, off)?;
-        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("read too large".into()))?;
+        let len = usize::try_from(len).map_err(|_| CudaError::TooLarge {
+            what: "read",
+            size: len,
+            limit: usize::MAX as u64,
+        })?;
         let mut v = vec![0u8; len];
         self.rank(r)?.dev.bind()?;
         // SAFETY: bytes `off .. off + len` lie in rank `r`'s heap (checked above), mapped into
@@ -403,7 +417,11 @@ impl World {
     pub(crate) fn heap_fill(&self, r: u16, off: u64, len: u64, value: u8) -> Result<()> {
         limits::check_range(off, len, 0, self.stride())?;
         let p = self.ptr(r, off)?;
-        let len = usize::try_from(len).map_err(|_| CudaError::Invalid("fill too large".into()))?;
+        let len = usize::try_from(len).map_err(|_| CudaError::TooLarge {
+            what: "fill",
+            size: len,
+            limit: usize::MAX as u64,
+        })?;
         self.rank(r)?.dev.bind()?;
         // SAFETY: bytes `off .. off + len` lie in rank `r`'s heap (checked above), mapped into
         // its context, bound above.
@@ -422,10 +440,11 @@ impl World {
     pub fn plans(&self, req: &Request) -> Result<Arc<Vec<DevicePlan>>> {
         let _ctx = device::keep_current()?;
         if req.world != self.world {
-            return Err(CudaError::Invalid(format!(
-                "request for {} ranks on a world of {}",
-                req.world, self.world
-            )));
+            return Err(CudaError::SizeMismatch {
+                what: "ranks in the request",
+                have: req.world as u64,
+                want: self.world as u64,
+            });
         }
         if let Some(p) = self.plans.lock().ok().and_then(|m| m.get(req).cloned()) {
             return Ok(p);
@@ -448,16 +467,20 @@ impl World {
     pub fn user_plans(&self, plans: Vec<RankPlan>, sizes: &BufferSizes) -> Result<Vec<DevicePlan>> {
         let _ctx = device::keep_current()?;
         if plans.len() != self.world as usize {
-            return Err(CudaError::Invalid(format!(
-                "{} plans for {} ranks",
-                plans.len(),
-                self.world
-            )));
+            return Err(CudaError::SizeMismatch {
+                what: "plans",
+                have: plans.len() as u64,
+                want: self.world as u64,
+            });
         }
         let mut v = Vec::with_capacity(plans.len());
         for (r, p) in plans.into_iter().enumerate() {
             if p.channels() > MAX_CHANNELS as usize {
-                return Err(CudaError::Invalid(format!("{} channels", p.channels())));
+                return Err(CudaError::TooLarge {
+                    what: "channels",
+                    size: p.channels() as u64,
+                    limit: MAX_CHANNELS as u64,
+                });
             }
             p.validate(r as u16, self.world, sizes, self.pad_slots, false)?;
             v.push(self.upload(r as u16, p, *sizes)?);

@@ -143,7 +143,9 @@ impl World {
         *self
             .captured
             .lock()
-            .map_err(|_| CudaError::Invalid("capture registry poisoned".into()))?
+            .map_err(|_| CudaError::LockPoisoned {
+                what: "capture registry",
+            })?
             .entry(b.input)
             .or_insert(0) += 1;
         Ok(Captured {
@@ -157,9 +159,9 @@ impl World {
     pub fn replay(&self, captured: &Captured<'_>) -> Result<()> {
         let _ctx = device::keep_current()?;
         if !std::ptr::eq(captured.world, self) {
-            return Err(CudaError::Invalid(
-                "the graphs were captured on another world".into(),
-            ));
+            return Err(CudaError::WrongOwner {
+                what: "the captured graphs",
+            });
         }
         {
             let _g = self.launch_lock()?;
