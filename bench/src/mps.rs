@@ -4,12 +4,13 @@
 //! take turns in time slices (correct, but a signal between them takes milliseconds). The check
 //! starts its own MPS daemon as the current user, in a private directory (mode 0700) that the
 //! daemon, this process and every rank it starts find through `CUDA_MPS_PIPE_DIRECTORY` and
-//! `CUDA_MPS_LOG_DIRECTORY`, and stops it when the run ends, on success, error or panic
-//! ([`Mps`]'s `Drop`). Nothing on the GPU is changed: no compute mode, clocks or settings. A
+//! `CUDA_MPS_LOG_DIRECTORY`, and stops it once the run's process has ended, however it ends
+//! (a stopper in its own process group waits for it: the daemon's `quit` waits for its clients,
+//! and this process is one). Nothing on the GPU is changed: no compute mode, clocks or settings. A
 //! user who already runs MPS (the variables set) keeps theirs.
 
-use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 
@@ -58,42 +59,53 @@ impl Mps {
         std::env::set_var("CUDA_MPS_PIPE_DIRECTORY", &pipe);
         std::env::set_var("CUDA_MPS_LOG_DIRECTORY", &log);
         match safety_env::command(CONTROL).arg("-d").status() {
-            Ok(s) if s.success() => {
-                println!("mps: started in {} (stopped at the end)", dir.display());
-                Mps { dir: Some(dir) }
-            }
+            Ok(s) if s.success() => {}
             other => {
                 println!("mps: {CONTROL} -d did not start ({other:?}); ranks that share a GPU take turns");
                 let _ = std::fs::remove_dir_all(&dir);
                 std::env::remove_var("CUDA_MPS_PIPE_DIRECTORY");
                 std::env::remove_var("CUDA_MPS_LOG_DIRECTORY");
-                Mps { dir: None }
+                return Mps { dir: None };
             }
         }
+        // The daemon's `quit` waits for its clients to leave, and this process is one from its
+        // first CUDA call on: a stopper in its own process group waits for this process to end
+        // (however it ends), then stops the daemon and removes the directory.
+        let stopper = safety_env::command("sh")
+            .args([
+                "-c",
+                "while kill -0 \"$1\" 2>/dev/null; do sleep 0.2; done; \
+                 echo quit | nvidia-cuda-mps-control; rm -rf \"$2\"",
+                "symm-mps-stop",
+            ])
+            .arg(std::process::id().to_string())
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn();
+        match stopper {
+            Ok(_) => println!(
+                "mps: started in {} (stopped when this run ends)",
+                dir.display()
+            ),
+            Err(e) => println!(
+                "mps: started in {}, but no stopper ({e}): stop it with `echo quit | {CONTROL}`",
+                dir.display()
+            ),
+        }
+        Mps { dir: Some(dir) }
     }
 }
 
 impl Drop for Mps {
     fn drop(&mut self) {
-        let Some(dir) = self.dir.take() else {
-            return;
-        };
-        let quit = safety_env::command(CONTROL)
-            .stdin(Stdio::piped())
-            .spawn()
-            .and_then(|mut c| {
-                if let Some(mut i) = c.stdin.take() {
-                    i.write_all(b"quit\n")?;
-                }
-                c.wait()
-            });
-        match quit {
-            Ok(s) if s.success() => println!("mps: stopped"),
-            other => println!(
-                "mps: stopping failed ({other:?}); the daemon's pipe is {}",
+        if let Some(dir) = self.dir.take() {
+            println!(
+                "mps: the daemon in {} stops once this process has exited",
                 dir.display()
-            ),
+            );
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
