@@ -11,6 +11,7 @@
 //! element, runs a sum all-reduce on its own stream, captures it in a CUDA graph and replays it,
 //! and checks every element against `w (w + 1) / 2` after each run. It prints one line per rank
 //! and exits non-zero on any error, which makes `symm-run` end the job.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

@@ -32,6 +32,7 @@
 //!
 //! Each case runs under three interleavings and then once more on the same memory, and every
 //! output is compared with the sequential reference. Any mismatch exits non-zero.
+#![forbid(unsafe_code)]
 
 use std::error::Error;
 use std::fmt;

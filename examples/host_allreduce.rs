@@ -20,6 +20,7 @@
 //! Every algorithm of all-reduce but multicast runs (multicast needs NVLink multicast hardware on
 //! a GPU, though the host model runs it too). Any mismatch is an error: the program exits with a
 //! non-zero status, so `cargo xtask test` runs it as a check.
+#![forbid(unsafe_code)]
 
 use std::error::Error;
 use std::path::PathBuf;

@@ -11,6 +11,7 @@
 //! proves the schedule correct) and the simulator's (`host::simulate`, timing only). It covers
 //! every collective x algorithm at worlds 1, 2, 3, 5 and 8 with one and two channels, then prints
 //! the counts of an 8-rank 1 MiB all-reduce per algorithm. Any disagreement exits non-zero.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::error::Error;

@@ -13,6 +13,7 @@
 //! (NVRTC takes headers as strings), so no include path is needed.
 #![no_std]
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod abi;
 

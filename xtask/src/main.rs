@@ -1,4 +1,5 @@
 //! `cargo xtask ...`: the one command-line entry point of symm.
+#![forbid(unsafe_code)]
 
 mod codegen;
 mod demo;

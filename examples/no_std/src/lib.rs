@@ -31,6 +31,7 @@
 //! ```
 #![no_std]
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 use symm_core::op::Op;
 use symm_core::plan::PlanOp;

@@ -6,6 +6,7 @@
 //! byte, then resolved and checked to be still under the resolved root ([`path`]). Requests must
 //! name the bound loopback address in `Host` (421 otherwise), and their size and time are
 //! bounded ([`serve`]).
+#![forbid(unsafe_code)]
 
 pub mod path;
 pub mod serve;
