@@ -1,14 +1,20 @@
 //! Conversions between the C structs and symm-core's types; every code is checked.
 
+use std::time::Duration;
+
 use symm_core::cost::Link;
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::op::{Fanin, FieldError, Op, OpFields, OpKind, RawLoc};
-use symm_core::sched::{Algorithm, Collective, Request};
+use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
 use symm_core::trace::{Event, EventKind};
+use symm_driver::cuda::{Buffers, CommOptions};
 
 use crate::error::Error;
 use crate::types::codes::{self, COLLECTIVES};
-use crate::types::{symm_event, symm_link, symm_loc, symm_op, symm_request};
+use crate::types::{
+    symm_buffer_sizes, symm_buffers, symm_comm_options, symm_event, symm_link, symm_loc, symm_op,
+    symm_request,
+};
 
 fn code<T: Copy>(table: &[T], field: &'static str, value: u32) -> Result<T, Error> {
     table.get(value as usize).copied().ok_or(Error::BadCode {
@@ -241,6 +247,61 @@ impl symm_event {
             op: self.op.to_core()?,
             contents: (self.has_contents != 0).then_some(self.contents),
         })
+    }
+}
+
+impl symm_comm_options {
+    /// The runtime's options: zero fields take the defaults; the ranges are checked when the
+    /// communicator opens.
+    pub fn to_options(&self) -> CommOptions {
+        let d = CommOptions::default();
+        let ms = |v: u64, default: Duration| {
+            if v == 0 {
+                default
+            } else {
+                Duration::from_millis(v)
+            }
+        };
+        CommOptions {
+            heap_bytes: if self.heap_bytes == 0 {
+                d.heap_bytes
+            } else {
+                self.heap_bytes
+            },
+            timeout: ms(self.timeout_ms, d.timeout),
+            bootstrap_timeout: ms(self.bootstrap_timeout_ms, d.bootstrap_timeout),
+            ..d
+        }
+    }
+}
+
+impl symm_buffers {
+    /// The C struct of placed buffers.
+    pub fn of(b: &Buffers) -> symm_buffers {
+        symm_buffers {
+            input: b.input,
+            output: b.output,
+            scratch: b.scratch,
+            sizes: symm_buffer_sizes {
+                input: b.sizes.input,
+                output: b.sizes.output,
+                scratch: b.sizes.scratch,
+            },
+        }
+    }
+
+    /// The runtime's buffers (offsets and sizes are checked by the runtime against its heap).
+    pub fn to_buffers(&self) -> Buffers {
+        Buffers {
+            input: self.input,
+            output: self.output,
+            scratch: self.scratch,
+            sizes: BufferSizes {
+                input: self.sizes.input,
+                output: self.sizes.output,
+                scratch: self.sizes.scratch,
+            },
+        }
     }
 }
 

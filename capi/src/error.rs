@@ -7,6 +7,8 @@ use std::os::raw::c_int;
 
 use symm_core::sched::SchedError;
 use symm_core::trace::{HeaderError, TraceError};
+use symm_driver::bootstrap::BootstrapError;
+use symm_driver::cuda::CudaError;
 
 /// Success.
 pub const SYMM_OK: c_int = 0;
@@ -23,9 +25,20 @@ pub const SYMM_ERR_LIMIT: c_int = -4;
 pub const SYMM_ERR_TRACE: c_int = -5;
 /// An internal error (a panic, caught at the boundary).
 pub const SYMM_ERR_INTERNAL: c_int = -6;
+/// The runtime cannot start here: a CUDA library, a usable device or the job's environment
+/// (`WORLD_SIZE`, `RANK`, `SYMM_JOB`) is missing.
+pub const SYMM_ERR_UNAVAILABLE: c_int = -7;
+/// A deadline passed: a device wait, or the bootstrap waiting for ranks.
+pub const SYMM_ERR_TIMEOUT: c_int = -8;
+/// A peer's process is gone; the communicator cannot be used again.
+pub const SYMM_ERR_PEER_LOST: c_int = -9;
+/// An earlier collective failed; calls fail until `symm_comm_reset`.
+pub const SYMM_ERR_POISONED: c_int = -10;
+/// The device runtime failed otherwise (a driver call, kernel compilation, ranks disagreeing).
+pub const SYMM_ERR_DEVICE: c_int = -11;
 
 /// Every status: its C name, value and meaning (the header's `symm_status`).
-pub const STATUSES: [(&CStr, c_int, &str); 7] = [
+pub const STATUSES: [(&CStr, c_int, &str); 12] = [
     (c"SYMM_OK", SYMM_OK, "Success."),
     (
         c"SYMM_ERR_NULL",
@@ -56,6 +69,33 @@ pub const STATUSES: [(&CStr, c_int, &str); 7] = [
         c"SYMM_ERR_INTERNAL",
         SYMM_ERR_INTERNAL,
         "An internal error (a panic, caught at the boundary).",
+    ),
+    (
+        c"SYMM_ERR_UNAVAILABLE",
+        SYMM_ERR_UNAVAILABLE,
+        "The runtime cannot start here: a CUDA library, a usable device or the job's environment \
+         (WORLD_SIZE, RANK, SYMM_JOB) is missing.",
+    ),
+    (
+        c"SYMM_ERR_TIMEOUT",
+        SYMM_ERR_TIMEOUT,
+        "A deadline passed: a device wait, or the bootstrap waiting for ranks.",
+    ),
+    (
+        c"SYMM_ERR_PEER_LOST",
+        SYMM_ERR_PEER_LOST,
+        "A peer's process is gone; the communicator cannot be used again.",
+    ),
+    (
+        c"SYMM_ERR_POISONED",
+        SYMM_ERR_POISONED,
+        "An earlier collective failed; calls fail until symm_comm_reset.",
+    ),
+    (
+        c"SYMM_ERR_DEVICE",
+        SYMM_ERR_DEVICE,
+        "The device runtime failed otherwise (a driver call, kernel compilation, ranks \
+         disagreeing).",
     ),
 ];
 
@@ -107,6 +147,8 @@ pub enum Error {
     },
     /// The trace could not be encoded.
     Trace(TraceError),
+    /// The device runtime refused or failed a call.
+    Runtime(CudaError),
     /// A panic was caught at the boundary.
     Internal,
 }
@@ -124,8 +166,54 @@ impl Error {
             Error::TooSmall { .. } => SYMM_ERR_TOO_SMALL,
             Error::EventLimit { .. } => SYMM_ERR_LIMIT,
             Error::Trace(_) => SYMM_ERR_TRACE,
+            Error::Runtime(e) => runtime_status(e),
             Error::Internal => SYMM_ERR_INTERNAL,
         }
+    }
+}
+
+/// The status a runtime error returns as.
+fn runtime_status(e: &CudaError) -> c_int {
+    match e {
+        CudaError::Unavailable(_) | CudaError::Unsupported(_) | CudaError::Placement(_) => {
+            SYMM_ERR_UNAVAILABLE
+        }
+        CudaError::Bootstrap(b) => bootstrap_status(b),
+        CudaError::Timeout { .. }
+        | CudaError::ExchangeTimeout { .. }
+        | CudaError::TeamTimeout { .. }
+        | CudaError::Expired { .. } => SYMM_ERR_TIMEOUT,
+        CudaError::PeerLost { .. } => SYMM_ERR_PEER_LOST,
+        CudaError::Poisoned(_) => SYMM_ERR_POISONED,
+        CudaError::OutOfBounds { .. }
+        | CudaError::TooSmall { .. }
+        | CudaError::TooLarge { .. }
+        | CudaError::Overflow { .. }
+        | CudaError::Misaligned { .. }
+        | CudaError::BadRank { .. }
+        | CudaError::NotLive { .. }
+        | CudaError::Heap(_)
+        | CudaError::Sched(_)
+        | CudaError::Team(_)
+        | CudaError::WrongOwner { .. }
+        | CudaError::Pinned
+        | CudaError::NotPrepared
+        | CudaError::BadOption(_) => SYMM_ERR_INVALID,
+        _ => SYMM_ERR_DEVICE,
+    }
+}
+
+/// The status a bootstrap error returns as.
+fn bootstrap_status(b: &BootstrapError) -> c_int {
+    match b {
+        BootstrapError::Env(_) => SYMM_ERR_UNAVAILABLE,
+        BootstrapError::NoRoot { .. }
+        | BootstrapError::Missing { .. }
+        | BootstrapError::Timeout { .. } => SYMM_ERR_TIMEOUT,
+        BootstrapError::PeerLost { .. } => SYMM_ERR_PEER_LOST,
+        // A bootstrap stays failed: its first error says what happened.
+        BootstrapError::Poisoned(first) => bootstrap_status(first),
+        _ => SYMM_ERR_DEVICE,
     }
 }
 
@@ -150,6 +238,7 @@ impl fmt::Display for Error {
                 write!(f, "the trace writer already holds its {max} events")
             }
             Error::Trace(e) => write!(f, "trace: {e}"),
+            Error::Runtime(e) => write!(f, "{e}"),
             Error::Internal => write!(f, "{INTERNAL}"),
         }
     }
@@ -161,6 +250,7 @@ impl std::error::Error for Error {
             Error::Request(e) => Some(e),
             Error::Header(e) => Some(e),
             Error::Trace(e) => Some(e),
+            Error::Runtime(e) => Some(e),
             _ => None,
         }
     }
@@ -169,6 +259,12 @@ impl std::error::Error for Error {
 impl From<SchedError> for Error {
     fn from(e: SchedError) -> Error {
         Error::Request(e)
+    }
+}
+
+impl From<CudaError> for Error {
+    fn from(e: CudaError) -> Error {
+        Error::Runtime(e)
     }
 }
 
@@ -225,4 +321,75 @@ pub fn status_name(status: c_int) -> Option<&'static CStr> {
         .iter()
         .find(|(_, v, _)| *v == status)
         .map(|(n, _, _)| *n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symm_driver::bootstrap::EnvError;
+
+    /// Runtime errors return the status a C caller can act on, with the runtime's message.
+    #[test]
+    fn runtime_errors_map_to_their_statuses() {
+        let missing = Error::from(CudaError::Bootstrap(BootstrapError::Env(
+            EnvError::Missing { var: "WORLD_SIZE" },
+        )));
+        assert_eq!(missing.status(), SYMM_ERR_UNAVAILABLE);
+        assert!(
+            missing.to_string().contains("WORLD_SIZE is not set"),
+            "{missing}"
+        );
+        for (e, status) in [
+            (
+                CudaError::Unavailable("libcuda".into()),
+                SYMM_ERR_UNAVAILABLE,
+            ),
+            (CudaError::PeerLost { rank: 2 }, SYMM_ERR_PEER_LOST),
+            (
+                CudaError::Bootstrap(BootstrapError::PeerLost { rank: 1 }),
+                SYMM_ERR_PEER_LOST,
+            ),
+            (
+                CudaError::Bootstrap(BootstrapError::Poisoned(Box::new(
+                    BootstrapError::PeerLost { rank: 1 },
+                ))),
+                SYMM_ERR_PEER_LOST,
+            ),
+            (CudaError::Poisoned("a timeout".into()), SYMM_ERR_POISONED),
+            (
+                CudaError::Timeout {
+                    rank: 0,
+                    peer: 1,
+                    slot: 3,
+                    channel: 0,
+                    expected: 2,
+                    found: 1,
+                    op_index: 4,
+                },
+                SYMM_ERR_TIMEOUT,
+            ),
+            (CudaError::BadRank { rank: 9, world: 4 }, SYMM_ERR_INVALID),
+            (CudaError::NotLive { offset: 64 }, SYMM_ERR_INVALID),
+            (CudaError::BadOption("timeout".into()), SYMM_ERR_INVALID),
+            (
+                CudaError::Driver {
+                    call: "cuLaunchKernel",
+                    code: 700,
+                    name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+                },
+                SYMM_ERR_DEVICE,
+            ),
+        ] {
+            assert_eq!(Error::from(e.clone()).status(), status, "{e:?}");
+        }
+    }
+
+    /// Every status has one name and one value.
+    #[test]
+    fn statuses_are_distinct() {
+        for (i, (n, v, _)) in STATUSES.iter().enumerate() {
+            assert_eq!(status_name(*v), Some(*n));
+            assert!(STATUSES[i + 1..].iter().all(|(m, w, _)| m != n && w != v));
+        }
+    }
 }

@@ -46,13 +46,14 @@ macro_rules! c_fn {
 }
 
 use crate::types::{
-    symm_buffer_sizes as Sizes, symm_event as Event, symm_link as Link, symm_op as Op,
+    symm_buffer_sizes as Sizes, symm_buffers as Bufs, symm_comm as Comm,
+    symm_comm_options as CommOpts, symm_event as Event, symm_link as Link, symm_op as Op,
     symm_request as Req, symm_schedule as Sched, symm_trace_writer as Writer,
 };
 use std::os::raw::{c_char, c_int};
 
 /// Every exported function, in the header's order.
-pub const FUNCTIONS: [CFn; 19] = [
+pub const FUNCTIONS: [CFn; 31] = [
     c_fn!(symm_last_error(buf: *mut c_char, len: usize) -> usize, [
         "Copies the message of this thread's last failed call into buf (at most len - 1 bytes",
         "and a NUL; nothing when buf is NULL or len is 0) and returns the message's full length,",
@@ -135,6 +136,60 @@ pub const FUNCTIONS: [CFn; 19] = [
         "Frees bytes returned by symm_trace_writer_finish (pass the same pointer and length);",
         "NULL is ignored.",
     ]),
+    c_fn!(symm_comm_from_env(opts: *const CommOpts, out: *mut *mut Comm) -> c_int, [
+        "Collective: joins the job its environment describes (WORLD_SIZE, RANK, SYMM_JOB,",
+        "LOCAL_RANK) as one rank on its GPU; *out receives the communicator. opts NULL takes the",
+        "defaults. Without the job's environment, or when the CUDA libraries cannot be loaded,",
+        "it returns SYMM_ERR_UNAVAILABLE and symm_last_error names what is missing.",
+    ]),
+    c_fn!(symm_comm_finish(comm: *mut Comm) -> c_int, [
+        "Ends this rank's part in the job in order (waits for its device, then for every rank)",
+        "and frees the communicator whatever the outcome (unless it is NULL).",
+    ]),
+    c_fn!(symm_comm_free(comm: *mut Comm) -> (), [
+        "Frees a communicator without finishing (the other ranks see this rank as lost); NULL",
+        "is ignored.",
+    ]),
+    c_fn!(symm_comm_rank(comm: *mut Comm, out: *mut u16) -> c_int, [
+        "Writes this rank to *out.",
+    ]),
+    c_fn!(symm_comm_world(comm: *mut Comm, out: *mut u16) -> c_int, [
+        "Writes the number of ranks in the job to *out.",
+    ]),
+    c_fn!(symm_comm_alloc(comm: *mut Comm, req: *const Req, out: *mut Bufs) -> c_int, [
+        "Collective: places buffers for a valid request in the symmetric heap, at the same",
+        "offsets on every rank, and writes them to *out.",
+    ]),
+    c_fn!(symm_comm_free_buffers(comm: *mut Comm, buffers: *const Bufs) -> c_int, [
+        "Collective: returns buffers of symm_comm_alloc to the heap after this rank's device",
+        "finished its work; every offset is checked first, so a bad set frees nothing.",
+    ]),
+    c_fn!(symm_comm_ptr(comm: *mut Comm, peer: u16, offset: u64, out: *mut u64) -> c_int, [
+        "Writes the device address of heap offset offset of rank peer, through this rank's",
+        "mapping, to *out.",
+    ]),
+    c_fn!(symm_comm_enqueue(
+        comm: *mut Comm, req: *const Req, buffers: *const Bufs, stream: *mut ()
+    ) -> c_int, [
+        "Enqueues a valid request's collective on buffers of symm_comm_alloc on the caller's",
+        "CUstream and returns without waiting. stream is NULL (the legacy default stream) or a",
+        "valid stream of the communicator's device (its primary context) that stays valid until",
+        "the enqueued work has finished. Errors of the work surface in symm_comm_check.",
+    ]),
+    c_fn!(symm_comm_check(comm: *mut Comm) -> c_int, [
+        "Reports asynchronous errors of the collectives enqueued so far without waiting:",
+        "SYMM_ERR_TIMEOUT (a device wait), SYMM_ERR_PEER_LOST, then SYMM_ERR_POISONED until",
+        "symm_comm_reset.",
+    ]),
+    c_fn!(symm_comm_synchronize(comm: *mut Comm, stream: *mut ()) -> c_int, [
+        "Waits for the caller's CUstream (NULL: the legacy default stream; valid during the",
+        "call), then checks as symm_comm_check does.",
+    ]),
+    c_fn!(symm_comm_reset(comm: *mut Comm) -> c_int, [
+        "Collective: after a timeout, waits for this rank's device, clears the signal state",
+        "between two barriers of every rank and lifts the poison. Fails (and stays poisoned)",
+        "when a peer was lost.",
+    ]),
 ];
 
 fn doc(w: &mut String, indent: &str, lines: &[&str]) {
@@ -194,8 +249,10 @@ pub fn generate() -> String {
         w,
         "",
         &[
-            "symm's C ABI: request validation, schedule iteration into plan ops, the cost model",
-            "and trace writing. Link libsymm.a (with -lpthread -ldl -lm) or libsymm.so.",
+            "symm's C ABI: request validation, schedule iteration into plan ops, the cost model,",
+            "trace writing and the GPU runtime (a communicator, symmetric buffers, collectives on",
+            "a CUstream; the CUDA libraries are loaded at run time). Link libsymm.a (with",
+            "-lpthread -ldl -lm) or libsymm.so.",
             "Every function checks its pointers for null and returns a symm_status (or a count);",
             "symm_last_error says why the calling thread's last call failed.",
         ],

@@ -313,14 +313,43 @@ c_struct! {
     }
 }
 
+c_struct! {
+    /// How `symm_comm_from_env` opens a communicator; a zero field takes the default.
+    pub struct symm_comm_options {
+        /// Buffer bytes of each rank's symmetric heap (0: 256 MiB; at most 2^48).
+        pub heap_bytes: u64,
+        /// Deadline of every device wait, in milliseconds (0: 10 s; at most an hour).
+        pub timeout_ms: u64,
+        /// Deadline of every bootstrap exchange, joining the job included, in milliseconds
+        /// (0: 60 s; at most an hour).
+        pub bootstrap_timeout_ms: u64,
+    }
+}
+
+c_struct! {
+    /// Buffers in a communicator's symmetric heap: offsets (the same on every rank) and sizes.
+    pub struct symm_buffers {
+        /// Input offset.
+        pub input: u64,
+        /// Output offset.
+        pub output: u64,
+        /// Scratch offset.
+        pub scratch: u64,
+        /// Bytes of each.
+        pub sizes: symm_buffer_sizes,
+    }
+}
+
 /// Every struct of the ABI, in the order the header declares them.
-pub const STRUCTS: [CStruct; 6] = [
+pub const STRUCTS: [CStruct; 8] = [
     symm_request::C,
     symm_buffer_sizes::C,
     symm_loc::C,
     symm_op::C,
     symm_link::C,
     symm_event::C,
+    symm_comm_options::C,
+    symm_buffers::C,
 ];
 
 /// A schedule being iterated: one (request, rank, channel)'s ops.
@@ -328,6 +357,13 @@ pub struct symm_schedule(pub(crate) symm_core::sched::Schedule);
 
 /// A trace being written.
 pub struct symm_trace_writer(pub(crate) crate::api::TraceWriter);
+
+/// One rank's communicator of a job on its GPU.
+pub struct symm_comm(pub(crate) symm_driver::cuda::Comm);
+
+impl CType for symm_comm {
+    const TY: CTy = CTy::named("symm_comm");
+}
 
 impl CType for symm_schedule {
     const TY: CTy = CTy::named("symm_schedule");
@@ -338,7 +374,7 @@ impl CType for symm_trace_writer {
 }
 
 /// The opaque handles: name and doc.
-pub const OPAQUE: [(&str, &str); 2] = [
+pub const OPAQUE: [(&str, &str); 3] = [
     (
         "symm_schedule",
         "A schedule being iterated (symm_schedule_new; free with symm_schedule_free).",
@@ -347,6 +383,11 @@ pub const OPAQUE: [(&str, &str); 2] = [
         "symm_trace_writer",
         "A trace being written (symm_trace_writer_new; ends with symm_trace_writer_finish or \
          symm_trace_writer_free).",
+    ),
+    (
+        "symm_comm",
+        "One rank's communicator of a job on its GPU (symm_comm_from_env; ends with \
+         symm_comm_finish or symm_comm_free).",
     ),
 ];
 

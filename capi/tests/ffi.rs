@@ -115,3 +115,131 @@ fn a_trace_written_through_the_abi_decodes() {
     assert!(d.events.iter().all(|e| e.rank == 1));
     assert_eq!(d.header.team, None);
 }
+
+/// The runtime's functions refuse null handles, null outputs, null and invalid requests with a
+/// status and a message; none reaches the device.
+#[test]
+fn runtime_calls_refuse_null_and_bad_arguments() {
+    use symm::error::SYMM_ERR_INVALID as INVALID;
+    use symm::types::{symm_buffers, symm_comm, symm_comm_options};
+    let req = ring(4);
+    let bad_code = symm_request {
+        collective: 99,
+        ..ring(4)
+    };
+    let bad_world = ring(0);
+    let mut bufs = symm_buffers::default();
+    let mut v16 = 0u16;
+    let mut v64 = 0u64;
+    let mut comm: *mut symm_comm = null_mut();
+    let null_comm: *mut symm_comm = null_mut();
+    // SAFETY: every pointer is null or points to a live local; no call reaches a communicator.
+    unsafe {
+        assert_eq!(symm_comm_from_env(null(), null_mut()), SYMM_ERR_NULL);
+        assert_eq!(last_error(), "out is null");
+        let opts = symm_comm_options::default();
+        assert_eq!(symm_comm_from_env(&opts, null_mut()), SYMM_ERR_NULL);
+        assert!(comm.is_null());
+
+        assert_eq!(symm_comm_rank(null_comm, &mut v16), SYMM_ERR_NULL);
+        assert_eq!(last_error(), "comm is null");
+        assert_eq!(symm_comm_rank(null_comm, null_mut()), SYMM_ERR_NULL);
+        assert_eq!(last_error(), "out is null");
+        assert_eq!(symm_comm_world(null_comm, &mut v16), SYMM_ERR_NULL);
+        assert_eq!(symm_comm_world(null_comm, null_mut()), SYMM_ERR_NULL);
+
+        assert_eq!(symm_comm_alloc(null_comm, &req, &mut bufs), SYMM_ERR_NULL);
+        assert_eq!(last_error(), "comm is null");
+        assert_eq!(symm_comm_alloc(null_comm, null(), &mut bufs), SYMM_ERR_NULL);
+        assert_eq!(last_error(), "req is null");
+        assert_eq!(symm_comm_alloc(null_comm, &req, null_mut()), SYMM_ERR_NULL);
+        assert_eq!(symm_comm_alloc(null_comm, &bad_code, &mut bufs), INVALID);
+        assert_eq!(last_error(), "collective 99 is not a known code");
+        assert_eq!(symm_comm_alloc(null_comm, &bad_world, &mut bufs), INVALID);
+        assert!(last_error().contains("world"), "{}", last_error());
+
+        assert_eq!(symm_comm_free_buffers(null_comm, &bufs), SYMM_ERR_NULL);
+        assert_eq!(last_error(), "comm is null");
+        assert_eq!(symm_comm_free_buffers(null_comm, null()), SYMM_ERR_NULL);
+        assert_eq!(last_error(), "buffers is null");
+
+        assert_eq!(symm_comm_ptr(null_comm, 0, 0, &mut v64), SYMM_ERR_NULL);
+        assert_eq!(last_error(), "comm is null");
+        assert_eq!(symm_comm_ptr(null_comm, 0, 0, null_mut()), SYMM_ERR_NULL);
+        assert_eq!(last_error(), "out is null");
+
+        let stream = null_mut();
+        assert_eq!(
+            symm_comm_enqueue(null_comm, &req, &bufs, stream),
+            SYMM_ERR_NULL
+        );
+        assert_eq!(last_error(), "comm is null");
+        assert_eq!(
+            symm_comm_enqueue(null_comm, null(), &bufs, stream),
+            SYMM_ERR_NULL
+        );
+        assert_eq!(last_error(), "req is null");
+        assert_eq!(
+            symm_comm_enqueue(null_comm, &req, null(), stream),
+            SYMM_ERR_NULL
+        );
+        assert_eq!(last_error(), "buffers is null");
+        assert_eq!(
+            symm_comm_enqueue(null_comm, &bad_code, &bufs, stream),
+            INVALID
+        );
+        assert_eq!(
+            symm_comm_enqueue(null_comm, &bad_world, &bufs, stream),
+            INVALID
+        );
+
+        assert_eq!(symm_comm_check(null_comm), SYMM_ERR_NULL);
+        assert_eq!(symm_comm_synchronize(null_comm, stream), SYMM_ERR_NULL);
+        assert_eq!(symm_comm_reset(null_comm), SYMM_ERR_NULL);
+        assert_eq!(symm_comm_finish(null_comm), SYMM_ERR_NULL);
+        assert_eq!(last_error(), "comm is null");
+        symm_comm_free(null_comm);
+        assert!(comm.is_null());
+        comm = null_mut();
+        symm_comm_free(comm);
+    }
+}
+
+/// Options out of range are refused before the environment is read; the new statuses have
+/// names.
+#[test]
+fn runtime_options_are_checked_and_statuses_named() {
+    use symm::error::{
+        SYMM_ERR_DEVICE, SYMM_ERR_INVALID, SYMM_ERR_PEER_LOST, SYMM_ERR_POISONED, SYMM_ERR_TIMEOUT,
+        SYMM_ERR_UNAVAILABLE,
+    };
+    use symm::types::{symm_comm, symm_comm_options};
+    let mut comm: *mut symm_comm = null_mut();
+    let huge_heap = symm_comm_options {
+        heap_bytes: u64::MAX,
+        ..Default::default()
+    };
+    let huge_wait = symm_comm_options {
+        timeout_ms: u64::MAX,
+        ..Default::default()
+    };
+    // SAFETY: every pointer points to a live local.
+    unsafe {
+        assert_eq!(symm_comm_from_env(&huge_heap, &mut comm), SYMM_ERR_INVALID);
+        assert!(last_error().contains("heap_bytes"), "{}", last_error());
+        assert_eq!(symm_comm_from_env(&huge_wait, &mut comm), SYMM_ERR_INVALID);
+        assert!(last_error().contains("timeout"), "{}", last_error());
+        assert!(comm.is_null());
+    }
+    for (status, name) in [
+        (SYMM_ERR_UNAVAILABLE, "SYMM_ERR_UNAVAILABLE"),
+        (SYMM_ERR_TIMEOUT, "SYMM_ERR_TIMEOUT"),
+        (SYMM_ERR_PEER_LOST, "SYMM_ERR_PEER_LOST"),
+        (SYMM_ERR_POISONED, "SYMM_ERR_POISONED"),
+        (SYMM_ERR_DEVICE, "SYMM_ERR_DEVICE"),
+    ] {
+        // SAFETY: the name is a static NUL-terminated string.
+        let got = unsafe { CStr::from_ptr(symm_status_name(status)) };
+        assert_eq!(got.to_str().unwrap(), name);
+    }
+}
