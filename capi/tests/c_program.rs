@@ -1,6 +1,7 @@
 //! Compiles `examples/c/validate_and_iterate.c` against `include/symm.h` and the static library
-//! cargo built beside this test, runs it, and fails on any failure (a missing C compiler
-//! included). The header is also compiled as C++ when a C++ compiler is there.
+//! cargo built beside this test, runs it outside any job (so the runtime must refuse to open with
+//! `SYMM_ERR_UNAVAILABLE`, naming what is missing), and fails on any failure (a missing C
+//! compiler included). The header is also compiled as C++ when a C++ compiler is there.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -75,9 +76,19 @@ fn the_c_program_builds_and_passes() {
         &format!("compiling the C program with {cc} (set CC to choose another)"),
     );
 
-    let out = run(&mut Command::new(&exe), "the C program");
+    // The program reaches the GPU runtime: it starts with the variables that keep NVLink
+    // multicast off, and without the job's variables, so the runtime cannot open.
+    let mut program = symm_driver::safety_env::command(&exe);
+    for var in ["WORLD_SIZE", "RANK", "LOCAL_RANK", "SYMM_JOB", "SYMM_TOKEN"] {
+        program.env_remove(var);
+    }
+    let out = run(&mut program, "the C program");
     println!("{out}");
     assert!(out.contains("all checks passed"), "{out}");
+    assert!(
+        out.contains("runtime unavailable (SYMM_ERR_UNAVAILABLE)") && out.contains("WORLD_SIZE"),
+        "outside a job the runtime is refused, naming the missing variable: {out}"
+    );
 }
 
 #[test]

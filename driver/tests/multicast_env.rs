@@ -64,11 +64,6 @@ const REVIEWED: &[(&str, &str, &str)] = &[
     ),
     ("capi/tests/c_program.rs", "&cc", "a C compiler"),
     ("capi/tests/c_program.rs", "&cxx", "a C++ compiler"),
-    (
-        "capi/tests/c_program.rs",
-        "&exe",
-        "a C program over the schedule ABI",
-    ),
 ];
 
 fn root() -> PathBuf {

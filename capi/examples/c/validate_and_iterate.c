@@ -1,6 +1,8 @@
-// A C program using symm's C ABI: validates a ring all-reduce, counts rank 0 channel 0's ops by
-// kind, encodes them as plan ops, predicts the cost, writes a small trace and checks its magic,
-// and checks that an invalid request is refused with a message. Exits non-zero on any failure.
+// A C program using symm's C ABI: opens the GPU runtime from the job's environment (and, where
+// there is no job or no CUDA, checks that it is refused with a status and a message), validates a
+// ring all-reduce, counts rank 0 channel 0's ops by kind, encodes them as plan ops, predicts the
+// cost, writes a small trace and checks its magic, and checks that an invalid request is refused
+// with a message. Exits non-zero on any failure.
 //
 // Build and run from the workspace root (capi/tests/c_program.rs does this in the tests):
 //   cargo build -p symm-capi
@@ -42,9 +44,61 @@ static symm_request ring_all_reduce(void) {
     return r;
 }
 
+// The GPU runtime: joins the job of the environment when there is one (WORLD_SIZE, RANK and
+// SYMM_JOB, as symm-run sets them) and runs one all-reduce on the default stream; without the job
+// or CUDA it prints why, and the program goes on with the functions that need no GPU.
+static void runtime(void) {
+    symm_comm_options opts;
+    memset(&opts, 0, sizeof opts);
+    opts.bootstrap_timeout_ms = 30000;
+    symm_comm* comm = NULL;
+    int st = symm_comm_from_env(&opts, &comm);
+    if (st != SYMM_OK) {
+        char msg[256];
+        symm_last_error(msg, sizeof msg);
+        CHECK(st == SYMM_ERR_UNAVAILABLE && comm == NULL && msg[0] != '\0',
+              "symm_comm_from_env returned %s", symm_status_name(st));
+        printf("runtime unavailable (%s): %s\n", symm_status_name(st), msg);
+    } else {
+        uint16_t rank = 0, world = 0;
+        CHECK(symm_comm_rank(comm, &rank) == SYMM_OK && symm_comm_world(comm, &world) == SYMM_OK,
+              "rank and world of the communicator");
+        symm_request req = ring_all_reduce();
+        req.world = world;
+        symm_buffers bufs;
+        st = symm_comm_alloc(comm, &req, &bufs);
+        CHECK(st == SYMM_OK, "symm_comm_alloc returned %s", symm_status_name(st));
+        if (st == SYMM_OK) {
+            st = symm_comm_enqueue(comm, &req, &bufs, NULL);
+            CHECK(st == SYMM_OK, "symm_comm_enqueue returned %s", symm_status_name(st));
+            st = symm_comm_synchronize(comm, NULL);
+            CHECK(st == SYMM_OK, "symm_comm_synchronize returned %s", symm_status_name(st));
+            st = symm_comm_free_buffers(comm, &bufs);
+            CHECK(st == SYMM_OK, "symm_comm_free_buffers returned %s", symm_status_name(st));
+        }
+        printf("runtime: rank %u of %u ran a ring all_reduce\n", (unsigned)rank, (unsigned)world);
+        st = symm_comm_finish(comm);
+        CHECK(st == SYMM_OK, "symm_comm_finish returned %s", symm_status_name(st));
+    }
+    // Null handles and arguments are refused with a status, never a crash.
+    symm_request req = ring_all_reduce();
+    symm_buffers bufs;
+    memset(&bufs, 0, sizeof bufs);
+    uint64_t addr = 0;
+    CHECK(symm_comm_from_env(NULL, NULL) == SYMM_ERR_NULL, "a null out is refused");
+    CHECK(symm_comm_alloc(NULL, &req, &bufs) == SYMM_ERR_NULL, "a null comm is refused");
+    CHECK(symm_comm_enqueue(NULL, &req, &bufs, NULL) == SYMM_ERR_NULL, "a null comm is refused");
+    CHECK(symm_comm_ptr(NULL, 0, 0, &addr) == SYMM_ERR_NULL, "a null comm is refused");
+    CHECK(symm_comm_check(NULL) == SYMM_ERR_NULL, "a null comm is refused");
+    CHECK(symm_comm_finish(NULL) == SYMM_ERR_NULL, "a null comm is refused");
+    symm_comm_free(NULL);
+}
+
 int main(void) {
     CHECK(symm_abi_version() == SYMM_ABI_VERSION, "library ABI %u, header %u",
           (unsigned)symm_abi_version(), (unsigned)SYMM_ABI_VERSION);
+
+    runtime();
 
     // Validation and buffer sizes.
     symm_request req = ring_all_reduce();
