@@ -7,6 +7,7 @@ mod fuzz;
 mod hw;
 mod lab;
 mod mutants;
+mod python;
 mod test;
 mod trace;
 mod util;
@@ -32,6 +33,8 @@ commands:
                              convert a trace to Chrome/Perfetto JSON
   mutants                    weaken each ordering of the signal protocol to Relaxed, one at a
                              time, and check that the loom models catch every one
+  python                     build the Python package's abi3 wheel in <target>/py-venv, install
+                             it, run ruff and its pytest suite
   codegen [--check]          regenerate (or check) kernels/symm/plan.cuh from symm-core
   hw [--bench-quick] [--selftest-timeout] [...]
                              on a GPU machine: correctness and benchmarks on real GPUs
@@ -50,6 +53,7 @@ fn dispatch(cmd: &str, rest: &[String]) -> Result<(), String> {
         "hw" => hw::run(rest),
         "mutants" => mutants::run(rest),
         "lab" => lab::run(rest),
+        "python" => python::run(rest),
         "help" | "--help" | "-h" => match rest.first().map(String::as_str) {
             Some(c) if !matches!(c, "help" | "--help" | "-h") => {
                 dispatch(c, &["--help".to_string()])

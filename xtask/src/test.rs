@@ -11,7 +11,9 @@
 //!    then the examples: `host-allreduce`, `foreign-runtime` and `no-std-schedule` run (each
 //!    exits non-zero when a result differs from the reference) and `symm-example-no-std` builds
 //!    for `thumbv7em-none-eabihf`; then the labs (`cargo xtask lab grade`): every solution
-//!    passes and every untouched skeleton fails;
+//!    passes and every untouched skeleton fails; then the Python package (`cargo xtask python`):
+//!    its abi3 wheel built with maturin and installed in `<target>/py-venv`, `ruff check python`
+//!    and `pytest python/tests` (about a minute from nothing, seconds with the venv and build there);
 //! 5. the schedule-building benchmark;
 //! 6. the kernels' generated-header check and NVRTC compile of every kernel variant;
 //! 7. `cargo doc --workspace --no-deps` with warnings denied;
@@ -54,14 +56,16 @@ pub const USAGE: &str = "usage: cargo xtask test [--no-browser]
   warnings denied, every workspace test (doctests included) in release mode, symm-driver's
   multicast tests against the fake driver, the loom models, cargo xtask mutants, symm-core for
   thumbv7em-none-eabihf (no_std), the examples (run, and the no_std one built for thumbv7em),
-  the labs (every solution passes, every untouched skeleton fails), the plan-building
+  the labs (every solution passes, every untouched skeleton fails), the Python package (abi3
+  wheel built with maturin, installed in a venv, ruff and pytest), the plan-building
   benchmark, plan.cuh freshness and the NVRTC compile of every kernel variant, cargo doc with
   warnings denied, cargo +MSRV xtask demo --no-serve, and the viz in headless Chromium; then
   the time of each step.
   Installs what is missing, saying so first: rustup targets (thumbv7em-none-eabihf,
   wasm32-unknown-unknown), the MSRV toolchain (rustup, minimal profile), wasm-bindgen-cli
-  (cargo install), the NVRTC wheel (python3 and pip, into <target>/nvrtc-wheel) and chromium with
-  chromium-driver (apt-get, needs root). <target> is $CARGO_TARGET_DIR when set, else target/.
+  (cargo install), the NVRTC wheel (python3 and pip, into <target>/nvrtc-wheel), a venv with
+  maturin, ruff, pytest and numpy from PyPI (python3 -m venv and pip, into <target>/py-venv)
+  and chromium with chromium-driver (apt-get, needs root). <target> is $CARGO_TARGET_DIR when set, else target/.
   --no-browser   skip the viz's headless-Chromium step (and so apt-get, Chromium and the wasm
                  build); every other step runs";
 
@@ -194,6 +198,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         &mut times,
         crate::lab::grade,
     )?;
+    step("python", &mut times, crate::python::ci_checks)?;
     step("bench (plan building)", &mut times, || {
         crate::demo::bench(&[])
     })?;

@@ -1,0 +1,175 @@
+"""symm from Python: the host side.
+
+The deterministic simulator (:func:`simulate`) and its reference (:func:`reference`), trace
+decoding (:class:`Trace`) and the cost model (:mod:`symm.cost`). Nothing here needs a GPU,
+CUDA or torch; numpy is optional (buffers and event columns are numpy arrays when it imports,
+else ``bytes`` and lists).
+
+Names are symm's own: collectives (``"all_reduce"``, ...), algorithms (``"ring"``, ...),
+dtypes (``"f32"``, ``"bf16"``, ...) and ops (``"sum"``, ...); :func:`names` lists them all.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from . import _arrays, _symm, cost
+from .errors import PeerLostError, PoisonedError, SymmError, TimeoutError, TraceError
+
+__all__ = [
+    "MAX_TRACE_BYTES",
+    "PeerLostError",
+    "PoisonedError",
+    "SimResult",
+    "SymmError",
+    "TimeoutError",
+    "Trace",
+    "TraceError",
+    "cost",
+    "names",
+    "reference",
+    "simulate",
+]
+
+#: Largest trace :class:`Trace` reads unless told otherwise (bytes).
+MAX_TRACE_BYTES = 1 << 30
+
+
+def names() -> dict[str, list[str]]:
+    """Every name the functions take: ``collectives``, ``algorithms``, ``dtypes``, ``ops``
+    and ``topologies``.
+    """
+    return _symm.names()
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """The result of :func:`simulate`.
+
+    ``inputs``, ``outputs`` and ``reference`` hold one buffer per rank (numpy arrays of the
+    request's dtype when numpy imports, else ``bytes``; bf16 as raw 16-bit words). ``trace``
+    is the run's trace in symm's format (read it with :class:`Trace`), ``time_us`` the
+    simulated time in microseconds, ``ops`` the ops executed over all ranks and channels and
+    ``matches`` whether the outputs equal the reference within the dtype's tolerance.
+    """
+
+    inputs: list[Any]
+    outputs: list[Any]
+    reference: list[Any]
+    trace: bytes
+    time_us: float
+    ops: int
+    matches: bool
+
+
+def simulate(collective: str, algorithm: str, world: int, nbytes: int, dtype: str = "f32",
+             op: str = "sum", channels: Optional[int] = None, seed: int = 0, root: int = 0,
+             src: int = 0, dst: Optional[int] = None) -> SimResult:
+    """Run ``collective`` with ``algorithm`` over ``world`` ranks in symm's deterministic
+    simulator, on random inputs drawn from ``seed``, and check it against the reference.
+
+    ``nbytes`` is the size the collective counts (per rank, or per block for reduce-scatter,
+    all-gather, scatter, gather and all-to-all). ``root`` is the root of broadcast, reduce,
+    scatter and gather; ``src`` and ``dst`` (default the last rank) the peers of send_recv.
+    Raises ValueError for an unknown name, a request that does not schedule or buffers over
+    1 GiB in all.
+    """
+    d = _symm.simulate(collective, algorithm, world, nbytes, dtype, op, channels, seed, root,
+                       src, dst)
+    conv = [[_arrays.buffer(b, dtype) for b in d[k]] for k in ("inputs", "outputs", "reference")]
+    return SimResult(conv[0], conv[1], conv[2], d["trace"], d["time_us"], d["ops"],
+                     d["matches"])
+
+
+def reference(collective: str, algorithm: str, world: int, nbytes: int, inputs: list[Any],
+              dtype: str = "f32", op: str = "sum", channels: Optional[int] = None,
+              root: int = 0, src: int = 0, dst: Optional[int] = None) -> list[Any]:
+    """The outputs a request defines for ``inputs`` (one buffer per rank: ``bytes`` or any
+    object with the buffer protocol, of the request's input size). Outputs the collective
+    leaves undefined hold the poison byte 0xA5. Returned like :attr:`SimResult.outputs`.
+    """
+    raw = [bytes(memoryview(b).cast("B")) for b in inputs]
+    out = _symm.reference(collective, algorithm, world, nbytes, raw, dtype, op, channels, root,
+                          src, dst)
+    return [_arrays.buffer(b, dtype) for b in out]
+
+
+class Trace:
+    """A decoded symm trace (any format version), from ``bytes`` or a file path.
+
+    The input is untrusted: anything but a well-formed trace raises :class:`TraceError`
+    naming the byte offset, and inputs over ``max_bytes`` are refused before they are read.
+    A trace cut short (a crash while writing) reads up to the cut, with :attr:`warning` set.
+
+    ``header`` is a dict (``collective``, ``algorithm``, ``world``, ``channels``, ``bytes``,
+    ``dtype``, ``op``, ``time_unit_ns``, ``source``); the event columns ``time_ns``, ``rank``,
+    ``channel``, ``op_index``, ``kind`` (0 begin, 1 end, 2 stall) and ``op`` (op kind tag;
+    :attr:`op_names` maps tags to names) are numpy arrays when numpy imports, else lists.
+    """
+
+    def __init__(self, source: Union[bytes, bytearray, memoryview, str, os.PathLike],
+                 max_bytes: int = MAX_TRACE_BYTES) -> None:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            data = bytes(source)
+            if len(data) > max_bytes:
+                raise TraceError(f"the trace has {len(data)} bytes; at most {max_bytes} are read")
+        elif isinstance(source, (str, os.PathLike)):
+            with open(source, "rb") as f:
+                data = f.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                raise TraceError(f"{os.fspath(source)!r} is over {max_bytes} bytes")
+        else:
+            raise TypeError(f"Trace takes bytes or a path, not {type(source).__name__}")
+        d = _symm.decode_trace(data)
+        #: The trace format version.
+        self.version: int = d["version"]
+        #: The op tag layout the events were read with.
+        self.layout: str = d["layout"]
+        #: The header fields.
+        self.header: dict[str, Any] = d["header"]
+        #: A message when the trace was cut short, else None.
+        self.warning: Optional[str] = d["warning"]
+        #: Name of each op kind tag.
+        self.op_names: dict[int, str] = d["op_names"]
+        self._count: int = d["count"]
+        unit = self.header["time_unit_ns"]
+        time = _arrays.column(d["time"], "Q")
+        np = _arrays.numpy()
+        #: Event times in nanoseconds.
+        self.time_ns: Any = time * unit if np is not None else [t * unit for t in time]
+        #: Rank of each event.
+        self.rank: Any = _arrays.column(d["rank"], "H")
+        #: Channel of each event.
+        self.channel: Any = _arrays.column(d["channel"], "H")
+        #: Position of each event's op in its (rank, channel) stream.
+        self.op_index: Any = _arrays.column(d["op_index"], "I")
+        #: 0 begin, 1 end, 2 stall.
+        self.kind: Any = _arrays.column(d["kind"], "B")
+        #: Op kind tag of each event.
+        self.op: Any = _arrays.column(d["op"], "B")
+
+    def __len__(self) -> int:
+        """The number of events."""
+        return self._count
+
+    @property
+    def events(self) -> dict[str, Any]:
+        """The event columns by name: ``time_ns``, ``rank``, ``channel``, ``op_index``,
+        ``kind`` and ``op``.
+        """
+        return {
+            "time_ns": self.time_ns,
+            "rank": self.rank,
+            "channel": self.channel,
+            "op_index": self.op_index,
+            "kind": self.kind,
+            "op": self.op,
+        }
+
+    def __repr__(self) -> str:
+        """A one-line summary."""
+        h = self.header
+        return (f"Trace({h['collective']}/{h['algorithm']}, world {h['world']}, "
+                f"{h['channels']} channels, {h['bytes']} bytes, {len(self)} events)")

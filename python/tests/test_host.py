@@ -1,0 +1,184 @@
+"""Host-side tests of the symm Python package: no GPU, no torch."""
+
+import random
+import subprocess
+import sys
+
+import pytest
+
+import symm
+
+CASES = [
+    ("all_reduce", "ring", 4, 4096, "f32", "sum"),
+    ("all_reduce", "tree", 3, 1024, "bf16", "max"),
+    ("all_reduce", "one_shot", 2, 256, "i32", "sum"),
+    ("all_reduce", "two_shot", 8, 8192, "f16", "sum"),
+    ("reduce_scatter", "ring", 4, 1024, "f64", "min"),
+    ("all_gather", "direct", 5, 512, "u8", "sum"),
+    ("broadcast", "ring", 3, 2048, "u32", "sum"),
+    ("all_to_all", "pairwise", 4, 256, "i64", "sum"),
+    ("gather", "direct", 4, 128, "f32", "sum"),
+]
+
+
+def raw(b):
+    return bytes(memoryview(b).cast("B")) if not isinstance(b, bytes) else b
+
+
+def test_import_needs_no_torch():
+    code = "import sys, symm; assert 'torch' not in sys.modules; print(symm.names()['dtypes'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "f32" in out.stdout
+
+
+def test_import_needs_no_numpy():
+    code = (
+        "import sys; sys.modules['numpy'] = None\n"
+        "import symm\n"
+        "r = symm.simulate('all_reduce', 'ring', 2, 64)\n"
+        "assert isinstance(r.outputs[0], bytes) and r.matches\n"
+        "t = symm.Trace(r.trace)\n"
+        "assert isinstance(t.rank, list) and len(t.rank) == len(t)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_simulate_equals_reference(case):
+    coll, alg, world, nbytes, dtype, op = case
+    r = symm.simulate(coll, alg, world, nbytes, dtype=dtype, op=op, seed=7)
+    assert r.matches
+    assert len(r.outputs) == world == len(r.inputs)
+    want = symm.reference(coll, alg, world, nbytes, r.inputs, dtype=dtype, op=op)
+    assert [raw(x) for x in want] == [raw(x) for x in r.reference]
+    if dtype in ("f16", "bf16", "f32", "f64") and op == "sum" and world > 2:
+        # Float sums may round differently by order; the simulator's check covers them.
+        return
+    assert [raw(x) for x in r.outputs] == [raw(x) for x in want]
+    assert r.time_us > 0
+
+
+def test_reference_detects_a_wrong_output():
+    r = symm.simulate("all_reduce", "ring", 2, 64, dtype="i32")
+    inputs = [raw(x) for x in r.inputs]
+    inputs[0] = bytes([inputs[0][0] ^ 1]) + inputs[0][1:]
+    want = symm.reference("all_reduce", "ring", 2, 64, inputs, dtype="i32")
+    assert [raw(x) for x in want] != [raw(x) for x in r.outputs]
+
+
+def test_trace_reads_back_with_its_header(tmp_path):
+    r = symm.simulate("all_reduce", "ring", 4, 4096, dtype="bf16", channels=2)
+    path = tmp_path / "run.symmtrace"
+    path.write_bytes(r.trace)
+    for t in (symm.Trace(r.trace), symm.Trace(path), symm.Trace(str(path))):
+        h = t.header
+        assert (h["collective"], h["algorithm"], h["world"], h["channels"], h["bytes"]) == (
+            "all_reduce", "ring", 4, 2, 4096)
+        assert h["dtype"] == "bf16" and h["source"] == "simulator"
+        assert len(t) == 2 * r.ops and t.warning is None
+        assert set(int(x) for x in t.rank) == {0, 1, 2, 3}
+        assert set(int(x) for x in t.channel) == {0, 1}
+        assert set(int(x) for x in t.kind) == {0, 1}
+        assert all(t.op_names[int(o)] for o in t.op)
+        assert len(t.events["time_ns"]) == len(t)
+
+
+def test_cut_trace_reads_with_a_warning():
+    r = symm.simulate("all_gather", "ring", 3, 192)
+    t = symm.Trace(r.trace[:-20])
+    assert t.warning and 0 < len(t) < 2 * r.ops
+
+
+@pytest.mark.parametrize("cut", [0, 1, 8, 13, 16, 20])
+def test_truncated_header_is_a_trace_error(cut):
+    r = symm.simulate("all_reduce", "ring", 2, 64)
+    with pytest.raises(symm.TraceError) as e:
+        symm.Trace(r.trace[:cut])
+    assert isinstance(e.value, ValueError) and isinstance(e.value, symm.SymmError)
+
+
+def test_hostile_bytes_raise_trace_errors_only():
+    r = symm.simulate("all_reduce", "tree", 4, 1024)
+    good = r.trace
+    rng = random.Random(1)
+    inputs = [bytes(rng.getrandbits(8) for _ in range(n)) for n in (0, 5, 64, 4096)]
+    # Huge length fields: the header length, then every u32 position overwritten with 2^32-1.
+    for pos in range(8, min(len(good), 200), 7):
+        inputs.append(good[:pos] + b"\xff\xff\xff\xff" + good[pos + 4:])
+    for _ in range(300):
+        b = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            b[rng.randrange(len(b))] = rng.getrandbits(8)
+        inputs.append(bytes(b))
+    failed = 0
+    for data in inputs:
+        try:
+            symm.Trace(data)
+        except symm.TraceError as e:
+            failed += 1
+            assert e.offset is None or 0 <= e.offset <= len(data)
+    assert failed > len(inputs) // 2
+
+
+def test_bad_magic_names_offset_zero():
+    with pytest.raises(symm.TraceError) as e:
+        symm.Trace(b"NOTATRACE" * 4)
+    assert e.value.offset == 0
+
+
+def test_trace_size_cap():
+    with pytest.raises(symm.TraceError):
+        symm.Trace(b"SYMMTRCE" + bytes(100), max_bytes=64)
+    with pytest.raises(TypeError):
+        symm.Trace(12)
+
+
+def test_cost_select_returns_a_valid_algorithm():
+    algs = symm.names()["algorithms"]
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        for nbytes in (1024, 1 << 20, 1 << 28):
+            a = symm.cost.select(coll, 8, nbytes, dtype="bf16")
+            assert a in algs
+            assert symm.cost.predict(coll, a, 8, nbytes, dtype="bf16") > 0
+    small = symm.cost.predict("all_reduce", "one_shot", 8, 1024)
+    assert small < symm.cost.predict("all_reduce", "ring", 8, 1024)
+    alg, channels, source = symm.cost.tune("all_reduce", 8, 1 << 20)
+    assert alg in algs and channels >= 1 and source in ("calibrated", "model")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: symm.simulate("all_reduc", "ring", 4, 64),
+        lambda: symm.simulate("all_reduce", "rink", 4, 64),
+        lambda: symm.simulate("all_reduce", "ring", 4, 64, dtype="float33"),
+        lambda: symm.simulate("all_reduce", "ring", 4, 64, op="plus"),
+        lambda: symm.simulate("all_reduce", "ring", 0, 64),
+        lambda: symm.simulate("all_reduce", "ring", 1 << 20, 64),
+        lambda: symm.simulate("all_reduce", "ring", 4, -4),
+        lambda: symm.simulate("all_reduce", "ring", 4, 63),
+        lambda: symm.simulate("all_reduce", "ring", 4, 1 << 40),
+        lambda: symm.simulate("all_reduce", "ring", 4, 64, channels=0),
+        lambda: symm.simulate("broadcast", "ring", 4, 64, root=4),
+        lambda: symm.simulate("all_to_all", "one_shot_ll", 4, 64),
+        lambda: symm.reference("all_reduce", "ring", 2, 64, [b"", b""]),
+        lambda: symm.cost.select("nope", 8, 64),
+        lambda: symm.cost.predict("all_reduce", "ring", 8, 64, topology="pcie"),
+    ],
+)
+def test_bad_arguments_raise_value_error(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_bad_name_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="one_shot"):
+        symm.simulate("all_reduce", "rink", 4, 64)
+
+
+def test_error_classes():
+    e = symm.TimeoutError("late", rank=1, peer=2, slot=3, expected=4, found=5)
+    assert (e.rank, e.peer, e.slot, e.expected, e.found) == (1, 2, 3, 4, 5)
+    assert symm.PeerLostError("gone", rank=3).rank == 3
+    assert issubclass(symm.PoisonedError, symm.SymmError)
+    assert not issubclass(symm.TimeoutError, ValueError)

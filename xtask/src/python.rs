@@ -1,0 +1,142 @@
+//! `cargo xtask python`: the Python package's host side, as CI checks it.
+//!
+//! In a virtual environment under `<target>/py-venv` (created with `python3 -m venv` when
+//! missing, then given the pinned maturin and ruff, pytest and numpy from PyPI), builds the
+//! abi3 wheel of `python/` with maturin into `<target>/wheels`, checks its tag is
+//! `cp39-abi3`, installs it, and runs `ruff check python` and `pytest python/tests`: about a
+//! minute from nothing (the venv and the release build of the extension), seconds when both are
+//! there.
+
+use crate::util::{self, run as sh};
+use std::path::{Path, PathBuf};
+use symm_driver::safety_env;
+
+/// The maturin release the wheel is built with.
+pub const MATURIN: &str = "maturin==1.7.4";
+/// The ruff release the package is checked with (lint rules change between releases).
+pub const RUFF: &str = "ruff==0.17.6";
+
+/// Usage of `cargo xtask python`.
+pub const USAGE: &str = "usage: cargo xtask python
+  the Python package's host side: in <target>/py-venv (python3 -m venv; pip installs the pinned
+  maturin and ruff, pytest and numpy from PyPI), build the abi3 wheel of python/ with maturin
+  into <target>/wheels, check its tag is cp39-abi3, install it, then ruff check python and
+  pytest python/tests. <target> is $CARGO_TARGET_DIR when set, else target/.";
+
+/// Runs the checks (the `python` step of `cargo xtask test`).
+pub fn run(args: &[String]) -> Result<(), String> {
+    let Some(_) = util::command_args(args, &[], USAGE)? else {
+        return Ok(());
+    };
+    ci_checks()
+}
+
+/// The venv's interpreter.
+fn venv_python(venv: &Path) -> PathBuf {
+    venv.join("bin").join("python")
+}
+
+/// The one wheel in `dir`, checked to be an abi3 wheel for CPython 3.9 and later.
+fn abi3_wheel(dir: &Path) -> Result<PathBuf, String> {
+    let mut wheels: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    if wheels.len() != 1 {
+        return Err(format!(
+            "{}: expected one wheel, found {}",
+            dir.display(),
+            wheels.len()
+        ));
+    }
+    let wheel = wheels.remove(0);
+    let name = wheel
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    if !is_abi3(name) {
+        return Err(format!("{name}: not a cp39-abi3 wheel"));
+    }
+    Ok(wheel)
+}
+
+/// Whether a wheel file name carries the `cp39-abi3` tags.
+fn is_abi3(name: &str) -> bool {
+    // name-version-python-abi-platform.whl
+    let parts: Vec<&str> = name.trim_end_matches(".whl").split('-').collect();
+    parts.len() == 5 && parts[2] == "cp39" && parts[3] == "abi3"
+}
+
+/// Builds, installs and tests the package.
+pub fn ci_checks() -> Result<(), String> {
+    let target = util::target_dir();
+    let venv = target.join("py-venv");
+    let py = venv_python(&venv);
+    if !py.exists() {
+        eprintln!("python: creating {} (python3 -m venv)", venv.display());
+        sh(safety_env::command("python3")
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv))?;
+    }
+    eprintln!("python: installing {MATURIN}, {RUFF}, pytest and numpy from PyPI into the venv");
+    sh(safety_env::command(&py).args([
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        MATURIN,
+        RUFF,
+        "pytest",
+        "numpy",
+    ]))?;
+    let wheels = target.join("wheels");
+    if wheels.exists() {
+        std::fs::remove_dir_all(&wheels).map_err(|e| format!("{}: {e}", wheels.display()))?;
+    }
+    sh(safety_env::command(&py)
+        .args([
+            "-m",
+            "maturin",
+            "build",
+            "--release",
+            "--strip",
+            "--compatibility",
+            "off",
+            "-m",
+            "python/Cargo.toml",
+            "-o",
+        ])
+        .arg(&wheels)
+        .env("CARGO_TARGET_DIR", &target))?;
+    let wheel = abi3_wheel(&wheels)?;
+    sh(safety_env::command(&py)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--force-reinstall",
+            "--no-deps",
+        ])
+        .arg(&wheel))?;
+    sh(safety_env::command(&py).args(["-m", "ruff", "check", "python"]))?;
+    sh(safety_env::command(&py).args(["-m", "pytest", "python/tests", "-q"]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_abi3;
+
+    #[test]
+    fn wheel_tags() {
+        assert!(is_abi3("symm-0.1.0-cp39-abi3-linux_x86_64.whl"));
+        assert!(is_abi3("symm-0.1.0-cp39-abi3-manylinux_2_17_x86_64.whl"));
+        assert!(!is_abi3("symm-0.1.0-cp311-cp311-linux_x86_64.whl"));
+        assert!(!is_abi3("symm-0.1.0-cp39-abi3.whl"));
+    }
+}
