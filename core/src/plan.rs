@@ -35,17 +35,17 @@ pub struct PlanOp {
     /// One of [`COPY`], [`REDUCE`], [`SIGNAL`], [`WAIT`], [`MC_REDUCE`], [`MC_STORE`],
     /// [`REDUCE_N`], [`LL_PUT`], [`LL_REDUCE`].
     pub kind: u8,
-    /// [`DType`] wire value.
+    /// [`DType`](crate::dtype::DType) wire value.
     pub dtype: u8,
-    /// [`ReduceOp`] wire value.
+    /// [`ReduceOp`](crate::dtype::ReduceOp) wire value.
     pub redop: u8,
-    /// [`SignalOp`] wire value.
+    /// [`SignalOp`](crate::op::SignalOp) wire value.
     pub sigop: u8,
-    /// [`Buf`] of operand a.
+    /// [`Buf`](crate::op::Buf) of operand a.
     pub a_buf: u8,
-    /// [`Buf`] of operand b.
+    /// [`Buf`](crate::op::Buf) of operand b.
     pub b_buf: u8,
-    /// [`Buf`] of the destination.
+    /// [`Buf`](crate::op::Buf) of the destination.
     pub dst_buf: u8,
     /// Zero.
     pub pad0: u8,
