@@ -14,7 +14,10 @@
 
 #[cfg(not(loom))]
 fn main() {
-    println!("lab04_loom: lab 4's loom model runs with --cfg loom (cargo xtask lab check 4)");
+    println!(
+        "lab04_loom: lab 4's loom model runs with --cfg loom: cargo xtask lab check 4, or \
+         RUSTFLAGS=\"--cfg loom\" cargo test --release -p symm-labs --test lab04_loom"
+    );
 }
 
 #[cfg(loom)]

@@ -130,13 +130,27 @@ fn out_dir(n: u8) -> PathBuf {
     util::target_dir().join("labs").join(format!("{n:02}"))
 }
 
-/// The loom half of lab `n`, when it has one: `args` go to the model's `main`.
-fn loom(n: u8, args: &[&str]) -> Result<(), String> {
-    let Some((_, test)) = LOOM.iter().find(|(l, _)| *l == n) else {
-        return Ok(());
-    };
+/// The command that reruns loom model `test` alone, built in `loom_dir` (cargo's own rerun
+/// suggestion leaves out `--cfg loom`, without which the model only says how to run it).
+fn loom_rerun(test: &str, loom_dir: &Path, args: &[&str]) -> String {
+    let mut cmd = format!(
+        "RUSTFLAGS=\"--cfg loom\" CARGO_TARGET_DIR={} cargo test --release -p symm-labs --test {test}",
+        loom_dir.display()
+    );
+    if !args.is_empty() {
+        cmd.push_str(" -- ");
+        cmd.push_str(&args.join(" "));
+    }
+    cmd
+}
+
+/// The loom half of lab `n`: `None` when it has none, else whether it passed. `args` go to the
+/// model's `main`.
+fn loom(n: u8, args: &[&str]) -> Option<Result<(), String>> {
+    let (_, test) = LOOM.iter().find(|(l, _)| *l == n)?;
+    let dir = util::target_dir().join("loom");
     eprintln!("lab {n}: the memory orderings, under loom (built with --cfg loom in <target>/loom)");
-    util::run(
+    let ran = util::run(
         cargo()
             .args([
                 "test",
@@ -150,9 +164,31 @@ fn loom(n: u8, args: &[&str]) -> Result<(), String> {
             ])
             .args(args)
             .env("RUSTFLAGS", "--cfg loom")
-            .env("CARGO_TARGET_DIR", util::target_dir().join("loom")),
-    )
-    .map_err(|_| format!("lab {n}: the loom model failed (see above)"))
+            .env("CARGO_TARGET_DIR", &dir),
+    );
+    Some(ran.map_err(|_| {
+        format!(
+            "the loom model failed (see above); rerun it alone with:\n  {}",
+            loom_rerun(test, &dir, args)
+        )
+    }))
+}
+
+/// Lab `n`'s verdict from its parts: the checker of its ops and, when it has one, its loom
+/// model. The lab passes only when every part passes.
+fn verdict(n: u8, ops: Result<(), ()>, loom: Option<Result<(), String>>) -> Result<String, String> {
+    let mut failed = Vec::new();
+    if ops.is_err() {
+        failed.push("its ops fail the checker (see above)".to_string());
+    }
+    if let Some(Err(e)) = loom {
+        failed.push(e);
+    }
+    if failed.is_empty() {
+        Ok(format!("lab {n} passes"))
+    } else {
+        Err(format!("lab {n} does not pass yet: {}", failed.join("; ")))
+    }
 }
 
 fn check(l: &Lab, solution: bool) -> Result<(), String> {
@@ -173,9 +209,15 @@ fn check(l: &Lab, solution: bool) -> Result<(), String> {
     }
     let out_s = out.display().to_string();
     args.extend(["--out", &out_s]);
-    let first = util::run(cargo().args(&args)).map_err(|_| format!("lab {n} does not pass yet"));
-    let second = loom(l.number, if solution { &["--solution"] } else { &[] });
-    first.and(second)
+    let ops = util::run(cargo().args(&args)).map_err(|_| ());
+    let loom = loom(l.number, if solution { &["--solution"] } else { &[] });
+    if loom.is_none() {
+        // The checker's own last line is the verdict.
+        return ops.map_err(|()| format!("lab {n} does not pass yet"));
+    }
+    let v = verdict(l.number, ops, loom)?;
+    println!("{v}");
+    Ok(())
 }
 
 fn view(l: &Lab) -> Result<(), String> {
@@ -206,7 +248,9 @@ pub fn grade() -> Result<(), String> {
     ]))?;
     for (n, _) in LOOM {
         if labs()?.iter().any(|l| l.number == *n) {
-            loom(*n, &["--grade"])?;
+            if let Some(r) = loom(*n, &["--grade"]) {
+                r.map_err(|e| format!("lab {n}: {e}"))?;
+            }
         }
     }
     Ok(())
@@ -231,5 +275,32 @@ pub fn run(args: &[String]) -> Result<(), String> {
         ["grade"] => grade(),
         [n] if n.parse::<u8>().is_ok() => show(&find(n)?),
         _ => Err(format!("unexpected arguments {words:?}\n{USAGE}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lab_passes_only_when_every_part_passes() {
+        assert_eq!(verdict(4, Ok(()), Some(Ok(()))), Ok("lab 4 passes".into()));
+        let loom_failed = verdict(4, Ok(()), Some(Err("the loom model failed".into())));
+        let e = loom_failed.expect_err("a failed loom model fails the lab");
+        assert!(e.starts_with("lab 4 does not pass yet"), "{e}");
+        assert!(!e.contains("lab 4 passes"), "{e}");
+        assert!(verdict(4, Err(()), Some(Ok(()))).is_err());
+        assert!(verdict(4, Err(()), None).is_err());
+    }
+
+    #[test]
+    fn the_loom_rerun_command_builds_with_cfg_loom() {
+        let cmd = loom_rerun("lab04_loom", Path::new("/t/loom"), &["--solution"]);
+        assert_eq!(
+            cmd,
+            "RUSTFLAGS=\"--cfg loom\" CARGO_TARGET_DIR=/t/loom cargo test --release -p \
+             symm-labs --test lab04_loom -- --solution"
+        );
+        assert!(!loom_rerun("lab04_loom", Path::new("/t"), &[]).contains(" -- "));
     }
 }
