@@ -109,6 +109,38 @@ impl Grader {
         }
     }
 
+    /// Counts a failure of the check `key` and returns how many times it had failed before:
+    /// kept in `failures.txt` in the output folder, one `count key` per line (always 0 without
+    /// an output folder, or when the file cannot be read or written).
+    pub fn failed_before(&mut self, key: &str) -> u32 {
+        let Some(dir) = &self.out else {
+            return 0;
+        };
+        let path = dir.join("failures.txt");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let mut counts: Vec<(u32, String)> = text
+            .lines()
+            .filter_map(|l| {
+                let (n, k) = l.split_once(' ')?;
+                Some((n.parse().ok()?, k.to_string()))
+            })
+            .collect();
+        let before = match counts.iter_mut().find(|(_, k)| k == key) {
+            Some((n, _)) => {
+                let b = *n;
+                *n = n.saturating_add(1);
+                b
+            }
+            None => {
+                counts.push((1, key.to_string()));
+                0
+            }
+        };
+        let body: String = counts.iter().map(|(n, k)| format!("{n} {k}\n")).collect();
+        let _ = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, body));
+        before
+    }
+
     /// A note shown with the passed cases.
     pub fn note(&mut self, s: impl Into<String>) {
         self.passed.push(s.into());

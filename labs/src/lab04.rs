@@ -17,6 +17,7 @@ use crate::grade::{Graded, Grader};
 use crate::kit::Kit;
 use crate::problem::Problem;
 use crate::run::Case;
+use std::sync::atomic::Ordering;
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::op::{Buf, Op};
 use symm_core::sched::{Algorithm, Collective, Request};
@@ -65,6 +66,24 @@ fn hint(p: &Problem) -> Option<String> {
             counters keep counting across barriers"
             .into(),
         _ => return None,
+    })
+}
+
+/// Orderings refused before loom runs, with why and a hint: a wait is a load, and a load cannot
+/// release. `None` when `signal` and `wait` are orderings the ops can have (loom then judges
+/// whether they are strong enough).
+pub fn refused_orderings(signal: Ordering, wait: Ordering) -> Option<(String, String)> {
+    let _ = signal; // a signal is a read-modify-write: every ordering is one it can have
+    matches!(wait, Ordering::Release | Ordering::AcqRel).then(|| {
+        (
+            format!(
+                "WAIT = {wait:?} is refused before loom runs: a wait is a load, and a load cannot \
+                 release (it writes nothing to publish)"
+            ),
+            "a load can be Relaxed, Acquire or SeqCst: pick the one that receives what the \
+             signal published"
+                .to_string(),
+        )
     })
 }
 

@@ -178,6 +178,10 @@ mod model {
     /// Checks one side and says what loom found.
     fn check(name: &str, barrier: Barrier, signal: Ordering, wait: Ordering) -> bool {
         println!("lab 4 under loom ({name}): SIGNAL = {signal:?}, WAIT = {wait:?}");
+        if let Some((message, hint)) = symm_labs::lab04::refused_orderings(signal, wait) {
+            println!("FAIL  {message}\nhint: {hint}");
+            return false;
+        }
         match explore(barrier, signal, wait) {
             Ok(()) => {
                 println!(

@@ -1,0 +1,162 @@
+//! The labs' hints name the fault in the schedule, not a nearby one, and give the answer only
+//! after the same check failed before.
+
+use std::sync::atomic::Ordering;
+use symm_core::op::{Buf, Op};
+use symm_core::signal::SlotKind::{Data, Ready};
+use symm_labs::grade::{Failure, Grader, Which};
+use symm_labs::kit::Kit;
+use symm_labs::lab01::{self, Fault};
+use symm_labs::problem::Problem;
+
+/// A mistake made in an otherwise correct ring all-gather.
+#[derive(Clone, Copy, PartialEq)]
+enum Mistake {
+    None,
+    SignalFirst,
+    Offset,
+    Order,
+    NoReadyWait,
+}
+
+fn ring(k: &Kit, m: Mistake) -> Vec<Op> {
+    let (me, w, n) = (k.rank() as u64, k.world() as u64, k.elems());
+    let mut ops = vec![k.copy(
+        k.at(k.rank(), Buf::Input, 0),
+        k.at(k.rank(), Buf::Output, me * n),
+        n,
+    )];
+    ops.push(k.signal(k.prev(), Ready));
+    if m != Mistake::NoReadyWait {
+        ops.push(k.wait(k.next(), Ready, 1));
+    }
+    for step in 0..w - 1 {
+        let block = match m {
+            Mistake::Order => (me + step) % w,
+            _ => (me + w - step) % w,
+        };
+        if step > 0 {
+            ops.push(k.wait(k.prev(), Data, 1));
+        }
+        let at = block * n;
+        let to = if m == Mistake::Offset {
+            (at + n) % (w * n)
+        } else {
+            at
+        };
+        let copy = k.copy(
+            k.at(k.rank(), Buf::Output, at),
+            k.at(k.next(), Buf::Output, to),
+            n,
+        );
+        if m == Mistake::SignalFirst {
+            ops.extend([k.signal(k.next(), Data), copy]);
+        } else {
+            ops.extend([copy, k.signal(k.next(), Data)]);
+        }
+    }
+    ops.push(k.wait(k.prev(), Data, 1));
+    ops
+}
+
+fn grade(m: Mistake, out: Option<std::path::PathBuf>) -> Result<(), Box<Failure>> {
+    let plan = move |k: &Kit| ring(k, m);
+    lab01::check_plan(&mut Grader::new(Which::Student, out), &plan)
+}
+
+fn fail(m: Mistake) -> (Failure, String) {
+    let f = *grade(m, None).expect_err("the mistake must fail");
+    let hint = f.hint.clone().unwrap_or_default();
+    (f, hint)
+}
+
+#[test]
+fn the_correct_ring_passes_and_has_no_fault() {
+    assert!(grade(Mistake::None, None).is_ok());
+    let plan = |k: &Kit| ring(k, Mistake::None);
+    assert_eq!(lab01::diagnose(&lab01::case(4, 8), &plan), None);
+}
+
+#[test]
+fn data_signalled_before_the_copy_is_named() {
+    let plan = |k: &Kit| ring(k, Mistake::SignalFirst);
+    assert_eq!(
+        lab01::diagnose(&lab01::case(4, 8), &plan),
+        Some(Fault::SignalBeforeCopy)
+    );
+    let (f, hint) = fail(Mistake::SignalFirst);
+    assert!(hint.contains("before the copy it announces"), "{f}");
+    assert!(!hint.contains("% world"), "{f}");
+}
+
+#[test]
+fn a_wrong_destination_offset_is_named() {
+    let plan = |k: &Kit| ring(k, Mistake::Offset);
+    assert_eq!(
+        lab01::diagnose(&lab01::case(4, 8), &plan),
+        Some(Fault::Destination)
+    );
+    let (f, hint) = fail(Mistake::Offset);
+    assert!(hint.contains("another offset than it is read from"), "{f}");
+    assert!(!hint.contains("% world"), "{f}");
+}
+
+#[test]
+fn a_missing_ready_wait_is_blamed_on_the_ready_slot() {
+    let (f, hint) = fail(Mistake::NoReadyWait);
+    assert!(matches!(f.problem, Problem::Unbalanced { .. }), "{f}");
+    assert!(hint.contains("ready slot"), "{f}");
+    assert!(!hint.contains("Data"), "{f}");
+}
+
+#[test]
+fn the_block_formula_comes_only_after_a_second_failure() {
+    let plan = |k: &Kit| ring(k, Mistake::Order);
+    assert_eq!(
+        lab01::diagnose(&lab01::case(4, 8), &plan),
+        Some(Fault::BlockOrder)
+    );
+    let dir = std::env::temp_dir().join(format!("symm-labs-hints-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let hints: Vec<String> = (0..3)
+        .map(|_| {
+            let f = grade(Mistake::Order, Some(dir.clone())).expect_err("must fail");
+            f.hint.unwrap_or_default()
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        !hints[0].contains("(rank + world - step) % world"),
+        "{}",
+        hints[0]
+    );
+    assert!(hints[0].contains("came from prev"), "{}", hints[0]);
+    assert!(
+        hints[1].contains("(rank + world - step) % world"),
+        "{}",
+        hints[1]
+    );
+    assert!(
+        hints[2].contains("(rank + world - step) % world"),
+        "{}",
+        hints[2]
+    );
+    // Without a folder to keep the count in, every failure is a first one.
+    let (_, hint) = fail(Mistake::Order);
+    assert!(!hint.contains("% world"), "{hint}");
+}
+
+#[test]
+fn lab_4_refuses_a_releasing_wait_without_blaming_the_barrier() {
+    for wait in [Ordering::AcqRel, Ordering::Release] {
+        let (message, hint) =
+            symm_labs::lab04::refused_orderings(Ordering::Release, wait).expect("refused");
+        assert!(message.contains("refused before loom runs"), "{message}");
+        assert!(!message.contains("loom found"), "{message}");
+        assert!(!hint.to_lowercase().contains("barrier"), "{hint}");
+        assert!(hint.contains("Acquire"), "{hint}");
+    }
+    for wait in [Ordering::Relaxed, Ordering::Acquire, Ordering::SeqCst] {
+        assert!(symm_labs::lab04::refused_orderings(Ordering::Release, wait).is_none());
+    }
+}
