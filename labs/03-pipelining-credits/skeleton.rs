@@ -4,7 +4,7 @@
 
 use symm_core::op::{Buf, Op};
 use symm_core::sched::Part;
-use symm_core::signal::SlotKind::{Data, Ready};
+use symm_core::signal::SlotKind::{Credit, Data, Ready};
 use symm_labs::kit::Kit;
 
 /// Pipelined ring reduce-scatter: every block is cut into chunks (one scratch slot each) and

@@ -54,6 +54,9 @@ pub struct Grader {
     pub out: Option<PathBuf>,
     /// Passed cases and notes, in order.
     pub passed: Vec<String>,
+    /// Scratch slots asked for on the command line (`check 3 --slots S`): a lab with scratch
+    /// slots then runs the schedule with that many only, to show what happens.
+    pub slots: Option<u64>,
 }
 
 /// A lab's hints: a specific hint for a problem, or `None` for the general one.
@@ -66,6 +69,7 @@ impl Grader {
             which,
             out,
             passed: Vec::new(),
+            slots: None,
         }
     }
 

@@ -160,3 +160,30 @@ fn lab_4_refuses_a_releasing_wait_without_blaming_the_barrier() {
         assert!(symm_labs::lab04::refused_orderings(Ordering::Release, wait).is_none());
     }
 }
+
+#[test]
+fn lab_3_with_one_slot_shows_the_deadlock() {
+    use symm_labs::lab03;
+    let mut g = Grader::new(Which::Solution, None);
+    let f = lab03::check_slots(&mut g, &lab03::solution::reduce_scatter, 1)
+        .expect_err("one slot deadlocks from world 3 on");
+    assert!(matches!(f.problem, Problem::Deadlock { .. }), "{f}");
+    assert!(f.case.starts_with("world 3,"), "{f}");
+    assert!(f.to_string().contains("credit from rank"), "{f}");
+    let mut g = Grader::new(Which::Solution, None);
+    assert!(lab03::check_slots(&mut g, &lab03::solution::reduce_scatter, 2).is_ok());
+    // Set on the grader, the slot count replaces the grade.
+    let mut g = Grader::new(Which::Solution, None);
+    g.slots = Some(1);
+    assert!(lab03::check(&mut g).is_err());
+}
+
+#[test]
+fn lab_3_skeleton_imports_credit() {
+    let text = include_str!("../03-pipelining-credits/skeleton.rs");
+    let imports = text
+        .lines()
+        .find(|l| l.starts_with("use symm_core::signal::SlotKind::"))
+        .unwrap_or("");
+    assert!(imports.contains("Credit"), "{imports}");
+}

@@ -23,6 +23,8 @@ pub const USAGE: &str = "usage: cargo xtask lab                       list the l
        cargo xtask lab check N [--solution]  grade lab N (your skeleton.rs; --solution: the
                                              reference solution); writes your trace and the
                                              reference's to <target>/labs/NN
+       cargo xtask lab check 3 --slots S     run lab 3's schedule with S scratch slots only and
+                                             show what happens (with 1: the deadlock)
        cargo xtask lab view N                build the viz (installing, and saying so first, the
                                              wasm32 target and wasm-bindgen-cli when missing) and
                                              serve lab N's traces on 127.0.0.1, yours beside the
@@ -191,7 +193,7 @@ fn verdict(n: u8, ops: Result<(), ()>, loom: Option<Result<(), String>>) -> Resu
     }
 }
 
-fn check(l: &Lab, solution: bool) -> Result<(), String> {
+fn check(l: &Lab, solution: bool, slots: Option<&str>) -> Result<(), String> {
     let out = out_dir(l.number);
     let n = l.number.to_string();
     let mut args = vec![
@@ -207,8 +209,20 @@ fn check(l: &Lab, solution: bool) -> Result<(), String> {
     if solution {
         args.push("--solution");
     }
+    if let Some(s) = slots {
+        args.extend(["--slots", s]);
+    }
     let out_s = out.display().to_string();
     args.extend(["--out", &out_s]);
+    if slots.is_some() {
+        // Not a grade: the checker's own output says what the schedule did.
+        return util::run(cargo().args(&args)).map_err(|_| {
+            format!(
+                "lab {n} does not run through with --slots {}",
+                slots.unwrap_or("")
+            )
+        });
+    }
     let ops = util::run(cargo().args(&args)).map_err(|_| ());
     let loom = loom(l.number, if solution { &["--solution"] } else { &[] });
     if loom.is_none() {
@@ -224,7 +238,7 @@ fn view(l: &Lab) -> Result<(), String> {
     let out = out_dir(l.number);
     if !out.join("reference.trace").exists() {
         eprintln!("lab {}: no traces yet; running the check first", l.number);
-        let _ = check(l, false);
+        let _ = check(l, false, None);
     }
     let dist = crate::viz::build()?;
     println!(
@@ -256,8 +270,27 @@ pub fn grade() -> Result<(), String> {
     Ok(())
 }
 
+/// `args` without `--slots S` (or `--slots=S`), and `S`; the checker judges `S` itself.
+fn take_slots(args: &[String]) -> Result<(Vec<String>, Option<String>), String> {
+    let mut rest = Vec::new();
+    let mut slots = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--slots" {
+            let v = it.next().ok_or(format!("--slots needs a count\n{USAGE}"))?;
+            slots = Some(v.clone());
+        } else if let Some(v) = a.strip_prefix("--slots=") {
+            slots = Some(v.to_string());
+        } else {
+            rest.push(a.clone());
+        }
+    }
+    Ok((rest, slots))
+}
+
 /// `cargo xtask lab ...`.
 pub fn run(args: &[String]) -> Result<(), String> {
+    let (args, slots) = take_slots(args)?;
     let (words, flags): (Vec<String>, Vec<String>) =
         args.iter().cloned().partition(|a| !a.starts_with('-'));
     let Some(parsed) = util::command_args(&flags, &[("--solution", false)], USAGE)? else {
@@ -265,12 +298,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let solution = parsed.flag("--solution");
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    if slots.is_some() && !matches!(words.as_slice(), ["check", _]) {
+        return Err(format!("--slots goes with check 3\n{USAGE}"));
+    }
     if solution && !matches!(words.as_slice(), ["check", _]) {
         return Err(format!("--solution goes with check N\n{USAGE}"));
     }
     match words.as_slice() {
         [] => list(),
-        ["check", n] => check(&find(n)?, solution),
+        ["check", n] => check(&find(n)?, solution, slots.as_deref()),
         ["view", n] => view(&find(n)?),
         ["grade"] => grade(),
         [n] if n.parse::<u8>().is_ok() => show(&find(n)?),
@@ -291,6 +327,16 @@ mod tests {
         assert!(!e.contains("lab 4 passes"), "{e}");
         assert!(verdict(4, Err(()), Some(Ok(()))).is_err());
         assert!(verdict(4, Err(()), None).is_err());
+    }
+
+    #[test]
+    fn slots_and_their_count_are_taken_out_of_the_words() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (rest, slots) = take_slots(&args(&["check", "--slots", "1", "3"])).unwrap();
+        assert_eq!((rest, slots.as_deref()), (args(&["check", "3"]), Some("1")));
+        let (rest, slots) = take_slots(&args(&["check", "3", "--slots=2"])).unwrap();
+        assert_eq!((rest, slots.as_deref()), (args(&["check", "3"]), Some("2")));
+        assert!(take_slots(&args(&["check", "3", "--slots"])).is_err());
     }
 
     #[test]
