@@ -21,6 +21,9 @@ use symm_core::op::Buf;
 use symm_core::sched::{Algorithm, Collective, Request};
 use symm_core::signal::SlotKind;
 
+/// The request of a case: it allocates at least two slots, since the library refuses one slot at
+/// three or more ranks; a case with one slot tells the schedule to use one ([`Case::slots`]),
+/// and its trace names one.
 fn request(world: u16, n: u64, chunk: u64, slots: u64) -> Request {
     Request::new(
         Collective::ReduceScatter,

@@ -413,14 +413,33 @@ pub fn check_case(case: &Case, plan: Plan) -> Result<Passed, Problem> {
 /// A trace of the schedule on `case` for the viz, even when it fails: the simulator's when it
 /// runs through, else the symbolic run's (which ends in stalls at a deadlock). `None` when the
 /// ops cannot even be built or name things outside the world.
+///
+/// A case that tells the schedule to use fewer slots than its request allocates runs on that
+/// request (the library refuses too few slots), and its trace's header names the slots the
+/// schedule was told to use, so the viz shows those.
 pub fn trace_of(case: &Case, plan: Plan) -> Option<Vec<u8>> {
     let req = &case.req;
     let streams = build(case, plan).ok()?;
     lint(req, &streams).ok()?;
     let inputs = host::random_inputs(req, 11);
-    if let Ok(run) = simulate(req, &streams, &inputs, true) {
-        return Some(run.trace);
-    }
-    let mut run = symbolic(req, &streams, 0, case.verify);
-    trace::encode(&header(req, true), &mut run.events).ok()
+    let shown = match case.slots {
+        Some(s) if s < req.slot_count() => {
+            let slots = u8::try_from(s.max(1)).unwrap_or(u8::MAX);
+            req.with_pipeline(req.chunk_bytes, slots)
+        }
+        _ => *req,
+    };
+    let (mut head, mut events) = match simulate(req, &streams, &inputs, true) {
+        Ok(run) if shown == *req => return Some(run.trace),
+        Ok(run) => {
+            let t = trace::decode(&run.trace).ok()?;
+            (t.header, t.events)
+        }
+        Err(_) => (
+            header(req, true),
+            symbolic(req, &streams, 0, case.verify).events,
+        ),
+    };
+    head.request = shown;
+    trace::encode(&head, &mut events).ok()
 }

@@ -235,7 +235,10 @@ fn every_solution_writes_traces_the_viz_replays() {
     }
     // Lab 3's one-slot run deadlocks, and the viz's hang analysis explains it.
     let bytes = std::fs::read(dir.join("03/one-slot.trace")).unwrap();
+    let header = symm_core::trace::decode(&bytes).unwrap().header;
+    assert_eq!(header.request.slot_count(), 1, "{:?}", header.request);
     let t = symm_viz::model::Trace::decode("one-slot", bytes).unwrap();
     assert!(symm_viz::hang::analyse(&t).is_some());
+    assert_eq!(t.scratch.cells(), 1, "the viz shows one slot per rank");
     let _ = std::fs::remove_dir_all(&dir);
 }
