@@ -36,11 +36,12 @@ pub const USAGE: &str = "usage: cargo xtask lab                       list the l
 /// Labs with a loom half: (number, test target of `symm-labs`).
 const LOOM: &[(u8, &str)] = &[(4, "lab04_loom")];
 
-/// A lab folder: its number, folder and README title.
+/// A lab folder: its number, folder, README title and expected time.
 struct Lab {
     number: u8,
     dir: PathBuf,
     title: String,
+    time: String,
 }
 
 fn labs_dir() -> PathBuf {
@@ -68,10 +69,21 @@ fn labs() -> Result<Vec<Lab>, String> {
             .trim_start_matches('#')
             .trim()
             .to_string();
+        // The README's "Time: about 30 minutes." line, as "30 minutes".
+        let time = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Time: "))
+            .map(|t| {
+                t.trim_start_matches("about ")
+                    .trim_end_matches('.')
+                    .to_string()
+            })
+            .unwrap_or_default();
         out.push(Lab {
             number,
             dir: e.path(),
             title,
+            time,
         });
     }
     out.sort_by_key(|l| l.number);
@@ -95,14 +107,25 @@ fn rel(p: &Path) -> String {
         .to_string()
 }
 
+/// One line of the list: number, expected time and folder in columns, then the title, which
+/// may be of any length.
+fn list_line(number: u8, time: &str, dir: &str, title: &str) -> String {
+    format!("  {number:>2}  {time:<11} {dir:<30} {title}")
+}
+
 fn list() -> Result<(), String> {
-    println!("labs (each about an hour; start with cargo xtask lab N):");
+    println!("labs (start with cargo xtask lab N):");
+    println!(
+        "{}",
+        list_line(0, "time", "folder", "title").replacen(" 0", "  ", 1)
+    );
     for l in labs()? {
         let title = l
             .title
             .split_once(": ")
             .map_or(l.title.as_str(), |(_, t)| t);
-        println!("  {:>2}  {:<52} {}/", l.number, title, rel(&l.dir));
+        let dir = format!("{}/", rel(&l.dir));
+        println!("{}", list_line(l.number, &l.time, &dir, title));
     }
     println!("\nthe labs' index: labs/README.md");
     Ok(())
@@ -337,6 +360,39 @@ mod tests {
         let (rest, slots) = take_slots(&args(&["check", "3", "--slots=2"])).unwrap();
         assert_eq!((rest, slots.as_deref()), (args(&["check", "3"]), Some("2")));
         assert!(take_slots(&args(&["check", "3", "--slots"])).is_err());
+    }
+
+    #[test]
+    fn long_titles_leave_the_columns_in_line() {
+        let short = list_line(
+            1,
+            "30 minutes",
+            "labs/01-ring-all-gather/",
+            "Ring all-gather",
+        );
+        let long = list_line(
+            7,
+            "an hour",
+            "labs/07-one-shot-two-shot/",
+            "One-shot against two-shot: predict the crossover, then measure it",
+        );
+        let at = |line: &str, what: &str| line.find(what).expect(what);
+        assert_eq!(at(&short, "labs/"), at(&long, "labs/"), "{short}\n{long}");
+        assert_eq!(at(&short, "Ring"), at(&long, "One-shot"), "{short}\n{long}");
+    }
+
+    #[test]
+    fn every_lab_states_its_expected_time() {
+        let labs = labs().unwrap();
+        assert!(labs.len() >= 9);
+        for l in labs {
+            assert!(
+                l.time.contains("minutes") || l.time.contains("hour"),
+                "lab {}: {:?}",
+                l.number,
+                l.time
+            );
+        }
     }
 
     #[test]
