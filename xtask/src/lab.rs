@@ -321,7 +321,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let solution = parsed.flag("--solution");
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
-    if slots.is_some() && !matches!(words.as_slice(), ["check", _]) {
+    if slots.is_some() && !matches!(words.as_slice(), ["check", "3" | "03"]) {
         return Err(format!("--slots goes with check 3\n{USAGE}"));
     }
     if solution && !matches!(words.as_slice(), ["check", _]) {
@@ -360,6 +360,10 @@ mod tests {
         let (rest, slots) = take_slots(&args(&["check", "3", "--slots=2"])).unwrap();
         assert_eq!((rest, slots.as_deref()), (args(&["check", "3"]), Some("2")));
         assert!(take_slots(&args(&["check", "3", "--slots"])).is_err());
+        // Only lab 3 has scratch slots: any other lab is refused before anything runs.
+        let e = run(&args(&["check", "1", "--slots", "1"])).expect_err("refused");
+        assert!(e.starts_with("--slots goes with check 3"), "{e}");
+        assert!(run(&args(&["view", "3", "--slots", "1"])).is_err());
     }
 
     #[test]
