@@ -62,6 +62,11 @@ const REVIEWED: &[(&str, &str, &str)] = &[
         "env!(\"CARGO_BIN_EXE_symm-run\")",
         "symm-run (below)",
     ),
+    (
+        "labs/tests/cli.rs",
+        "env!(\"CARGO_BIN_EXE_symm-labs\")",
+        "the labs checker on the host backend",
+    ),
     ("capi/tests/c_program.rs", "&cc", "a C compiler"),
     ("capi/tests/c_program.rs", "&cxx", "a C++ compiler"),
 ];
