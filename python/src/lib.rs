@@ -80,34 +80,32 @@ fn collective(
     })
 }
 
-fn algorithm(name: &str) -> PyResult<Algorithm> {
-    Algorithm::ALL
-        .into_iter()
-        .find(|a| a.name() == name)
+/// The entry of `all` whose name is `name`, else a `ValueError` listing the valid names.
+fn named<T: Copy>(
+    what: &str,
+    name: &str,
+    all: &[T],
+    name_of: fn(T) -> &'static str,
+) -> PyResult<T> {
+    all.iter()
+        .copied()
+        .find(|x| name_of(*x) == name)
         .ok_or_else(|| {
-            let valid: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-            bad("algorithm", name, &valid)
+            let valid: Vec<&str> = all.iter().map(|x| name_of(*x)).collect();
+            bad(what, name, &valid)
         })
+}
+
+fn algorithm(name: &str) -> PyResult<Algorithm> {
+    named("algorithm", name, &Algorithm::ALL, |a| a.name())
 }
 
 fn dtype(name: &str) -> PyResult<DType> {
-    DType::ALL
-        .into_iter()
-        .find(|d| d.name() == name)
-        .ok_or_else(|| {
-            let valid: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
-            bad("dtype", name, &valid)
-        })
+    named("dtype", name, &DType::ALL, |d| d.name())
 }
 
 fn reduce_op(name: &str) -> PyResult<ReduceOp> {
-    ReduceOp::ALL
-        .into_iter()
-        .find(|o| o.name() == name)
-        .ok_or_else(|| {
-            let valid: Vec<&str> = ReduceOp::ALL.iter().map(|o| o.name()).collect();
-            bad("op", name, &valid)
-        })
+    named("op", name, &ReduceOp::ALL, |o| o.name())
 }
 
 fn topology(name: &str) -> PyResult<Topology> {

@@ -454,28 +454,23 @@ unsafe impl Sync for Event {}
 impl Event {
     /// A new event on `dev`.
     pub fn new(dev: &Device) -> Result<Event> {
-        let _ctx = keep_current()?;
-        let ctx = dev.retain()?;
-        ctx.bind()?;
-        let api = driver()?;
-        let mut raw = core::ptr::null_mut();
-        // SAFETY: context bound; valid out-pointer.
-        check("cuEventCreate", unsafe {
-            (api.event_create)(&mut raw, ffi::EVENT_DEFAULT)
-        })?;
-        Ok(Event { raw, ctx })
+        Event::with_flags(dev, ffi::EVENT_DEFAULT)
     }
 
     /// An event without timing, for ordering streams.
     pub(crate) fn untimed(dev: &Device) -> Result<Event> {
+        Event::with_flags(dev, ffi::EVENT_DISABLE_TIMING)
+    }
+
+    fn with_flags(dev: &Device, flags: core::ffi::c_uint) -> Result<Event> {
         let _ctx = keep_current()?;
         let ctx = dev.retain()?;
         ctx.bind()?;
         let api = driver()?;
         let mut raw = core::ptr::null_mut();
-        // SAFETY: context bound; valid out-pointer.
+        // SAFETY: context bound; valid out-pointer; `flags` are event-creation flags.
         check("cuEventCreate", unsafe {
-            (api.event_create)(&mut raw, ffi::EVENT_DISABLE_TIMING)
+            (api.event_create)(&mut raw, flags)
         })?;
         Ok(Event { raw, ctx })
     }
