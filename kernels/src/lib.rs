@@ -25,6 +25,8 @@ pub const PLAN_CUH: &str = include_str!("../symm/plan.cuh");
 pub const INTERP_CU: &str = include_str!("../symm/interp.cu");
 /// Device-API examples.
 pub const EXAMPLES_CU: &str = include_str!("../symm/examples.cu");
+/// Signals between ranks on the stream (`symm_user_signal`).
+pub const SIGNALS_CU: &str = include_str!("../symm/signals.cu");
 
 /// Element semantics and the reductions of the interpreter (binary and k-way).
 pub const REDUCE_CUH: &str = include_str!("../symm/reduce.cuh");
@@ -114,13 +116,27 @@ pub const EXAMPLES: Variant = Variant {
     multicast: false,
 };
 
+/// The entry point of the stream signals kernel.
+pub const SIGNAL_ENTRY: &str = "symm_user_signal";
+
+/// Signals between ranks on the stream (put and wait with a deadline), for users' kernels.
+pub const SIGNALS: Variant = Variant {
+    name: "signals",
+    file: "symm/signals.cu",
+    source: SIGNALS_CU,
+    defines: &[],
+    entries: &[SIGNAL_ENTRY],
+    multicast: false,
+};
+
 /// Every variant (CI compiles them all for sm_90).
-pub const ALL: [Variant; 5] = [
+pub const ALL: [Variant; 6] = [
     INTERP,
     INTERP_TRACE,
     INTERP_MULTIMEM,
     INTERP_MULTIMEM_TRACE,
     EXAMPLES,
+    SIGNALS,
 ];
 
 /// The interpreter variant for a tracing choice (never a multicast one).

@@ -4,7 +4,11 @@
 //! buffer is a `ValueError` (a `symm.TraceError` for trace bytes) that says what is accepted,
 //! never a panic. Buffers cross the boundary as `bytes`; trace events cross as packed
 //! little-endian columns, which the pure-Python package turns into numpy arrays or lists.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+
+// The GPU runtime's binding: the one module with unsafe code (stream handles and addresses).
+#[allow(unsafe_code)]
+mod gpu;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -557,5 +561,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tune, m)?)?;
     m.add_function(wrap_pyfunction!(decode_trace, m)?)?;
     m.add("MAX_SIM_BYTES", MAX_SIM_BYTES)?;
+    m.add_class::<gpu::GpuComm>()?;
+    m.add_class::<gpu::Block>()?;
     Ok(())
 }

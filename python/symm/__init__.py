@@ -1,8 +1,14 @@
-"""symm from Python: the host side.
+"""symm from Python.
 
-The deterministic simulator (:func:`simulate`) and its reference (:func:`reference`), trace
-decoding (:class:`Trace`) and the cost model (:mod:`symm.cost`). Nothing here needs a GPU,
-CUDA or torch; numpy is optional (buffers and event columns are numpy arrays when it imports,
+On the GPU, from PyTorch (:func:`init` inside torchrun or symm-run): symmetric tensors
+(:func:`empty`, :func:`zeros`), collectives on torch's current stream
+(:func:`all_reduce`, :func:`all_gather_into_tensor`, :func:`reduce_scatter_tensor`,
+:func:`all_to_all_single`, :func:`broadcast`) that CUDA graphs can capture, and peer memory
+for users' own kernels (:func:`rendezvous`). torch is imported by :func:`init`, not before.
+
+On the host, with no GPU: the deterministic simulator (:func:`simulate`) and its reference
+(:func:`reference`), trace decoding (:class:`Trace`) and the cost model (:mod:`symm.cost`).
+These need no GPU, CUDA or torch; numpy is optional (buffers and event columns are numpy arrays when it imports,
 else ``bytes`` and lists).
 
 Names are symm's own: collectives (``"all_reduce"``, ...), algorithms (``"ring"``, ...),
@@ -16,9 +22,55 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from . import _arrays, _symm, cost
+from ._gpu import (
+    SIGNAL_SLOTS,
+    SymmHandle,
+    all_gather_into_tensor,
+    all_reduce,
+    all_to_all_single,
+    broadcast,
+    check,
+    collect,
+    device,
+    empty,
+    finalize,
+    heap_usage,
+    init,
+    is_initialized,
+    is_symmetric,
+    rank,
+    reduce_scatter_tensor,
+    rendezvous,
+    reset,
+    synchronize,
+    world_size,
+    zeros,
+)
 from .errors import PeerLostError, PoisonedError, SymmError, TimeoutError, TraceError
 
 __all__ = [
+    "SIGNAL_SLOTS",
+    "SymmHandle",
+    "all_gather_into_tensor",
+    "all_reduce",
+    "all_to_all_single",
+    "broadcast",
+    "check",
+    "collect",
+    "device",
+    "empty",
+    "finalize",
+    "heap_usage",
+    "init",
+    "is_initialized",
+    "is_symmetric",
+    "rank",
+    "reduce_scatter_tensor",
+    "rendezvous",
+    "reset",
+    "synchronize",
+    "world_size",
+    "zeros",
     "MAX_TRACE_BYTES",
     "PeerLostError",
     "PoisonedError",

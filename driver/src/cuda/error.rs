@@ -196,6 +196,29 @@ pub enum CudaError {
     Pinned,
     /// A request's plan is not prepared: call `prepare(req)` before capturing it.
     NotPrepared,
+    /// Something that waits for the device or allocates was asked for while the caller's
+    /// stream is capturing a graph: run it once before the capture.
+    Capturing {
+        /// What was asked for.
+        what: &'static str,
+    },
+    /// The ranks called a collective with different arguments (checked the first time each
+    /// set of arguments is used).
+    RanksDiffer {
+        /// A rank whose arguments differ from this rank's.
+        rank: u16,
+        /// This rank's arguments.
+        mine: String,
+        /// That rank's arguments.
+        theirs: String,
+    },
+    /// Memory passed by address is not one device allocation of this rank's context.
+    NotDeviceMemory {
+        /// The address.
+        ptr: u64,
+        /// Bytes from it.
+        len: u64,
+    },
     /// A lock was poisoned by a thread that panicked while holding it.
     LockPoisoned {
         /// The lock.

@@ -46,7 +46,8 @@ pub mod vmm;
 pub mod world;
 
 pub use bounds::{Buffers, MAX_HEAP_BYTES, MAX_WAIT};
-pub use comm::{Capture, Comm, CommGraph, CommOptions, CommTeam};
+pub use comm::{Capture, Comm, CommGraph, CommOptions, CommTeam, Span};
+pub use device::Stream;
 pub use device_plan::DevicePlan;
 pub use error::{CudaError, HeapCall, Result};
 pub use world::{Options, World};

@@ -137,7 +137,7 @@ impl Comm {
     }
 
     /// The cached plan under `key`, which a capture needs to exist already.
-    fn prepared(
+    pub(super) fn prepared(
         &self,
         key: (u16, Request),
     ) -> Result<std::sync::Arc<crate::cuda::device_plan::DevicePlan>> {

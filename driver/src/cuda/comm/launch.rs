@@ -81,7 +81,7 @@ impl Comm {
     }
 
     /// Checks and launches; returns the plan launched.
-    fn launch(
+    pub(super) fn launch(
         &self,
         req: &Request,
         b: &Buffers,

@@ -134,7 +134,7 @@ impl Comm {
         Ok(())
     }
 
-    fn check_range(&self, off: u64, len: u64) -> Result<()> {
+    pub(super) fn check_range(&self, off: u64, len: u64) -> Result<()> {
         guard::check_range(off, len, self.data_off, self.stride())
     }
 }

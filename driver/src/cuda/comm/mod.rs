@@ -27,17 +27,22 @@
 
 mod agree;
 mod backend;
+mod blocks;
 mod capture;
 pub(crate) mod epoch;
 mod launch;
 mod memory;
 mod order;
 mod sharing;
+mod signals;
+mod spans;
 mod team;
 
 pub use backend::MAX_GATHER;
+pub use blocks::BLOCK_ALIGN;
 pub use capture::{Capture, CommGraph};
 pub use sharing::Sharing;
+pub use spans::Span;
 pub use team::CommTeam;
 
 use std::collections::HashMap;
@@ -110,6 +115,8 @@ pub struct Comm {
     /// Comm, so no plan goes while a launch may still read it.
     plans: Mutex<HashMap<(u16, Request), Arc<DevicePlan>>>,
     tracing: Mutex<Option<launch::Tracing>>,
+    /// The stream signals kernel ([`Comm::put_signal`]), loaded on first use.
+    signals: Mutex<Option<Kernel>>,
     /// The lost-peer callback's hold on the abort word (`crate::abort`), taken back on drop.
     armed: crate::abort::Arm<HostMapped>,
     interp: Kernel,
@@ -123,6 +130,12 @@ pub struct Comm {
     /// Buffer offsets named by live graphs ([`CommGraph`]), with their counts.
     pinned: Mutex<HashMap<u64, usize>>,
     poisoned: Mutex<Option<String>>,
+    /// Blocks handed out to a framework ([`Comm::alloc_block`]).
+    blocks: Mutex<blocks::Blocks>,
+    /// Blocks named by graphs a framework captured ([`blocks`]), with their counts.
+    graph_pins: blocks::GraphPins,
+    /// Agreed argument sets and workspaces of [`Comm::enqueue_spans`].
+    spans: Mutex<spans::Spans>,
     /// The id the next split's teams take (0 is the world).
     next_team: Mutex<u16>,
     /// This rank's teams by id (to name a team wait's peer by its job rank).
@@ -460,12 +473,24 @@ impl Comm {
     /// last barrier, after which no rank counts another's exit as a loss. Dropping a `Comm`
     /// without it is seen by the other ranks as this rank's loss.
     pub fn finish(self) -> Result<()> {
+        self.close()
+    }
+
+    /// [`Comm::finish`] for a Comm that others still hold (a framework's tensors over its heap):
+    /// ends this rank's part in the job in order, then refuses new work; the memory stays
+    /// mapped until the Comm is dropped.
+    pub fn close(&self) -> Result<()> {
         let _ctx = device::keep_current()?;
         self.sync_device()?;
-        self.boot
+        let r = self
+            .boot
             .bootstrap()
             .finish(self.opts.bootstrap_timeout)
-            .map_err(CudaError::Bootstrap)
+            .map_err(CudaError::Bootstrap);
+        if let Ok(mut p) = self.poisoned.lock() {
+            p.get_or_insert_with(|| "the communicator was finished".to_string());
+        }
+        r
     }
 }
 
@@ -496,6 +521,7 @@ impl Parts {
         Comm {
             plans: Mutex::new(HashMap::new()),
             tracing: Mutex::new(None),
+            signals: Mutex::new(None),
             armed: self.armed,
             interp: self.interp,
             expected: self.expected,
@@ -505,6 +531,9 @@ impl Parts {
             launching: Mutex::new(order::StreamOrder::default()),
             pinned: Mutex::new(HashMap::new()),
             poisoned: Mutex::new(None),
+            blocks: Mutex::new(blocks::Blocks::default()),
+            graph_pins: blocks::GraphPins::default(),
+            spans: Mutex::new(spans::Spans::default()),
             next_team: Mutex::new(1),
             teams: Mutex::new(HashMap::new()),
             regions: Mutex::new(Vec::new()),

@@ -112,6 +112,18 @@ impl fmt::Display for CudaError {
                 f,
                 "these buffers are captured in a live graph: drop it first"
             ),
+            CudaError::Capturing { what } => write!(
+                f,
+                "{what} cannot run while the stream captures a graph: run it once before capturing"
+            ),
+            CudaError::RanksDiffer { rank, mine, theirs } => write!(
+                f,
+                "ranks called a collective with different arguments: this rank {mine}, rank {rank} {theirs}"
+            ),
+            CudaError::NotDeviceMemory { ptr, len } => write!(
+                f,
+                "{len} bytes at {ptr:#x} are not one device allocation of this rank's GPU"
+            ),
             CudaError::NotPrepared => write!(
                 f,
                 "the request's plan is not prepared: call prepare(req) before capturing it"

@@ -235,6 +235,47 @@ pub fn multicast_api() -> Result<&'static MulticastApi, &'static str> {
     .map_err(|e| *e)
 }
 
+api_table! {
+    /// Entry points of the framework-facing runtime (`crate::cuda::comm` spans and graph pins),
+    /// loaded on their first use: a driver without them fails only what needs them.
+    GraphApi {
+        stream_get_capture_info = "cuStreamGetCaptureInfo_v2"(Handle, *mut c_int, *mut u64, *mut Handle, *mut *const Handle, *mut usize);
+        user_object_create = "cuUserObjectCreate"(*mut Handle, *mut c_void, HostFn, c_uint, c_uint);
+        user_object_release = "cuUserObjectRelease"(Handle, c_uint);
+        graph_retain_user_object = "cuGraphRetainUserObject"(Handle, Handle, c_uint, c_uint);
+        pointer_get_attributes = "cuPointerGetAttributes"(c_uint, *mut c_int, *mut *mut c_void, DevPtr);
+    }
+}
+
+/// `CUhostFn`: a host function the driver calls (a user object's destructor).
+pub type HostFn = unsafe extern "C" fn(*mut c_void);
+/// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
+pub const CAPTURE_STATUS_ACTIVE: c_int = 1;
+/// `CU_USER_OBJECT_NO_DESTRUCTOR_SYNC`: the only flag `cuUserObjectCreate` takes.
+pub const USER_OBJECT_NO_DESTRUCTOR_SYNC: c_uint = 1;
+/// `CU_GRAPH_USER_OBJECT_MOVE`: the graph takes over the caller's reference.
+pub const GRAPH_USER_OBJECT_MOVE: c_uint = 1;
+/// `CU_POINTER_ATTRIBUTE_CONTEXT`.
+pub const POINTER_CONTEXT: c_int = 1;
+/// `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`.
+pub const POINTER_RANGE_START: c_int = 11;
+/// `CU_POINTER_ATTRIBUTE_RANGE_SIZE`.
+pub const POINTER_RANGE_SIZE: c_int = 12;
+
+/// The graph and pointer entry points, loaded once; `Err` names the first missing one.
+pub fn graph_api() -> Result<&'static GraphApi, &'static str> {
+    static API: OnceLock<Result<GraphApi, &'static str>> = OnceLock::new();
+    API.get_or_init(|| {
+        api()?;
+        // SAFETY: `api()` succeeded, so libcuda is present and cudarc's loader finds it.
+        let lib = unsafe { cudarc::driver::sys::culib() };
+        // SAFETY: `lib` is libcuda, whose exported entry points have the declared signatures.
+        unsafe { GraphApi::load(lib) }
+    })
+    .as_ref()
+    .map_err(|e| *e)
+}
+
 /// The loaded driver, initialised once; `Err` names why it is unavailable.
 pub fn api() -> Result<&'static DriverApi, &'static str> {
     static API: OnceLock<Result<DriverApi, &'static str>> = OnceLock::new();

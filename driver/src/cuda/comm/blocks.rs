@@ -1,0 +1,289 @@
+//! Blocks: symmetric memory a framework hands out as tensors, returned when every rank let go.
+//!
+//! A framework (the Python package) allocates one block per tensor with [`Comm::alloc_block`],
+//! a collective like [`Comm::alloc`]: every rank makes the same calls in the same order, and
+//! the ranks compare their allocators after each (`agree`). Its garbage collector drops tensors
+//! at different moments on different ranks, so giving a block back cannot be collective:
+//! [`Comm::release_block`] only marks the block, locally, and never blocks or fails on a peer.
+//!
+//! The next collective allocation ([`Comm::alloc_block`], or [`Comm::collect_blocks`]) first
+//! waits for this rank's device, then the ranks exchange the blocks each has released that no
+//! live CUDA graph names, and every rank frees the blocks found in every set. Every rank frees
+//! the same blocks, so the heaps stay identical; a block is reused only after every rank
+//! released it and every rank's device finished the work enqueued before the exchange.
+//!
+//! **Graph pins.** A collective captured into a graph the framework owns (`torch.cuda.graph`)
+//! names blocks for as long as that graph lives, which the Comm cannot see. The capture
+//! attaches a CUDA user object to the graph being captured ([`Comm::pin_to_capture`]); the
+//! driver runs its destructor once the graph and every executable instantiated from it are
+//! destroyed, and the destructor takes the pins back. A pinned block is not offered to the
+//! exchange, so it stays allocated on every rank while any rank's graph may replay over it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+use super::Comm;
+use crate::cuda::device::{self, Stream};
+use crate::cuda::error::{check, CudaError, Result};
+use crate::cuda::ffi::driver as ffi;
+use crate::cuda::rendezvous::Bootstrap;
+
+/// Alignment of a block (heap offsets; every rank's heap base is granularity aligned).
+pub const BLOCK_ALIGN: u64 = 256;
+/// Most released blocks one exchange carries (8-byte offsets within the bootstrap's 64 KiB
+/// message); the rest wait for the next exchange.
+const MAX_OFFERED: usize = 8000;
+
+/// The blocks of a Comm: live ones by offset with their length, and those released locally.
+#[derive(Default)]
+pub(crate) struct Blocks {
+    live: BTreeMap<u64, u64>,
+    released: BTreeSet<u64>,
+}
+
+/// Graph pins by block offset, shared with the destructors of the graphs' user objects.
+pub(crate) type GraphPins = Arc<Mutex<HashMap<u64, usize>>>;
+
+/// What a graph's user object holds: the pins to take back when the graph is destroyed.
+struct PinDrop {
+    pins: GraphPins,
+    blocks: Vec<u64>,
+}
+
+/// The user object's destructor (called by the driver on its own thread; no CUDA calls here).
+///
+/// # Safety
+/// `p` is the `Box<PinDrop>` leaked by [`Comm::pin_to_capture`], passed once.
+unsafe extern "C" fn drop_pins(p: *mut c_void) {
+    // SAFETY: the caller's contract: `p` came from `Box::into_raw` and is dropped once.
+    let d = unsafe { Box::from_raw(p.cast::<PinDrop>()) };
+    let mut pins = d.pins.lock().unwrap_or_else(|e| e.into_inner());
+    for b in &d.blocks {
+        if let Some(n) = pins.get_mut(b) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                pins.remove(b);
+            }
+        }
+    }
+}
+
+/// The offsets present in every set of `theirs` and in `mine` (ascending).
+pub(crate) fn common(mine: &[u64], theirs: &[Vec<u64>]) -> Vec<u64> {
+    mine.iter()
+        .copied()
+        .filter(|o| theirs.iter().all(|t| t.binary_search(o).is_ok()))
+        .collect()
+}
+
+/// Little-endian offsets of a gathered message (a trailing partial word is ignored), sorted.
+pub(crate) fn decode_offsets(bytes: &[u8]) -> Vec<u64> {
+    let mut v: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+impl Blocks {
+    /// The live block holding `[off, off + len)`, as (start, length).
+    pub(crate) fn containing(&self, off: u64, len: u64) -> Option<(u64, u64)> {
+        let (&start, &blen) = self.live.range(..=off).next_back()?;
+        let end = off.checked_add(len)?;
+        (end <= start + blen).then_some((start, blen))
+    }
+}
+
+impl Comm {
+    fn blocks_lock(&self) -> Result<std::sync::MutexGuard<'_, Blocks>> {
+        self.blocks
+            .lock()
+            .map_err(|_| CudaError::LockPoisoned { what: "blocks" })
+    }
+
+    /// Collective: a block of `len` bytes of symmetric memory (its heap offset, the same on
+    /// every rank), after returning to the heap what every rank released
+    /// ([`Comm::collect_blocks`]). Its contents are undefined. Refused while `stream` (the
+    /// caller's current stream) is capturing a graph: the exchange waits for the device.
+    pub fn alloc_block(&self, len: u64, stream: &Stream) -> Result<u64> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        if stream.is_capturing()? {
+            return Err(CudaError::Capturing {
+                what: "symmetric allocation",
+            });
+        }
+        self.collect_inner()?;
+        let off = {
+            let mut h = self.heap_lock()?;
+            h.alloc(len.max(16), BLOCK_ALIGN).map_err(CudaError::Heap)? + self.data_off
+        };
+        self.agree()?;
+        self.blocks_lock()?.live.insert(off, len.max(16));
+        Ok(off)
+    }
+
+    /// Local and non-blocking: gives block `off` back. It returns to the heap at a later
+    /// collective allocation, once every rank released it and no graph names it.
+    pub fn release_block(&self, off: u64) -> Result<()> {
+        let mut b = self.blocks_lock()?;
+        if !b.live.contains_key(&off) {
+            return Err(CudaError::NotLive { offset: off });
+        }
+        b.released.insert(off);
+        Ok(())
+    }
+
+    /// Collective: waits for this rank's device, then frees every block that every rank
+    /// released and no live graph pins. Returns how many blocks went back to the heap.
+    pub fn collect_blocks(&self) -> Result<usize> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        let n = self.collect_inner()?;
+        self.agree()?;
+        Ok(n)
+    }
+
+    /// Live blocks and bytes (what a leak check reads).
+    pub fn block_usage(&self) -> Result<(usize, u64)> {
+        let b = self.blocks_lock()?;
+        Ok((b.live.len(), b.live.values().sum()))
+    }
+
+    fn collect_inner(&self) -> Result<usize> {
+        self.sync_device()?;
+        let offered: Vec<u64> = {
+            let b = self.blocks_lock()?;
+            let pins = self.graph_pins.lock().unwrap_or_else(|e| e.into_inner());
+            b.released
+                .iter()
+                .copied()
+                .filter(|o| !pins.contains_key(o))
+                .take(MAX_OFFERED)
+                .collect()
+        };
+        let bytes: Vec<u8> = offered.iter().flat_map(|o| o.to_le_bytes()).collect();
+        let all = self.boot.all_gather(self.rank, &bytes)?;
+        let theirs: Vec<Vec<u64>> = all.iter().map(|m| decode_offsets(m)).collect();
+        let free = common(&offered, &theirs);
+        let mut b = self.blocks_lock()?;
+        let mut h = self.heap_lock()?;
+        for off in &free {
+            h.free(off - self.data_off).map_err(CudaError::Heap)?;
+            b.live.remove(off);
+            b.released.remove(off);
+        }
+        Ok(free.len())
+    }
+
+    /// Pins the blocks holding the heap ranges `ranges` (offset, length) to the graph `stream`
+    /// is capturing, until the driver destroys that graph and its executables. Ranges outside
+    /// every block (workspaces, which live as long as the Comm) need no pin.
+    pub(crate) fn pin_to_capture(&self, stream: &Stream, ranges: &[(u64, u64)]) -> Result<()> {
+        let blocks: Vec<u64> = {
+            let b = self.blocks_lock()?;
+            ranges
+                .iter()
+                .filter_map(|&(o, l)| b.containing(o, l).map(|(s, _)| s))
+                .collect()
+        };
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let api = ffi::graph_api().map_err(|s| CudaError::Unavailable(s.into()))?;
+        let (mut status, mut id, mut graph) = (0, 0u64, std::ptr::null_mut());
+        let (mut deps, mut ndeps) = (std::ptr::null(), 0usize);
+        // SAFETY: a valid stream of this rank's context (checked by the caller); valid
+        // out-pointers.
+        check("cuStreamGetCaptureInfo", unsafe {
+            (api.stream_get_capture_info)(
+                stream.raw(),
+                &mut status,
+                &mut id,
+                &mut graph,
+                &mut deps,
+                &mut ndeps,
+            )
+        })?;
+        if status != ffi::CAPTURE_STATUS_ACTIVE || graph.is_null() {
+            return Err(CudaError::Capturing {
+                what: "pinning to a capture that is not active",
+            });
+        }
+        {
+            let mut pins = self.graph_pins.lock().unwrap_or_else(|e| e.into_inner());
+            for b in &blocks {
+                *pins.entry(*b).or_insert(0) += 1;
+            }
+        }
+        let holder = Box::into_raw(Box::new(PinDrop {
+            pins: self.graph_pins.clone(),
+            blocks,
+        }));
+        let mut obj = std::ptr::null_mut();
+        // SAFETY: `holder` is a leaked box that `drop_pins` frees once, when the object's last
+        // reference goes; the flag is the one the driver requires.
+        let r = check("cuUserObjectCreate", unsafe {
+            (api.user_object_create)(
+                &mut obj,
+                holder.cast(),
+                drop_pins,
+                1,
+                ffi::USER_OBJECT_NO_DESTRUCTOR_SYNC,
+            )
+        });
+        if let Err(e) = r {
+            // SAFETY: the object was not created, so nothing else will free `holder`.
+            unsafe { drop_pins(holder.cast()) };
+            return Err(e);
+        }
+        // SAFETY: `graph` is the graph being captured on `stream`; the move hands our one
+        // reference to the graph.
+        let r = check("cuGraphRetainUserObject", unsafe {
+            (api.graph_retain_user_object)(graph, obj, 1, ffi::GRAPH_USER_OBJECT_MOVE)
+        });
+        if r.is_err() {
+            // SAFETY: the graph did not take the reference: release ours (runs `drop_pins`).
+            let _ = unsafe { (api.user_object_release)(obj, 1) };
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_blocks_every_rank_released_are_freed() {
+        let mine = vec![256, 512, 1024];
+        let theirs = vec![vec![256, 512, 1024], vec![512, 1024, 4096], vec![0, 512]];
+        assert_eq!(common(&mine, &theirs), vec![512]);
+        assert!(common(&mine, &[vec![]]).is_empty());
+    }
+
+    #[test]
+    fn offsets_round_trip_and_ignore_a_torn_tail() {
+        let bytes: Vec<u8> = [4096u64, 256]
+            .iter()
+            .flat_map(|o| o.to_le_bytes())
+            .chain([1, 2, 3])
+            .collect();
+        assert_eq!(decode_offsets(&bytes), vec![256, 4096]);
+    }
+
+    #[test]
+    fn a_range_belongs_to_the_block_that_holds_all_of_it() {
+        let mut b = Blocks::default();
+        b.live.insert(1000, 100);
+        b.live.insert(2000, 50);
+        assert_eq!(b.containing(1000, 100), Some((1000, 100)));
+        assert_eq!(b.containing(1050, 10), Some((1000, 100)));
+        assert_eq!(b.containing(1050, 60), None);
+        assert_eq!(b.containing(999, 1), None);
+        assert_eq!(b.containing(2049, 1), Some((2000, 50)));
+        assert_eq!(b.containing(u64::MAX, 2), None);
+    }
+}

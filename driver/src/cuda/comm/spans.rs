@@ -1,0 +1,278 @@
+//! Collectives over device addresses: what a tensor library passes.
+//!
+//! A framework hands a collective its tensors by address ([`Span`]): a symmetric tensor (a
+//! block of this rank's heap, [`super::blocks`]) or any other device memory of the rank's GPU.
+//! [`Comm::enqueue_spans`] runs the request over them on the caller's stream:
+//!
+//! * **Where the data sits.** A span that lies in this rank's buffer area, 16-byte aligned, is
+//!   used in place. Any other span is staged: it is checked to lie in one device allocation of this rank's context,
+//!   copied into the request's workspace before the collective and out of it after, by the copy
+//!   engine on the same stream. An output that overlaps the input (an in-place all-reduce) is
+//!   staged too: the schedules read peers' inputs while writing outputs.
+//! * **Workspaces.** Each distinct request gets buffers of its own, allocated collectively on
+//!   its first use and kept as long as the Comm (so no captured graph outlives them, and no
+//!   low-latency line of one request lies in another's scratch).
+//! * **The ranks agree.** The first time a set of arguments (the request, and for each side the
+//!   heap offset or "staged") is used, the ranks exchange it through the bootstrap and every
+//!   rank fails with [`CudaError::RanksDiffer`] when any differs: peers read each other's
+//!   buffers at the offsets they compute for themselves. Later uses of the same arguments cost
+//!   nothing; a rank that changes them alone meets the others in the next exchange or times out.
+//! * **Graphs.** Nothing here synchronises with the host after the first use, so a stream
+//!   capture (`torch.cuda.graph`) records the copies and the kernel. During a capture the plan
+//!   and workspace must exist already ([`CudaError::NotPrepared`] / [`CudaError::Capturing`]
+//!   otherwise: run the call once before capturing), and the blocks a capture names are pinned
+//!   to the captured graph ([`Comm::pin_to_capture`]).
+
+use std::collections::{HashMap, HashSet};
+
+use symm_core::cost::{self, Topology};
+use symm_core::sched::Request;
+
+use super::Comm;
+use crate::cuda::bounds::Buffers;
+use crate::cuda::device::{self, Stream};
+use crate::cuda::error::{check, driver, CudaError, Result};
+use crate::cuda::ffi::driver as ffi;
+use crate::cuda::rendezvous::Bootstrap;
+
+/// Distinct argument sets remembered as agreed before the memory starts over (every rank
+/// forgets at the same call: they agree on the same sequence).
+const MAX_AGREED: usize = 4096;
+
+/// Device memory by address: `len` bytes from `ptr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// The device address.
+    pub ptr: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// The state of [`Comm::enqueue_spans`]: agreed argument sets, workspaces, tuned requests.
+#[derive(Default)]
+pub(crate) struct Spans {
+    agreed: HashSet<String>,
+    work: HashMap<Request, Buffers>,
+}
+
+impl Comm {
+    /// The topology symm's default choices are made for: ranks sharing a GPU or not.
+    pub fn topology(&self) -> Topology {
+        if self.sharing.ranks_on_device > 1 {
+            Topology::SharedDevice
+        } else {
+            Topology::Nvlink
+        }
+    }
+
+    /// `req` with symm's default algorithm and channels for this job ([`cost::tune_on`]).
+    pub fn tuned(&self, req: Request) -> Request {
+        cost::tune_on(req, self.topology()).0
+    }
+
+    /// The heap offset of `s` when all of it lies in this rank's buffer area, 16-byte aligned
+    /// (what the kernels' vector accesses need; other spans are staged).
+    pub fn heap_offset(&self, s: Span) -> Option<u64> {
+        let base = self.heap.ptr(self.rank, 0)?;
+        let off = s.ptr.checked_sub(base)?;
+        let end = off.checked_add(s.len)?;
+        (off >= self.data_off && end <= self.stride() && off.is_multiple_of(16)).then_some(off)
+    }
+
+    fn spans_lock(&self) -> Result<std::sync::MutexGuard<'_, Spans>> {
+        self.spans
+            .lock()
+            .map_err(|_| CudaError::LockPoisoned { what: "spans" })
+    }
+
+    /// Enqueues `req` reading `input` and writing `output` (exactly the request's input and
+    /// output bytes) on `stream` and returns at once; see the module doc for staging, the
+    /// ranks' agreement and graph capture. Collective: every rank enqueues the same requests in
+    /// the same order. Errors of the run itself surface in [`Comm::check`].
+    ///
+    /// # Safety
+    /// A span outside the heap must stay allocated (and not be written by other work) until
+    /// the enqueued work has finished, as for any copy the caller enqueues on `stream`; it is
+    /// checked to lie inside one device allocation of this rank's context.
+    pub unsafe fn enqueue_spans(
+        &self,
+        req: &Request,
+        input: Span,
+        output: Span,
+        stream: &Stream,
+    ) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        self.own_stream(stream)?;
+        if req.world != self.world {
+            return Err(CudaError::SizeMismatch {
+                what: "ranks in the request",
+                have: req.world as u64,
+                want: self.world as u64,
+            });
+        }
+        req.validate().map_err(CudaError::Sched)?;
+        let need = req.buffer_sizes();
+        for (what, s, want) in [
+            ("input bytes", input, need.input),
+            ("output bytes", output, need.output),
+        ] {
+            if s.len != want {
+                return Err(CudaError::SizeMismatch {
+                    what,
+                    have: s.len,
+                    want,
+                });
+            }
+        }
+        let in_heap = self.heap_offset(input);
+        let overlaps = output.ptr < input.ptr.saturating_add(input.len)
+            && input.ptr < output.ptr.saturating_add(output.len);
+        let out_heap = self.heap_offset(output).filter(|_| !overlaps);
+        for (s, heap) in [(input, in_heap), (output, out_heap)] {
+            if heap.is_none() && s.len > 0 {
+                self.check_device_span(s)?;
+            }
+        }
+        self.agree_args(req, in_heap, out_heap)?;
+        let capturing = stream.is_capturing()?;
+        let ws = self.workspace(req, capturing)?;
+        if capturing {
+            self.prepared((0, *req))?;
+        }
+        let b = Buffers {
+            input: in_heap.unwrap_or(ws.input),
+            output: out_heap.unwrap_or(ws.output),
+            scratch: ws.scratch,
+            sizes: need,
+        };
+        if capturing {
+            self.pin_to_capture(stream, &[(b.input, need.input), (b.output, need.output)])?;
+        }
+        self.dev.bind()?;
+        if in_heap.is_none() {
+            self.copy(self.ptr(self.rank, ws.input)?, input, stream)?;
+        }
+        self.launch(req, &b, stream, None)?;
+        if out_heap.is_none() {
+            let from = Span {
+                ptr: self.ptr(self.rank, ws.output)?,
+                len: output.len,
+            };
+            self.dev.bind()?;
+            self.copy(output.ptr, from, stream)?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues a device-to-device copy of `src` to `dst` on `stream` (context bound).
+    fn copy(&self, dst: u64, src: Span, stream: &Stream) -> Result<()> {
+        if src.len == 0 {
+            return Ok(());
+        }
+        let len = usize::try_from(src.len).map_err(|_| CudaError::TooLarge {
+            what: "staged copy",
+            size: src.len,
+            limit: usize::MAX as u64,
+        })?;
+        let api = driver()?;
+        // SAFETY: both ranges were checked: one lies in this rank's buffer area (a workspace of
+        // the request's sizes), the other in one device allocation of this context
+        // (`check_device_span`), which the caller keeps alive until the copy ran.
+        check("cuMemcpyDtoDAsync", unsafe {
+            (api.memcpy_dtod_async)(dst, src.ptr, len, stream.raw())
+        })
+    }
+
+    /// Fails unless `s` lies inside one device allocation of this rank's context.
+    fn check_device_span(&self, s: Span) -> Result<()> {
+        let bad = CudaError::NotDeviceMemory {
+            ptr: s.ptr,
+            len: s.len,
+        };
+        let api = ffi::graph_api().map_err(|e| CudaError::Unavailable(e.into()))?;
+        let mut attrs = [
+            ffi::POINTER_CONTEXT,
+            ffi::POINTER_RANGE_START,
+            ffi::POINTER_RANGE_SIZE,
+        ];
+        let (mut ctx, mut start, mut size) =
+            (std::ptr::null_mut::<std::ffi::c_void>(), 0u64, 0usize);
+        let mut data = [
+            (&mut ctx as *mut *mut std::ffi::c_void).cast(),
+            (&mut start as *mut u64).cast(),
+            (&mut size as *mut usize).cast(),
+        ];
+        // SAFETY: three attributes with out-pointers of their types (a context handle, a device
+        // address, a size); the driver only reads the address `s.ptr`.
+        let rc = unsafe {
+            (api.pointer_get_attributes)(3, attrs.as_mut_ptr(), data.as_mut_ptr(), s.ptr)
+        };
+        if rc != 0 || start == 0 {
+            return Err(bad);
+        }
+        let end = s
+            .ptr
+            .checked_add(s.len)
+            .ok_or(CudaError::Overflow { what: "span end" })?;
+        let inside = s.ptr >= start && end <= start.saturating_add(size as u64);
+        let ours = ctx.is_null() || ctx == self.dev.context();
+        if inside && ours {
+            Ok(())
+        } else {
+            Err(bad)
+        }
+    }
+
+    /// The first time this set of arguments is used, checks with every rank that theirs is
+    /// the same.
+    fn agree_args(&self, req: &Request, input: Option<u64>, output: Option<u64>) -> Result<()> {
+        let side = |o: Option<u64>| o.map_or("staged".to_string(), |o| format!("heap+{o:#x}"));
+        let mine = format!(
+            "{} {} {} B {} {} ch{} input {} output {}",
+            req.collective.name(),
+            req.algorithm.name(),
+            req.bytes,
+            req.dtype.name(),
+            req.op.name(),
+            req.channels,
+            side(input),
+            side(output)
+        ) + &format!(" {:?}", req.collective);
+        if self.spans_lock()?.agreed.contains(&mine) {
+            return Ok(());
+        }
+        let all = self.boot.all_gather(self.rank, mine.as_bytes())?;
+        for (r, theirs) in all.iter().enumerate() {
+            if theirs.as_slice() != mine.as_bytes() {
+                return Err(CudaError::RanksDiffer {
+                    rank: r as u16,
+                    mine,
+                    theirs: String::from_utf8_lossy(theirs).chars().take(200).collect(),
+                });
+            }
+        }
+        let mut s = self.spans_lock()?;
+        if s.agreed.len() >= MAX_AGREED {
+            s.agreed.clear();
+        }
+        s.agreed.insert(mine);
+        Ok(())
+    }
+
+    /// The request's workspace, allocated (collectively) on its first use.
+    fn workspace(&self, req: &Request, capturing: bool) -> Result<Buffers> {
+        if let Some(b) = self.spans_lock()?.work.get(req) {
+            return Ok(*b);
+        }
+        if capturing {
+            return Err(CudaError::Capturing {
+                what: "a collective's first use (its workspace and plan)",
+            });
+        }
+        let b = self.alloc(req)?;
+        self.prepare(req)?;
+        self.spans_lock()?.work.insert(*req, b);
+        Ok(b)
+    }
+}

@@ -1,0 +1,491 @@
+//! `symm._symm.GpuComm`: one rank of a GPU job, for the `symm.torch` layer.
+//!
+//! The Python layer owns the torch side (tensors, streams, dtypes); this class owns the
+//! runtime: the job's bootstrap, the symmetric heap, the plans and the collectives. Tensors
+//! cross as (address, bytes) pairs and streams as `CUstream` handles taken from torch, which
+//! is why these methods are private to the package: an address that is not a live tensor of
+//! the rank's GPU is refused (it must lie in the heap or in one device allocation of the
+//! rank's context), but a stream handle is trusted as torch gives it.
+//!
+//! Every call that may wait (joining, allocating, the first use of a collective's arguments,
+//! synchronising) releases the GIL while it waits.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use symm_core::sched::{Collective, Request};
+use symm_driver::bootstrap::{JobEnv, SocketBootstrap};
+use symm_driver::cuda::{Comm, CommOptions, CudaError, Span, Stream};
+
+use crate::{algorithm, dtype, reduce_op};
+
+/// Maps a runtime error to symm's Python exceptions (fields where the error has them).
+pub(crate) fn py_err(py: Python<'_>, e: CudaError) -> PyErr {
+    let msg = e.to_string();
+    let build = || -> PyResult<PyErr> {
+        let errors = py.import("symm.errors")?;
+        let obj = match &e {
+            CudaError::Timeout {
+                rank,
+                peer,
+                slot,
+                expected,
+                found,
+                ..
+            } => errors.getattr("TimeoutError")?.call1((
+                msg.clone(),
+                *rank,
+                *peer,
+                *slot,
+                *expected,
+                *found,
+            ))?,
+            CudaError::PeerLost { rank } => errors
+                .getattr("PeerLostError")?
+                .call1((msg.clone(), *rank))?,
+            CudaError::Bootstrap(b) if b.lost_rank().is_some() => errors
+                .getattr("PeerLostError")?
+                .call1((msg.clone(), b.lost_rank().unwrap_or(0)))?,
+            CudaError::Poisoned(_) => errors.getattr("PoisonedError")?.call1((msg.clone(),))?,
+            CudaError::SizeMismatch { .. }
+            | CudaError::RanksDiffer { .. }
+            | CudaError::NotDeviceMemory { .. }
+            | CudaError::OutOfBounds { .. }
+            | CudaError::BadRank { .. }
+            | CudaError::Sched(_)
+            | CudaError::Misaligned { .. }
+            | CudaError::NotLive { .. } => return Ok(PyValueError::new_err(msg.clone())),
+            _ => errors.getattr("SymmError")?.call1((msg.clone(),))?,
+        };
+        Ok(PyErr::from_value(obj))
+    };
+    build().unwrap_or_else(|err| err)
+}
+
+/// One rank of a GPU job (see the module doc).
+#[pyclass(module = "symm._symm", frozen)]
+pub struct GpuComm {
+    comm: Arc<Comm>,
+    /// symm's tuned request for each request as the caller gave it.
+    tuned: Mutex<HashMap<Request, Request>>,
+}
+
+/// A block of the symmetric heap that a tensor's storage lives in: exposes
+/// `__cuda_array_interface__` (bytes) so torch can wrap it without a copy, and gives the block
+/// back when torch drops the last tensor over it.
+#[pyclass(module = "symm._symm", frozen)]
+pub struct Block {
+    comm: Arc<Comm>,
+    /// Heap offset (the same on every rank).
+    #[pyo3(get)]
+    offset: u64,
+    /// This rank's device address of it.
+    #[pyo3(get)]
+    ptr: u64,
+    /// Bytes.
+    #[pyo3(get)]
+    nbytes: u64,
+}
+
+#[pymethods]
+impl Block {
+    /// The CUDA array interface (version 3) of the block's bytes.
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("shape", (self.nbytes,))?;
+        d.set_item("typestr", "|u1")?;
+        d.set_item("data", (self.ptr, false))?;
+        d.set_item("version", 3)?;
+        d.set_item("strides", py.None())?;
+        d.set_item("stream", py.None())?;
+        Ok(d)
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        // Local and non-blocking; a closed or poisoned Comm still takes the mark.
+        let _ = self.comm.release_block(self.offset);
+    }
+}
+
+/// The stream handle `raw` of torch, wrapped for the runtime.
+fn stream(comm: &Comm, raw: u64) -> PyResult<Stream> {
+    // SAFETY: `raw` is the handle of a live CUDA stream of the device's primary context (what
+    // torch's `cuda_stream` gives; the Python layer passes nothing else), or 0 for the legacy
+    // default stream; it outlives this call and the work enqueued on it.
+    unsafe { Stream::borrowed(raw as usize as *mut std::ffi::c_void, comm.device()) }
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+fn u16_arg(what: &str, v: i64) -> PyResult<u16> {
+    u16::try_from(v)
+        .map_err(|_| PyValueError::new_err(format!("{what} must be in 0..=65535, got {v}")))
+}
+
+#[pymethods]
+impl GpuComm {
+    /// Joins job `job` (secret `token`, hex) as `rank` of `world` on the GPU local rank
+    /// `local_rank` is placed on. Collective: every rank calls it.
+    #[staticmethod]
+    #[pyo3(signature = (rank, world, local_rank, job, token, heap_bytes, timeout_ms, bootstrap_timeout_ms))]
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        py: Python<'_>,
+        rank: i64,
+        world: i64,
+        local_rank: i64,
+        job: String,
+        token: String,
+        heap_bytes: u64,
+        timeout_ms: u64,
+        bootstrap_timeout_ms: u64,
+    ) -> PyResult<GpuComm> {
+        let vars: HashMap<&str, String> = [
+            ("RANK", rank.to_string()),
+            ("WORLD_SIZE", world.to_string()),
+            ("LOCAL_RANK", local_rank.to_string()),
+            ("SYMM_JOB", job),
+            ("SYMM_TOKEN", token),
+        ]
+        .into_iter()
+        .collect();
+        let env = JobEnv::from_vars(|k| vars.get(k).map(Into::into))
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let opts = CommOptions {
+            heap_bytes,
+            timeout: Duration::from_millis(timeout_ms),
+            bootstrap_timeout: Duration::from_millis(bootstrap_timeout_ms),
+            ..CommOptions::default()
+        };
+        let comm = py
+            .allow_threads(|| {
+                opts.validate()?;
+                let boot = SocketBootstrap::join(&env, opts.bootstrap_timeout)
+                    .map_err(CudaError::Bootstrap)?;
+                let ordinal = Comm::placement(boot.local_rank())?;
+                Comm::open(boot, ordinal, opts)
+            })
+            .map_err(|e| py_err(py, e))?;
+        Ok(GpuComm {
+            comm: Arc::new(comm),
+            tuned: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// This rank.
+    #[getter]
+    fn rank(&self) -> u16 {
+        self.comm.rank()
+    }
+
+    /// Ranks in the job.
+    #[getter]
+    fn world(&self) -> u16 {
+        self.comm.world()
+    }
+
+    /// The CUDA ordinal of this rank's GPU.
+    #[getter]
+    fn device(&self) -> i32 {
+        self.comm.device().ordinal()
+    }
+
+    /// "shared_device" when ranks share this rank's GPU, else "nvlink".
+    #[getter]
+    fn topology(&self) -> &'static str {
+        self.comm.topology().name()
+    }
+
+    /// Collective: a block of `nbytes` bytes of the symmetric heap, released when the returned
+    /// object is dropped (by torch, when the last tensor over it dies).
+    fn alloc(&self, py: Python<'_>, nbytes: u64, stream_handle: u64) -> PyResult<Block> {
+        let s = stream(&self.comm, stream_handle)?;
+        let comm = &self.comm;
+        let (offset, ptr) = py
+            .allow_threads(|| {
+                let off = comm.alloc_block(nbytes, &s)?;
+                Ok((off, comm.ptr(comm.rank(), off)?))
+            })
+            .map_err(|e| py_err(py, e))?;
+        Ok(Block {
+            comm: self.comm.clone(),
+            offset,
+            ptr,
+            nbytes,
+        })
+    }
+
+    /// Compiles and loads the stream signals kernel (before a capture uses it).
+    fn load_signals(&self, py: Python<'_>) -> PyResult<()> {
+        let comm = &self.comm;
+        py.allow_threads(|| comm.load_signals())
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Enqueues a put of signal `slot` into `peer`'s pad (heap offset `pad`, `pad_len` bytes).
+    fn put_signal(
+        &self,
+        py: Python<'_>,
+        pad: u64,
+        pad_len: u64,
+        peer: i64,
+        slot: u32,
+        stream_handle: u64,
+    ) -> PyResult<()> {
+        let s = stream(&self.comm, stream_handle)?;
+        self.comm
+            .put_signal(pad, pad_len, u16_arg("peer", peer)?, slot, &s)
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Enqueues a wait for signal `slot` from `peer` in this rank's pad (which clears it).
+    fn wait_signal(
+        &self,
+        py: Python<'_>,
+        pad: u64,
+        pad_len: u64,
+        peer: i64,
+        slot: u32,
+        stream_handle: u64,
+    ) -> PyResult<()> {
+        let s = stream(&self.comm, stream_handle)?;
+        self.comm
+            .wait_signal(pad, pad_len, u16_arg("peer", peer)?, slot, &s)
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Heap bytes per rank (the distance between two ranks' copies) and the buffer area.
+    fn layout(&self) -> (u64, u64, u64) {
+        let (lo, hi) = self.comm.buffer_area();
+        (self.comm.stride(), lo, hi)
+    }
+
+    /// Local: gives block `offset` back (freed at a later allocation once every rank did).
+    fn release(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
+        self.comm.release_block(offset).map_err(|e| py_err(py, e))
+    }
+
+    /// Collective: frees what every rank released; returns how many blocks.
+    fn collect(&self, py: Python<'_>) -> PyResult<usize> {
+        let comm = &self.comm;
+        py.allow_threads(|| comm.collect_blocks())
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Live blocks and their bytes.
+    fn usage(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
+        self.comm.block_usage().map_err(|e| py_err(py, e))
+    }
+
+    /// The address of heap offset `offset` of `peer`, in this rank's mapping.
+    fn ptr(&self, py: Python<'_>, peer: i64, offset: u64) -> PyResult<u64> {
+        self.comm
+            .ptr(u16_arg("peer", peer)?, offset)
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Enqueues a collective reading `in_len` bytes at `in_ptr` and writing `out_len` bytes at
+    /// `out_ptr` on stream `stream_handle`. `algorithm` and `channels` default to symm's tuned
+    /// choice. Returns the (algorithm, channels) that ran.
+    #[pyo3(signature = (collective, nbytes, dtype, op, in_ptr, in_len, out_ptr, out_len, stream_handle, algorithm=None, channels=None, root=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn collective(
+        &self,
+        py: Python<'_>,
+        collective: &str,
+        nbytes: u64,
+        dtype: &str,
+        op: &str,
+        in_ptr: u64,
+        in_len: u64,
+        out_ptr: u64,
+        out_len: u64,
+        stream_handle: u64,
+        algorithm: Option<&str>,
+        channels: Option<i64>,
+        root: i64,
+    ) -> PyResult<(&'static str, u16)> {
+        let req = self.request(collective, nbytes, dtype, op, algorithm, channels, root)?;
+        let s = stream(&self.comm, stream_handle)?;
+        let comm = &self.comm;
+        let (input, output) = (
+            Span {
+                ptr: in_ptr,
+                len: in_len,
+            },
+            Span {
+                ptr: out_ptr,
+                len: out_len,
+            },
+        );
+        // SAFETY: the spans are live tensors' storage (the Python layer passes `data_ptr()` and
+        // their byte sizes, and keeps the tensors alive until the stream reaches this work, as
+        // torch's own collectives do); a span outside the heap is checked against the driver's
+        // allocation table.
+        py.allow_threads(|| unsafe { comm.enqueue_spans(&req, input, output, &s) })
+            .map_err(|e| py_err(py, e))?;
+        Ok((req.algorithm.name(), req.channels))
+    }
+
+    /// Reports asynchronous errors without waiting (raises symm's errors).
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        self.comm.check().map_err(|e| py_err(py, e))
+    }
+
+    /// Waits for stream `stream_handle`, then checks.
+    fn synchronize(&self, py: Python<'_>, stream_handle: u64) -> PyResult<()> {
+        let s = stream(&self.comm, stream_handle)?;
+        let comm = &self.comm;
+        py.allow_threads(|| comm.synchronize(&s))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Collective: lifts the poison after a timeout.
+    fn reset(&self, py: Python<'_>) -> PyResult<()> {
+        let comm = &self.comm;
+        py.allow_threads(|| comm.reset()).map_err(|e| py_err(py, e))
+    }
+
+    /// Ends this rank's part in the job in order (the memory stays mapped while tensors live).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let comm = &self.comm;
+        py.allow_threads(|| comm.close()).map_err(|e| py_err(py, e))
+    }
+
+    /// Collective: every rank's `data` (at most 64 KiB) in rank order, through the bootstrap.
+    fn exchange<'py>(&self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
+        let comm = &self.comm;
+        let all = py
+            .allow_threads(|| comm.exchange(data))
+            .map_err(|e| py_err(py, e))?;
+        PyList::new(py, all.iter().map(|b| PyBytes::new(py, b)))
+    }
+
+    /// Times `iters` calls of a collective enqueued from Rust (what the Python layer's cost is
+    /// measured against): mean microseconds per call on the host, the stream not waited for
+    /// between calls. Collective.
+    #[pyo3(signature = (collective, nbytes, dtype, op, in_ptr, in_len, out_ptr, out_len, stream_handle, iters, algorithm=None, channels=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn host_loop_us(
+        &self,
+        py: Python<'_>,
+        collective: &str,
+        nbytes: u64,
+        dtype: &str,
+        op: &str,
+        in_ptr: u64,
+        in_len: u64,
+        out_ptr: u64,
+        out_len: u64,
+        stream_handle: u64,
+        iters: u32,
+        algorithm: Option<&str>,
+        channels: Option<i64>,
+    ) -> PyResult<f64> {
+        let s = stream(&self.comm, stream_handle)?;
+        let (input, output) = (
+            Span {
+                ptr: in_ptr,
+                len: in_len,
+            },
+            Span {
+                ptr: out_ptr,
+                len: out_len,
+            },
+        );
+        let t0 = std::time::Instant::now();
+        for _ in 0..iters.max(1) {
+            // The request is built per call, as the Python layer does.
+            let req = self.request(collective, nbytes, dtype, op, algorithm, channels, 0)?;
+            // SAFETY: as in `collective`.
+            unsafe { self.comm.enqueue_spans(&req, input, output, &s) }
+                .map_err(|e| py_err(py, e))?;
+        }
+        Ok(t0.elapsed().as_secs_f64() * 1e6 / f64::from(iters.max(1)))
+    }
+}
+
+impl GpuComm {
+    #[allow(clippy::too_many_arguments)]
+    fn request(
+        &self,
+        collective: &str,
+        nbytes: u64,
+        dtype_name: &str,
+        op: &str,
+        algorithm_name: Option<&str>,
+        channels: Option<i64>,
+        root: i64,
+    ) -> PyResult<Request> {
+        let world = self.comm.world();
+        let root = u16_arg("root", root)?;
+        let coll = match collective {
+            "all_reduce" => Collective::AllReduce,
+            "reduce_scatter" => Collective::ReduceScatter,
+            "all_gather" => Collective::AllGather,
+            "all_to_all" => Collective::AllToAll,
+            "broadcast" => Collective::Broadcast { root },
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown collective {other:?}: all_reduce, reduce_scatter, all_gather, \
+                     all_to_all or broadcast"
+                )))
+            }
+        };
+        let (dt, rop) = (dtype(dtype_name)?, reduce_op(op)?);
+        if nbytes % dt.size() != 0 {
+            return Err(PyValueError::new_err(format!(
+                "{nbytes} bytes is not a whole number of {dtype_name} elements"
+            )));
+        }
+        let given = match algorithm_name {
+            Some(a) => Some(algorithm(a)?),
+            None => None,
+        };
+        let ch = match channels {
+            Some(c) => Some(u16_arg("channels", c).and_then(|c| {
+                if c == 0 {
+                    Err(PyValueError::new_err("channels must be at least 1"))
+                } else {
+                    Ok(c)
+                }
+            })?),
+            None => None,
+        };
+        let base = Request::new(
+            coll,
+            symm_core::sched::Algorithm::Ring,
+            world,
+            nbytes,
+            dt,
+            rop,
+        );
+        let tuned = {
+            let mut cache = self.tuned.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() > 4096 {
+                cache.clear();
+            }
+            *cache.entry(base).or_insert_with(|| self.comm.tuned(base))
+        };
+        let req = Request {
+            algorithm: given.unwrap_or(tuned.algorithm),
+            channels: ch.unwrap_or(if given.is_some() {
+                symm_core::cost::default_channels(nbytes)
+            } else {
+                tuned.channels
+            }),
+            ..tuned
+        };
+        req.validate().map_err(|e| {
+            PyValueError::new_err(format!("{} does not schedule: {e}", req.collective.name()))
+        })?;
+        Ok(req)
+    }
+}

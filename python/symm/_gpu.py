@@ -1,0 +1,546 @@
+"""symm on the GPU from PyTorch: the job, symmetric tensors, collectives and peer memory.
+
+Nothing here imports torch before :func:`init`, so ``import symm`` works without it.
+
+Tensor lifetime and the collective free
+---------------------------------------
+:func:`empty` and :func:`zeros` are collective: every rank makes the same calls in the same
+order, and a divergence raises ``ValueError`` naming the first call that differs. Freeing is
+not collective, because each rank's garbage collector runs on its own schedule: when torch drops
+the last tensor (or view) over a block, the block is only *released* on that rank. The next
+allocation (or :func:`collect`) waits for the rank's GPU and returns to the heap the blocks that
+every rank released and that no captured CUDA graph still names (a graph holds its blocks until
+torch destroys it). So ``del t`` never blocks and never frees memory a peer or a graph may
+still use; memory comes back one allocation later, once everyone let go.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import secrets
+import threading
+from collections.abc import Sequence
+from typing import Any, Optional
+
+# NVLink multicast stays off in every process that loads NCCL or torch through symm: assigned
+# before torch is imported below (and refused when set to anything else).
+_SAFETY_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+for _k, _v in _SAFETY_ENV.items():
+    if os.environ.get(_k, _v) == _v:
+        os.environ[_k] = _v
+
+from . import _symm  # noqa: E402
+from .errors import SymmError  # noqa: E402
+
+#: Signal slots per rank and peer in a rendezvous handle's signal pad.
+SIGNAL_SLOTS = 64
+
+_lock = threading.RLock()
+_job: Optional[_Job] = None
+_generation = 0
+
+_DTYPES: dict[Any, str] = {}
+
+
+class _Job:
+    """The state of the job this process joined."""
+
+    def __init__(self, comm: Any, torch: Any) -> None:
+        self.comm = comm
+        self.torch = torch
+        self.device = torch.device("cuda", comm.device)
+        self.index = comm.device
+        self.rank = comm.rank
+        self.world = comm.world
+        stride, lo, hi = comm.layout()
+        self.base = comm.ptr(comm.rank, 0)
+        self.lo, self.hi = self.base + lo, self.base + hi
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        idx = self.index
+        if raw is not None:
+            self.current_stream = lambda: raw(idx)
+        else:  # pragma: no cover - older torch
+            self.current_stream = lambda: torch.cuda.current_stream(idx).cuda_stream
+
+
+def _env_int(name: str, default: Optional[int] = None) -> int:
+    v = os.environ.get(name)
+    if v is None:
+        if default is None:
+            raise ValueError(f"{name} is not set: run under torchrun, symm-run, mpirun or srun")
+        return default
+    if not v.isdigit() or (len(v) > 1 and v[0] == "0") or len(v) > 5:
+        raise ValueError(f"{name} must be a decimal rank, got {v[:64]!r}")
+    return int(v)
+
+
+def _job_and_token(rank: int, torch: Any) -> tuple[str, str]:
+    """The job's name and secret: through torch.distributed's store when a process group
+    exists (rank 0 draws them), else from SYMM_JOB and SYMM_TOKEN.
+    """
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        from torch.distributed import distributed_c10d as c10d
+
+        store = c10d._get_default_store()
+        key = f"symm/{_generation}"
+        if rank == 0:
+            job = f"symm-{os.getpid()}-{secrets.token_hex(6)}"
+            token = secrets.token_hex(32)
+            store.set(f"{key}/job", job)
+            store.set(f"{key}/token", token)
+        else:
+            job = store.get(f"{key}/job").decode()
+            token = store.get(f"{key}/token").decode()
+        return job, token
+    job = os.environ.get("SYMM_JOB")
+    token = os.environ.pop("SYMM_TOKEN", None)
+    if not job or not token:
+        raise ValueError(
+            "no torch.distributed process group and no SYMM_JOB/SYMM_TOKEN: call "
+            "torch.distributed.init_process_group() first, or run under symm-run")
+    return job, token
+
+
+def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
+         bootstrap_timeout: float = 60.0) -> None:
+    """Join the job this process belongs to (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``).
+
+    Under torchrun with a ``torch.distributed`` process group the job's name and secret travel
+    through the group's store; otherwise ``SYMM_JOB`` and ``SYMM_TOKEN`` are read, as symm-run
+    sets them. ``heap_bytes`` is each rank's symmetric heap, ``timeout`` the deadline (seconds)
+    of every device wait, ``bootstrap_timeout`` that of joining and host exchanges. Collective.
+    Calling it again while joined does nothing; :func:`finalize` (also run at exit) ends it.
+    """
+    global _job, _generation
+    with _lock:
+        if _job is not None:
+            return
+        for k, v in _SAFETY_ENV.items():
+            if os.environ.get(k) != v:
+                raise SymmError(f"symm needs {k}={v} (NVLink multicast off); it is "
+                                f"{os.environ.get(k)!r}")
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SymmError("symm.init needs a CUDA GPU, and torch sees none")
+        rank = _env_int("RANK")
+        world = _env_int("WORLD_SIZE")
+        local = _env_int("LOCAL_RANK", rank)
+        if rank >= world:
+            raise ValueError(f"RANK {rank} is not below WORLD_SIZE {world}")
+        for name, v in (("timeout", timeout), ("bootstrap_timeout", bootstrap_timeout)):
+            if not (0 < v <= 3600):
+                raise ValueError(f"{name} must be in (0, 3600] seconds, got {v}")
+        if not isinstance(heap_bytes, int) or heap_bytes <= 0:
+            raise ValueError(f"heap_bytes must be a positive int, got {heap_bytes!r}")
+        job, token = _job_and_token(rank, torch)
+        comm = _symm.GpuComm.open(rank, world, local, job, token, heap_bytes,
+                                  int(timeout * 1000), int(bootstrap_timeout * 1000))
+        _generation += 1
+        _job = _Job(comm, torch)
+        _DTYPES.update({
+            torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+            torch.float64: "f64", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
+        })
+        for name, code in (("uint32", "u32"), ("uint64", "u64")):
+            if hasattr(torch, name):
+                _DTYPES[getattr(torch, name)] = code
+        if _generation == 1:
+            atexit.register(finalize)
+
+
+def finalize() -> None:
+    """End this rank's part in the job in order (waits for its GPU, then a last barrier with
+    every rank). Tensors still alive keep their memory mapped; collectives on them are refused.
+    Run at exit when not called.
+    """
+    global _job
+    with _lock:
+        j, _job = _job, None
+    if j is not None:
+        j.comm.close()
+
+
+def is_initialized() -> bool:
+    """Whether this process joined a job (:func:`init`) and has not finalized it."""
+    return _job is not None
+
+
+def _get() -> _Job:
+    j = _job
+    if j is None:
+        raise SymmError("symm is not initialized: call symm.init() first")
+    return j
+
+
+def rank() -> int:
+    """The rank of this process in the job."""
+    return _get().rank
+
+
+def world_size() -> int:
+    """Ranks in the job."""
+    return _get().world
+
+
+def device() -> Any:
+    """The ``torch.device`` of this rank's GPU."""
+    return _get().device
+
+
+def _stream(j: _Job, stream: Any) -> int:
+    if stream is None:
+        return j.current_stream()
+    s = getattr(stream, "cuda_stream", None)
+    if s is None or getattr(stream, "device", j.device) != j.device:
+        raise ValueError("stream must be a torch.cuda.Stream of this rank's GPU")
+    return int(s)
+
+
+def _dtype_name(j: _Job, dtype: Any) -> str:
+    name = _DTYPES.get(dtype)
+    if name is None:
+        raise TypeError(f"unsupported dtype {dtype}: symm takes {sorted(map(str, _DTYPES))}")
+    return name
+
+
+def _check(j: _Job, t: Any, what: str) -> str:
+    """Validates a tensor argument; returns symm's dtype name."""
+    torch = j.torch
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device != j.device:
+        raise ValueError(f"{what} is on {t.device}; this rank's GPU is {j.device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{what} must be contiguous")
+    return _dtype_name(j, t.dtype)
+
+
+def empty(shape: Any, *, dtype: Any = None, device: Any = None) -> Any:
+    """A ``torch.Tensor`` on this rank's GPU whose storage is in the symmetric heap (contents
+    undefined). Collective: every rank makes the same calls in the same order.
+    """
+    j = _get()
+    torch = j.torch
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    _dtype_name(j, dtype)
+    if device is not None and torch.device(device) not in (j.device, torch.device("cuda")):
+        raise ValueError(f"symmetric tensors live on this rank's GPU {j.device}, not {device}")
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"negative dimension in {shape}")
+    numel = 1
+    for s in shape:
+        numel *= s
+    esize = torch.empty((), dtype=dtype).element_size()
+    block = j.comm.alloc(max(numel * esize, 1), j.current_stream())
+    raw = torch.as_tensor(block, device=j.device)
+    return raw[: numel * esize].view(dtype).view(shape)
+
+
+def zeros(shape: Any, *, dtype: Any = None, device: Any = None) -> Any:
+    """:func:`empty`, filled with zeros (on the current stream). Collective."""
+    t = empty(shape, dtype=dtype, device=device)
+    t.zero_()
+    return t
+
+
+def collect() -> int:
+    """Collective: return to the heap every block all ranks released (see the module doc);
+    returns how many. Allocation does this itself.
+    """
+    return _get().comm.collect()
+
+
+def heap_usage() -> tuple[int, int]:
+    """Live symmetric blocks on this rank and their bytes."""
+    return _get().comm.usage()
+
+
+def is_symmetric(t: Any) -> bool:
+    """Whether tensor ``t``'s data lies in this rank's symmetric heap."""
+    j = _get()
+    p = t.data_ptr()
+    return j.lo <= p and p + t.numel() * t.element_size() <= j.hi
+
+
+def all_reduce(t: Any, op: str = "sum", *, stream: Any = None, algorithm: Optional[str] = None,
+               channels: Optional[int] = None) -> Any:
+    """Reduce ``t`` over every rank, in place, on the current stream (or ``stream``).
+
+    ``t`` may be a symmetric tensor (read in place) or any contiguous CUDA tensor of this
+    rank's GPU (staged through a symmetric workspace). ``op``: sum, prod, min, max.
+    Every rank passes the same shape, dtype and kind of tensor. Returns ``t``.
+    """
+    j = _get()
+    dt = _check(j, t, "t")
+    n = t.numel() * t.element_size()
+    if n:
+        p = t.data_ptr()
+        j.comm.collective("all_reduce", n, dt, op, p, n, p, n, _stream(j, stream), algorithm,
+                          channels)
+    return t
+
+
+def broadcast(t: Any, src: int = 0, *, stream: Any = None, algorithm: Optional[str] = None,
+              channels: Optional[int] = None) -> Any:
+    """Copy rank ``src``'s ``t`` into every rank's ``t``, in place. Returns ``t``."""
+    j = _get()
+    dt = _check(j, t, "t")
+    if not (isinstance(src, int) and 0 <= src < j.world):
+        raise ValueError(f"src must be a rank below {j.world}, got {src!r}")
+    n = t.numel() * t.element_size()
+    if n:
+        p = t.data_ptr()
+        j.comm.collective("broadcast", n, dt, "sum", p, n, p, n, _stream(j, stream), algorithm,
+                          channels, src)
+    return t
+
+
+def _pair(j: _Job, output: Any, input: Any, out_blocks: int, in_blocks: int) -> tuple[str, int]:
+    dt = _check(j, output, "output")
+    if _check(j, input, "input") != dt:
+        raise TypeError(f"input is {input.dtype} and output {output.dtype}: they must match")
+    nin, nout = input.numel() * input.element_size(), output.numel() * output.element_size()
+    if nin % in_blocks or nout % out_blocks or nin // in_blocks != nout // out_blocks:
+        raise ValueError(
+            f"sizes do not fit: input holds {input.numel()} elements and output "
+            f"{output.numel()}; expected output = input * {out_blocks} / {in_blocks}")
+    return dt, nin // in_blocks
+
+
+def all_gather_into_tensor(output: Any, input: Any, *, stream: Any = None,
+                           algorithm: Optional[str] = None, channels: Optional[int] = None) -> Any:
+    """Every rank's ``input`` concatenated, rank by rank, into ``output`` (world × input)."""
+    j = _get()
+    dt, block = _pair(j, output, input, j.world, 1)
+    if block:
+        j.comm.collective("all_gather", block, dt, "sum", input.data_ptr(), block,
+                          output.data_ptr(), block * j.world, _stream(j, stream), algorithm,
+                          channels)
+    return output
+
+
+def reduce_scatter_tensor(output: Any, input: Any, op: str = "sum", *, stream: Any = None,
+                          algorithm: Optional[str] = None, channels: Optional[int] = None) -> Any:
+    """Block ``rank`` of the reduction of every rank's ``input`` (world × output) into
+    ``output``.
+    """
+    j = _get()
+    dt, block = _pair(j, output, input, 1, j.world)
+    if block:
+        j.comm.collective("reduce_scatter", block, dt, op, input.data_ptr(), block * j.world,
+                          output.data_ptr(), block, _stream(j, stream), algorithm, channels)
+    return output
+
+
+def all_to_all_single(output: Any, input: Any, output_split_sizes: Optional[Sequence[int]] = None,
+                      input_split_sizes: Optional[Sequence[int]] = None, *, stream: Any = None,
+                      algorithm: Optional[str] = None, channels: Optional[int] = None) -> Any:
+    """Block ``q`` of this rank's ``input`` goes to rank ``q``; ``output``'s block ``r`` comes
+    from rank ``r``. Without splits the blocks are equal (dim 0 divided by the world); with
+    splits (rows of dim 0 per rank) they may differ, at the cost of one host exchange of the
+    splits per call (no GPU synchronisation, so it can still be captured).
+    """
+    j = _get()
+    w = j.world
+    if output_split_sizes is None and input_split_sizes is None:
+        dt, _ = _pair(j, output, input, 1, 1)
+        nin = input.numel() * input.element_size()
+        if nin % w:
+            raise ValueError(f"input's {nin} bytes do not split into {w} equal blocks")
+        if nin:
+            j.comm.collective("all_to_all", nin // w, dt, "sum", input.data_ptr(), nin,
+                              output.data_ptr(), nin, _stream(j, stream), algorithm, channels)
+        return output
+    _check(j, output, "output")
+    _check(j, input, "input")
+    if output.dtype != input.dtype or output.shape[1:] != input.shape[1:]:
+        raise ValueError("input and output must share dtype and every dimension past the first")
+    ins = _splits(input_split_sizes, input.shape[0], w, "input_split_sizes")
+    outs = _splits(output_split_sizes, output.shape[0], w, "output_split_sizes")
+    mine = ",".join(map(str, ins)).encode()
+    rows = [list(map(int, b.decode().split(","))) for b in j.comm.exchange(mine)]
+    for r, theirs in enumerate(rows):
+        if len(theirs) != w or theirs[j.rank] != outs[r]:
+            raise ValueError(f"rank {r} sends {theirs[j.rank] if len(theirs) == w else '?'} rows "
+                             f"to this rank, which expects {outs[r]}")
+    most = max(max(r) for r in rows)
+    torch = j.torch
+    s = None if stream is None else torch.cuda.stream(stream)
+    with s if s is not None else _nullcontext():
+        tail = tuple(input.shape[1:])
+        send = torch.zeros((w, most) + tail, dtype=input.dtype, device=j.device)
+        recv = torch.empty_like(send)
+        for q, (off, n) in enumerate(_offsets(ins)):
+            send[q, :n].copy_(input[off:off + n])
+        all_to_all_single(recv.view(-1), send.view(-1), stream=stream, algorithm=algorithm,
+                          channels=channels)
+        for r, (off, n) in enumerate(_offsets(outs)):
+            output[off:off + n].copy_(recv[r, :n])
+    return output
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: Any) -> None:
+        return None
+
+
+def _splits(s: Optional[Sequence[int]], rows: int, w: int, what: str) -> list[int]:
+    if s is None:
+        if rows % w:
+            raise ValueError(f"{rows} rows do not split into {w} equal blocks: give {what}")
+        return [rows // w] * w
+    s = [int(x) for x in s]
+    if len(s) != w or any(x < 0 for x in s) or sum(s) != rows:
+        raise ValueError(f"{what} must be {w} non-negative counts summing to {rows}, got {s}")
+    return s
+
+
+def _offsets(s: list[int]) -> list[tuple[int, int]]:
+    out, off = [], 0
+    for n in s:
+        out.append((off, n))
+        off += n
+    return out
+
+
+def check() -> None:
+    """Raise the asynchronous error of any collective enqueued so far (``TimeoutError``,
+    ``PeerLostError``, then ``PoisonedError`` until :func:`reset`) without waiting.
+    """
+    _get().comm.check()
+
+
+def synchronize(stream: Any = None) -> None:
+    """Wait for the current stream (or ``stream``), then :func:`check`."""
+    j = _get()
+    j.comm.synchronize(_stream(j, stream))
+
+
+def reset() -> None:
+    """Collective: after a timeout, clear every rank's signals and lift the poison."""
+    _get().comm.reset()
+
+
+class SymmHandle:
+    """Peer access to a symmetric tensor, from :func:`rendezvous`.
+
+    ``buffer_ptrs[r]`` is the address, in this process, of rank ``r``'s copy of the tensor's
+    data; ``signal_pad_ptrs[r]`` that of rank ``r``'s signal pad: ``SIGNAL_SLOTS * world``
+    64-bit words, word ``slot * world + src`` written by rank ``src``. A user kernel may store
+    to a peer's pad word and spin on its own (release/acquire at system scope); the stream
+    methods below do the same with symm's deadline.
+    """
+
+    def __init__(self, j: _Job, t: Any, pad: Any, bar: Any) -> None:
+        self._j = j
+        self._t = t
+        self._pad = pad
+        self._bar = bar
+        self.rank: int = j.rank
+        self.world_size: int = j.world
+        off = t.data_ptr() - j.base
+        self._off = off
+        self._nbytes = t.numel() * t.element_size()
+        self.buffer_ptrs: list[int] = [j.comm.ptr(r, off) for r in range(j.world)]
+        poff = pad.data_ptr() - j.base
+        self._pad_off = poff
+        self._pad_len = pad.numel() * pad.element_size()
+        self.signal_pad_ptrs: list[int] = [j.comm.ptr(r, poff) for r in range(j.world)]
+
+    def get_buffer(self, rank: int, shape: Any, dtype: Any, storage_offset: int = 0) -> Any:
+        """A tensor view of rank ``rank``'s copy: ``shape`` elements of ``dtype`` from element
+        ``storage_offset``; it must lie inside the tensor the handle was made from.
+        """
+        j = self._j
+        torch = j.torch
+        if not (isinstance(rank, int) and 0 <= rank < j.world):
+            raise ValueError(f"rank must be below {j.world}, got {rank!r}")
+        _dtype_name(j, dtype)
+        if isinstance(shape, int):
+            shape = (shape,)
+        shape = tuple(int(s) for s in shape)
+        esize = torch.empty((), dtype=dtype).element_size()
+        numel = 1
+        for s in shape:
+            numel *= s
+        start = int(storage_offset) * esize
+        if storage_offset < 0 or min(shape, default=0) < 0 or start + numel * esize > self._nbytes:
+            raise ValueError(f"{shape} of {dtype} at element {storage_offset} does not fit in "
+                             f"the tensor's {self._nbytes} bytes")
+        view = _PeerView(self, self.buffer_ptrs[rank] + start, numel * esize)
+        raw = torch.as_tensor(view, device=j.device)
+        return raw.view(dtype).view(shape)
+
+    def barrier(self, stream: Any = None) -> None:
+        """Every rank's earlier work on its stream happens before any rank's later work
+        (on the stream; the host does not wait).
+        """
+        j = self._j
+        p = self._bar.data_ptr()
+        j.comm.collective("all_reduce", 8, "u64", "sum", p, 8, p + 16, 8, _stream(j, stream))
+
+    def put_signal(self, peer: int, slot: int = 0, stream: Any = None) -> None:
+        """Set signal ``slot`` in ``peer``'s pad after this rank's earlier work on the stream."""
+        j = self._j
+        self._slot(slot)
+        j.comm.put_signal(self._pad_off, self._pad_len, peer, slot, _stream(j, stream))
+
+    def wait_signal(self, peer: int, slot: int = 0, stream: Any = None) -> None:
+        """Hold the stream until ``peer`` has put signal ``slot`` here, then clear it (a wait
+        past the deadline raises symm.TimeoutError at the next check).
+        """
+        j = self._j
+        self._slot(slot)
+        j.comm.wait_signal(self._pad_off, self._pad_len, peer, slot, _stream(j, stream))
+
+    @staticmethod
+    def _slot(slot: int) -> None:
+        if not (isinstance(slot, int) and 0 <= slot < SIGNAL_SLOTS):
+            raise ValueError(f"slot must be in 0..{SIGNAL_SLOTS - 1}, got {slot!r}")
+
+
+class _PeerView:
+    """Exposes a peer's memory to torch and keeps the handle (and its tensor) alive."""
+
+    def __init__(self, handle: SymmHandle, ptr: int, nbytes: int) -> None:
+        self._handle = handle
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3,
+            "strides": None, "stream": None,
+        }
+
+
+def rendezvous(t: Any) -> SymmHandle:
+    """Collective: a :class:`SymmHandle` over symmetric tensor ``t`` (every rank passes its
+    tensor from the same :func:`empty` call), with a fresh signal pad.
+    """
+    j = _get()
+    _check(j, t, "t")
+    if not is_symmetric(t):
+        raise ValueError("rendezvous needs a tensor from symm.empty or symm.zeros")
+    torch = j.torch
+    off = t.data_ptr() - j.base
+    for r, theirs in enumerate(j.comm.exchange(str(off).encode())):
+        if theirs != str(off).encode():
+            raise ValueError(f"rank {r} passed a tensor at heap offset {theirs.decode()!r}, this "
+                             f"rank one at {off}: every rank passes its copy of the same tensor")
+    pad = zeros((SIGNAL_SLOTS * j.world,), dtype=torch.int64)
+    bar = zeros((4,), dtype=torch.int64)
+    j.comm.load_signals()
+    torch.cuda.current_stream(j.device).synchronize()
+    h = SymmHandle(j, t, pad, bar)
+    h.barrier()
+    return h
