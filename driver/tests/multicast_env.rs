@@ -87,10 +87,13 @@ fn scan(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
         let name = e.file_name();
         let Ok(t) = e.file_type() else { continue };
         if t.is_dir() {
+            // Build outputs are skipped, whatever their name: cargo marks its target
+            // directories with CACHEDIR.TAG.
             if !matches!(
                 name.to_str(),
                 Some("target" | ".git" | "node_modules" | "dist" | "hwbin")
-            ) {
+            ) && !p.join("CACHEDIR.TAG").exists()
+            {
                 scan(&p, exts, out);
             }
         } else if t.is_file()

@@ -440,7 +440,7 @@ impl GpuComm {
             }
         };
         let (dt, rop) = (dtype(dtype_name)?, reduce_op(op)?);
-        if nbytes % dt.size() != 0 {
+        if !nbytes.is_multiple_of(dt.size()) {
             return Err(PyValueError::new_err(format!(
                 "{nbytes} bytes is not a whole number of {dtype_name} elements"
             )));

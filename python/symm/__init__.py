@@ -8,8 +8,8 @@ for users' own kernels (:func:`rendezvous`). torch is imported by :func:`init`, 
 
 On the host, with no GPU: the deterministic simulator (:func:`simulate`) and its reference
 (:func:`reference`), trace decoding (:class:`Trace`) and the cost model (:mod:`symm.cost`).
-These need no GPU, CUDA or torch; numpy is optional (buffers and event columns are numpy arrays when it imports,
-else ``bytes`` and lists).
+These need no GPU, CUDA or torch; numpy is optional (buffers and event columns are numpy
+arrays when it imports, else ``bytes`` and lists).
 
 Names are symm's own: collectives (``"all_reduce"``, ...), algorithms (``"ring"``, ...),
 dtypes (``"f32"``, ``"bf16"``, ...) and ops (``"sum"``, ...); :func:`names` lists them all.

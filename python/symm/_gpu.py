@@ -24,15 +24,15 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 # NVLink multicast stays off in every process that loads NCCL or torch through symm: assigned
-# before torch is imported below (and refused when set to anything else).
+# on import, before torch is imported below; init() refuses if they were changed since.
 _SAFETY_ENV = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
-for _k, _v in _SAFETY_ENV.items():
-    if os.environ.get(_k, _v) == _v:
-        os.environ[_k] = _v
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
 from . import _symm  # noqa: E402
 from .errors import SymmError  # noqa: E402
@@ -125,10 +125,6 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
             if os.environ.get(k) != v:
                 raise SymmError(f"symm needs {k}={v} (NVLink multicast off); it is "
                                 f"{os.environ.get(k)!r}")
-        import torch
-
-        if not torch.cuda.is_available():
-            raise SymmError("symm.init needs a CUDA GPU, and torch sees none")
         rank = _env_int("RANK")
         world = _env_int("WORLD_SIZE")
         local = _env_int("LOCAL_RANK", rank)
@@ -139,6 +135,13 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
                 raise ValueError(f"{name} must be in (0, 3600] seconds, got {v}")
         if not isinstance(heap_bytes, int) or heap_bytes <= 0:
             raise ValueError(f"heap_bytes must be a positive int, got {heap_bytes!r}")
+        try:
+            import torch
+        except ImportError as e:
+            raise SymmError("symm.init needs PyTorch (pip install torch)") from e
+
+        if not torch.cuda.is_available():
+            raise SymmError("symm.init needs a CUDA GPU, and torch sees none")
         job, token = _job_and_token(rank, torch)
         comm = _symm.GpuComm.open(rank, world, local, job, token, heap_bytes,
                                   int(timeout * 1000), int(bootstrap_timeout * 1000))

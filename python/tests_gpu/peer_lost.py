@@ -5,9 +5,9 @@ the error in time.
 
 import os
 
-for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-               ("NVSHMEM_DISABLE_NVLS", "1")):
-    os.environ[_k] = _v
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -25,9 +25,11 @@ t = symm.zeros(1 << 16)
 symm.all_reduce(t)
 symm.synchronize()
 dist.barrier()
+KILL_AFTER = 0.5
+t0 = time.monotonic() + KILL_AFTER  # when the last rank dies (the barrier ends about together)
 if r == w - 1:
+    time.sleep(KILL_AFTER)
     os._exit(0)  # killed: no finalize, no goodbye
-t0 = time.monotonic()
 try:
     while True:
         symm.all_reduce(t)
@@ -37,5 +39,5 @@ try:
             sys.exit(1)
 except symm.PeerLostError as e:
     dt = time.monotonic() - t0
-    print(f"rank {r}: PeerLostError(rank={e.rank}) after {dt:.3f} s", flush=True)
+    print(f"rank {r}: PeerLostError(rank={e.rank}) {dt:.3f} s after the kill", flush=True)
     os._exit(0 if dt < 2.0 and e.rank == w - 1 else 1)

@@ -8,9 +8,9 @@ Inputs are exact in every dtype (small integers), so results are compared exactl
 
 import os
 
-for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-               ("NVSHMEM_DISABLE_NVLS", "1")):
-    os.environ[_k] = _v
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
 import gc  # noqa: E402
 import sys  # noqa: E402

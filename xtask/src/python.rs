@@ -2,8 +2,8 @@
 //!
 //! In a virtual environment under `<target>/py-venv` (created with `python3 -m venv` when
 //! missing, then given the pinned maturin and ruff, pytest and numpy from PyPI), builds the
-//! abi3 wheel of `python/` with maturin into `<target>/wheels`, checks its tag is
-//! `cp39-abi3`, installs it, and runs `ruff check python` and `pytest python/tests`: about a
+//! abi3 wheel of `python/` with maturin (linked by zig against glibc 2.28) into
+//! `<target>/wheels`, checks its tags are `cp39-abi3-manylinux_2_28_x86_64`, installs it, and runs `ruff check python` and `pytest python/tests`: about a
 //! minute from nothing (the venv and the release build of the extension), seconds when both are
 //! there.
 
@@ -15,12 +15,16 @@ use symm_driver::safety_env;
 pub const MATURIN: &str = "maturin==1.7.4";
 /// The ruff release the package is checked with (lint rules change between releases).
 pub const RUFF: &str = "ruff==0.17.6";
+/// The zig toolchain maturin links the wheel with, against glibc 2.28 (manylinux_2_28).
+pub const ZIG: &str = "ziglang==0.13.0";
+/// The platform tag of the wheel.
+pub const MANYLINUX: &str = "manylinux_2_28";
 
 /// Usage of `cargo xtask python`.
 pub const USAGE: &str = "usage: cargo xtask python
   the Python package's host side: in <target>/py-venv (python3 -m venv; pip installs the pinned
-  maturin and ruff, pytest and numpy from PyPI), build the abi3 wheel of python/ with maturin
-  into <target>/wheels, check its tag is cp39-abi3, install it, then ruff check python and
+  maturin, ruff and ziglang, pytest and numpy from PyPI), build the abi3 manylinux_2_28 wheel of
+  python/ with maturin into <target>/wheels, check its tags, install it, then ruff check python and
   pytest python/tests. <target> is $CARGO_TARGET_DIR when set, else target/.";
 
 /// Runs the checks (the `python` step of `cargo xtask test`).
@@ -57,16 +61,29 @@ fn abi3_wheel(dir: &Path) -> Result<PathBuf, String> {
         .and_then(|n| n.to_str())
         .unwrap_or_default();
     if !is_abi3(name) {
-        return Err(format!("{name}: not a cp39-abi3 wheel"));
+        return Err(format!("{name}: not a cp39-abi3 manylinux x86-64 wheel"));
     }
     Ok(wheel)
 }
 
-/// Whether a wheel file name carries the `cp39-abi3` tags.
+/// Whether a wheel file name carries the `cp39-abi3` tags and a manylinux x86-64 platform.
 fn is_abi3(name: &str) -> bool {
     // name-version-python-abi-platform.whl
     let parts: Vec<&str> = name.trim_end_matches(".whl").split('-').collect();
-    parts.len() == 5 && parts[2] == "cp39" && parts[3] == "abi3"
+    parts.len() == 5
+        && parts[2] == "cp39"
+        && parts[3] == "abi3"
+        && parts[4].starts_with("manylinux")
+        && parts[4].ends_with("_x86_64")
+}
+
+/// `PATH` with the venv's `bin` first.
+fn with_venv_path(venv: &Path) -> std::ffi::OsString {
+    let mut paths = vec![venv.join("bin")];
+    if let Some(p) = std::env::var_os("PATH") {
+        paths.extend(std::env::split_paths(&p));
+    }
+    std::env::join_paths(paths).unwrap_or_default()
 }
 
 /// Builds, installs and tests the package.
@@ -90,6 +107,7 @@ pub fn ci_checks() -> Result<(), String> {
         "--disable-pip-version-check",
         MATURIN,
         RUFF,
+        ZIG,
         "pytest",
         "numpy",
     ]))?;
@@ -104,14 +122,17 @@ pub fn ci_checks() -> Result<(), String> {
             "build",
             "--release",
             "--strip",
+            "--zig",
             "--compatibility",
-            "off",
+            MANYLINUX,
             "-m",
             "python/Cargo.toml",
             "-o",
         ])
         .arg(&wheels)
-        .env("CARGO_TARGET_DIR", &target))?;
+        .env("CARGO_TARGET_DIR", &target)
+        // maturin finds zig as `python -m ziglang` with the first python on PATH: the venv's.
+        .env("PATH", with_venv_path(&venv)))?;
     let wheel = abi3_wheel(&wheels)?;
     sh(safety_env::command(&py)
         .args([
@@ -134,7 +155,8 @@ mod tests {
 
     #[test]
     fn wheel_tags() {
-        assert!(is_abi3("symm-0.1.0-cp39-abi3-linux_x86_64.whl"));
+        assert!(!is_abi3("symm-0.1.0-cp39-abi3-linux_x86_64.whl"));
+        assert!(is_abi3("symm-0.1.0-cp39-abi3-manylinux_2_28_x86_64.whl"));
         assert!(is_abi3("symm-0.1.0-cp39-abi3-manylinux_2_17_x86_64.whl"));
         assert!(!is_abi3("symm-0.1.0-cp311-cp311-linux_x86_64.whl"));
         assert!(!is_abi3("symm-0.1.0-cp39-abi3.whl"));

@@ -1,0 +1,229 @@
+"""``python -m symm.bench``: symm's all-reduce from PyTorch beside its peers, in one run.
+
+Run under torchrun (every rank runs it)::
+
+    torchrun --nproc-per-node N -m symm.bench --out bench-py
+
+For each size it times, with CUDA events on the current stream, eager and inside one CUDA graph
+of ``--graph-calls`` calls:
+
+* ``symm``: :func:`symm.all_reduce` on a symmetric bf16 tensor (in place);
+* ``torch_one_shot`` / ``torch_two_shot``: torch SymmetricMemory's ``one_shot_all_reduce`` and
+  ``two_shot_all_reduce_`` (where torch's symmetric memory runs here);
+* ``nccl``: ``dist.all_reduce`` with NCCL, only when every rank has a GPU of its own.
+
+It also measures the Python layer's cost: host microseconds per :func:`symm.all_reduce` call
+against the same enqueue made from a Rust loop in the same process (``host_loop_us``). It
+writes ``bench-py-wN.json`` in the Rust bench's format (``samples`` of collective, size,
+system, mode, us, algbw, busbw, wrong) plus ``python_overhead``, and rank 0 prints a table of
+times and ratios.
+"""
+
+from __future__ import annotations
+
+import os
+
+# NVLink multicast off before torch (and NCCL) load.
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+from typing import Any, Callable, Optional  # noqa: E402
+
+from . import _gpu  # noqa: E402
+
+
+def _time_eager(torch: Any, fn: Callable[[], Any], iters: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(iters):
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) * 1000.0 / iters
+
+
+def _time_graph(torch: Any, fn: Callable[[], Any], calls: int, replays: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=side):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(replays):
+        g.replay()
+    e.record()
+    torch.cuda.synchronize()
+    del g
+    return s.elapsed_time(e) * 1000.0 / (replays * calls)
+
+
+def _sample(system: str, mode: str, size: int, us: float, world: int,
+            wrong: Optional[int] = None, what: str = "") -> dict[str, Any]:
+    algbw = size / us / 1e3 if us > 0 else 0.0
+    return {"collective": "all_reduce", "size": size, "system": system, "mode": mode,
+            "us": round(us, 3), "algbw": round(algbw, 3),
+            "busbw": round(algbw * 2 * (world - 1) / world, 3), "wrong": wrong, "what": what}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Run the benchmark (see the module doc); returns the exit status."""
+    ap = argparse.ArgumentParser(prog="python -m symm.bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--min-bytes", type=int, default=4096)
+    ap.add_argument("--max-bytes", type=int, default=64 << 20)
+    ap.add_argument("--factor", type=int, default=4)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--graph-calls", type=int, default=10)
+    ap.add_argument("--overhead-calls", type=int, default=200)
+    ap.add_argument("--out", default=".")
+    a = ap.parse_args(argv)
+    if a.min_bytes < 2 or a.max_bytes < a.min_bytes or a.factor < 2 or a.iters < 1:
+        ap.error("need 2 <= min-bytes <= max-bytes, factor >= 2, iters >= 1")
+
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    _gpu.init(heap_bytes=max(1 << 30, 4 * a.max_bytes))
+    torch.cuda.set_device(_gpu.device())
+    rank, world = _gpu.rank(), _gpu.world_size()
+    dev = _gpu.device()
+    own_gpus = torch.cuda.device_count() >= world
+    sizes = []
+    n = a.min_bytes
+    while n <= a.max_bytes:
+        sizes.append(n)
+        n *= a.factor
+    samples: list[dict[str, Any]] = []
+    notes: dict[str, str] = {}
+
+    big = _gpu.zeros(a.max_bytes // 2, dtype=torch.bfloat16)
+    for size in sizes:
+        t = big[: size // 2]
+        t.fill_(1)
+        _gpu.all_reduce(t)
+        _gpu.synchronize()
+        wrong = int((t != world).sum().item())
+        t.zero_()
+        iters = a.iters if size <= (1 << 20) else max(5, a.iters // 5)
+        us = _time_eager(torch, lambda t=t: _gpu.all_reduce(t), iters, a.warmup)
+        samples.append(_sample("symm", "eager", size, us, world, wrong))
+        us = _time_graph(torch, lambda t=t: _gpu.all_reduce(t), a.graph_calls, max(2, iters // 4))
+        samples.append(_sample("symm", "graph", size, us, world))
+    _gpu.synchronize()
+
+    group = dist.group.WORLD
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        name = group.group_name
+        tbuf = symm_mem.empty(a.max_bytes // 2, dtype=torch.bfloat16, device=dev)
+        symm_mem.rendezvous(tbuf, name)
+        ops = torch.ops.symm_mem
+        for size in sizes:
+            t = tbuf[: size // 2]
+            t.zero_()
+            iters = a.iters if size <= (1 << 20) else max(5, a.iters // 5)
+            for system, fn in (
+                ("torch_one_shot", lambda t=t: ops.one_shot_all_reduce(t, "sum", name)),
+                ("torch_two_shot", lambda t=t: ops.two_shot_all_reduce_(t, "sum", name)),
+            ):
+                try:
+                    us = _time_eager(torch, fn, iters, a.warmup)
+                    samples.append(_sample(system, "eager", size, us, world))
+                    us = _time_graph(torch, fn, a.graph_calls, max(2, iters // 4))
+                    samples.append(_sample(system, "graph", size, us, world))
+                except Exception as e:  # noqa: BLE001 - a peer that does not run here is noted
+                    notes[f"{system}@{size}"] = repr(e)[:200]
+    except Exception as e:  # noqa: BLE001
+        notes["torch_symm_mem"] = repr(e)[:200]
+    torch.cuda.synchronize()
+
+    if own_gpus:
+        pg = dist.new_group(backend="nccl")
+        for size in sizes:
+            x = torch.zeros(size // 2, dtype=torch.bfloat16, device=dev)
+            iters = a.iters if size <= (1 << 20) else max(5, a.iters // 5)
+            us = _time_eager(torch, lambda x=x: dist.all_reduce(x, group=pg), iters, a.warmup)
+            samples.append(_sample("nccl", "eager", size, us, world))
+    else:
+        notes["nccl"] = "skipped: NCCL needs a GPU per rank"
+
+    # The Python layer's cost: host time per enqueue, Python call against a Rust loop.
+    t = big[:2048]
+    comm = _gpu._get().comm
+    stream = _gpu._get().current_stream()
+    p = t.data_ptr()
+    calls = a.overhead_calls
+    rust_us, py_us = [], []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        rust_us.append(comm.host_loop_us("all_reduce", 4096, "bf16", "sum", p, 4096, p, 4096,
+                                         stream, calls))
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            _gpu.all_reduce(t)
+        py_us.append((time.perf_counter() - t0) * 1e6 / calls)
+        torch.cuda.synchronize()
+    _gpu.synchronize()
+    overhead = {"calls": calls, "python_us": round(min(py_us), 3),
+                "rust_us": round(min(rust_us), 3),
+                "extra_us": round(min(py_us) - min(rust_us), 3)}
+
+    doc = {"world": world, "dtype": "bf16", "redop": "sum", "topology": comm.topology,
+           "samples": samples, "python_overhead": overhead, "notes": notes}
+    os.makedirs(a.out, exist_ok=True)
+    if rank == 0:
+        with open(os.path.join(a.out, f"bench-py-w{world}.json"), "w") as f:
+            json.dump(doc, f, indent=1)
+        _print_table(doc)
+    _gpu.finalize()
+    dist.destroy_process_group()
+    return 0
+
+
+def _print_table(doc: dict[str, Any]) -> None:
+    by: dict[tuple[int, str], dict[str, float]] = {}
+    for s in doc["samples"]:
+        by.setdefault((s["size"], s["mode"]), {})[s["system"]] = s["us"]
+    systems = ["symm", "torch_one_shot", "torch_two_shot", "nccl"]
+    print(f"all_reduce bf16, world {doc['world']}, {doc['topology']}: us per call "
+          "(ratio: peer / symm, > 1 means symm is faster)")
+    print(f"{'bytes':>10} {'mode':>6} " + " ".join(f"{s:>16}" for s in systems))
+    for (size, mode), row in sorted(by.items()):
+        base = row.get("symm")
+        cells = []
+        for s in systems:
+            v = row.get(s)
+            if v is None:
+                cells.append(f"{'-':>16}")
+            elif s == "symm" or not base:
+                cells.append(f"{v:>16.2f}")
+            else:
+                cells.append(f"{v:>9.2f} ({v / base:4.2f})")
+        print(f"{size:>10} {mode:>6} " + " ".join(cells))
+    o = doc["python_overhead"]
+    print(f"python layer: {o['python_us']} us per symm.all_reduce call from Python, "
+          f"{o['rust_us']} us from Rust: {o['extra_us']} us extra per eager call; "
+          "0 in a graph (replays run no Python)")
+    for k, v in doc["notes"].items():
+        print(f"note {k}: {v}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""The GPU API's error paths that need no GPU (and no torch)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import symm
+from symm import _symm
+
+
+def test_every_public_name_has_a_docstring():
+    for name in symm.__all__:
+        obj = getattr(symm, name)
+        if callable(obj) or isinstance(obj, type):
+            assert (obj.__doc__ or "").strip(), name
+
+
+@pytest.mark.parametrize("call", [
+    lambda: symm.all_reduce(None),
+    lambda: symm.empty(4),
+    lambda: symm.rank(),
+    lambda: symm.check(),
+    lambda: symm.heap_usage(),
+])
+def test_calls_before_init_raise_symm_error(call):
+    with pytest.raises(symm.SymmError, match="not initialized"):
+        call()
+
+
+def test_importing_sets_multicast_off():
+    assert os.environ["NCCL_NVLS_ENABLE"] == "0"
+    assert os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert os.environ["NVSHMEM_DISABLE_NVLS"] == "1"
+
+
+def run_init(env):
+    code = "import symm\ntry:\n    symm.init()\nexcept Exception as e:\n" \
+           "    print(type(e).__name__ + ': ' + str(e))\n"
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SYMM_JOB", "SYMM_TOKEN")}
+    out = subprocess.run([sys.executable, "-c", code], env={**base, **env},
+                         capture_output=True, text=True, timeout=60)
+    return out.stdout.strip()
+
+
+def test_init_reads_the_job_environment_strictly():
+    assert run_init({}).startswith("ValueError: RANK is not set")
+    assert run_init({"RANK": "01", "WORLD_SIZE": "2"}).startswith("ValueError: RANK must be")
+    assert run_init({"RANK": "2", "WORLD_SIZE": "2"}).startswith("ValueError: RANK 2 is not below")
+    assert "ValueError: WORLD_SIZE" in run_init({"RANK": "0", "WORLD_SIZE": "x" * 500})
+
+
+def test_open_refuses_a_bad_job_before_touching_a_gpu():
+    with pytest.raises(ValueError, match="SYMM_JOB"):
+        _symm.GpuComm.open(0, 1, 0, "bad job/name", "ab" * 16, 1 << 20, 1000, 1000)
+    with pytest.raises(ValueError, match="SYMM_TOKEN"):
+        _symm.GpuComm.open(0, 1, 0, "job", "xyz", 1 << 20, 1000, 1000)
+    with pytest.raises(ValueError):
+        _symm.GpuComm.open(3, 2, 0, "job", "ab" * 16, 1 << 20, 1000, 1000)
