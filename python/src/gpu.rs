@@ -325,12 +325,20 @@ impl GpuComm {
                 len: out_len,
             },
         );
-        // SAFETY: the spans are live tensors' storage (the Python layer passes `data_ptr()` and
-        // their byte sizes, and keeps the tensors alive until the stream reaches this work, as
-        // torch's own collectives do); a span outside the heap is checked against the driver's
-        // allocation table.
-        py.allow_threads(|| unsafe { comm.enqueue_spans(&req, input, output, &s) })
-            .map_err(|e| py_err(py, e))?;
+        // Both enqueues below: the spans are live tensors' storage (the Python layer passes
+        // `data_ptr()` and their byte sizes, and keeps the tensors alive until the stream
+        // reaches this work, as torch's own collectives do); a span outside the heap is checked
+        // against the driver's allocation table.
+        let r = if comm.spans_ready(&req, input, output) {
+            // Nothing to wait for on the host: keep the GIL (releasing and taking it back costs
+            // more than the enqueue's own checks).
+            // SAFETY: the spans are live tensors' storage, as said above.
+            unsafe { comm.enqueue_spans(&req, input, output, &s) }
+        } else {
+            // SAFETY: the spans are live tensors' storage, as said above.
+            py.allow_threads(|| unsafe { comm.enqueue_spans(&req, input, output, &s) })
+        };
+        r.map_err(|e| py_err(py, e))?;
         Ok((req.algorithm.name(), req.channels))
     }
 

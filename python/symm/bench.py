@@ -181,7 +181,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         py_us.append((time.perf_counter() - t0) * 1e6 / calls)
         torch.cuda.synchronize()
     _gpu.synchronize()
-    overhead = {"calls": calls, "python_us": round(min(py_us), 3),
+    # What the Python side's argument handling alone costs (no enqueue).
+    j = _gpu._get()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        _gpu._check(j, t, "t")
+        _ = t.nbytes, t.data_ptr(), j.current_stream()
+    checks_us = (time.perf_counter() - t0) * 1e6 / calls
+    overhead = {"calls": calls, "python_us": round(min(py_us), 3), "checks_us": round(checks_us, 3),
                 "rust_us": round(min(rust_us), 3),
                 "extra_us": round(min(py_us) - min(rust_us), 3)}
 
@@ -219,8 +226,8 @@ def _print_table(doc: dict[str, Any]) -> None:
         print(f"{size:>10} {mode:>6} " + " ".join(cells))
     o = doc["python_overhead"]
     print(f"python layer: {o['python_us']} us per symm.all_reduce call from Python, "
-          f"{o['rust_us']} us from Rust: {o['extra_us']} us extra per eager call; "
-          "0 in a graph (replays run no Python)")
+          f"{o['rust_us']} us from Rust: {o['extra_us']} us extra per eager call "
+          f"({o['checks_us']} us of it the tensor checks); 0 in a graph (replays run no Python)")
     for k, v in doc["notes"].items():
         print(f"note {k}: {v}")
 

@@ -51,7 +51,7 @@ pub struct Span {
 /// The state of [`Comm::enqueue_spans`]: agreed argument sets, workspaces, tuned requests.
 #[derive(Default)]
 pub(crate) struct Spans {
-    agreed: HashSet<String>,
+    agreed: HashSet<(Request, Option<u64>, Option<u64>)>,
     work: HashMap<Request, Buffers>,
 }
 
@@ -77,6 +77,20 @@ impl Comm {
         let off = s.ptr.checked_sub(base)?;
         let end = off.checked_add(s.len)?;
         (off >= self.data_off && end <= self.stride() && off.is_multiple_of(16)).then_some(off)
+    }
+
+    /// Whether [`Comm::enqueue_spans`] of these arguments would return without waiting on the
+    /// host: the ranks agreed on them and the request's workspace and plan exist. A binding may
+    /// keep its interpreter lock for such calls and release it for the others.
+    pub fn spans_ready(&self, req: &Request, input: Span, output: Span) -> bool {
+        let in_heap = self.heap_offset(input);
+        let overlaps = output.ptr < input.ptr.saturating_add(input.len)
+            && input.ptr < output.ptr.saturating_add(output.len);
+        let out_heap = self.heap_offset(output).filter(|_| !overlaps);
+        let Ok(s) = self.spans_lock() else {
+            return false;
+        };
+        s.agreed.contains(&(*req, in_heap, out_heap)) && s.work.contains_key(req)
     }
 
     fn spans_lock(&self) -> Result<std::sync::MutexGuard<'_, Spans>> {
@@ -227,6 +241,10 @@ impl Comm {
     /// The first time this set of arguments is used, checks with every rank that theirs is
     /// the same.
     fn agree_args(&self, req: &Request, input: Option<u64>, output: Option<u64>) -> Result<()> {
+        let key = (*req, input, output);
+        if self.spans_lock()?.agreed.contains(&key) {
+            return Ok(());
+        }
         let side = |o: Option<u64>| o.map_or("staged".to_string(), |o| format!("heap+{o:#x}"));
         let mine = format!(
             "{} {} {} B {} {} ch{} input {} output {}",
@@ -239,9 +257,6 @@ impl Comm {
             side(input),
             side(output)
         ) + &format!(" {:?}", req.collective);
-        if self.spans_lock()?.agreed.contains(&mine) {
-            return Ok(());
-        }
         let all = self.boot.all_gather(self.rank, mine.as_bytes())?;
         for (r, theirs) in all.iter().enumerate() {
             if theirs.as_slice() != mine.as_bytes() {
@@ -256,7 +271,7 @@ impl Comm {
         if s.agreed.len() >= MAX_AGREED {
             s.agreed.clear();
         }
-        s.agreed.insert(mine);
+        s.agreed.insert(key);
         Ok(())
     }
 
