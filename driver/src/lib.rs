@@ -30,3 +30,4 @@ pub mod kernel_cache;
 pub mod launcher;
 pub mod safety_env;
 pub mod sync;
+pub mod trace_diff;

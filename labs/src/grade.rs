@@ -57,6 +57,15 @@ pub struct Grader {
     /// Scratch slots asked for on the command line (`check 3 --slots S`): a lab with scratch
     /// slots then runs the schedule with that many only, to show what happens.
     pub slots: Option<u64>,
+    /// Set by `run N --gpu`: the showcase case ([`Grader::traces`]) also runs on the GPU.
+    pub gpu: Option<GpuRun>,
+}
+
+/// The GPU run of a lab's showcase case ([`crate::gpu`]): its summary line or what failed.
+#[derive(Debug, Default)]
+pub struct GpuRun {
+    /// `None` until the lab's checker reached its showcase case.
+    pub result: Option<Result<String, String>>,
 }
 
 /// A lab's hints: a specific hint for a problem, or `None` for the general one.
@@ -70,6 +79,7 @@ impl Grader {
             out,
             passed: Vec::new(),
             slots: None,
+            gpu: None,
         }
     }
 
@@ -154,8 +164,30 @@ impl Grader {
     /// the output folder, when there is one. Yours is written even when it fails (up to the
     /// failure, with stalls at a deadlock).
     pub fn traces(&mut self, case: &Case, plan: Plan, reference: Plan) {
+        if let (Some(run), Some(out)) = (self.gpu.as_mut(), self.out.as_ref()) {
+            run.result = Some(crate::gpu::run_case(case, plan, out));
+        }
+        self.keep_previous("yours.trace", "yours.previous.trace");
         self.trace("yours.trace", case, plan);
         self.trace("reference.trace", case, reference);
+    }
+
+    /// Renames `name` in the output folder to `previous` (replacing an older one) and says so:
+    /// a re-run never overwrites the student's last trace without a word.
+    fn keep_previous(&mut self, name: &str, previous: &str) {
+        let Some(dir) = self.out.clone() else {
+            return;
+        };
+        let (from, to) = (dir.join(name), dir.join(previous));
+        if from.exists() {
+            match std::fs::rename(&from, &to) {
+                Ok(()) => self.note(format!(
+                    "note  the last run's {name} is now {} (this run writes a new {name})",
+                    to.display()
+                )),
+                Err(e) => self.note(format!("note  cannot keep {}: {e}", from.display())),
+            }
+        }
     }
 
     /// Writes `plan`'s trace on `case` as `name` in the output folder, when there is one.

@@ -3,17 +3,22 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
-use symm_labs::grade::{Grader, Which};
+use symm_labs::grade::{GpuRun, Grader, Which};
 use symm_labs::{lab, Lab, LABS};
 
 const USAGE: &str = "usage: symm-labs list
        symm-labs check N [--solution] [--slots S] [--out DIR]
+       symm-labs run N --gpu [--solution] [--out DIR]
        symm-labs grade-all
   list        the labs
   check N     grade lab N: the student's skeleton.rs (--solution: the reference solution);
               writes yours.trace and reference.trace to DIR (default <target>/labs/NN);
               --slots S (lab 3): run the schedule with S scratch slots only, to see what
               happens (a deadlock with one slot), instead of grading it
+  run N --gpu run lab N's schedule (the showcase case of `check`) on this machine's GPU
+              through symm's plan interpreter, check its outputs with the checker and compare
+              its GPU trace op by op with the simulator's; writes gpu.trace and
+              simulated.trace to DIR. Without a GPU it says so in one line.
   grade-all   every solution must pass and every skeleton must fail (what CI runs)";
 
 fn target_dir() -> PathBuf {
@@ -73,8 +78,7 @@ fn check(l: &Lab, which: Which, out: PathBuf, slots: Option<u64>) -> bool {
             out.join("reference.trace").display()
         );
         println!(
-            "compare them in the viz: cargo xtask lab view {} (then open \
-             http://127.0.0.1:8000/?trace=traces/reference.trace&compare=traces/yours.trace)",
+            "compare them in the viz: cargo xtask lab view {} (it prints the link)",
             l.number
         );
     }
@@ -121,6 +125,50 @@ fn grade_all() -> bool {
     ok
 }
 
+/// `run N --gpu`: the checker first (on the host), then the showcase case on the GPU.
+fn run_gpu(l: &Lab, which: Which, out: PathBuf) -> bool {
+    if let Err(e) = symm_labs::gpu::gpus() {
+        println!(
+            "lab {}: no GPU here ({e}); `cargo xtask lab check {}` runs it on the simulator",
+            l.number, l.number
+        );
+        return true;
+    }
+    println!("lab {}: {} on the GPU", l.number, l.title);
+    let mut g = Grader::new(which, Some(out.clone()));
+    g.gpu = Some(GpuRun::default());
+    let verdict = (l.check)(&mut g);
+    let ran = g.gpu.and_then(|r| r.result);
+    match (verdict, ran) {
+        (_, Some(Ok(line))) => {
+            println!("lab {} on the GPU: {line}", l.number);
+            println!(
+                "traces: {} and {}; compare them: cargo xtask lab view {} --gpu",
+                out.join("gpu.trace").display(),
+                out.join("simulated.trace").display(),
+                l.number
+            );
+            true
+        }
+        (_, Some(Err(e))) => {
+            println!("lab {} on the GPU: {e}", l.number);
+            false
+        }
+        (Err(f), None) => {
+            print!("{f}");
+            println!(
+                "lab {}: fix what the checker found first; the GPU runs the schedule once it passes",
+                l.number
+            );
+            false
+        }
+        (Ok(()), None) => {
+            println!("lab {}: its checker has no showcase case to run", l.number);
+            false
+        }
+    }
+}
+
 fn run(args: &[String]) -> Result<bool, String> {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     match words.as_slice() {
@@ -158,6 +206,30 @@ fn run(args: &[String]) -> Result<bool, String> {
                 ));
             }
             Ok(check(l, which, out, slots))
+        }
+        ["run", n, rest @ ..] => {
+            let n: u8 = n
+                .parse()
+                .map_err(|_| format!("{n:?} is not a lab number"))?;
+            let l = lab(n).ok_or_else(|| format!("there is no lab {n} (symm-labs list)"))?;
+            let mut which = Which::Student;
+            let mut out = target_dir().join("labs").join(format!("{n:02}"));
+            let mut gpu = false;
+            let mut it = rest.iter();
+            while let Some(a) = it.next() {
+                match *a {
+                    "--gpu" => gpu = true,
+                    "--solution" => which = Which::Solution,
+                    "--out" => out = PathBuf::from(it.next().ok_or("--out needs a folder")?),
+                    other => return Err(format!("unexpected argument {other:?}\n{USAGE}")),
+                }
+            }
+            if !gpu {
+                return Err(format!(
+                    "run N needs --gpu (check N runs the schedule on the host)\n{USAGE}"
+                ));
+            }
+            Ok(run_gpu(l, which, out))
         }
         _ => Err(format!("unexpected arguments {args:?}\n{USAGE}")),
     }

@@ -355,7 +355,12 @@ pub struct Passed {
 }
 
 /// A numbers mismatch, noting whether the element found is still poison.
-fn numbers(backend: &'static str, req: &Request, outputs: &[Vec<u8>], m: Mismatch) -> Problem {
+pub(crate) fn numbers(
+    backend: &'static str,
+    req: &Request,
+    outputs: &[Vec<u8>],
+    m: Mismatch,
+) -> Problem {
     let es = req.dtype.size() as usize;
     let unwritten = outputs
         .get(m.rank)

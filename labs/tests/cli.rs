@@ -33,3 +33,44 @@ fn a_lab_without_one_passes_on_the_checker_alone() {
     assert!(ok, "{text}");
     assert!(text.contains("lab 1 passes"), "{text}");
 }
+
+#[test]
+fn a_rerun_keeps_the_last_trace_and_says_so() {
+    let out = std::env::temp_dir().join(format!("symm-labs-rerun-{}", std::process::id()));
+    let run = || {
+        let r = Command::new(env!("CARGO_BIN_EXE_symm-labs"))
+            .args(["check", "1", "--solution", "--out"])
+            .arg(&out)
+            .output()
+            .expect("the checker runs");
+        String::from_utf8_lossy(&r.stdout).into_owned()
+    };
+    let first = run();
+    assert!(!first.contains("yours.previous.trace"), "{first}");
+    let mine = std::fs::read(out.join("yours.trace")).expect("a first trace");
+    let second = run();
+    assert!(second.contains("yours.previous.trace"), "{second}");
+    let kept = std::fs::read(out.join("yours.previous.trace")).expect("the last run's trace kept");
+    let _ = std::fs::remove_dir_all(&out);
+    assert_eq!(kept, mine);
+}
+
+#[test]
+fn run_on_the_gpu_says_in_one_line_when_there_is_none() {
+    if symm_labs::gpu::gpus().is_ok() {
+        return; // a GPU machine runs it for real (docs/hw-results.md)
+    }
+    let r = Command::new(env!("CARGO_BIN_EXE_symm-labs"))
+        .args(["run", "1", "--gpu", "--solution"])
+        .output()
+        .expect("the checker runs");
+    let text = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success(), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("no GPU here"), "{text}");
+    let r = Command::new(env!("CARGO_BIN_EXE_symm-labs"))
+        .args(["run", "1"])
+        .output()
+        .expect("the checker runs");
+    assert_eq!(r.status.code(), Some(2), "run N without --gpu is refused");
+}

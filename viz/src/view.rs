@@ -56,17 +56,21 @@ fn summary(t: &crate::model::Trace) -> Html {
     }
 }
 
-fn hang_report(app: &App) -> Html {
-    let Some(t) = app.main.as_ref() else {
-        return html! {};
-    };
+/// The hang panel of trace `t` (nothing when it finished): `id` is `hang` for the played trace
+/// and `hang-compare` for the compared one, so a deadlock shows in the compare view too.
+fn hang_report(t: &crate::model::Trace, id: &'static str, compared: bool) -> Html {
     let Some(h) = hang::analyse(t) else {
         return html! {};
     };
     let layout = t.header.request.layout();
+    let whose = if compared {
+        format!("The compared trace ({}) hung", t.name)
+    } else {
+        "This run hung".to_string()
+    };
     html! {
-        <div id="hang" class="panel hang">
-            <h3>{ format!("This run hung: {} wait(s) never finished", h.stalls.len()) }</h3>
+        <div id={id} class="panel hang">
+            <h3>{ format!("{whose}: {} wait(s) never finished", h.stalls.len()) }</h3>
             <ul>
             { for h.stalls.iter().map(|s| {
                 let slot = match t.spans[s.span].op {
@@ -86,6 +90,12 @@ fn hang_report(app: &App) -> Html {
             <p class="root">{ hang::describe_root(t, &h.root) }</p>
         </div>
     }
+}
+
+/// The name of the trace in a slot, beside its file button (the button's own text would say
+/// "No file chosen" for a trace opened from the URL or a menu).
+fn loaded_name(id: &'static str, t: Option<&crate::model::Trace>) -> Html {
+    html! { <span id={id} class="loaded">{ t.map_or("none".to_string(), |t| t.name.clone()) }</span> }
 }
 
 /// The whole page.
@@ -144,9 +154,11 @@ pub fn view(app: &App, ctx: &Context<App>) -> Html {
                 <b>{ "symm-viz" }</b>
                 { example_menu(ctx, "example", Slot::Main, "open an example...") }
                 <label>{ "open a file " }{ file_input(ctx, "file", Slot::Main) }</label>
+                { loaded_name("file-name", app.main.as_ref()) }
                 <span class="hint">{ "or drop a .trace file anywhere, or add ?trace=URL" }</span>
                 { example_menu(ctx, "compare-example", Slot::Compare, "compare with...") }
                 <label>{ "compare file " }{ file_input(ctx, "compare-file", Slot::Compare) }</label>
+                { loaded_name("compare-name", app.compare.as_ref()) }
                 if app.compare.is_some() {
                     <button id="swap" title="play the compared trace instead" onclick={link.callback(|_| Msg::Swap)}>{ "swap" }</button>
                     <button id="close-compare" onclick={link.callback(|_| Msg::CloseCompare)}>{ "close compare" }</button>
@@ -202,7 +214,8 @@ pub fn view(app: &App, ctx: &Context<App>) -> Html {
                         <p class="op">{ op }</p>
                     }
                 </div>
-                { hang_report(app) }
+                { app.main.as_ref().map_or(html! {}, |t| hang_report(t, "hang", false)) }
+                { app.compare.as_ref().map_or(html! {}, |t| hang_report(t, "hang-compare", true)) }
                 <div id="compare" class="panel">
                     <h3>{ "measured and predicted" }</h3>
                     <table>

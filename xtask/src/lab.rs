@@ -29,6 +29,13 @@ pub const USAGE: &str = "usage: cargo xtask lab                       list the l
                                              wasm32 target and wasm-bindgen-cli when missing) and
                                              serve lab N's traces on 127.0.0.1, yours beside the
                                              reference in the compare view
+       cargo xtask lab run N --gpu [--solution]
+                                             run lab N's schedule on this machine's GPU (ranks
+                                             share one GPU when there are fewer): the checker
+                                             first, then its showcase case through the plan
+                                             interpreter, outputs checked, the GPU trace compared
+                                             op by op with the simulator's (no GPU: one line)
+       cargo xtask lab view N --gpu          the GPU trace beside the simulator's
        cargo xtask lab grade                 every solution must pass and every untouched
                                              skeleton must fail (run by cargo xtask test)
   <target> is $CARGO_TARGET_DIR when set, else target/.";
@@ -193,7 +200,8 @@ fn loom(n: u8, args: &[&str]) -> Option<Result<(), String>> {
     );
     Some(ran.map_err(|_| {
         format!(
-            "the loom model failed (see above); rerun it alone with:\n  {}",
+            "its memory orderings fail (see above: a static check or an execution loom found); \
+             rerun that part alone with:\n  {}",
             loom_rerun(test, &dir, args)
         )
     }))
@@ -257,6 +265,54 @@ fn check(l: &Lab, solution: bool, slots: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
+/// `lab run N --gpu`: the checker's binary does it all (and says in one line when there is no
+/// GPU).
+fn run_gpu(l: &Lab, solution: bool) -> Result<(), String> {
+    let out = out_dir(l.number);
+    let n = l.number.to_string();
+    let out_s = out.display().to_string();
+    let mut args = vec![
+        "run",
+        "-q",
+        "--release",
+        "-p",
+        "symm-labs",
+        "--",
+        "run",
+        &n,
+        "--gpu",
+        "--out",
+        &out_s,
+    ];
+    if solution {
+        args.push("--solution");
+    }
+    util::run(cargo().args(&args))
+        .map_err(|_| format!("lab {n} does not run on the GPU yet (see above)"))
+}
+
+/// `lab view N --gpu`: the GPU trace of `lab run N --gpu` beside the simulator's.
+fn view_gpu(l: &Lab) -> Result<(), String> {
+    let out = out_dir(l.number);
+    if !out.join("gpu.trace").exists() {
+        return Err(format!(
+            "lab {}: no GPU trace yet: run cargo xtask lab run {} --gpu on a machine with a GPU",
+            l.number, l.number
+        ));
+    }
+    let dist = crate::viz::build()?;
+    println!(
+        "lab {}: the link below opens the GPU's trace, with the simulator's of the same ops in \
+         the compare view",
+        l.number
+    );
+    crate::viz::serve_query(
+        &dist,
+        &out,
+        "?trace=traces/gpu.trace&compare=traces/simulated.trace",
+    )
+}
+
 fn view(l: &Lab) -> Result<(), String> {
     let out = out_dir(l.number);
     if !out.join("reference.trace").exists() {
@@ -265,11 +321,14 @@ fn view(l: &Lab) -> Result<(), String> {
     }
     let dist = crate::viz::build()?;
     println!(
-        "lab {}: open http://127.0.0.1:8000/?trace=traces/reference.trace&compare=traces/yours.trace \
-         (the reference solution, with yours in the compare view; the port differs when 8000 is taken)",
+        "lab {}: the link below opens the reference solution, with yours in the compare view",
         l.number
     );
-    crate::viz::serve(&dist, &out)
+    crate::viz::serve_query(
+        &dist,
+        &out,
+        "?trace=traces/reference.trace&compare=traces/yours.trace",
+    )
 }
 
 /// Every solution passes and every untouched skeleton fails, loom halves included.
@@ -316,19 +375,31 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let (args, slots) = take_slots(args)?;
     let (words, flags): (Vec<String>, Vec<String>) =
         args.iter().cloned().partition(|a| !a.starts_with('-'));
-    let Some(parsed) = util::command_args(&flags, &[("--solution", false)], USAGE)? else {
+    let Some(parsed) =
+        util::command_args(&flags, &[("--solution", false), ("--gpu", false)], USAGE)?
+    else {
         return Ok(());
     };
     let solution = parsed.flag("--solution");
+    let gpu = parsed.flag("--gpu");
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
     if slots.is_some() && !matches!(words.as_slice(), ["check", "3" | "03"]) {
         return Err(format!("--slots goes with check 3\n{USAGE}"));
     }
-    if solution && !matches!(words.as_slice(), ["check", _]) {
-        return Err(format!("--solution goes with check N\n{USAGE}"));
+    if solution && !matches!(words.as_slice(), ["check" | "run", _]) {
+        return Err(format!(
+            "--solution goes with check N or run N --gpu\n{USAGE}"
+        ));
+    }
+    if gpu != matches!(words.as_slice(), ["run", _]) && !matches!(words.as_slice(), ["view", _]) {
+        return Err(format!(
+            "run N takes --gpu (and --gpu goes with run N or view N)\n{USAGE}"
+        ));
     }
     match words.as_slice() {
         [] => list(),
+        ["run", n] => run_gpu(&find(n)?, solution),
+        ["view", n] if gpu => view_gpu(&find(n)?),
         ["check", n] => check(&find(n)?, solution, slots.as_deref()),
         ["view", n] => view(&find(n)?),
         ["grade"] => grade(),

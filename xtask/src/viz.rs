@@ -65,7 +65,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             Some(p) => http::Port::Given(p),
             None => http::Port::Default(http::DEFAULT_PORT),
         };
-        return serve_on(&dist, &traces, port);
+        return serve_on(&dist, &traces, port, None);
     }
     Ok(())
 }
@@ -166,10 +166,34 @@ pub fn build() -> Result<PathBuf, String> {
 
 /// Serves the app in `dist` and the traces in `traces` on 127.0.0.1 until interrupted.
 pub fn serve(dist: &Path, traces: &Path) -> Result<(), String> {
-    serve_on(dist, traces, http::Port::Default(http::DEFAULT_PORT))
+    serve_on(dist, traces, http::Port::Default(http::DEFAULT_PORT), None)
 }
 
-fn serve_on(dist: &Path, traces: &Path, port: http::Port) -> Result<(), String> {
+/// [`serve`], printing one link: the app at `query` (`?trace=...&compare=...`).
+pub fn serve_query(dist: &Path, traces: &Path, query: &str) -> Result<(), String> {
+    serve_on(
+        dist,
+        traces,
+        http::Port::Default(http::DEFAULT_PORT),
+        Some(query),
+    )
+}
+
+/// The link a server prints: the app at `query`, else at the first trace in `traces`.
+fn open_link(addr: &str, query: Option<&str>, first: Option<&str>) -> Option<String> {
+    match (query, first) {
+        (Some(q), _) => Some(format!("http://{addr}/{q}")),
+        (None, Some(f)) => Some(format!("http://{addr}/?trace=traces/{f}")),
+        (None, None) => None,
+    }
+}
+
+fn serve_on(
+    dist: &Path,
+    traces: &Path,
+    port: http::Port,
+    query: Option<&str>,
+) -> Result<(), String> {
     let started = http::start(dist, traces, port)?;
     if let Some(notice) = &started.notice {
         eprintln!("{notice}");
@@ -187,8 +211,8 @@ fn serve_on(dist: &Path, traces: &Path, port: http::Port) -> Result<(), String> 
         "viz: serving the app on http://{addr}/ (traces from {})",
         traces.display()
     );
-    if let Some(f) = first {
-        println!("viz: open http://{addr}/?trace=traces/{f}");
+    if let Some(link) = open_link(&addr.to_string(), query, first.as_deref()) {
+        println!("viz: open {link}");
     }
     loop {
         std::thread::park();
@@ -211,4 +235,23 @@ fn checks(screenshots: Option<&Path>) -> Result<(), String> {
     let summary = browser::run_all(&dist, &scratch, &chromium, &driver, screenshots)?;
     println!("{summary}; {cli}");
     Ok(())
+}
+
+#[cfg(test)]
+mod link_tests {
+    use super::open_link;
+
+    #[test]
+    fn a_given_query_is_the_one_link() {
+        let q = "?trace=traces/reference.trace&compare=traces/yours.trace";
+        assert_eq!(
+            open_link("127.0.0.1:8001", Some(q), Some("one-slot.trace")).as_deref(),
+            Some("http://127.0.0.1:8001/?trace=traces/reference.trace&compare=traces/yours.trace")
+        );
+        assert_eq!(
+            open_link("127.0.0.1:8000", None, Some("a.trace")).as_deref(),
+            Some("http://127.0.0.1:8000/?trace=traces/a.trace")
+        );
+        assert_eq!(open_link("127.0.0.1:8000", None, None), None);
+    }
 }

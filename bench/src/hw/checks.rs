@@ -7,7 +7,6 @@ use symm_core::dtype::{combine, decode_f64, DType, ReduceOp};
 use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
 use symm_core::signal::SlotKind;
-use symm_core::trace::{EventKind, Reader};
 use symm_driver::cuda::device::Device;
 use symm_driver::cuda::plan::RankPlan;
 use symm_driver::cuda::rendezvous::ThreadBootstrap;
@@ -218,50 +217,10 @@ pub fn graph_replay(world: &World, n: u32, seed: &mut u64) -> Row {
 }
 
 /// Ops of each (rank, channel) with their indices.
-type Streams = std::collections::BTreeMap<(u16, u16), Vec<(u32, Op)>>;
-
-/// Ops of each (rank, channel) in index order, from the End events of a trace.
-fn op_streams(bytes: &[u8]) -> Result<Streams, String> {
-    let rd = Reader::new(bytes).map_err(|e| e.to_string())?;
-    let mut m = std::collections::BTreeMap::<(u16, u16), Vec<(u32, Op)>>::new();
-    for ev in rd {
-        let ev = ev.map_err(|e| e.to_string())?;
-        if ev.kind == EventKind::End {
-            m.entry((ev.rank, ev.channel))
-                .or_default()
-                .push((ev.index, ev.op));
-        }
-    }
-    for v in m.values_mut() {
-        v.sort_by_key(|x| x.0);
-    }
-    Ok(m)
-}
-
-/// The first difference between two traces' op streams, per (rank, channel).
+/// The first difference between two traces' op streams, per (rank, channel)
+/// ([`symm_driver::trace_diff`]); the number of ops compared when there is none.
 pub fn semantic_diff(gpu: &[u8], sim: &[u8]) -> Result<usize, String> {
-    let (g, s) = (op_streams(gpu)?, op_streams(sim)?);
-    let keys: std::collections::BTreeSet<_> = g.keys().chain(s.keys()).copied().collect();
-    let mut n = 0;
-    for k in keys {
-        let (a, b) = (
-            g.get(&k).cloned().unwrap_or_default(),
-            s.get(&k).cloned().unwrap_or_default(),
-        );
-        for i in 0..a.len().max(b.len()) {
-            if a.get(i) != b.get(i) {
-                return Err(format!(
-                    "rank {} channel {} op {i}: gpu {:?} host {:?}",
-                    k.0,
-                    k.1,
-                    a.get(i).map(|x| x.1),
-                    b.get(i).map(|x| x.1)
-                ));
-            }
-        }
-        n += a.len();
-    }
-    Ok(n)
+    symm_driver::trace_diff::first_difference(gpu, sim).map_err(|e| e.to_string())
 }
 
 /// The same all-reduces traced on the GPU and simulated on the host: same op sequence per

@@ -376,6 +376,30 @@ pub fn run_all(
     b.keys("body", "\u{E011}")?;
     b.click("#next-stall")?;
     check(num(&b, "data-pos")? > 0.0, "next stall jumps forward")?;
+    // A deadlocked trace in the compare view (the labs' `lab view N` link) shows its hang
+    // panel at once, without "swap", and both slots name their trace beside the file buttons.
+    b.goto(&format!(
+        "{base}?trace=examples/{RING4}&compare=examples/hang-all_reduce-ring-w4.trace"
+    ))?;
+    b.wait_for(
+        "the compared trace's hang report",
+        "return !!document.getElementById('hang-compare') && !document.getElementById('hang');",
+        Duration::from_secs(20),
+    )?;
+    let hang = b.js("return document.getElementById('hang-compare').textContent;")?;
+    let hang = hang.as_str().unwrap_or("");
+    check(
+        hang.contains("compared trace") && hang.contains("root: rank 2"),
+        &format!("the compare view's hang report names rank 2 as the root: {hang}"),
+    )?;
+    let names = b.js(
+        "return document.getElementById('file-name').textContent + '|' + document.getElementById('compare-name').textContent;",
+    )?;
+    let names = names.as_str().unwrap_or("");
+    check(
+        names.contains("all_reduce-ring-w4") && names.contains("hang-all_reduce-ring-w4"),
+        &format!("the loaded traces are named beside their file buttons: {names}"),
+    )?;
     passed += 1;
 
     // 7. One million events open in under 2 s.
