@@ -36,7 +36,7 @@ pub enum BackendError {
         request: u16,
     },
     /// The CUDA backend failed.
-    #[cfg(feature = "cuda")]
+    #[cfg(all(feature = "cuda", not(loom)))]
     Cuda(crate::cuda::CudaError),
     /// A collective running at the same time on another team produced wrong output.
     Beside {
@@ -52,7 +52,7 @@ impl BackendError {
     /// a test matrix stops instead of running more cases on it.
     pub fn is_fatal(&self) -> bool {
         match self {
-            #[cfg(feature = "cuda")]
+            #[cfg(all(feature = "cuda", not(loom)))]
             BackendError::Cuda(e) => matches!(
                 e,
                 crate::cuda::CudaError::Timeout { .. } | crate::cuda::CudaError::Driver { .. }
@@ -70,7 +70,7 @@ impl std::fmt::Display for BackendError {
                 f,
                 "this backend runs {backend} ranks; the request has {request}"
             ),
-            #[cfg(feature = "cuda")]
+            #[cfg(all(feature = "cuda", not(loom)))]
             BackendError::Cuda(e) => write!(f, "{e}"),
             BackendError::Beside { team, message } => {
                 write!(
@@ -86,7 +86,7 @@ impl std::error::Error for BackendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             BackendError::Host(e) => Some(e),
-            #[cfg(feature = "cuda")]
+            #[cfg(all(feature = "cuda", not(loom)))]
             BackendError::Cuda(e) => Some(e),
             _ => None,
         }

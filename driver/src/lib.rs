@@ -21,7 +21,9 @@ pub mod abort;
 pub mod backend;
 #[cfg(target_os = "linux")]
 pub mod bootstrap;
-#[cfg(feature = "cuda")]
+// A loom build models the host-side protocols only: the GPU runtime (whose host objects use
+// std's Arc) is left out of it even when a dependent asks for the feature.
+#[cfg(all(feature = "cuda", not(loom)))]
 pub mod cuda;
 pub mod host;
 #[cfg(unix)]

@@ -31,11 +31,15 @@ pub const SIGNALS_CU: &str = include_str!("../symm/signals.cu");
 /// Element semantics and the reductions of the interpreter (binary and k-way).
 pub const REDUCE_CUH: &str = include_str!("../symm/reduce.cuh");
 
+/// The ops of plans on the GPU (`symm_run_op`), shared by the interpreter and compiled plans.
+pub const OPS_CUH: &str = include_str!("../symm/ops.cuh");
+
 /// Headers by include name.
-pub const HEADERS: [(&str, &str); 3] = [
+pub const HEADERS: [(&str, &str); 4] = [
     ("symm/plan.cuh", PLAN_CUH),
     ("symm/device.cuh", DEVICE_CUH),
     ("symm/reduce.cuh", REDUCE_CUH),
+    ("symm/ops.cuh", OPS_CUH),
 ];
 
 /// The interpreter's entry point.

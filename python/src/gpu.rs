@@ -20,6 +20,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 
 use symm_core::sched::{Collective, Request};
 use symm_driver::bootstrap::{JobEnv, SocketBootstrap};
+use symm_driver::cuda::compiled::PlanPath;
 use symm_driver::cuda::{Comm, CommOptions, CudaError, Span, Stream};
 
 use crate::{algorithm, dtype, reduce_op};
@@ -134,7 +135,7 @@ impl GpuComm {
     /// Joins job `job` (secret `token`, hex) as `rank` of `world` on the GPU local rank
     /// `local_rank` is placed on. Collective: every rank calls it.
     #[staticmethod]
-    #[pyo3(signature = (rank, world, local_rank, job, token, heap_bytes, timeout_ms, bootstrap_timeout_ms))]
+    #[pyo3(signature = (rank, world, local_rank, job, token, heap_bytes, timeout_ms, bootstrap_timeout_ms, plans="auto"))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
@@ -146,7 +147,14 @@ impl GpuComm {
         heap_bytes: u64,
         timeout_ms: u64,
         bootstrap_timeout_ms: u64,
+        plans: &str,
     ) -> PyResult<GpuComm> {
+        let plans = PlanPath::parse(plans).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "plans must be auto, interpreted or compiled, got {:?}",
+                plans.chars().take(32).collect::<String>()
+            ))
+        })?;
         let vars: HashMap<&str, String> = [
             ("RANK", rank.to_string()),
             ("WORLD_SIZE", world.to_string()),
@@ -162,6 +170,7 @@ impl GpuComm {
             heap_bytes,
             timeout: Duration::from_millis(timeout_ms),
             bootstrap_timeout: Duration::from_millis(bootstrap_timeout_ms),
+            plans,
             ..CommOptions::default()
         };
         let comm = py

@@ -110,13 +110,16 @@ def _job_and_token(rank: int, torch: Any) -> tuple[str, str]:
 
 
 def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
-         bootstrap_timeout: float = 60.0) -> None:
+         bootstrap_timeout: float = 60.0, plans: Optional[str] = None) -> None:
     """Join the job this process belongs to (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``).
 
     Under torchrun with a ``torch.distributed`` process group the job's name and secret travel
     through the group's store; otherwise ``SYMM_JOB`` and ``SYMM_TOKEN`` are read, as symm-run
     sets them. ``heap_bytes`` is each rank's symmetric heap, ``timeout`` the deadline (seconds)
-    of every device wait, ``bootstrap_timeout`` that of joining and host exchanges. Collective.
+    of every device wait, ``bootstrap_timeout`` that of joining and host exchanges. ``plans``
+    picks the kernel that runs collectives: ``"auto"`` (plans compiled to their own kernels for
+    small messages, the interpreter otherwise), ``"interpreted"`` or ``"compiled"``; default
+    ``SYMM_PLANS``, else auto. Collective.
     Calling it again while joined does nothing; :func:`finalize` (also run at exit) ends it.
     """
     global _job, _generation
@@ -145,8 +148,9 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
         if not torch.cuda.is_available():
             raise SymmError("symm.init needs a CUDA GPU, and torch sees none")
         job, token = _job_and_token(rank, torch)
+        plans = os.environ.get("SYMM_PLANS", "auto") if plans is None else plans
         comm = _symm.GpuComm.open(rank, world, local, job, token, heap_bytes,
-                                  int(timeout * 1000), int(bootstrap_timeout * 1000))
+                                  int(timeout * 1000), int(bootstrap_timeout * 1000), plans)
         _generation += 1
         _job = _Job(comm, torch)
         _DTYPES.update({

@@ -89,6 +89,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--graph-calls", type=int, default=10)
     ap.add_argument("--overhead-calls", type=int, default=200)
     ap.add_argument("--out", default=".")
+    ap.add_argument("--plans", choices=["auto", "interpreted", "compiled"], default=None,
+                    help="the kernel that runs symm's plans (default: SYMM_PLANS, else auto)")
+    ap.add_argument("--tag", default="", help="appended to the JSON file's name")
     a = ap.parse_args(argv)
     if a.min_bytes < 2 or a.max_bytes < a.min_bytes or a.factor < 2 or a.iters < 1:
         ap.error("need 2 <= min-bytes <= max-bytes, factor >= 2, iters >= 1")
@@ -98,7 +101,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     if not dist.is_initialized():
         dist.init_process_group("gloo")
-    _gpu.init(heap_bytes=max(1 << 30, 4 * a.max_bytes))
+    _gpu.init(heap_bytes=max(1 << 30, 4 * a.max_bytes), plans=a.plans)
+    plans = a.plans or os.environ.get("SYMM_PLANS", "auto")
     torch.cuda.set_device(_gpu.device())
     rank, world = _gpu.rank(), _gpu.world_size()
     dev = _gpu.device()
@@ -193,10 +197,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "extra_us": round(min(py_us) - min(rust_us), 3)}
 
     doc = {"world": world, "dtype": "bf16", "redop": "sum", "topology": comm.topology,
+           "plans": plans,
            "samples": samples, "python_overhead": overhead, "notes": notes}
     os.makedirs(a.out, exist_ok=True)
     if rank == 0:
-        with open(os.path.join(a.out, f"bench-py-w{world}.json"), "w") as f:
+        with open(os.path.join(a.out, f"bench-py-w{world}{a.tag}.json"), "w") as f:
             json.dump(doc, f, indent=1)
         _print_table(doc)
     _gpu.finalize()
@@ -209,7 +214,8 @@ def _print_table(doc: dict[str, Any]) -> None:
     for s in doc["samples"]:
         by.setdefault((s["size"], s["mode"]), {})[s["system"]] = s["us"]
     systems = ["symm", "torch_one_shot", "torch_two_shot", "nccl"]
-    print(f"all_reduce bf16, world {doc['world']}, {doc['topology']}: us per call "
+    print(f"all_reduce bf16, world {doc['world']}, {doc['topology']}, {doc['plans']} plans: "
+          "us per call "
           "(ratio: peer / symm, > 1 means symm is faster)")
     print(f"{'bytes':>10} {'mode':>6} " + " ".join(f"{s:>16}" for s in systems))
     for (size, mode), row in sorted(by.items()):

@@ -3,7 +3,11 @@
 
 use std::time::Instant;
 
+use symm_core::dtype::{DType, ReduceOp};
+use symm_core::sched::{Algorithm, Collective, Request};
 use symm_driver::cuda::compile::Compiler;
+use symm_driver::cuda::compiled;
+use symm_driver::cuda::plan::RankPlan;
 
 use crate::{codegen, util};
 
@@ -33,8 +37,38 @@ pub fn ci_checks() -> Result<(), String> {
         }
         n += 1;
     }
+    // Compiled plans: generated sources of real schedules (ring, tree, one-shot with the
+    // low-latency protocol, two-shot, all-to-all, over 1 to 4 channels) compile too, plain and
+    // traced.
+    let mut plans = 0;
+    for (coll, alg, bytes, ch) in [
+        (Collective::AllReduce, Algorithm::Ring, 64 << 10, 2),
+        (Collective::AllReduce, Algorithm::Tree, 4096, 1),
+        (Collective::AllReduce, Algorithm::OneShot, 1024, 1),
+        (Collective::AllReduce, Algorithm::TwoShot, 16 << 10, 4),
+        (Collective::AllGather, Algorithm::Ring, 4096, 1),
+        (Collective::AllToAll, Algorithm::Pairwise, 4096, 2),
+    ] {
+        let req = Request::new(coll, alg, 4, bytes, DType::Bf16, ReduceOp::Sum).with_channels(ch);
+        let plan = RankPlan::schedule(&req, 1).map_err(|e| e.to_string())?;
+        let src = compiled::checked_source(&plan, 1, 4, &req.buffer_sizes(), 1 << 16)
+            .map_err(|e| e.to_string())?;
+        for defines in [
+            ["SYMM_TRACE=0", "SYMM_MULTIMEM=0"],
+            ["SYMM_TRACE=1", "SYMM_MULTIMEM=0"],
+        ] {
+            let cubin = compiler
+                .compile_source("plan", "symm/compiled_plan.cu", &src, &defines, 90)
+                .map_err(|e| format!("compiled {} {}: {e}", coll.name(), alg.name()))?;
+            if cubin.len() < 16 || &cubin[..4] != b"\x7fELF" {
+                return Err(format!("compiled plan {}: no ELF cubin", alg.name()));
+            }
+            plans += 1;
+        }
+    }
     println!(
-        "kernels: {n} variants compiled for sm_90 with NVRTC {maj}.{min} in {:.1} s; plan.cuh fresh",
+        "kernels: {n} variants and {plans} compiled plans built for sm_90 with NVRTC {maj}.{min} \
+         in {:.1} s; plan.cuh fresh",
         t.elapsed().as_secs_f64()
     );
     Ok(())

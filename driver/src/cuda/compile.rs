@@ -40,6 +40,11 @@ impl Compiler {
 
     /// The options a variant is compiled with for `sm_{arch}`.
     pub fn options(v: &Variant, arch: u32) -> Vec<String> {
+        Self::options_with(v.defines, arch)
+    }
+
+    /// The options of a source with `defines` (`NAME=VALUE`) for `sm_{arch}`.
+    pub fn options_with(defines: &[&str], arch: u32) -> Vec<String> {
         let mut o = vec![
             format!("--gpu-architecture=sm_{arch}"),
             "--std=c++17".into(),
@@ -47,20 +52,33 @@ impl Compiler {
             "--device-as-default-execution-space".into(),
             format!("-DSYMM_THREADS={}", symm_kernels::INTERP_THREADS),
         ];
-        o.extend(v.defines.iter().map(|d| format!("-D{d}")));
+        o.extend(defines.iter().map(|d| format!("-D{d}")));
         o
     }
 
     /// Compiles a variant to a cubin for `sm_{arch}` (e.g. 90).
     pub fn compile(&self, v: &Variant, arch: u32) -> Result<Vec<u8>> {
+        self.compile_source(v.name, v.file, v.source, v.defines, arch)
+    }
+
+    /// Compiles `source` (named `file` in messages; it may include symm's headers) with
+    /// `defines` to a cubin for `sm_{arch}`; `name` names it in errors.
+    pub fn compile_source(
+        &self,
+        name_of: &'static str,
+        file: &str,
+        source: &str,
+        defines: &[&str],
+        arch: u32,
+    ) -> Result<Vec<u8>> {
         let api = &self.nvrtc.api;
         let cstr = |s: &str| {
             CString::new(s).map_err(|_| CudaError::NulByte {
                 what: "kernel source or name",
             })
         };
-        let src = cstr(v.source)?;
-        let name = cstr(v.file)?;
+        let src = cstr(source)?;
+        let name = cstr(file)?;
         let mut hdr_src = Vec::new();
         let mut hdr_name = Vec::new();
         for (n, s) in symm_kernels::HEADERS {
@@ -69,7 +87,7 @@ impl Compiler {
         }
         let hdr_src_p: Vec<_> = hdr_src.iter().map(|c| c.as_ptr()).collect();
         let hdr_name_p: Vec<_> = hdr_name.iter().map(|c| c.as_ptr()).collect();
-        let opts: Vec<CString> = Self::options(v, arch)
+        let opts: Vec<CString> = Self::options_with(defines, arch)
             .iter()
             .map(|o| cstr(o))
             .collect::<Result<_>>()?;
@@ -89,7 +107,7 @@ impl Compiler {
         };
         if rc != 0 {
             return Err(CudaError::Compile {
-                variant: v.name,
+                variant: name_of,
                 log: format!("nvrtcCreateProgram returned {rc}"),
             });
         }
@@ -97,11 +115,11 @@ impl Compiler {
         let rc = unsafe { (api.compile_program)(prog, opts_p.len() as i32, opts_p.as_ptr()) };
         let out = if rc != 0 {
             Err(CudaError::Compile {
-                variant: v.name,
+                variant: name_of,
                 log: self.log(prog),
             })
         } else {
-            self.cubin(prog, v.name)
+            self.cubin(prog, name_of)
         };
         // SAFETY: `prog` is a valid program, destroyed exactly once.
         unsafe { (api.destroy_program)(&mut prog) };
@@ -152,17 +170,30 @@ impl Compiler {
 /// The cache key of a variant for an architecture, compiler and driver: the name, the
 /// architecture, the driver and a SHA-256 prefix of source, headers, options and NVRTC version.
 pub fn cache_key(v: &Variant, arch: u32, nvrtc: (i32, i32), driver: i32) -> String {
+    source_key(v.name, v.source, v.defines, arch, nvrtc, driver)
+}
+
+/// [`cache_key`] of any source (a compiled plan's): `name`, then the same hash.
+pub fn source_key(
+    name: &str,
+    source: &str,
+    defines: &[&str],
+    arch: u32,
+    nvrtc: (i32, i32),
+    driver: i32,
+) -> String {
+    let v_name = name;
     let mut h = Sha256::new();
     let mut field = |bytes: &[u8]| {
         h.update((bytes.len() as u64).to_le_bytes());
         h.update(bytes);
     };
-    field(v.source.as_bytes());
+    field(source.as_bytes());
     for (n, s) in symm_kernels::HEADERS {
         field(n.as_bytes());
         field(s.as_bytes());
     }
-    for o in Compiler::options(v, arch) {
+    for o in Compiler::options_with(defines, arch) {
         field(o.as_bytes());
     }
     field(&nvrtc.0.to_le_bytes());
@@ -171,7 +202,7 @@ pub fn cache_key(v: &Variant, arch: u32, nvrtc: (i32, i32), driver: i32) -> Stri
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    format!("{}-sm{arch}-drv{driver}-{hash}.cubin", v.name)
+    format!("{v_name}-sm{arch}-drv{driver}-{hash}.cubin")
 }
 
 /// A cubin for the variant: from the private disk cache (see [`crate::kernel_cache`]) when it
@@ -186,6 +217,22 @@ pub fn cubin(
     let key = cache_key(v, arch, compiler.version(), driver);
     let cache = KernelCache::open_default();
     kernel_cache::fetch(cache.as_ref(), &key, || compiler.compile(v, arch))
+}
+
+/// A cubin for a generated source (see [`cubin`]), cached under [`source_key`].
+pub fn cubin_of_source(
+    compiler: &Compiler,
+    name: &'static str,
+    source: &str,
+    defines: &[&str],
+    arch: u32,
+    driver: i32,
+) -> Result<(Vec<u8>, Origin)> {
+    let key = source_key(name, source, defines, arch, compiler.version(), driver);
+    let cache = KernelCache::open_default();
+    kernel_cache::fetch(cache.as_ref(), &key, || {
+        compiler.compile_source(name, "symm/compiled_plan.cu", source, defines, arch)
+    })
 }
 
 #[cfg(test)]

@@ -21,6 +21,9 @@ pub struct DevicePlan {
     /// The `World` or `Comm` that validated it ([`next_owner`]) and the rank it is for.
     owner: u64,
     rank: u16,
+    /// The plan compiled to its own kernel ([`super::compiled`]), plain and traced, when the
+    /// owner chose to; else the interpreter runs it. Compiled from `host`, which was validated.
+    compiled: [std::sync::OnceLock<super::launch::Kernel>; 2],
 }
 
 /// A number no other `World` or `Comm` of this process has: what ties a plan to its owner.
@@ -55,7 +58,28 @@ impl DevicePlan {
             chan,
             owner,
             rank,
+            compiled: [std::sync::OnceLock::new(), std::sync::OnceLock::new()],
         })
+    }
+
+    /// Compiles this (validated) plan to its own kernel, traced or not, unless it has it.
+    pub(crate) fn compile(
+        &self,
+        compiler: &super::compile::Compiler,
+        dev: &Device,
+        trace: bool,
+    ) -> Result<()> {
+        let slot = &self.compiled[usize::from(trace)];
+        if slot.get().is_none() {
+            // Two threads may both compile; one kernel is kept, the other unloaded.
+            let _ = slot.set(super::compiled::load(compiler, dev, &self.host, trace)?);
+        }
+        Ok(())
+    }
+
+    /// The compiled kernel of this plan (traced or not), when it was compiled.
+    pub(crate) fn compiled(&self, trace: bool) -> Option<&super::launch::Kernel> {
+        self.compiled[usize::from(trace)].get()
     }
 
     /// The plan as validated (for traces and checks).

@@ -27,6 +27,7 @@ mod backend;
 pub mod bounds;
 pub mod comm;
 pub mod compile;
+pub mod compiled;
 pub mod ctx;
 pub mod device;
 pub mod device_plan;

@@ -8,12 +8,33 @@ use symm_core::sched::{Request, MAX_CHANNELS};
 use super::{Comm, ABORT_BYTES};
 use crate::cuda::bounds::{check_buffers, Buffers};
 use crate::cuda::compile::{self, Compiler};
+use crate::cuda::compiled::PlanPath;
 use crate::cuda::device::{self, DevBuf, Stream};
 use crate::cuda::device_plan::DevicePlan;
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::launch::{InterpParams, Kernel, EVENT_BYTES};
 use crate::cuda::plan::RankPlan;
 use crate::cuda::trace;
+
+/// The background plan compiler of a Comm: its queue and thread. Dropping it (with the Comm)
+/// stops the thread after the compile in flight and waits for it, so no compile or module load
+/// outlives the Comm or runs while the process exits.
+pub(crate) struct PlanCompiler {
+    queue: Option<std::sync::mpsc::Sender<Arc<DevicePlan>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Raised on drop: the thread finishes the compile in flight and skips the rest.
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for PlanCompiler {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.queue.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
 
 /// The traced interpreter and its buffers (`cap` events per channel), loaded on first use.
 pub(super) struct Tracing {
@@ -53,14 +74,64 @@ impl Comm {
         let host = build()?;
         let sizes = key.1.buffer_sizes();
         host.validate(self.rank, self.world, &sizes, self.pad_slots, false)?;
+        let ops = host.ops.len();
         let p = Arc::new(DevicePlan::upload(
             &self.dev,
             host,
             sizes,
             (self.id, self.rank),
         )?);
+        if self.opts.plans.compiles(key.1.bytes, ops) {
+            if self.opts.plans == PlanPath::Compiled {
+                // Forced: compiled now, and a plan that does not compile is an error.
+                p.compile(&self.compiler, &self.dev, false)?;
+            } else {
+                // Auto: the interpreter runs it until the compiled kernel is ready (compiling
+                // takes about a second; a plan that does not compile stays interpreted).
+                self.compile_later(p.clone());
+            }
+        }
         cache().insert(key, p.clone());
         Ok(p)
+    }
+
+    /// Queues `plan` for the background compiler, starting it on first use.
+    fn compile_later(&self, plan: Arc<DevicePlan>) {
+        let mut q = self.compiling.lock().unwrap_or_else(|e| e.into_inner());
+        if q.is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<Arc<DevicePlan>>();
+            let compiler = self.compiler.clone();
+            let ordinal = self.dev.ordinal();
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let stopped = stop.clone();
+            let spawned = std::thread::Builder::new()
+                .name("symm-plan-compiler".into())
+                .spawn(move || {
+                    // The same primary context as the Comm's: the kernels load where it runs.
+                    let Ok(dev) = device::Device::open(ordinal) else {
+                        return;
+                    };
+                    for plan in rx {
+                        if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                            break; // the Comm is going: what is queued stays interpreted
+                        }
+                        let _ = plan.compile(&compiler, &dev, false);
+                    }
+                });
+            match spawned {
+                Ok(thread) => {
+                    *q = Some(PlanCompiler {
+                        queue: Some(tx),
+                        thread: Some(thread),
+                        stop,
+                    })
+                }
+                Err(_) => return, // no thread: the interpreter keeps running every plan
+            }
+        }
+        if let Some(tx) = q.as_ref().and_then(|w| w.queue.as_ref()) {
+            let _ = tx.send(plan);
+        }
     }
 
     /// Builds and uploads this rank's plan of `req` now. The first [`Comm::enqueue`] of a request
@@ -154,7 +225,12 @@ impl Comm {
             channels,
             trace_cap: traced.map_or(0, |t| t.cap),
         };
-        let kernel = traced.map_or(&self.interp, |t| &t.kernel);
+        // A compiled plan runs its own kernel (the traced one for a traced run, compiled
+        // before the launch by `run_traced`), else the interpreter.
+        let kernel = match traced {
+            Some(t) => plan.compiled(true).unwrap_or(&t.kernel),
+            None => plan.compiled(false).unwrap_or(&self.interp),
+        };
         self.dev.bind()?;
         // SAFETY: `InterpParams` mirrors `symm_interp_params` (the traced variant takes the same
         // block); the plan (every plan, world or team, is kept by the Comm's cache), the heap,
@@ -195,6 +271,11 @@ impl Comm {
             return Err(CudaError::Invalid("tracing not loaded".into()));
         };
         t.lens.fill(0)?;
+        self.check_request(req, b)?;
+        let plan = self.plan(req)?;
+        if plan.compiled(false).is_some() {
+            plan.compile(&self.compiler, &self.dev, true)?;
+        }
         let plan = self.launch(req, b, stream, Some(t))?;
         self.synchronize(stream)?;
         let (per, overflow) =

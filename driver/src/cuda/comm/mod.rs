@@ -56,6 +56,7 @@ use symm_core::team::MAX_TEAMS;
 
 use super::bounds::{self as guard, Buffers};
 use super::compile::{self, Compiler};
+use super::compiled::PlanPath;
 use super::device::{self, DevBuf, Device, HostMapped, Stream};
 use super::device_plan::DevicePlan;
 use super::error::{check, driver, CudaError, Result};
@@ -79,6 +80,9 @@ pub struct CommOptions {
     pub nvrtc: Option<std::path::PathBuf>,
     /// Trace events kept per channel by [`Comm::run_traced`].
     pub trace_cap: u32,
+    /// Which kernel runs plans: compiled plans for small requests by default
+    /// ([`crate::cuda::compiled`]); [`Comm::from_env`] takes `SYMM_PLANS`.
+    pub plans: PlanPath,
 }
 
 impl CommOptions {
@@ -99,6 +103,7 @@ impl Default for CommOptions {
             bootstrap_timeout: Duration::from_secs(60),
             nvrtc: None,
             trace_cap: 1 << 14,
+            plans: PlanPath::Auto,
         }
     }
 }
@@ -120,6 +125,11 @@ pub struct Comm {
     /// The lost-peer callback's hold on the abort word (`crate::abort`), taken back on drop.
     armed: crate::abort::Arm<HostMapped>,
     interp: Kernel,
+    /// NVRTC, for compiled plans ([`crate::cuda::compiled`]).
+    compiler: Arc<Compiler>,
+    /// The queue of the background plan compiler (started on first use; it ends when the
+    /// Comm drops the sender). Plans run interpreted until their compiled kernel is ready.
+    compiling: Mutex<Option<launch::PlanCompiler>>,
     expected: DevBuf,
     host: Arc<HostMapped>,
     heap: SymmetricHeap,
@@ -158,8 +168,17 @@ pub struct Comm {
 impl Comm {
     /// Joins the job described by the environment on GPU `LOCAL_RANK` (or where `SYMM_DEVICES`
     /// puts it: [`crate::cuda::placement`]).
-    pub fn from_env(opts: CommOptions) -> Result<Comm> {
+    pub fn from_env(mut opts: CommOptions) -> Result<Comm> {
         opts.validate()?;
+        if let Some(v) = std::env::var_os("SYMM_PLANS") {
+            let s = v.to_str().unwrap_or("");
+            opts.plans = PlanPath::parse(s).ok_or_else(|| {
+                CudaError::Invalid(format!(
+                    "SYMM_PLANS={:?}: auto, interpreted or compiled",
+                    s.chars().take(32).collect::<String>()
+                ))
+            })?;
+        }
         let boot =
             SocketBootstrap::from_env(opts.bootstrap_timeout).map_err(CudaError::Bootstrap)?;
         let ordinal = Self::placement(boot.local_rank());
@@ -243,6 +262,7 @@ impl Comm {
         Ok(Parts {
             armed,
             interp: Kernel::load(&dev, &cubin, symm_kernels::INTERP_ENTRY)?,
+            compiler,
             expected: DevBuf::zeroed(&dev, pad_slots as usize * 8)?,
             alloc: Heap::new(heap.stride - data_off),
             heap,
@@ -504,6 +524,7 @@ impl Drop for Comm {
 
 /// What `open_inner` builds before the bootstrap joins it.
 struct Parts {
+    compiler: Compiler,
     sharing: Sharing,
     armed: crate::abort::Arm<HostMapped>,
     interp: Kernel,
@@ -524,6 +545,8 @@ impl Parts {
             signals: Mutex::new(None),
             armed: self.armed,
             interp: self.interp,
+            compiler: Arc::new(self.compiler),
+            compiling: Mutex::new(None),
             expected: self.expected,
             host: self.host,
             heap: self.heap,
