@@ -59,3 +59,5 @@ def test_open_refuses_a_bad_job_before_touching_a_gpu():
         _symm.GpuComm.open(0, 1, 0, "job", "xyz", 1 << 20, 1000, 1000)
     with pytest.raises(ValueError):
         _symm.GpuComm.open(3, 2, 0, "job", "ab" * 16, 1 << 20, 1000, 1000)
+    with pytest.raises(ValueError, match="plans"):
+        _symm.GpuComm.open(0, 1, 0, "job", "ab" * 16, 1 << 20, 1000, 1000, "fastest")
