@@ -152,7 +152,10 @@ impl Comm {
         let capturing = stream.is_capturing()?;
         let ws = self.workspace(req, capturing)?;
         if capturing {
-            self.prepared((0, *req))?;
+            // Said in the caller's terms: run the call once before capturing it.
+            self.prepared((0, *req)).map_err(|_| CudaError::Capturing {
+                what: "a collective's first use (its plan)",
+            })?;
         }
         let b = Buffers {
             input: in_heap.unwrap_or(ws.input),
