@@ -177,6 +177,15 @@ fn run_gpu(l: &Lab, which: Which, out: PathBuf) -> bool {
     }
 }
 
+/// Lab `n` of the command line, its number and its default output folder.
+fn lab_arg(n: &str) -> Result<(u8, &'static Lab, PathBuf), String> {
+    let n: u8 = n
+        .parse()
+        .map_err(|_| format!("{n:?} is not a lab number"))?;
+    let l = lab(n).ok_or_else(|| format!("there is no lab {n} (symm-labs list)"))?;
+    Ok((n, l, target_dir().join("labs").join(format!("{n:02}"))))
+}
+
 fn run(args: &[String]) -> Result<bool, String> {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     match words.as_slice() {
@@ -192,12 +201,8 @@ fn run(args: &[String]) -> Result<bool, String> {
         }
         ["grade-all"] => Ok(grade_all()),
         ["check", n, rest @ ..] => {
-            let n: u8 = n
-                .parse()
-                .map_err(|_| format!("{n:?} is not a lab number"))?;
-            let l = lab(n).ok_or_else(|| format!("there is no lab {n} (symm-labs list)"))?;
+            let (n, l, mut out) = lab_arg(n)?;
             let mut which = Which::Student;
-            let mut out = target_dir().join("labs").join(format!("{n:02}"));
             let mut slots = None;
             let mut it = rest.iter();
             while let Some(a) = it.next() {
@@ -216,12 +221,8 @@ fn run(args: &[String]) -> Result<bool, String> {
             Ok(check(l, which, out, slots))
         }
         ["run", n, rest @ ..] => {
-            let n: u8 = n
-                .parse()
-                .map_err(|_| format!("{n:?} is not a lab number"))?;
-            let l = lab(n).ok_or_else(|| format!("there is no lab {n} (symm-labs list)"))?;
+            let (_, l, mut out) = lab_arg(n)?;
             let mut which = Which::Student;
-            let mut out = target_dir().join("labs").join(format!("{n:02}"));
             let mut gpu = false;
             let mut it = rest.iter();
             while let Some(a) = it.next() {

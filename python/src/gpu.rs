@@ -248,10 +248,7 @@ impl GpuComm {
         slot: u32,
         stream_handle: u64,
     ) -> PyResult<()> {
-        let s = stream(&self.comm, stream_handle)?;
-        self.comm
-            .put_signal(pad, pad_len, u16_arg("peer", peer)?, slot, &s)
-            .map_err(|e| py_err(py, e))
+        self.signal(py, (pad, pad_len), peer, slot, stream_handle, false)
     }
 
     /// Enqueues a wait for signal `slot` from `peer` in this rank's pad (which clears it).
@@ -264,10 +261,7 @@ impl GpuComm {
         slot: u32,
         stream_handle: u64,
     ) -> PyResult<()> {
-        let s = stream(&self.comm, stream_handle)?;
-        self.comm
-            .wait_signal(pad, pad_len, u16_arg("peer", peer)?, slot, &s)
-            .map_err(|e| py_err(py, e))
+        self.signal(py, (pad, pad_len), peer, slot, stream_handle, true)
     }
 
     /// Heap bytes per rank (the distance between two ranks' copies) and the buffer area.
@@ -430,6 +424,26 @@ impl GpuComm {
 }
 
 impl GpuComm {
+    /// A put (`wait` false) or a wait of signal `slot` with `peer` in the pad `(offset, len)`.
+    fn signal(
+        &self,
+        py: Python<'_>,
+        (pad, pad_len): (u64, u64),
+        peer: i64,
+        slot: u32,
+        stream_handle: u64,
+        wait: bool,
+    ) -> PyResult<()> {
+        let s = stream(&self.comm, stream_handle)?;
+        let peer = u16_arg("peer", peer)?;
+        if wait {
+            self.comm.wait_signal(pad, pad_len, peer, slot, &s)
+        } else {
+            self.comm.put_signal(pad, pad_len, peer, slot, &s)
+        }
+        .map_err(|e| py_err(py, e))
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn request(
         &self,

@@ -224,37 +224,36 @@ fn verdict(n: u8, ops: Result<(), ()>, loom: Option<Result<(), String>>) -> Resu
     }
 }
 
-fn check(l: &Lab, solution: bool, slots: Option<&str>) -> Result<(), String> {
-    let out = out_dir(l.number);
+/// The checker's command line: `symm-labs SUB N FLAGS --out <target>/labs/NN` through cargo.
+fn checker(sub: &str, l: &Lab, flags: &[&str]) -> std::process::Command {
+    let out = out_dir(l.number).display().to_string();
     let n = l.number.to_string();
-    let mut args = vec![
-        "run",
-        "-q",
-        "--release",
-        "-p",
-        "symm-labs",
-        "--",
-        "check",
-        &n,
-    ];
+    let mut c = cargo();
+    c.args(["run", "-q", "--release", "-p", "symm-labs", "--", sub, &n])
+        .args(flags)
+        .args(["--out", &out]);
+    c
+}
+
+fn check(l: &Lab, solution: bool, slots: Option<&str>) -> Result<(), String> {
+    let n = l.number;
+    let mut flags = Vec::new();
     if solution {
-        args.push("--solution");
+        flags.push("--solution");
     }
     if let Some(s) = slots {
-        args.extend(["--slots", s]);
+        flags.extend(["--slots", s]);
     }
-    let out_s = out.display().to_string();
-    args.extend(["--out", &out_s]);
     if slots.is_some() {
         // Not a grade: the checker's own output says what the schedule did.
-        return util::run(cargo().args(&args)).map_err(|_| {
+        return util::run(&mut checker("check", l, &flags)).map_err(|_| {
             format!(
                 "lab {n} does not run through with --slots {}",
                 slots.unwrap_or("")
             )
         });
     }
-    let ops = util::run(cargo().args(&args)).map_err(|_| ());
+    let ops = util::run(&mut checker("check", l, &flags)).map_err(|_| ());
     let loom = loom(l.number, if solution { &["--solution"] } else { &[] });
     if loom.is_none() {
         // The checker's own last line is the verdict.
@@ -268,27 +267,13 @@ fn check(l: &Lab, solution: bool, slots: Option<&str>) -> Result<(), String> {
 /// `lab run N --gpu`: the checker's binary does it all (and says in one line when there is no
 /// GPU).
 fn run_gpu(l: &Lab, solution: bool) -> Result<(), String> {
-    let out = out_dir(l.number);
-    let n = l.number.to_string();
-    let out_s = out.display().to_string();
-    let mut args = vec![
-        "run",
-        "-q",
-        "--release",
-        "-p",
-        "symm-labs",
-        "--",
-        "run",
-        &n,
-        "--gpu",
-        "--out",
-        &out_s,
-    ];
-    if solution {
-        args.push("--solution");
-    }
-    util::run(cargo().args(&args))
-        .map_err(|_| format!("lab {n} does not run on the GPU yet (see above)"))
+    let flags: &[&str] = if solution {
+        &["--gpu", "--solution"]
+    } else {
+        &["--gpu"]
+    };
+    util::run(&mut checker("run", l, flags))
+        .map_err(|_| format!("lab {} does not run on the GPU yet (see above)", l.number))
 }
 
 /// `lab view N --gpu`: the GPU trace of `lab run N --gpu` beside the simulator's.

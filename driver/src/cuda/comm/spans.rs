@@ -83,14 +83,22 @@ impl Comm {
     /// host: the ranks agreed on them and the request's workspace and plan exist. A binding may
     /// keep its interpreter lock for such calls and release it for the others.
     pub fn spans_ready(&self, req: &Request, input: Span, output: Span) -> bool {
-        let in_heap = self.heap_offset(input);
-        let overlaps = output.ptr < input.ptr.saturating_add(input.len)
-            && input.ptr < output.ptr.saturating_add(output.len);
-        let out_heap = self.heap_offset(output).filter(|_| !overlaps);
+        let (in_heap, out_heap) = self.sides(input, output);
         let Ok(s) = self.spans_lock() else {
             return false;
         };
         s.agreed.contains(&(*req, in_heap, out_heap)) && s.work.contains_key(req)
+    }
+
+    /// Where each side runs: its heap offset when used in place, `None` when staged (outside
+    /// the heap or misaligned; an output overlapping the input is always staged).
+    fn sides(&self, input: Span, output: Span) -> (Option<u64>, Option<u64>) {
+        let overlaps = output.ptr < input.ptr.saturating_add(input.len)
+            && input.ptr < output.ptr.saturating_add(output.len);
+        (
+            self.heap_offset(input),
+            self.heap_offset(output).filter(|_| !overlaps),
+        )
     }
 
     fn spans_lock(&self) -> Result<std::sync::MutexGuard<'_, Spans>> {
@@ -139,10 +147,7 @@ impl Comm {
                 });
             }
         }
-        let in_heap = self.heap_offset(input);
-        let overlaps = output.ptr < input.ptr.saturating_add(input.len)
-            && input.ptr < output.ptr.saturating_add(output.len);
-        let out_heap = self.heap_offset(output).filter(|_| !overlaps);
+        let (in_heap, out_heap) = self.sides(input, output);
         for (s, heap) in [(input, in_heap), (output, out_heap)] {
             if heap.is_none() && s.len > 0 {
                 self.check_device_span(s)?;
