@@ -23,8 +23,10 @@
 //!
 //! The host simulator runs the same op streams with the same `alpha` and `beta`, so the model
 //! is its closed form: a test compares [`select`]'s pick against the simulator's fastest
-//! algorithm over worlds 2..72 and 1 KiB..1 GiB. Both count every op of a channel as serial and
-//! charge local passes at link bandwidth; `cargo xtask hw` measures the truth on GPUs.
+//! algorithm over worlds 2..72 and 1 KiB..1 GiB. The simulator is the finer of the two: it
+//! shares each rank's link ports among its channels, charges a signal's sender only its issue
+//! ([`Link::issue_us`]) and local passes at memory bandwidth ([`Link::memory_bytes_per_us`]);
+//! `cargo xtask hw` measures the truth on GPUs and fits the link to it.
 
 use crate::sched::{algorithms, Algorithm, Request};
 
@@ -69,6 +71,28 @@ impl Link {
         beta_bytes_per_us: 10_000.0,
         multicast_bytes_per_us: 10_000.0,
     };
+
+    /// What issuing a signal costs its sender, as a fraction of a hop: the store is posted, so
+    /// the sender pays its issue and fence while the hop's latency (`alpha`) is paid by the
+    /// arrival. An eighth of NVLink 4's 0.6 us hop is 75 ns.
+    pub const ISSUE_PER_HOP: f64 = 0.125;
+
+    /// A rank's own memory bandwidth (a local copy or reduction) over its link's: HBM3's
+    /// 3.35 TB/s read and write in one pass is about 1.6 TB/s of copy, four NVLink 4 ports
+    /// (370 GB/s each way). A ratio rather than a field keeps [`Link`] the three numbers the
+    /// bench fits (launch, alpha, beta).
+    pub const MEMORY_PER_LINK: f64 = 4.0;
+
+    /// The sender's cost of one signal, in microseconds ([`Link::ISSUE_PER_HOP`] of a hop).
+    pub fn issue_us(&self) -> f64 {
+        self.alpha_us * Link::ISSUE_PER_HOP
+    }
+
+    /// A rank's local memory bandwidth in bytes per microsecond ([`Link::MEMORY_PER_LINK`]
+    /// times the link's).
+    pub fn memory_bytes_per_us(&self) -> f64 {
+        self.beta_bytes_per_us * Link::MEMORY_PER_LINK
+    }
 }
 
 /// `log2(p)` as a real number (0 for p <= 1), without `std`.
