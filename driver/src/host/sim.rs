@@ -1,16 +1,47 @@
 //! The deterministic single-threaded simulator.
 //!
-//! Every (rank, channel) stream runs on the generic executor in turn, until it blocks or ends.
-//! Time is virtual: each stream has a clock; a data op advances it by its size over the link
-//! bandwidth (plus one hop latency when it touches another rank), a signal by one hop latency and
-//! it records when the peer's counter reached each value, and a wait ends at the later of the
-//! stream's clock and the moment the counter reached its target. The result is the time the
-//! schedule would take on a machine described by the [`Link`], with every dependency honoured.
+//! Every (rank, channel) stream runs on the generic executor with a virtual clock (nanoseconds,
+//! from the link's launch). The simulator always runs one op of the stream whose clock is
+//! earliest (ties by stream index), so the machine's resources are claimed in about the order of
+//! virtual time; a stream that blocks is parked until a signal or a low-latency put reaches its
+//! rank. The result is the time the schedule would take on a machine described by the
+//! [`Link`], with every dependency honoured; it is a pure function of the request and the link.
+//!
+//! ## The model (`ports`)
+//!
+//! * **Resources.** Each rank has an egress and an ingress link port (`beta` each way), a memory
+//!   port for passes that stay on the rank ([`Link::memory_bytes_per_us`], four times `beta`),
+//!   and a switch port for multicast. An op moves its bytes through the rank that runs it: a
+//!   remote source is read through its rank's egress into the runner's ingress, a remote
+//!   destination written through the runner's egress into its rank's ingress. Each port serves
+//!   its share of an op in the earliest gap of its timeline at or after the op is ready, and the
+//!   op's transfer ends when its last port is done. So the channels of a rank, and its
+//!   low-latency puts, share its link: C channels move bytes no faster than one port allows,
+//!   they serialise on it.
+//! * **Latency.** A read ends one hop (`alpha`) after its transfer (the loads come back); a
+//!   write is posted: its stream goes on when the bytes left, and they land a hop later.
+//! * **Signals.** A signal costs its sender only the issue ([`Link::issue_us`], an eighth of a
+//!   hop); it lands on the peer one hop after it was issued. A wait ends at the later of the
+//!   moment the stream reached it (`wait_began`, when it first blocked) and the moment the
+//!   signal that satisfies it landed; a low-latency reduce likewise waits until its lines
+//!   landed. Since a sender issues a signal after its put's bytes left, the signal lands after
+//!   the data.
+//! * **The end** of a run is the latest stream clock or landing.
+//!
+//! [`fit_link`] fits the link's launch, alpha and beta to measured times (the bench does it with
+//! its GPU samples).
 
-use std::collections::HashMap;
+mod fit;
+mod ports;
+
+pub use fit::{fit_link, FitError, FitRow, FitSample, LinkFit};
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use super::mem::{RankFabric, Temps, WorldMem};
 use super::{HostError, Run, DEFAULT_LINK};
+use ports::Ports;
 use symm_core::cost::Link;
 use symm_core::exec::{Executor, Step};
 use symm_core::op::{Op, SignalOp};
@@ -66,53 +97,8 @@ pub fn check_inputs(req: &Request, inputs: &[Vec<u8>]) -> Result<(), HostError> 
     Ok(())
 }
 
-fn cost_ns(op: &Op, me: u16, link: &Link) -> u64 {
-    let us = match *op {
-        Op::Copy { src, dst, bytes } => {
-            let hop = if src.rank != me || dst.rank != me {
-                link.alpha_us
-            } else {
-                0.0
-            };
-            hop + bytes as f64 / link.beta_bytes_per_us
-        }
-        Op::Reduce { a, b, dst, .. } => {
-            let remote = a.rank != me || b.rank != me || dst.rank != me;
-            (if remote { link.alpha_us } else { 0.0 }) + op.bytes() as f64 / link.beta_bytes_per_us
-        }
-        Op::ReduceN {
-            ranks,
-            dst,
-            elems,
-            dtype,
-            ..
-        } => {
-            // The remote sources come in over this rank's link together: one hop, their bytes.
-            let remote = ranks.as_slice().iter().filter(|&&r| r != me).count() as f64;
-            let hop = if remote > 0.0 || dst.rank != me {
-                link.alpha_us
-            } else {
-                0.0
-            };
-            let bytes = elems.saturating_mul(dtype.size()) as f64;
-            hop + remote.max(1.0) * bytes / link.beta_bytes_per_us
-        }
-        Op::LlPut { dst, bytes, .. } => {
-            let hop = if dst.rank != me { link.alpha_us } else { 0.0 };
-            hop + symm_core::ll::line_bytes(bytes) as f64 / link.beta_bytes_per_us
-        }
-        // Reading its own memory once the lines are there (their arrival is the wait).
-        Op::LlReduce { elems, dtype, .. } => {
-            elems.saturating_mul(dtype.size()) as f64 / link.beta_bytes_per_us
-        }
-        Op::McReduce { .. } | Op::McStore { .. } => {
-            link.alpha_us + op.bytes() as f64 / link.multicast_bytes_per_us.max(1.0)
-        }
-        Op::Signal { .. } => link.alpha_us,
-        Op::Wait { .. } => 0.0,
-    };
-    (us * 1000.0).round() as u64
-}
+/// A stream in the simulator: rank, channel, executor, clock, when its blocked op began, done.
+type Stream<'e, I> = (u16, u16, Executor<'e, I>, u64, Option<u64>, bool);
 
 /// The (cumulative value, time) of every signal one slot received.
 #[derive(Clone, Default)]
@@ -225,8 +211,11 @@ where
     let per_channel = (slots / req.channels.max(1) as usize).max(1);
     let mut expected = vec![vec![0u64; slots]; w];
     let ranges = expected.iter_mut().flat_map(|v| v.chunks_mut(per_channel));
-    let launch = (opts.link.launch_us * 1000.0) as u64;
-    let mut st: Vec<_> = streams
+    let launch = ports::ns(opts.link.launch_us);
+    let mut ports = Ports::new(req.world, opts.link);
+    // The latest moment any write or signal landed: a run ends when everything arrived.
+    let mut last_landing = launch;
+    let mut st: Vec<Stream<'_, I>> = streams
         .into_iter()
         .zip(ranges)
         .map(|((r, c, s), e)| {
@@ -238,136 +227,136 @@ where
     let mut temps = Temps::default();
     let mut ops = 0u64;
     let mut live = st.len();
+    // Streams run one op at a time, the one with the earliest clock first (ties by index), so
+    // the ports are claimed roughly in virtual-time order. A blocked stream is parked on its
+    // rank until a signal or a low-latency put reaches that rank.
+    let mut runnable: BinaryHeap<Reverse<(u64, usize)>> =
+        (0..st.len()).map(|i| Reverse((launch, i))).collect();
+    let mut parked: Vec<Vec<usize>> = vec![Vec::new(); w];
+    let mut progressed = true;
     while live > 0 {
-        let mut progressed = false;
-        for (rank, channel, ex, clock, wait_began, done) in st.iter_mut() {
-            if *done {
+        let Some(Reverse((_, i))) = runnable.pop() else {
+            // Nothing runnable: every parked stream tries once more; without progress since
+            // the last such round, the world is deadlocked.
+            if !progressed {
+                return Err(deadlock(&mut st, &mem, &mut temps));
+            }
+            progressed = false;
+            for p in parked.iter_mut() {
+                runnable.extend(p.drain(..).map(|i| Reverse((st[i].3, i))));
+            }
+            continue;
+        };
+        let (rank, channel, ex, clock, wait_began, done) = &mut st[i];
+        let mut view = RankFabric::new(&mem, *rank, &mut temps);
+        let step = ex
+            .step(&mut view)
+            .map_err(|e| super::exec_error(*rank, *channel, e))?;
+        let (index, op) = match step {
+            Step::Done => {
+                *done = true;
+                live -= 1;
+                progressed = true;
                 continue;
             }
-            loop {
-                let mut view = RankFabric::new(&mem, *rank, &mut temps);
-                let step = ex
-                    .step(&mut view)
-                    .map_err(|e| super::exec_error(*rank, *channel, e))?;
-                let (index, op) = match step {
-                    Step::Done => {
-                        *done = true;
-                        live -= 1;
-                        progressed = true;
-                        break;
-                    }
-                    Step::Blocked { .. } => {
-                        wait_began.get_or_insert(*clock);
-                        break;
-                    }
-                    Step::Ran { index, op } => (index, op),
-                };
-                progressed = true;
-                ops += 1;
-                let begin = wait_began.take().unwrap_or(*clock);
-                let end = match op {
-                    Op::Wait { slot, .. } => {
-                        let target = ex.expected_of(slot).unwrap_or(0);
-                        let arrived = arrivals
-                            .get(&(*rank, slot))
-                            .and_then(|h| h.first_reaching(target))
-                            .unwrap_or(begin);
-                        begin.max(arrived)
-                    }
-                    Op::LlReduce {
-                        src,
-                        stride,
-                        sources,
-                        slot,
-                        flip,
-                        ..
-                    } => {
-                        let epoch = ex.expected_of(slot).unwrap_or(0);
-                        let landed = (0..sources as u64)
-                            .filter_map(|s| {
-                                let at = symm_core::ll::region(src, stride, s, flip, epoch)?;
-                                lines.get(&(at.rank, at.offset)).copied()
-                            })
-                            .max()
-                            .unwrap_or(begin);
-                        begin.max(landed) + cost_ns(&op, *rank, &opts.link)
-                    }
-                    _ => begin + cost_ns(&op, *rank, &opts.link),
-                };
-                if let Op::LlPut {
-                    dst, slot, flip, ..
-                } = op
-                {
-                    let epoch = ex.expected_of(slot).unwrap_or(0);
-                    if let Some(at) = symm_core::ll::at(dst, flip, epoch) {
-                        lines.insert((at.rank, at.offset), end);
-                    }
+            Step::Blocked { .. } => {
+                wait_began.get_or_insert(*clock);
+                if let Some(p) = parked.get_mut(*rank as usize) {
+                    p.push(i);
                 }
-                if let Op::Signal {
-                    peer,
-                    slot,
-                    op: sop,
-                    value,
-                } = op
-                {
-                    // The signal ran, so the slot exists (the fabric checked it).
-                    arrivals
-                        .entry((peer, slot))
-                        .or_default()
-                        .push(sop, value, end);
-                }
-                *clock = end;
-                if opts.trace {
-                    let contents = match (&mut shadow, op) {
-                        (Some(s), o) if o.ll_slot().is_some() => {
-                            let epoch = o.ll_slot().and_then(|k| ex.expected_of(k)).unwrap_or(0);
-                            s.ll(*rank, &o, epoch).ok().and_then(|(_, m)| m)
-                        }
-                        (Some(s), o) if !matches!(o, Op::Wait { .. } | Op::Signal { .. }) => {
-                            s.apply(*rank, &o).ok().flatten()
-                        }
-                        _ => None,
-                    };
-                    let ev = |time, kind, contents| Event {
-                        time,
-                        rank: *rank,
-                        channel: *channel,
-                        index,
-                        kind,
-                        op,
-                        contents,
-                    };
-                    events.push(ev(begin, EventKind::Begin, None));
-                    events.push(ev(end, EventKind::End, contents));
-                }
+                continue;
             }
-        }
-        if !progressed {
-            let (rank, channel, ex, ..) = st
-                .iter_mut()
-                .find(|s| !s.5)
-                .ok_or(HostError::ThreadPanicked)?;
-            let mut view = RankFabric::new(&mem, *rank, &mut temps);
-            if let Ok(Step::Blocked {
-                index,
+            Step::Ran { index, op } => (index, op),
+        };
+        progressed = true;
+        ops += 1;
+        // A blocked op began when the stream first blocked on it; it runs once what it waited
+        // for has landed.
+        let begin = wait_began.take().unwrap_or(*clock);
+        let ready = match op {
+            Op::Wait { slot, .. } => {
+                let target = ex.expected_of(slot).unwrap_or(0);
+                arrivals
+                    .get(&(*rank, slot))
+                    .and_then(|h| h.first_reaching(target))
+                    .map_or(begin, |t| begin.max(t))
+            }
+            Op::LlReduce {
+                src,
+                stride,
+                sources,
                 slot,
-                target,
-                found,
-            }) = ex.step(&mut view)
-            {
-                return Err(HostError::Deadlock {
-                    rank: *rank,
-                    channel: *channel,
-                    index,
-                    slot,
-                    target,
-                    found,
-                });
+                flip,
+                ..
+            } => {
+                let epoch = ex.expected_of(slot).unwrap_or(0);
+                (0..sources as u64)
+                    .filter_map(|s| {
+                        let at = symm_core::ll::region(src, stride, s, flip, epoch)?;
+                        lines.get(&(at.rank, at.offset)).copied()
+                    })
+                    .fold(begin, u64::max)
             }
-            return Err(HostError::ThreadPanicked);
+            _ => begin,
+        };
+        let timing = ports.run(&op, *rank, ready);
+        let end = timing.end;
+        last_landing = last_landing.max(timing.landed);
+        let woken = match op {
+            Op::LlPut {
+                dst, slot, flip, ..
+            } => {
+                let epoch = ex.expected_of(slot).unwrap_or(0);
+                if let Some(at) = symm_core::ll::at(dst, flip, epoch) {
+                    lines.insert((at.rank, at.offset), timing.landed);
+                }
+                Some(dst.rank)
+            }
+            Op::Signal {
+                peer,
+                slot,
+                op: sop,
+                value,
+            } => {
+                // The signal ran, so the slot exists (the fabric checked it).
+                arrivals
+                    .entry((peer, slot))
+                    .or_default()
+                    .push(sop, value, timing.landed);
+                Some(peer)
+            }
+            _ => None,
+        };
+        *clock = end;
+        if opts.trace {
+            let contents = match (&mut shadow, op) {
+                (Some(s), o) if o.ll_slot().is_some() => {
+                    let epoch = o.ll_slot().and_then(|k| ex.expected_of(k)).unwrap_or(0);
+                    s.ll(*rank, &o, epoch).ok().and_then(|(_, m)| m)
+                }
+                (Some(s), o) if !matches!(o, Op::Wait { .. } | Op::Signal { .. }) => {
+                    s.apply(*rank, &o).ok().flatten()
+                }
+                _ => None,
+            };
+            let ev = |time, kind, contents| Event {
+                time,
+                rank: *rank,
+                channel: *channel,
+                index,
+                kind,
+                op,
+                contents,
+            };
+            events.push(ev(begin, EventKind::Begin, None));
+            events.push(ev(end, EventKind::End, contents));
+        }
+        runnable.push(Reverse((end, i)));
+        if let Some(p) = woken.and_then(|r| parked.get_mut(r as usize)) {
+            runnable.extend(p.drain(..).map(|j| Reverse((st[j].3, j))));
         }
     }
-    let end = st.iter().map(|s| s.3).max().unwrap_or(0);
+    let end = st.iter().map(|s| s.3).fold(last_landing, u64::max);
     drop(st);
     let trace = if opts.trace {
         super::write_trace(req, true, &mut events)?
@@ -381,3 +370,34 @@ where
         time_us: end as f64 / 1000.0,
     })
 }
+
+/// The deadlock error of the first unfinished stream (which is blocked: nothing can run).
+fn deadlock<I: Iterator<Item = Op>>(
+    st: &mut [Stream<'_, I>],
+    mem: &WorldMem,
+    temps: &mut Temps,
+) -> HostError {
+    let Some((rank, channel, ex, ..)) = st.iter_mut().find(|s| !s.5) else {
+        return HostError::ThreadPanicked;
+    };
+    let mut view = RankFabric::new(mem, *rank, temps);
+    match ex.step(&mut view) {
+        Ok(Step::Blocked {
+            index,
+            slot,
+            target,
+            found,
+        }) => HostError::Deadlock {
+            rank: *rank,
+            channel: *channel,
+            index,
+            slot,
+            target,
+            found,
+        },
+        _ => HostError::ThreadPanicked,
+    }
+}
+
+#[cfg(test)]
+mod tests;
