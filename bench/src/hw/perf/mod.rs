@@ -11,6 +11,7 @@
 //! against size (one line per system) and symm's ratio to the best peer to `--out` (default
 //! `docs/perf`).
 
+mod fit;
 mod plot;
 mod profile;
 pub(super) mod rank;
@@ -22,6 +23,10 @@ use symm_driver::safety_env;
 
 use super::comm::Params;
 use crate::{progress, BenchArgs};
+
+/// The system of the calibration run's samples of every candidate (algorithm, channels), beside
+/// the fastest one's `symm` sample: the link fit's input, kept out of the tables and plots.
+pub(super) const CANDIDATE: &str = "symm-candidate";
 
 /// The collectives measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,26 +210,45 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             }
         }
         bar.inc(1);
-        report::write(w, &samples, &out)?;
+        let shown: Vec<Sample> = samples
+            .iter()
+            .filter(|s| s.system != CANDIDATE)
+            .cloned()
+            .collect();
+        report::write(w, &shown, &out)?;
         let _ = std::fs::remove_file(out.join("perf-samples.tsv"));
         for r in 0..w {
             let _ = std::fs::remove_file(out.join(format!("{phase}-rank{r}.tsv")));
         }
+        // Ranks placed on the same GPU measure a shared device, not NVLink.
+        let devices: Vec<i32> = (0..w)
+            .filter_map(|r| symm_driver::cuda::Comm::placement(r).ok())
+            .collect();
+        let shared = devices
+            .iter()
+            .enumerate()
+            .any(|(i, d)| devices[..i].contains(d));
+        let topology = if shared {
+            symm_core::cost::Topology::SharedDevice
+        } else {
+            symm_core::cost::Topology::Nvlink
+        };
+        // The simulator's link fitted to these samples, and its worst ratio to the GPU.
+        let fitted = match fit::fit(w, topology, &samples) {
+            Ok((f, md)) => {
+                print!("\n{md}");
+                let p = out.join(format!("sim-fit-w{w}.md"));
+                std::fs::write(&p, &md).map_err(|e| format!("{}: {e}", p.display()))?;
+                println!("bench: {}; written to {}", fit::summary(&f), p.display());
+                Some(f)
+            }
+            Err(m) => {
+                println!("bench: no simulator link fitted: {m}");
+                None
+            }
+        };
         if let Some(path) = &cal {
-            // Ranks placed on the same GPU measure a shared device, not NVLink.
-            let devices: Vec<i32> = (0..w)
-                .filter_map(|r| symm_driver::cuda::Comm::placement(r).ok())
-                .collect();
-            let shared = devices
-                .iter()
-                .enumerate()
-                .any(|(i, d)| devices[..i].contains(d));
-            let topology = if shared {
-                symm_core::cost::Topology::SharedDevice
-            } else {
-                symm_core::cost::Topology::Nvlink
-            };
-            let text = report::calibration(w, topology, &samples);
+            let text = report::calibration(w, topology, &shown, fitted.as_ref());
             std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
             println!("bench: calibration table written to {}", path.display());
         }

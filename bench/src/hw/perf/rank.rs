@@ -7,7 +7,8 @@
 //! the slowest rank's mean over back-to-back launches (CUDA events), after warm-up; the number
 //! of launches is `-n`, or chosen so that each measurement lasts about 20 ms. Outputs up to 16 MiB are
 //! checked against the reference after the timing (symm bit exact; the count of wrong elements
-//! is the `#wrong` column); larger inputs are a device fill and go unchecked.
+//! is the `#wrong` column); larger inputs are a device fill and go unchecked. A calibration run
+//! also keeps every candidate's eager time (system `symm-candidate`), for the link fit.
 
 use std::time::Duration;
 
@@ -260,6 +261,19 @@ pub(super) fn run(
                 })();
                 comm.free(&b).map_err(e)?;
                 let (us, n, bad) = r?;
+                if wide {
+                    // Every candidate's time: the simulator's link is fitted to them.
+                    let label = format!("{}/{ch}ch", a.name());
+                    out.push(Sample::new(
+                        kind,
+                        size,
+                        super::CANDIDATE,
+                        "eager",
+                        us,
+                        bad,
+                        &label,
+                    ));
+                }
                 if best.is_none_or(|x| us < x.0) {
                     best = Some((us, a, ch, n, bad));
                 }
