@@ -265,7 +265,10 @@ pub(crate) fn heap_for(w: u16, sizes: &[u64]) -> u64 {
     let mut most = 1u64 << 20;
     for c in symm_core::sched::collectives(w) {
         for &a in symm_core::sched::algorithms(c) {
-            for &b in sizes.iter().filter(|&&b| a.takes(b)) {
+            for &b in sizes
+                .iter()
+                .filter(|&&b| a.takes_on(b, checks::channels_for(b)))
+            {
                 let req = symm_core::sched::Request::new(
                     c,
                     a,

@@ -362,14 +362,19 @@ pub fn combine(dtype: DType, op: ReduceOp, div: u32, a: &[u8], b: &[u8], out: &m
 /// Integers and `f32`/`f64` fold exactly as a chain of [`combine`] calls would (the division by
 /// `div` at the end); `f16` and `bf16` are widened to `f32`, folded there with one accumulator,
 /// divided, and rounded to nearest-even once, which is what a kernel that loads k halves and
-/// adds them in registers computes. With no sources, or slices shorter than an element, `out`
-/// is untouched.
+/// adds them in registers computes. One source with no division is the source's bits (what
+/// every operator makes of one value, a NaN's payload included), so a fold of one source is a
+/// copy. With no sources, or slices shorter than an element, `out` is untouched.
 pub fn fold(dtype: DType, op: ReduceOp, div: u32, srcs: &[&[u8]], out: &mut [u8]) {
     let n = dtype.size() as usize;
     let Some((first, rest)) = srcs.split_first() else {
         return;
     };
     if out.len() < n || srcs.iter().any(|s| s.len() < n) {
+        return;
+    }
+    if rest.is_empty() && div <= 1 {
+        out[..n].copy_from_slice(&first[..n]);
         return;
     }
     match dtype {

@@ -6,7 +6,7 @@
 //! 8-byte half `[data word, flag]` with one single-copy-atomic store. The receiver polls its own
 //! memory until both halves of every line it needs carry this call's flag, and then holds the
 //! data: no signal, no fence, no barrier. A line costs twice its data, so LL is for small
-//! messages; [`MAX_BYTES`] bounds the data of one LL call.
+//! messages; [`MAX_BYTES`] bounds the data of one LL call on one channel.
 //!
 //! **The flag of a call.** Every LL call first advances the rank's own `Epoch` slot of its
 //! (team, channel): a signal to itself and a wait for it, both local. The executor's counter
@@ -29,9 +29,23 @@
 pub const LINE_DATA: u64 = 8;
 /// Bytes of one LL line in memory.
 pub const LINE_BYTES: u64 = 16;
-/// The most data bytes one LL call moves per rank (the region of a source is twice this, per
-/// half).
+/// The most data bytes one LL call moves per rank on one channel (the region of a source is
+/// twice this, per half).
 pub const MAX_BYTES: u64 = 64 << 10;
+
+/// The most channels an LL call splits its message over (each with regions of its own).
+pub const MAX_CHANNELS: u16 = 16;
+
+/// The channels an LL call of `channels` channels uses: at least one, at most [`MAX_CHANNELS`].
+pub const fn channels(channels: u16) -> u16 {
+    if channels == 0 {
+        1
+    } else if channels > MAX_CHANNELS {
+        MAX_CHANNELS
+    } else {
+        channels
+    }
+}
 
 /// The flag of the call whose epoch counter is `e`: never zero, distinct for consecutive calls.
 pub const fn flag(e: u64) -> u32 {

@@ -354,25 +354,21 @@ fn shrink(op: Op) -> Op {
     }
 }
 
-/// The low-latency one-shot all-reduce (core's schedule), two ranks, three calls back to back
-/// on the same memory and counters with new inputs each time and no barrier between calls:
-/// every call's output is that call's sum. Calls 1 and 3 use the same half of every region, so
-/// a rank that runs ahead into call 3 must not disturb a peer still reading call 1's lines, and
-/// no rank may take a line of an earlier call for one of the current call.
-#[test]
-fn ll_all_reduce_three_calls_without_barriers_2_ranks() {
-    model(|| {
-        let req = Request::new(
-            Collective::AllReduce,
-            Algorithm::OneShotLl,
-            2,
-            4,
-            DType::U8,
-            ReduceOp::Sum,
-        );
+/// Three calls of a low-latency schedule (core's), two ranks, back to back on the same memory
+/// and counters with new inputs each time and no barrier between calls: every call's output is
+/// `want(rank, call)`. Calls 1 and 3 use the same half of every region, so a rank that runs
+/// ahead into call 3 must not disturb a peer still reading call 1's lines, and no rank may take
+/// a line of an earlier call for one of the current call.
+fn ll_three_calls(
+    req: Request,
+    [input_len, output_len]: [usize; 2],
+    input: fn(u16, u8) -> Vec<u8>,
+    want: fn(u16, u8) -> Vec<u8>,
+) {
+    model(move || {
         let slots = req.layout().slots();
-        let mem = Arc::new(WorldMem::blank(2, [4, 4, 4 * LL_SMALL], slots, POISON));
-        let input = |r: u16, call: u8| vec![10 * r as u8 + call + 1; 4];
+        let sizes = [input_len as u64, output_len as u64, 4 * LL_SMALL];
+        let mem = Arc::new(WorldMem::blank(2, sizes, slots, POISON));
         let handles: Vec<_> = (0..2u16)
             .map(|rank| {
                 let mem = mem.clone();
@@ -392,11 +388,10 @@ fn ll_all_reduce_three_calls_without_barriers_2_ranks() {
                                 Step::Done => break,
                             }
                         }
-                        let want = input(0, call)[0] + input(1, call)[0];
                         assert_eq!(
                             mem.output(rank as usize),
-                            vec![want; 4],
-                            "rank {rank} call {call} combined lines of another call"
+                            want(rank, call),
+                            "rank {rank} call {call} took lines of another call"
                         );
                     }
                 })
@@ -406,6 +401,54 @@ fn ll_all_reduce_three_calls_without_barriers_2_ranks() {
             h.join().unwrap();
         }
     });
+}
+
+/// The low-latency one-shot all-reduce: each call's output is that call's sum.
+#[test]
+fn ll_all_reduce_three_calls_without_barriers_2_ranks() {
+    let req = Request::new(
+        Collective::AllReduce,
+        Algorithm::OneShotLl,
+        2,
+        4,
+        DType::U8,
+        ReduceOp::Sum,
+    );
+    ll_three_calls(
+        req,
+        [4, 4],
+        |r, call| vec![10 * r as u8 + call + 1; 4],
+        |_, call| vec![2 * call + 2 + 10; 4],
+    );
+}
+
+/// The low-latency all-to-all (`direct_ll`, whose lines each go to one peer's region and come
+/// back out as a copy): rank r's block q of each call lands in rank q's block r of that call.
+#[test]
+fn ll_all_to_all_three_calls_without_barriers_2_ranks() {
+    let req = Request::new(
+        Collective::AllToAll,
+        Algorithm::DirectLl,
+        2,
+        4,
+        DType::U8,
+        ReduceOp::Sum,
+    );
+    // Block q of rank r in call c holds 100 * c + 10 * r + q + 1.
+    ll_three_calls(
+        req,
+        [8, 8],
+        |r, call| {
+            (0..8)
+                .map(|i| 100 * call + 10 * r as u8 + (i / 4) as u8 + 1)
+                .collect()
+        },
+        |q, call| {
+            (0..8)
+                .map(|i| 100 * call + 10 * (i / 4) as u8 + q as u8 + 1)
+                .collect()
+        },
+    );
 }
 
 /// The lost-peer arm (`symm_driver::abort`): the watcher's raise never runs after the owner's

@@ -110,6 +110,22 @@ static __device__ __forceinline__ char* symm_loc(const symm_interp_params& p, sy
   return p.base + (symm_u64)rank * p.stride + p.buf_off[buf < SYMM_BUFS ? buf : 0] + off;
 }
 
+// Bytes of one element of `dtype`; 0 for a value that names no dtype.
+static __device__ __forceinline__ symm_u64 symm_dtype_bytes(int dtype) {
+  switch (dtype) {
+    case SYMM_DTYPE_F16:
+    case SYMM_DTYPE_BF16: return 2;
+    case SYMM_DTYPE_F32:
+    case SYMM_DTYPE_I32:
+    case SYMM_DTYPE_U32: return 4;
+    case SYMM_DTYPE_F64:
+    case SYMM_DTYPE_I64:
+    case SYMM_DTYPE_U64: return 8;
+    case SYMM_DTYPE_U8: return 1;
+    default: return 0;
+  }
+}
+
 static __device__ void symm_record(const symm_interp_params& p, symm_u32 reason, symm_u32 slot, symm_u64 expected,
                                    symm_u64 found, symm_u32 index) {
   symm_timeout_record* r = p.records + blockIdx.x;
@@ -217,8 +233,11 @@ static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, 
   const symm_u64 bytes = n * sizeof(S);
   const symm_u64 lines = (bytes + 7) / 8;
   const symm_u64 lanes = blockDim.x;
+  // One source and no division is a copy of the data's bits (symm_core::dtype::fold).
+  const bool copy = k == 1 && d <= 1;
   for (symm_u64 i = threadIdx.x; i < lines; i += SYMM_LL_U * lanes) {
     typename F::acc a[SYMM_LL_U][E];
+    symm_u64 raw[SYMM_LL_U];
     for (int s = 0; s < k; s++) {
       const char* region = src + (symm_u64)s * stride;
       symm_u64 h[SYMM_LL_U][2];
@@ -234,6 +253,7 @@ static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, 
           if (!symm_ll_poll(p, region + line * 16, flag, h[u][0], h[u][1], slot, index, stop)) return;
         }
         const symm_u64 v = (h[u][0] & 0xFFFFFFFFull) | (h[u][1] << 32);
+        raw[u] = v;
         const S* x = (const S*)&v;
 #pragma unroll
         for (int e = 0; e < E; e++) a[u][e] = s == 0 ? F::widen(x[e]) : F::step(a[u][e], x[e], op);
@@ -244,9 +264,10 @@ static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, 
       const symm_u64 line = i + u * lanes;
       if (line >= lines) continue;
       S* o = (S*)dst + line * E;
+      const S* x = (const S*)&raw[u];
 #pragma unroll
       for (int e = 0; e < E; e++) {
-        if (line * E + e < n) o[e] = F::finish(a[u][e], d);
+        if (line * E + e < n) o[e] = copy ? x[e] : F::finish(a[u][e], d);
       }
     }
   }
@@ -330,8 +351,16 @@ static __device__ __forceinline__ void symm_run_op(const symm_interp_params& p, 
         const symm_u64 w = s < 4 ? op.b_off : op.reserved;
         src[s] = symm_loc(p, (symm_u32)((w >> (16 * (s & 3))) & 0xffffu), op.a_buf, op.a_off);
       }
-      bool ok = symm_reduce_n_any(op.dtype, symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off), src, k, op.count,
-                                  op.redop, op.div);
+      // One source and no division is a copy of the data's bits (symm_core::dtype::fold).
+      const symm_u64 es = symm_dtype_bytes(op.dtype);
+      bool ok;
+      if (k == 1 && op.div <= 1 && es) {
+        symm_copy_block(symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off), src[0], op.count * es);
+        ok = true;
+      } else {
+        ok = symm_reduce_n_any(op.dtype, symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off), src, k, op.count,
+                               op.redop, op.div);
+      }
       if (!ok && threadIdx.x == 0) {
         symm_record(p, SYMM_STOP_BAD_OP, 0, 0, 0, index);
         stop = 1;
@@ -446,5 +475,73 @@ static __device__ __forceinline__ void symm_run_op(const symm_interp_params& p, 
       break;
   }
   if (!stop) SYMM_TRACE_EVENT(index, SYMM_EV_END);
+  __syncthreads();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused steps of compiled plans (driver/src/cuda/compiled.rs, untraced variant only). Each one
+// leaves memory, the pad and the expected counters exactly as the ops it stands for would, with
+// fewer block barriers and memory round trips; the generator emits one only where the ops have
+// its shape, and the traced variant runs every op by itself, so traces stay the interpreter's.
+// ---------------------------------------------------------------------------------------------
+
+// A signal that adds `c` to this rank's own slot, then the wait for `c` more on that slot (the
+// low-latency epoch). The slot is keyed by its writer, this rank's block of this channel, so
+// nothing else writes it: the wait is met by the signal alone, and no other thread or GPU reads
+// the slot while the kernel runs. Pad and counter advance together, as the two ops leave them,
+// without the release fence, the atomic's round trip and the poll. Any other pair runs as ops.
+static __device__ __forceinline__ void symm_local_epoch(const symm_interp_params& p, const symm_plan_op& sig,
+                                                        const symm_plan_op& wait, const symm_u32 index, int& stop,
+                                                        symm_u32& trace_len) {
+  if (sig.kind != SYMM_OP_SIGNAL || wait.kind != SYMM_OP_WAIT || sig.dst_rank != p.rank ||
+      sig.sigop != SYMM_SIGNAL_ADD || wait.slot != sig.slot || wait.count != sig.count) {
+    symm_run_op(p, sig, index, stop, trace_len);
+    if (!stop) symm_run_op(p, wait, index + 1, stop, trace_len);
+    return;
+  }
+  if (threadIdx.x == 0) {
+    volatile symm_u64* slot =
+        (volatile symm_u64*)(p.base + (symm_u64)p.rank * p.stride + p.pad_off + (symm_u64)sig.slot * 8);
+    *slot = *slot + sig.count;
+    p.expected[sig.slot] += sig.count;
+  }
+  __syncthreads();
+}
+
+// K low-latency puts of the same source, bytes, epoch slot and half offset to K destinations:
+// each thread loads its lines' data once and stores the lines to every destination, the peers
+// before this rank's own scratch (the link trip starts first). Same lines as K SYMM_OP_LL_PUTs.
+template <int K>
+static __device__ __forceinline__ void symm_ll_put_n(const symm_interp_params& p, const symm_plan_op (&ops)[K]) {
+  const symm_plan_op& o = ops[0];
+  const symm_u64 e = p.expected[o.slot];
+  const symm_u64 half = (e & 1) * o.reserved;
+  const symm_u64 f = (symm_u64)symm_ll_flag(e) << 32;
+  char* dst[K];
+#pragma unroll
+  for (int j = 0; j < K; j++) dst[j] = symm_loc(p, ops[j].dst_rank, ops[j].dst_buf, ops[j].dst_off + half);
+  const char* src = symm_loc(p, o.a_rank, o.a_buf, o.a_off);
+  const symm_u64 bytes = o.count;
+  const symm_u64 lines = (bytes + 7) / 8;
+  const symm_u64 n = blockDim.x;
+  for (symm_u64 i = threadIdx.x; i < lines; i += SYMM_LL_U * n) {
+    symm_u64 v[SYMM_LL_U];
+#pragma unroll
+    for (int u = 0; u < SYMM_LL_U; u++) {
+      if (i + u * n < lines) v[u] = symm_ll_data(src, bytes, i + u * n);
+    }
+#pragma unroll
+    for (int pass = 0; pass < 2; pass++) {
+#pragma unroll
+      for (int j = 0; j < K; j++) {
+        if ((ops[j].dst_rank == p.rank) != (pass == 1)) continue;
+#pragma unroll
+        for (int u = 0; u < SYMM_LL_U; u++) {
+          if (i + u * n < lines)
+            symm_ll_store(dst[j] + (i + u * n) * 16, (v[u] & 0xFFFFFFFFull) | f, (v[u] >> 32) | f);
+        }
+      }
+    }
+  }
   __syncthreads();
 }

@@ -78,6 +78,66 @@ def _sample(system: str, mode: str, size: int, us: float, world: int,
             "busbw": round(algbw * 2 * (world - 1) / world, 3), "wrong": wrong, "what": what}
 
 
+def _call(coll: str, big: Any, n: int, world: int,
+          algorithm: Optional[str]) -> Optional[Callable[[], Any]]:
+    """One symm call of ``coll`` over ``n`` bf16 elements on slices of ``big``.
+
+    Sizes count as nccl-tests counts them; None when ``n`` does not split into the world's
+    blocks.
+    """
+    blocked = coll in ("all_gather", "reduce_scatter", "all_to_all")
+    if blocked and n % world:
+        return None
+    part = n // world
+
+    def run() -> Any:
+        if coll == "all_reduce":
+            return _gpu.all_reduce(big[:n], algorithm=algorithm)
+        if coll == "broadcast":
+            return _gpu.broadcast(big[:n], 0, algorithm=algorithm)
+        if coll == "all_gather":
+            return _gpu.all_gather_into_tensor(big[:n], big[n: n + part], algorithm=algorithm)
+        if coll == "reduce_scatter":
+            return _gpu.reduce_scatter_tensor(big[n: n + part], big[:n], algorithm=algorithm)
+        if coll == "all_to_all":
+            return _gpu.all_to_all_single(big[n: 2 * n], big[:n], algorithm=algorithm)
+        raise SystemExit(f"unknown collective {coll}")
+
+    return run
+
+
+def _sweep(torch: Any, a: Any, sizes: list[int], world: int, big: Any) -> list[dict[str, Any]]:
+    """Times each of ``--collectives`` with each of ``--algorithms`` at every size.
+
+    symm only, sizes as nccl-tests count them, eager and in a graph; an algorithm that does not
+    serve a collective or size is skipped.
+    """
+    out: list[dict[str, Any]] = []
+    names = [c for c in a.collectives.split(",") if c]
+    algos = [x for x in a.algorithms.split(",") if x]
+    for coll in names:
+        for alg in algos:
+            for size in sizes:
+                fn = _call(coll, big, size // 2, world, None if alg == "auto" else alg)
+                if fn is None:
+                    continue
+                try:
+                    fn()
+                    _gpu.synchronize()
+                except Exception:  # noqa: BLE001 - an algorithm that does not serve this
+                    _gpu.reset()
+                    continue
+                iters = a.iters if size <= (1 << 20) else max(5, a.iters // 5)
+                for mode, us in (
+                    ("eager", _time_eager(torch, fn, iters, a.warmup)),
+                    ("graph", _time_graph(torch, fn, a.graph_calls, max(2, iters // 4))),
+                ):
+                    smp = _sample(f"symm:{alg}", mode, size, us, world)
+                    smp["collective"] = coll
+                    out.append(smp)
+    return out
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the benchmark (see the module doc); returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m symm.bench", description=__doc__.split("\n")[0])
@@ -92,6 +152,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--plans", choices=["auto", "interpreted", "compiled"], default=None,
                     help="the kernel that runs symm's plans (default: SYMM_PLANS, else auto)")
     ap.add_argument("--tag", default="", help="appended to the JSON file's name")
+    ap.add_argument("--collectives", default="",
+                    help="also time these collectives (comma list of all_reduce, all_gather, "
+                         "reduce_scatter, all_to_all, broadcast) for each --algorithms entry, "
+                         "symm only")
+    ap.add_argument("--algorithms", default="auto",
+                    help="comma list of symm algorithm names for --collectives; auto: symm's pick")
     a = ap.parse_args(argv)
     if a.min_bytes < 2 or a.max_bytes < a.min_bytes or a.factor < 2 or a.iters < 1:
         ap.error("need 2 <= min-bytes <= max-bytes, factor >= 2, iters >= 1")
@@ -115,7 +181,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     samples: list[dict[str, Any]] = []
     notes: dict[str, str] = {}
 
-    big = _gpu.zeros(a.max_bytes // 2, dtype=torch.bfloat16)
+    big = _gpu.zeros(a.max_bytes, dtype=torch.bfloat16)
     for size in sizes:
         t = big[: size // 2]
         t.fill_(1)
@@ -129,6 +195,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         us = _time_graph(torch, lambda t=t: _gpu.all_reduce(t), a.graph_calls, max(2, iters // 4))
         samples.append(_sample("symm", "graph", size, us, world))
     _gpu.synchronize()
+    samples += _sweep(torch, a, sizes, world, big)
 
     group = dist.group.WORLD
     try:
@@ -209,9 +276,41 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
+def _print_sweep(doc: dict[str, Any]) -> None:
+    by: dict[tuple[str, int, str], dict[str, float]] = {}
+    algos: list[str] = []
+    for s in doc["samples"]:
+        if not s["system"].startswith("symm:"):
+            continue
+        alg = s["system"][5:]
+        if alg not in algos:
+            algos.append(alg)
+        by.setdefault((s["collective"], s["size"], s["mode"]), {})[alg] = s["us"]
+    if not by:
+        return
+    print(f"symm by algorithm, world {doc['world']}, {doc['plans']} plans: us per call "
+          f"(ratio: algorithm / {algos[0]})")
+    print(f"{'collective':>15} {'bytes':>9} {'mode':>6} " + " ".join(f"{x:>18}" for x in algos))
+    for (coll, size, mode), row in sorted(by.items()):
+        base = row.get(algos[0])
+        cells = []
+        for x in algos:
+            v = row.get(x)
+            if v is None:
+                cells.append(f"{'-':>18}")
+            elif x == algos[0] or not base:
+                cells.append(f"{v:>18.2f}")
+            else:
+                cells.append(f"{v:>11.2f} ({v / base:4.2f})")
+        print(f"{coll:>15} {size:>9} {mode:>6} " + " ".join(cells))
+
+
 def _print_table(doc: dict[str, Any]) -> None:
+    _print_sweep(doc)
     by: dict[tuple[int, str], dict[str, float]] = {}
     for s in doc["samples"]:
+        if s["collective"] != "all_reduce" or s["system"].startswith("symm:"):
+            continue
         by.setdefault((s["size"], s["mode"]), {})[s["system"]] = s["us"]
     systems = ["symm", "torch_one_shot", "torch_two_shot", "nccl"]
     print(f"all_reduce bf16, world {doc['world']}, {doc['topology']}, {doc['plans']} plans: "

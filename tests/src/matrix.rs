@@ -118,7 +118,7 @@ pub fn run<B: Backend + ?Sized>(backend: &mut B, m: &Matrix, seed: &mut u64) -> 
                             };
                             // Sizes past an algorithm's bound (the low-latency protocol's) are
                             // not its cases; the refusal itself is tested where it is defined.
-                            if !a.takes(bytes) {
+                            if !a.takes_on(bytes, req.channels) {
                                 continue;
                             }
                             rep.cases += 1;

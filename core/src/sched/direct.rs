@@ -532,7 +532,7 @@ pub(crate) const ONE_SHOT: Desc = Desc {
     min_slots: one_slot,
     cost: one_shot_cost,
     scratch: no_scratch,
-    max_bytes: u64::MAX,
+    max_bytes: super::table::unbounded,
 };
 
 /// Two-shot all-reduce.
@@ -542,7 +542,7 @@ pub(crate) const TWO_SHOT: Desc = Desc {
     min_slots: one_slot,
     cost: two_shot_cost,
     scratch: no_scratch,
-    max_bytes: u64::MAX,
+    max_bytes: super::table::unbounded,
 };
 
 /// The host model of NVLink multicast (never launched on shared GPUs).
@@ -552,7 +552,7 @@ pub(crate) const MULTICAST: Desc = Desc {
     min_slots: one_slot,
     cost: multicast_cost,
     scratch: no_scratch,
-    max_bytes: u64::MAX,
+    max_bytes: super::table::unbounded,
 };
 
 /// Direct reads and writes of the peers' buffers.
@@ -568,7 +568,7 @@ pub(crate) const DIRECT: Desc = Desc {
     min_slots: one_slot,
     cost: direct_cost,
     scratch: no_scratch,
-    max_bytes: u64::MAX,
+    max_bytes: super::table::unbounded,
 };
 
 /// Pairwise all-to-all.
@@ -578,5 +578,5 @@ pub(crate) const PAIRWISE: Desc = Desc {
     min_slots: one_slot,
     cost: pairwise_cost,
     scratch: no_scratch,
-    max_bytes: u64::MAX,
+    max_bytes: super::table::unbounded,
 };

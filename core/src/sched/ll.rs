@@ -8,11 +8,18 @@
 //! of the regions (by epoch parity) say when a region may be written again. One trip over the
 //! link, against three signalled hops of the one-shot all-reduce.
 //!
-//! Only channel 0 carries the message (the other channels have no ops), and the scratch layout
-//! is the same for every message size of a world: `2 x world` regions of
-//! `ll::line_bytes(ll::MAX_BYTES)` bytes, half `h` and source `s` at `(h * world + s) * REGION`.
-//! Messages above [`crate::ll::MAX_BYTES`] are refused (`SchedError::AboveLimit`).
+//! **Channels.** A message is split over `k = ll::channels(req.channels)` channels (at most
+//! [`ll::MAX_CHANNELS`]), channel `c` carrying part `c` of the elements ([`part`]) as an LL
+//! instance of its own: its own `Epoch` slot, and its own regions at a place that depends only
+//! on `(world, c)`: `2 x world` regions of `ll::line_bytes(ll::MAX_BYTES)` bytes from
+//! `c x 2 x world x REGION`, half `h` and source `s` at `(h * world + s) * REGION` within them.
+//! So a region is only ever written and read by the same channel of every call, whatever the
+//! message size and channel count, and the reuse argument of [`crate::ll`] holds per channel.
+//! Channels past `k`, and channels whose part is empty (on every rank alike), do nothing. A
+//! channel's part is at most [`ll::MAX_BYTES`], so a request takes `k x ll::MAX_BYTES`
+//! (`SchedError::AboveLimit` past that).
 
+use super::part::{part, Part};
 use super::table::{no_streams, one_slot, serves, Desc};
 use super::{Batch, Collective, Ctx, Program, Request};
 use crate::cost::{Path, Shape};
@@ -34,7 +41,7 @@ impl Program for OneShotLl {
     }
 
     fn units(&self, ctx: &Ctx, p: u8) -> u64 {
-        if ctx.channel != 0 {
+        if share(ctx).len == 0 {
             return 0;
         }
         match p {
@@ -46,6 +53,9 @@ impl Program for OneShotLl {
     fn emit(&self, ctx: &Ctx, p: u8, u: u64, out: &mut Batch) {
         let me = ctx.rank;
         let w = ctx.world() as u64;
+        let part = share(ctx);
+        let (at, bytes) = (part.start * ctx.esize, part.len * ctx.esize);
+        let base = base(ctx);
         let epoch = ctx.wait(me, Epoch, 1);
         let Op::Wait { slot, .. } = epoch else {
             return;
@@ -59,20 +69,20 @@ impl Program for OneShotLl {
             1 => {
                 let q = ((me as u64 + u) % w) as u16;
                 let _ = out.push(Op::LlPut {
-                    src: Loc::new(me, Buf::Input, 0),
-                    dst: Loc::new(q, Buf::Scratch, me as u64 * REGION),
-                    bytes: ctx.req.bytes,
+                    src: Loc::new(me, Buf::Input, at),
+                    dst: Loc::new(q, Buf::Scratch, base + me as u64 * REGION),
+                    bytes,
                     slot,
                     flip,
                 });
             }
             _ => {
                 let _ = out.push(Op::LlReduce {
-                    src: Loc::new(me, Buf::Scratch, 0),
+                    src: Loc::new(me, Buf::Scratch, base),
                     stride: REGION,
                     sources: w as u16,
-                    dst: Loc::new(me, Buf::Output, 0),
-                    elems: ctx.req.elems(),
+                    dst: Loc::new(me, Buf::Output, at),
+                    elems: part.len,
                     dtype: ctx.req.dtype,
                     op: ctx.req.op,
                     div: ctx.div(true),
@@ -84,8 +94,27 @@ impl Program for OneShotLl {
     }
 }
 
+/// This channel's part of a rank-level unit's elements: part `c` of `ll::channels` parts, or
+/// nothing past them.
+fn share(ctx: &Ctx) -> Part {
+    let k = ll::channels(ctx.req.channels) as u64;
+    part(ctx.req.elems(), ctx.channel as u64, k)
+}
+
+/// Where this channel's regions start in the scratch buffer.
+fn base(ctx: &Ctx) -> u64 {
+    ctx.channel as u64 * 2 * ctx.world() as u64 * REGION
+}
+
+/// The most data a request on `channels` channels takes: [`ll::MAX_BYTES`] per channel used.
+fn max_bytes(channels: u16) -> u64 {
+    ll::MAX_BYTES * ll::channels(channels) as u64
+}
+
 fn scratch(r: &Request) -> u64 {
-    2u64.saturating_mul(r.world as u64).saturating_mul(REGION)
+    2u64.saturating_mul(r.world as u64)
+        .saturating_mul(REGION)
+        .saturating_mul(ll::channels(r.channels) as u64)
 }
 
 fn cost(r: &Request, s: &Shape) -> Path {
@@ -93,7 +122,7 @@ fn cost(r: &Request, s: &Shape) -> Path {
         // A put of its lines (twice the data) to each peer, as the simulator issues them one
         // after another, then one local pass over the arrived lines.
         Collective::AllReduce => {
-            let n = r.bytes as f64;
+            let n = (r.bytes / ll::channels(r.channels) as u64) as f64;
             Path::new(s.pf - 1.0, (2.0 * (s.pf - 1.0) + 1.0) * n)
         }
         _ => s.serial(),
@@ -107,5 +136,180 @@ pub(crate) const ONE_SHOT_LL: Desc = Desc {
     min_slots: one_slot,
     cost,
     scratch,
-    max_bytes: ll::MAX_BYTES,
+    max_bytes,
 };
+
+/// The low-latency exchange for the collectives in which every rank sends to and receives from
+/// every rank: all-gather, reduce-scatter and all-to-all, `bytes` per block up to
+/// [`ll::MAX_BYTES`].
+///
+/// The scratch layout, the epoch and the halves are one-shot-ll's: rank `me` writes its block for
+/// rank `q` (all-gather: its whole input; reduce-scatter and all-to-all: input block `q`) as LL
+/// lines into region `me` of `q`'s scratch, its own included, then reads its `world` regions as
+/// their lines arrive: reduce-scatter folds them in rank order into its output (the arithmetic
+/// of [`Op::ReduceN`]); all-gather and all-to-all copy region `s` to output block `s` (an
+/// [`Op::LlReduce`] of one source, which keeps the data's bits). Every rank both sends to and
+/// receives from every rank in every call, which is what the reuse argument of [`crate::ll`]
+/// needs, so rooted collectives (broadcast, gather, scatter, reduce) are not served.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DirectLl;
+
+impl Program for DirectLl {
+    const PHASES: u8 = 3;
+
+    fn new(_ctx: &Ctx) -> Self {
+        DirectLl
+    }
+
+    fn units(&self, ctx: &Ctx, p: u8) -> u64 {
+        if share(ctx).len == 0 {
+            return 0;
+        }
+        match p {
+            0 => 1,
+            2 if ctx.req.collective == Collective::ReduceScatter => 1,
+            _ => ctx.world() as u64,
+        }
+    }
+
+    fn emit(&self, ctx: &Ctx, p: u8, u: u64, out: &mut Batch) {
+        let me = ctx.rank;
+        let w = ctx.world() as u64;
+        let b = ctx.req.bytes;
+        let part = share(ctx);
+        let (at, bytes) = (part.start * ctx.esize, part.len * ctx.esize);
+        let base = base(ctx);
+        let epoch = ctx.wait(me, Epoch, 1);
+        let Op::Wait { slot, .. } = epoch else {
+            return;
+        };
+        let flip = w * REGION;
+        match p {
+            0 => {
+                let _ = out.push(ctx.signal(me, Epoch));
+                let _ = out.push(epoch);
+            }
+            1 => {
+                let q = (me as u64 + u) % w;
+                let block = match ctx.req.collective {
+                    Collective::AllGather => 0,
+                    _ => q * b,
+                };
+                let _ = out.push(Op::LlPut {
+                    src: Loc::new(me, Buf::Input, block + at),
+                    dst: Loc::new(q as u16, Buf::Scratch, base + me as u64 * REGION),
+                    bytes,
+                    slot,
+                    flip,
+                });
+            }
+            _ => {
+                let (sources, from, to, div) = match ctx.req.collective {
+                    Collective::ReduceScatter => (w as u16, 0, 0, ctx.div(true)),
+                    _ => (1, u * REGION, u * b, 1),
+                };
+                let _ = out.push(Op::LlReduce {
+                    src: Loc::new(me, Buf::Scratch, base + from),
+                    stride: REGION,
+                    sources,
+                    dst: Loc::new(me, Buf::Output, to + at),
+                    elems: part.len,
+                    dtype: ctx.req.dtype,
+                    op: ctx.req.op,
+                    div,
+                    slot,
+                    flip,
+                });
+            }
+        }
+    }
+}
+
+fn direct_cost(r: &Request, s: &Shape) -> Path {
+    // A put of the lines (twice the block) to each peer, one after another, then one local
+    // pass over the arrived lines of every block.
+    let n = (r.bytes / ll::channels(r.channels) as u64) as f64;
+    Path::new(s.pf - 1.0, (2.0 * (s.pf - 1.0) + s.pf) * n)
+}
+
+/// The low-latency exchange: all-gather, reduce-scatter and all-to-all over LL lines.
+pub(crate) const DIRECT_LL: Desc = Desc {
+    serves: serves::ALL_GATHER | serves::REDUCE_SCATTER | serves::ALL_TO_ALL,
+    streams: no_streams,
+    min_slots: one_slot,
+    cost: direct_cost,
+    scratch,
+    max_bytes,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::{DType, ReduceOp};
+    use crate::sched::{Algorithm, Schedule, SchedError};
+
+    fn req(c: Collective, a: Algorithm, bytes: u64, channels: u16) -> Request {
+        Request::new(c, a, 3, bytes, DType::Bf16, ReduceOp::Sum).with_channels(channels)
+    }
+
+    #[test]
+    fn a_message_splits_over_at_most_sixteen_channels_of_64_kib() {
+        for a in [Algorithm::OneShotLl, Algorithm::DirectLl] {
+            let c = if a == Algorithm::OneShotLl {
+                Collective::AllReduce
+            } else {
+                Collective::AllToAll
+            };
+            assert!(req(c, a, 1 << 20, 16).validate().is_ok());
+            assert!(req(c, a, 1 << 20, 64).validate().is_ok());
+            assert_eq!(
+                req(c, a, 1 << 20, 15).validate(),
+                Err(SchedError::AboveLimit {
+                    algorithm: a,
+                    bytes: 1 << 20,
+                    max: 15 * ll::MAX_BYTES
+                })
+            );
+            assert!(a.takes(ll::MAX_BYTES) && !a.takes(ll::MAX_BYTES + 2));
+            assert!(a.takes_on(16 * ll::MAX_BYTES, 64) && !a.takes_on(16 * ll::MAX_BYTES + 2, 64));
+        }
+    }
+
+    /// Every op of channel `c` touches only channel `c`'s regions, at every size and channel
+    /// count: the regions of a channel are its own across calls.
+    #[test]
+    fn each_channel_keeps_to_its_own_regions() {
+        let span = 2 * 3 * REGION;
+        for bytes in [2, 1024, 96 << 10, 1 << 20] {
+            for channels in [16, 20] {
+                for (c, a) in [
+                    (Collective::AllReduce, Algorithm::OneShotLl),
+                    (Collective::AllGather, Algorithm::DirectLl),
+                    (Collective::ReduceScatter, Algorithm::DirectLl),
+                    (Collective::AllToAll, Algorithm::DirectLl),
+                ] {
+                    let r = req(c, a, bytes, channels);
+                    for ch in 0..channels {
+                        let ops: alloc::vec::Vec<Op> = Schedule::new(r, 1, ch).unwrap().collect();
+                        if ch >= ll::MAX_CHANNELS || (bytes / 2) <= ch as u64 {
+                            assert!(ops.is_empty(), "{c:?} {bytes} B channel {ch}");
+                            continue;
+                        }
+                        let lo = ch as u64 * span;
+                        for op in &ops {
+                            let scratch = match *op {
+                                Op::LlPut { dst, .. } => dst,
+                                Op::LlReduce { src, .. } => src,
+                                _ => continue,
+                            };
+                            assert!(
+                                scratch.offset >= lo && scratch.offset < lo + span,
+                                "{c:?} {bytes} B channel {ch}: {op:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -64,6 +64,8 @@ algorithms! {
     ll {
         /// One-shot all-reduce over the low-latency protocol (data and flag in one line).
         OneShotLl = "one_shot_ll", OneShotLl, ONE_SHOT_LL;
+        /// All-gather, reduce-scatter and all-to-all over the low-latency protocol.
+        DirectLl = "direct_ll", DirectLl, DIRECT_LL;
     }
 }
 

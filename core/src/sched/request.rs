@@ -260,7 +260,7 @@ impl Request {
                 algorithm: self.algorithm,
             });
         }
-        let max = self.algorithm.desc().max_bytes;
+        let max = (self.algorithm.desc().max_bytes)(self.channels);
         if self.bytes > max {
             return Err(SchedError::AboveLimit {
                 algorithm: self.algorithm,

@@ -287,5 +287,5 @@ pub(crate) const DESC: Desc = Desc {
     min_slots,
     cost,
     scratch: no_scratch,
-    max_bytes: u64::MAX,
+    max_bytes: super::table::unbounded,
 };

@@ -75,8 +75,8 @@ pub struct Desc {
     pub(crate) cost: fn(&Request, &Shape) -> Path,
     /// Scratch bytes per rank besides the streams (the low-latency regions).
     pub(crate) scratch: fn(&Request) -> u64,
-    /// Largest `Request::bytes` the algorithm takes.
-    pub(crate) max_bytes: u64,
+    /// Largest `Request::bytes` the algorithm takes on a number of channels.
+    pub(crate) max_bytes: fn(u16) -> u64,
 }
 
 impl core::fmt::Debug for Desc {
@@ -95,6 +95,11 @@ pub(crate) fn no_scratch(_: &Request) -> u64 {
 /// No scratch streams.
 pub(crate) fn no_streams(_: &Request) -> u64 {
     0
+}
+
+/// No bound on the message.
+pub(crate) fn unbounded(_channels: u16) -> u64 {
+    u64::MAX
 }
 
 /// One slot is enough.
@@ -130,10 +135,17 @@ macro_rules! algorithms {
                 }
             }
 
-            /// Whether the algorithm takes a message of `bytes` (`Request::bytes`): every
-            /// algorithm but the low-latency ones, which stop at `ll::MAX_BYTES`.
+            /// Whether the algorithm takes a message of `bytes` (`Request::bytes`) on one
+            /// channel: every algorithm but the low-latency ones, which stop at
+            /// `ll::MAX_BYTES` per channel.
             pub fn takes(&self, bytes: u64) -> bool {
-                bytes <= self.desc().max_bytes
+                self.takes_on(bytes, 1)
+            }
+
+            /// Whether the algorithm takes a message of `bytes` on `channels` channels (the
+            /// low-latency ones split it over up to `ll::MAX_CHANNELS` of them).
+            pub fn takes_on(&self, bytes: u64, channels: u16) -> bool {
+                bytes <= (self.desc().max_bytes)(channels)
             }
 
             /// The algorithm's description (from its own file).

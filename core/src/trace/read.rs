@@ -184,7 +184,9 @@ fn detect(start: Cursor<'_>, algorithm: Algorithm) -> Cursor<'_> {
 /// the low-latency algorithm's traces, the multicast ops only in the multicast algorithm's.
 fn fits(op: &Op, algorithm: Algorithm) -> bool {
     match op.kind() {
-        OpKind::LlPut | OpKind::LlReduce => algorithm == Algorithm::OneShotLl,
+        OpKind::LlPut | OpKind::LlReduce => {
+            matches!(algorithm, Algorithm::OneShotLl | Algorithm::DirectLl)
+        }
         OpKind::McReduce | OpKind::McStore => algorithm == Algorithm::Multicast,
         _ => true,
     }

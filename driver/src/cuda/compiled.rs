@@ -20,6 +20,7 @@ use super::device::{self, Device};
 use super::error::{CudaError, Result};
 use super::launch::Kernel;
 use super::plan::RankPlan;
+use symm_core::plan::{self as plan_code, PlanOp};
 
 /// The compiled kernel's entry point.
 pub const COMPILED_ENTRY: &str = "symm_compiled";
@@ -82,6 +83,8 @@ pub fn source(plan: &RankPlan) -> Result<String> {
          #define SYMM_OP(i, ...) { const symm_u64 w_[SYMM_OP_BYTES / 8] = {__VA_ARGS__}; \
          symm_plan_op op_; memcpy(&op_, w_, sizeof op_); \
          symm_run_op(p, op_, i, stop, trace_len); if (stop) goto done; }\n\
+         #define SYMM_FUSED(i, k, call, ...) { const symm_u64 w_[(k) * (SYMM_OP_BYTES / 8)] = {__VA_ARGS__}; \
+         symm_plan_op o_[k]; memcpy(o_, w_, sizeof o_); call; if (stop) goto done; }\n\
          extern \"C\" __global__ void __launch_bounds__(SYMM_THREADS) symm_compiled(const symm_interp_params p) {\n\
          \x20 __shared__ int stop;\n\
          \x20 symm_u32 trace_len = 0;\n\
@@ -92,18 +95,14 @@ pub fn source(plan: &RankPlan) -> Result<String> {
     );
     for c in 0..plan.channels() {
         let (a, b) = (plan.chan_start[c] as usize, plan.chan_start[c + 1] as usize);
-        let _ = writeln!(s, "  case {c}: {{");
-        for (i, op) in plan.ops[a..b].iter().enumerate() {
-            let bytes = op.to_bytes();
-            let _ = write!(s, "    SYMM_OP({i}");
-            for w in bytes.chunks_exact(8) {
-                let mut word = [0u8; 8];
-                word.copy_from_slice(w);
-                let _ = write!(s, ", 0x{:x}ull", u64::from_le_bytes(word));
-            }
-            s.push_str(")\n");
+        let ops = &plan.ops[a..b];
+        let _ = writeln!(s, "  case {c}: {{\n#if SYMM_TRACE");
+        for (i, op) in ops.iter().enumerate() {
+            op_line(&mut s, i, op);
         }
-        s.push_str("  } break;\n");
+        s.push_str("#else\n");
+        fused_lines(&mut s, ops);
+        s.push_str("#endif\n  } break;\n");
     }
     s.push_str(
         "  default: break;\n  }\n\
@@ -114,6 +113,82 @@ pub fn source(plan: &RankPlan) -> Result<String> {
          \x20 return;\n}\n",
     );
     Ok(s)
+}
+
+/// Appends op `i` as one `SYMM_OP` line: its index and its eight encoded words.
+fn op_line(s: &mut String, i: usize, op: &PlanOp) {
+    let _ = write!(s, "    SYMM_OP({i}");
+    words(s, op);
+    s.push_str(")\n");
+}
+
+/// Appends the eight encoded words of `op`, each as `, 0x..ull`.
+fn words(s: &mut String, op: &PlanOp) {
+    for w in op.to_bytes().chunks_exact(8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(w);
+        let _ = write!(s, ", 0x{:x}ull", u64::from_le_bytes(word));
+    }
+}
+
+/// Most low-latency puts one fused step stores ([`fused_lines`]).
+pub const MAX_FUSED_PUTS: usize = 8;
+
+/// Appends one channel's ops for the untraced kernel, runs of ops that have the shape of a fused
+/// step of `symm/ops.cuh` as that step: a signal that adds to a slot followed by the wait for
+/// the same count on it (`symm_local_epoch`, which checks on the device that the signal goes
+/// to the rank's own pad and otherwise runs both ops), and 2 to [`MAX_FUSED_PUTS`] low-latency
+/// puts of one source, size, slot and half offset (`symm_ll_put_n`). Everything else is a
+/// `SYMM_OP` line.
+fn fused_lines(s: &mut String, ops: &[PlanOp]) {
+    let mut i = 0;
+    while i < ops.len() {
+        let op = &ops[i];
+        if let Some(next) = ops.get(i + 1).filter(|w| epoch_pair(op, w)) {
+            let _ = write!(
+                s,
+                "    SYMM_FUSED({i}, 2, symm_local_epoch(p, o_[0], o_[1], {i}, stop, trace_len)"
+            );
+            words(s, op);
+            words(s, next);
+            s.push_str(")\n");
+            i += 2;
+            continue;
+        }
+        let run = ops[i..]
+            .iter()
+            .take(MAX_FUSED_PUTS)
+            .take_while(|q| same_put(op, q))
+            .count();
+        if run >= 2 {
+            let _ = write!(s, "    SYMM_FUSED({i}, {run}, symm_ll_put_n<{run}>(p, o_)");
+            for q in &ops[i..i + run] {
+                words(s, q);
+            }
+            s.push_str(")\n");
+            i += run;
+            continue;
+        }
+        op_line(s, i, op);
+        i += 1;
+    }
+}
+
+/// Whether `sig` then `wait` have the shape of a low-latency epoch step.
+fn epoch_pair(sig: &PlanOp, wait: &PlanOp) -> bool {
+    sig.kind == plan_code::SIGNAL
+        && sig.sigop == symm_core::op::SignalOp::Add as u8
+        && wait.kind == plan_code::WAIT
+        && wait.slot == sig.slot
+        && wait.count == sig.count
+}
+
+/// Whether `q` is a low-latency put that one fused step can store with `first`.
+fn same_put(first: &PlanOp, q: &PlanOp) -> bool {
+    first.kind == plan_code::LL_PUT
+        && q.kind == plan_code::LL_PUT
+        && (q.a_rank, q.a_buf, q.a_off) == (first.a_rank, first.a_buf, first.a_off)
+        && (q.count, q.slot, q.reserved) == (first.count, first.slot, first.reserved)
 }
 
 /// The source of `plan` after [`RankPlan::validate`] for `rank` of `world` with buffers of
@@ -175,8 +250,11 @@ mod tests {
         .with_channels(2);
         let plan = RankPlan::schedule(&req, 1).expect("schedules");
         let src = source(&plan).expect("short enough");
-        assert_eq!(src.matches("SYMM_OP(").count(), plan.ops.len() + 1);
+        // Once in the traced body of each channel, plus the macro's definition.
+        let traced: String = sections(&src, "#if SYMM_TRACE", "#else");
+        assert_eq!(traced.matches("SYMM_OP(").count(), plan.ops.len());
         assert_eq!(src.matches("  case ").count(), plan.channels());
+        assert_eq!(ops_in(&sections(&src, "#else", "#endif")), plan.ops.len());
         // Only numbers come from the plan: every op line is SYMM_OP(i, 0x..ull x 8).
         for line in src
             .lines()
@@ -193,6 +271,76 @@ mod tests {
                 .iter()
                 .all(|w| w.starts_with("0x") && w.ends_with("ull")));
         }
+    }
+
+    /// The lines of `src` between each `open` line and the next `close` line.
+    fn sections(src: &str, open: &str, close: &str) -> String {
+        let mut out = String::new();
+        let mut inside = false;
+        for line in src.lines() {
+            if line.trim() == open {
+                inside = true;
+            } else if line.trim() == close {
+                inside = false;
+            } else if inside {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Ops a body's lines stand for: one per `SYMM_OP` line, `k` per `SYMM_FUSED(i, k, ..)`,
+    /// every one of whose words is a number.
+    fn ops_in(body: &str) -> usize {
+        let mut n = 0;
+        for line in body.lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix("SYMM_FUSED(") {
+                let parts: Vec<&str> = rest.trim_end_matches(')').split(", ").collect();
+                let k: usize = parts[1].parse().expect("a count");
+                let w = parts.iter().filter(|w| w.starts_with("0x")).count();
+                assert_eq!(w, k * 8, "{line}");
+                n += k;
+            } else if line.starts_with("SYMM_OP(") {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    #[test]
+    fn untraced_kernels_fuse_the_low_latency_epoch_and_puts() {
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::OneShotLl,
+            4,
+            4096,
+            DType::Bf16,
+            ReduceOp::Sum,
+        );
+        let plan = RankPlan::schedule(&req, 2).expect("schedules");
+        let src = source(&plan).expect("short enough");
+        let fused = sections(&src, "#else", "#endif");
+        assert_eq!(fused.matches("symm_local_epoch(").count(), 1, "{fused}");
+        assert_eq!(fused.matches("symm_ll_put_n<4>(").count(), 1, "{fused}");
+        assert_eq!(ops_in(&fused), plan.ops.len());
+        // The traced kernel runs the ops one by one, as the interpreter does.
+        let traced = sections(&src, "#if SYMM_TRACE", "#else");
+        assert!(!traced.contains("SYMM_FUSED("));
+        assert_eq!(traced.matches("SYMM_OP(").count(), plan.ops.len());
+        // Puts of different sources are not fused.
+        let ring = Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            4,
+            4096,
+            DType::Bf16,
+            ReduceOp::Sum,
+        );
+        let plan = RankPlan::schedule(&ring, 0).expect("schedules");
+        let fused = sections(&source(&plan).expect("short"), "#else", "#endif");
+        assert!(!fused.contains("symm_ll_put_n"));
+        assert_eq!(ops_in(&fused), plan.ops.len());
     }
 
     #[test]
