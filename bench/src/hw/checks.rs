@@ -18,11 +18,13 @@ use super::Row;
 use symm_tests::matrix::{Compare, Matrix};
 
 /// Channels used for a size: one block for the smallest messages, two up to 256 KiB (the
-/// low-latency schedules split over both), sixteen above (the low-latency ones up to 1 MiB).
+/// low-latency schedules split over both), more for large ones (the teams check's split heaps
+/// are sized for four channels at 1 MiB).
 pub fn channels_for(bytes: u64) -> u16 {
     match bytes {
         0..=1023 => 1,
         1024..=262_143 => 2,
+        262_144..=16_777_215 => 4,
         _ => 16,
     }
 }
