@@ -1,32 +1,32 @@
 //! The alpha-beta cost model and algorithm selection.
 //!
 //! Every prediction has the published Hockney form, `launch + hops * alpha + bytes * beta`
-//! (Hockney, "The communication challenge for MPP", Parallel Computing 20, 1994), with the hop
-//! and byte counts of symm's own op streams: `alpha` is one signalled hop (a put, a signal, a
-//! remote read), `1/beta` the bandwidth of one rank's port, and a rank's ops run one after another
-//! on each channel. The closed forms below are the classic costs with the message counts made
-//! explicit (`p` ranks, `n` bytes per channel, `c` the pipelining chunk, `k` chunks per stream):
+//! (Hockney, "The communication challenge for MPP", Parallel Computing 20, 1994), with the terms
+//! the host simulator charges (`driver/src/host/sim.rs`): `alpha` is one hop (a signal landing,
+//! a read's loads coming back, a put landing), a signal costs its sender only its issue
+//! ([`Link::issue_us`]), puts are posted (the stream goes on when the bytes left), `1/beta` is
+//! the bandwidth of one rank's link port and local passes run at [`Link::memory_bytes_per_us`].
+//! The channels of a rank share its ports, so their bytes add up while their latencies overlap.
+//! Each algorithm's `cost` (in `sched/<algorithm>.rs`) derives its critical path from those
+//! rules and says how in its comment (`p` ranks, `n` bytes, `k` chunks of `c`):
 //!
-//! | algorithm | classic cost | here |
+//! | algorithm | classic cost | here (issues `ι`, local bytes `μ`) |
 //! |---|---|---|
-//! | ring all-reduce | `2(p-1)α + 2(p-1)/p·nβ` (Patarasuk and Yuan, JPDC 69, 2009; Thakur, Rabenseifner and Gropp, IJHPCA 19, 2005) | `α + k(5p-5)α + (2p-1)(n/p)β`: every chunk of a step is a put, a data signal and a credit; the final combine is charged as one more pass |
-//! | ring reduce-scatter / all-gather | `(p-1)α + (p-1)/p·nβ` per block of `n/p` (Thakur et al.) | `α + k(3p-3)α + p·bβ` / `α + k(2p-2)α + p·bβ` for a block `b` |
-//! | recursive halving-doubling | `2 lg p·α + 2(p-1)/p·nβ`, plus a fold and unfold when `p` is not a power of two (Rabenseifner, ICCS 2004; Thakur et al.) | halving chunked and credited (`3α + 2cβ` a chunk), doubling one put per step, the fold streamed |
-//! | one-shot all-reduce | `α + (p-1)nβ` (each rank reads every peer) | `3(p-1)α + (p-1)nβ`: a ready and a done signal to each peer |
-//! | two-shot all-reduce | reduce-scatter + all-gather, direct: `2α + 2(p-1)/p·nβ` | `4(p-1)α + 2(p-1)/p·nβ` |
-//! | direct reduce-scatter, all-gather, all-to-all | `α + (p-1)bβ` (Thakur et al., pairwise exchange) | `3(p-1)α + (p-1 or p)bβ` |
-//! | double binary tree all-reduce | `2 lg p·α + 2nβ` pipelined (Sanders, Speck and Träff, Parallel Computing 35, 2009) | fill `(8 lg p + 2)α + 5 lg p·cβ`, then `16α + 8cβ` per chunk pair (fewer below 5 ranks), fitted to the two trees' op streams |
-//! | binary tree broadcast / reduce | `(k + lg p - 1)(α + cβ)` pipelined (Thakur et al.) | a fill of `4(d-1)α` / `2dα` (`d` the tree depth), then `4α + 3cβ` / `4α + 2cβ` a chunk at the busiest node |
-//! | chain ("ring") broadcast | `(k + p - 2)(α + cβ)` | `α + (k + p - 2)(2α + 2cβ)` |
-//! | direct broadcast, reduce, scatter, gather | `(p-1)(α + nβ)` at the root | `(2p-1)α + p·nβ`, `(2p-2)α + (p-1)nβ`, `(2p-1)α + p·bβ`, `(p+1)α + bβ` |
-//! | multicast | one switch reduction and one switch store of `n/p` (NVLS) | `2(p-1)α + 2α + 2(n/p)/multicast` |
+//! | ring all-reduce | `2(p-1)α + 2(p-1)/p·nβ` (Patarasuk and Yuan, JPDC 69, 2009; Thakur, Rabenseifner and Gropp, IJHPCA 19, 2005) | `2(p-1)(n/p)β + k(2(p-1)α + 3(p-1)ι)`: the loop is chunk-major, so each step's hop is exposed once per chunk |
+//! | ring reduce-scatter / all-gather | `(p-1)α + (p-1)/p·nβ` per block of `n/p` (Thakur et al.) | `(p-1)bβ + k((p-1)α + 2(p-1)ι)` / `(p-1)bβ + k(p-1)(α + ι)` for a block `b` |
+//! | recursive halving-doubling | `2 lg p·α + 2(p-1)/p·nβ`, plus a fold and unfold when `p` is not a power of two (Rabenseifner, ICCS 2004; Thakur et al.) | halving `α + 2ι + cβ + cμ` a chunk, doubling a put a step, the fold at the pace of its slot loop |
+//! | one-shot all-reduce | `α + (p-1)nβ` (each rank reads every peer) | `2(p-1)ι + 3α + (p-1)nβ`; past 8 ranks a chain of reads, `(p-1)α + (2p-3)nβ` |
+//! | two-shot all-reduce | reduce-scatter + all-gather, direct: `2α + 2(p-1)/p·nβ` | `2(p-1)ι + 3α + 2(p-1)/p·nβ` |
+//! | direct reduce-scatter, all-gather, all-to-all | `α + (p-1)bβ` (Thakur et al., pairwise exchange) | `2(p-1)ι + 2α + (p-1)bβ` |
+//! | double binary tree all-reduce | `2 lg p·α + 2nβ` pipelined (Sanders, Speck and Träff, Parallel Computing 35, 2009) | the reduce's up pass per tree, then the broadcast's down pass of both |
+//! | binary tree broadcast / reduce | `(k + lg p - 1)(α + cβ)` pipelined (Thakur et al.) | the root's pace (`2cβ + 2ι` a chunk) and a fill of `d` levels / the slower of the busiest ingress and the slot loop |
+//! | chain ("ring") broadcast | `(k + p - 2)(α + cβ)` | `nβ + nμ + kι + (p-2)(α + ι + cβ)` |
+//! | direct broadcast, reduce, scatter, gather | `(p-1)(α + nβ)` at the root | `(p-1)(nβ + ι)` after one handshake, and the like |
+//! | multicast | one switch reduction and one switch store of `n/p` (NVLS) | `2(p-1)ι + 4α + 2(n/p)/multicast` |
+//! | low-latency one-shot / exchange | one trip of lines | `ι + 2α + 2(p-1)nβ + 3nμ` |
 //!
-//! The host simulator runs the same op streams with the same `alpha` and `beta`, so the model
-//! is its closed form: a test compares [`select`]'s pick against the simulator's fastest
-//! algorithm over worlds 2..72 and 1 KiB..1 GiB. The simulator is the finer of the two: it
-//! shares each rank's link ports among its channels, charges a signal's sender only its issue
-//! ([`Link::issue_us`]) and local passes at memory bandwidth ([`Link::memory_bytes_per_us`]);
-//! `cargo xtask hw` measures the truth on GPUs and fits the link to it.
+//! A test compares [`select`]'s pick against the simulator's fastest algorithm over worlds
+//! 2..72 and 1 KiB..1 GiB; `cargo xtask hw` measures the truth on GPUs and fits the link to it.
 
 use crate::sched::{algorithms, Algorithm, Request};
 
@@ -95,18 +95,6 @@ impl Link {
     }
 }
 
-/// `log2(p)` as a real number (0 for p <= 1), without `std`.
-pub(crate) fn lg(p: u64) -> f64 {
-    if p <= 1 {
-        return 0.0;
-    }
-    let whole = 63 - p.leading_zeros() as u64;
-    // Linear between powers of two is within 0.09 of log2 and monotone, which is all a
-    // ranking needs.
-    let base = 1u64 << whole;
-    whole as f64 + (p - base) as f64 / base as f64
-}
-
 /// Depth of a heap-ordered binary tree of `p` nodes.
 pub(crate) fn depth(p: u64) -> u64 {
     if p <= 1 {
@@ -124,12 +112,19 @@ pub(crate) fn div_ceil(a: u64, b: u64) -> u64 {
     }
 }
 
-/// Hops and bytes (`alpha` and `beta` multiples) of an algorithm's critical path.
+/// An algorithm's critical path on one channel, in the simulator's units: hops (`alpha`), signal
+/// issues ([`Link::issue_us`]), and bytes through the rank's link ports (`beta`), its memory
+/// port ([`Link::memory_bytes_per_us`]) and the multicast switch.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Path {
     pub hops: f64,
     pub bytes: f64,
     pub mc_bytes: f64,
+    /// Signals issued on the critical path: the sender pays only the issue; the hop is paid
+    /// where a wait on it is (`hops`).
+    pub issues: f64,
+    /// Bytes of passes that stay on the rank (a local copy or combine).
+    pub mem_bytes: f64,
 }
 
 impl Path {
@@ -137,12 +132,88 @@ impl Path {
         Path {
             hops,
             bytes,
-            mc_bytes: 0.0,
+            ..Path::default()
+        }
+    }
+
+    /// `n` hops.
+    pub(crate) fn hops(n: f64) -> Path {
+        Path::new(n, 0.0)
+    }
+
+    /// `b` bytes through a link port.
+    pub(crate) fn link(b: f64) -> Path {
+        Path::new(0.0, b)
+    }
+
+    /// `n` signal issues.
+    pub(crate) fn issues(n: f64) -> Path {
+        Path {
+            issues: n,
+            ..Path::default()
+        }
+    }
+
+    /// `b` bytes through the rank's memory port.
+    pub(crate) fn mem(b: f64) -> Path {
+        Path {
+            mem_bytes: b,
+            ..Path::default()
+        }
+    }
+
+    /// `b` bytes through the multicast switch.
+    pub(crate) fn mc(b: f64) -> Path {
+        Path {
+            mc_bytes: b,
+            ..Path::default()
+        }
+    }
+
+    /// Microseconds on `link` with `ch` channels sharing the rank's ports: latencies and issues
+    /// overlap across channels (each has its own stream), bytes do not (every port carries at
+    /// most its bandwidth).
+    pub(crate) fn us(&self, link: &Link, ch: f64) -> f64 {
+        let mc = if link.multicast_bytes_per_us > 0.0 {
+            link.multicast_bytes_per_us
+        } else {
+            link.beta_bytes_per_us
+        };
+        self.hops * link.alpha_us
+            + self.issues * link.issue_us()
+            + ch * (self.bytes / link.beta_bytes_per_us
+                + self.mem_bytes / link.memory_bytes_per_us()
+                + self.mc_bytes / mc)
+    }
+}
+
+impl core::ops::Add for Path {
+    type Output = Path;
+    fn add(self, o: Path) -> Path {
+        Path {
+            hops: self.hops + o.hops,
+            bytes: self.bytes + o.bytes,
+            mc_bytes: self.mc_bytes + o.mc_bytes,
+            issues: self.issues + o.issues,
+            mem_bytes: self.mem_bytes + o.mem_bytes,
         }
     }
 }
 
-/// What every algorithm's cost reads of a request, per channel.
+impl core::ops::Mul<f64> for Path {
+    type Output = Path;
+    fn mul(self, k: f64) -> Path {
+        Path {
+            hops: self.hops * k,
+            bytes: self.bytes * k,
+            mc_bytes: self.mc_bytes * k,
+            issues: self.issues * k,
+            mem_bytes: self.mem_bytes * k,
+        }
+    }
+}
+
+/// What every algorithm's cost reads of a request, per channel, and the link it is priced on.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Shape {
     /// Ranks.
@@ -157,10 +228,16 @@ pub(crate) struct Shape {
     pub chunk: u64,
     /// Depth of a binary tree of `p` nodes.
     pub d: f64,
+    /// Scratch slots per stream.
+    pub slots: f64,
+    /// Channels (they share the rank's ports).
+    pub ch: f64,
+    /// The machine the path is priced on (to choose between regimes).
+    pub link: Link,
 }
 
 impl Shape {
-    fn of(req: &Request) -> Shape {
+    fn of(req: &Request, link: &Link) -> Shape {
         let p = req.world.max(1) as u64;
         let e = req.dtype.size();
         let ch = req.channels.max(1) as u64;
@@ -171,6 +248,9 @@ impl Shape {
             n: div_ceil(req.elems(), ch) * e,
             chunk: req.chunk_elems() * e,
             d: depth(p) as f64,
+            slots: req.slot_count().max(1) as f64,
+            ch: ch as f64,
+            link: *link,
         }
     }
 
@@ -189,12 +269,29 @@ impl Shape {
     pub(crate) fn serial(&self) -> Path {
         Path::new(3.0 * (self.pf - 1.0), self.pf * self.n as f64)
     }
+
+    /// The longer of two paths on this shape's link.
+    pub(crate) fn max(&self, a: Path, b: Path) -> Path {
+        if a.us(&self.link, self.ch) >= b.us(&self.link, self.ch) {
+            a
+        } else {
+            b
+        }
+    }
+
+    /// `k` chunks through a credited pipeline: each costs the busiest stream or port `stage`,
+    /// unless the slot loop is slower: a slot is written again only after the credit of the
+    /// chunk `slots` before it, so `slots` chunks take at least one `round` (the put, its
+    /// signal landing, the consumer's pass, the credit landing back).
+    pub(crate) fn steady(&self, k: f64, stage: Path, round: Path) -> Path {
+        self.max(stage * k, round * (k / self.slots))
+    }
 }
 
 /// The critical path of `req` on one channel: the algorithm's own cost
 /// ([`crate::sched::Desc::cost`]).
-fn path(req: &Request) -> Path {
-    let s = Shape::of(req);
+fn path(req: &Request, link: &Link) -> Path {
+    let s = Shape::of(req, link);
     if s.p == 1 {
         return Path::new(0.0, s.n as f64);
     }
@@ -221,16 +318,8 @@ fn path(req: &Request) -> Path {
 /// assert!(at(Algorithm::Ring, 0) >= Link::NVLINK4.launch_us);
 /// ```
 pub fn predict(req: &Request, link: &Link) -> f64 {
-    let path = path(req);
-    let mc = if link.multicast_bytes_per_us > 0.0 {
-        link.multicast_bytes_per_us
-    } else {
-        link.beta_bytes_per_us
-    };
-    link.launch_us
-        + path.hops * link.alpha_us
-        + path.bytes / link.beta_bytes_per_us
-        + path.mc_bytes / mc
+    let ch = req.channels.max(1) as f64;
+    link.launch_us + path(req, link).us(link, ch)
 }
 
 mod calibration;

@@ -117,14 +117,24 @@ fn scratch(r: &Request) -> u64 {
         .saturating_mul(ll::channels(r.channels) as u64)
 }
 
+/// The LL exchange as the simulator runs it: the epoch's signal to itself and its wait (an issue
+/// and a hop), the lines (twice the data) to itself through the memory port and to the `p - 1`
+/// peers one after another through the egress port (posted), the last landing a hop later, then
+/// `passes` local passes over the data. Every channel's lines cross the same ports, so the port
+/// terms carry the whole message, spread over the request's channels (the model multiplies
+/// them back).
+fn lines(r: &Request, s: &Shape, passes: f64) -> Path {
+    let n = r.bytes as f64 / s.ch;
+    let lines = 2.0 * n;
+    Path::issues(1.0)
+        + Path::hops(2.0)
+        + Path::mem(lines + passes * n)
+        + Path::link((s.pf - 1.0) * lines)
+}
+
 fn cost(r: &Request, s: &Shape) -> Path {
     match r.collective {
-        // A put of its lines (twice the data) to each peer, as the simulator issues them one
-        // after another, then one local pass over the arrived lines.
-        Collective::AllReduce => {
-            let n = (r.bytes / ll::channels(r.channels) as u64) as f64;
-            Path::new(s.pf - 1.0, (2.0 * (s.pf - 1.0) + 1.0) * n)
-        }
+        Collective::AllReduce => lines(r, s, 1.0),
         _ => s.serial(),
     }
 }
@@ -226,10 +236,13 @@ impl Program for DirectLl {
 }
 
 fn direct_cost(r: &Request, s: &Shape) -> Path {
-    // A put of the lines (twice the block) to each peer, one after another, then one local
-    // pass over the arrived lines of every block.
-    let n = (r.bytes / ll::channels(r.channels) as u64) as f64;
-    Path::new(s.pf - 1.0, (2.0 * (s.pf - 1.0) + s.pf) * n)
+    // Reduce-scatter folds its regions in one pass; all-gather and all-to-all copy each of
+    // the `p` regions out with a pass of its own, after the last one landed.
+    let passes = match r.collective {
+        Collective::ReduceScatter => 1.0,
+        _ => s.pf,
+    };
+    lines(r, s, passes)
 }
 
 /// The low-latency exchange: all-gather, reduce-scatter and all-to-all over LL lines.

@@ -267,31 +267,47 @@ fn streams(r: &Request) -> u64 {
     }
 }
 
-fn cost(r: &Request, s: &Shape) -> Path {
+/// Recursive halving-doubling as the simulator runs it (`P` the power of two, `E` extras):
+///
+/// * `Ready` to the fold partner and to each halving partner, and the waits: issues and a hop.
+/// * Fold (when `E > 0`): the extra streams its input in credited chunks, the partner combines
+///   each locally: per chunk the slower of the extra's put and issue and the slot loop (put,
+///   the signal's issue and hop, the combine, the credit's issue and hop, per `slots` chunks).
+/// * Halving, step `i`: per chunk a rank puts half its range's chunk to its partner, signals,
+///   waits for the partner's (which it sent at the same time: it lands a hop after its issue),
+///   combines it locally and returns the credit: a put, two issues, a hop and a local pass.
+/// * Doubling: `lg P` swaps of the growing range, each a put, an issue and the partner's hop;
+///   the ranges add up to `(P-1)/P` of the data.
+/// * Unfold (when `E > 0`): the partner puts the whole result to its extra: a put, an issue
+///   and a hop.
+fn rhd_cost(s: &Shape) -> Path {
     let (p, n, e) = (s.p, s.n, s.e);
+    let big = 1u64 << depth(p);
+    let extra = p - big;
+    let lgp = depth(big) as f64;
+    let (link, mem, iss, hop) = (Path::link, Path::mem, Path::issues, Path::hops);
+    let mut path = iss(lgp + (extra > 0) as u64 as f64) + hop(1.0);
+    let mut range = n;
+    for _ in 0..depth(big) {
+        let send = div_ceil(range, 2 * e) * e;
+        let (k, _) = s.pipe(send);
+        path = path + link(send as f64) + mem(send as f64) + (iss(2.0) + hop(1.0)) * k;
+        range = send;
+    }
+    let doubling = (big - 1) as f64 / big as f64 * n as f64;
+    path = path + link(doubling) + (iss(1.0) + hop(1.0)) * lgp;
+    if extra > 0 {
+        let (kf, cf) = s.pipe(n);
+        let stage = link(cf) + iss(1.0);
+        let round = link(cf) + iss(2.0) + hop(2.0) + mem(cf);
+        path = path + s.steady(kf, stage, round) + link(n as f64) + iss(1.0) + hop(1.0);
+    }
+    path
+}
+
+fn cost(r: &Request, s: &Shape) -> Path {
     match r.collective {
-        Collective::AllReduce => {
-            let big = 1u64 << depth(p);
-            let extra = p - big;
-            // Halving: each step sends half the range, a credited stream of chunks (put, data
-            // signal, credit: 3 hops) combined locally on arrival.
-            let (mut chunks, mut halving, mut range) = (0.0, 0.0, n);
-            for _ in 0..depth(big) {
-                let send = div_ceil(range, 2 * e) * e;
-                chunks += s.pipe(send).0;
-                halving += 2.0 * send as f64;
-                range = send;
-            }
-            let lgp = depth(big) as f64;
-            let doubling = (big - 1) as f64 / big as f64 * n as f64;
-            let mut path = Path::new(2.0 + 3.0 * chunks + 2.0 * lgp, halving + doubling);
-            if extra > 0 {
-                let (kf, cf) = s.pipe(n);
-                path.hops += 2.0 * kf + 2.0;
-                path.bytes += kf * cf + n as f64;
-            }
-            path
-        }
+        Collective::AllReduce => rhd_cost(s),
         Collective::ReduceScatter
         | Collective::AllGather
         | Collective::Broadcast { .. }

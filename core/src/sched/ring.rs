@@ -250,27 +250,69 @@ fn streams(r: &Request) -> u64 {
     }
 }
 
-fn cost(r: &Request, s: &Shape) -> Path {
-    let (pf, n) = (s.pf, s.n);
+/// The ring as the simulator runs it. The loop is chunk-major: a rank runs every step of chunk
+/// `j` before chunk `j + 1`, and step `s > 0` waits for its predecessor's step `s - 1` of the same
+/// chunk, which every rank ran at the same time. So each of the `p - 1` forwarding steps of a
+/// chunk costs its put, the issue of its signal and the signal's hop (the latency is exposed
+/// once per step and chunk, the puts' bytes add up to the data), and a reduce-scatter step also
+/// issues the credit of the slot it consumed. Credits never bind: a slot is reused two steps
+/// later, long after its credit landed. Local copies and the final combine use the memory port.
+///
+/// * all-gather: the own copy, then per chunk `(p-1)(put + issue + hop)`;
+/// * reduce-scatter: per chunk `(p-1)(put + hop)`, `2p - 2` issues (a data signal and a
+///   credit a step, but none at the ends), and the final combine into the output;
+/// * all-reduce: both, on blocks of `n / p`, the all-gather's source being the result.
+///
+/// Every run begins with a `Ready` to the predecessor and the wait for the successor's: an
+/// issue and a hop.
+fn ring_cost(r: &Request, s: &Shape) -> Path {
+    let (q, n) = (s.pf - 1.0, s.n as f64);
+    let ready = Path::issues(1.0) + Path::hops(1.0);
     match r.collective {
         Collective::AllReduce => {
             let b = s.block();
             let (k, _) = s.pipe(b);
-            Path::new(1.0 + k * (5.0 * pf - 5.0), (2.0 * pf - 1.0) * b as f64)
+            let b = b as f64;
+            ready
+                + Path::link(2.0 * q * b)
+                + Path::mem(b)
+                + (Path::hops(2.0 * q) + Path::issues(3.0 * q)) * k
         }
         Collective::ReduceScatter => {
-            let (k, _) = s.pipe(n);
-            Path::new(1.0 + k * (3.0 * pf - 3.0), pf * n as f64)
+            let (k, _) = s.pipe(s.n);
+            ready + Path::link(q * n) + Path::mem(n) + (Path::hops(q) + Path::issues(2.0 * q)) * k
         }
-        Collective::AllGather => {
-            let (k, _) = s.pipe(n);
-            Path::new(1.0 + k * (2.0 * pf - 2.0), pf * n as f64)
+        _ => {
+            let (k, _) = s.pipe(s.n);
+            ready + Path::mem(n) + Path::link(q * n) + (Path::hops(q) + Path::issues(q)) * k
         }
-        Collective::Broadcast { .. } => {
-            let (k, c) = s.pipe(n);
-            let steps = k + pf - 2.0;
-            Path::new(1.0 + 2.0 * steps, 2.0 * steps * c)
+    }
+}
+
+/// The chain broadcast (the tree program's chain): the root copies each chunk into its own
+/// output and puts it to its child, with a signal; every other rank waits, forwards and
+/// signals, faster than the root (no copy), so the root sets the pace: its memory and egress
+/// ports carry the data and it issues one signal a chunk. The last chunk then crosses the
+/// remaining `p - 2` links, a put, an issue and a hop each, and lands a hop after it left the
+/// root. Before: a `Ready` to each neighbour and the waits for theirs.
+pub(crate) fn chain_cost(s: &Shape) -> Path {
+    let (k, c) = s.pipe(s.n);
+    let n = s.n as f64;
+    let ready = Path::issues(2.0) + Path::hops(1.0);
+    ready
+        + Path::mem(n)
+        + Path::link(n)
+        + Path::issues(k)
+        + Path::hops(1.0)
+        + (Path::link(c) + Path::issues(1.0) + Path::hops(1.0)) * (s.pf - 2.0)
+}
+
+fn cost(r: &Request, s: &Shape) -> Path {
+    match r.collective {
+        Collective::AllReduce | Collective::ReduceScatter | Collective::AllGather => {
+            ring_cost(r, s)
         }
+        Collective::Broadcast { .. } => chain_cost(s),
         Collective::Reduce { .. }
         | Collective::Scatter { .. }
         | Collective::Gather { .. }

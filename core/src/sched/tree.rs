@@ -20,7 +20,7 @@
 use super::part::{chunks, part, Part};
 use super::table::{no_scratch, no_streams, one_slot, serves, Desc};
 use super::{Batch, Collective, Ctx, Program, Request};
-use crate::cost::{self, div_ceil, lg, Path};
+use crate::cost::{self, div_ceil, Path};
 use crate::op::Buf;
 use crate::signal::SlotKind::{self, Credit, CreditB, Data, DataB, Ready};
 
@@ -289,47 +289,73 @@ fn streams(r: &Request) -> u64 {
     }
 }
 
+/// The binary tree's passes as the simulator runs them, over `n` bytes in `k` chunks of `c`
+/// (`k` counts every tree's chunks: a channel runs one tree's, then the other's).
+///
+/// **Down** (broadcast): the root copies a chunk into its own output (unless the up pass left
+/// it there) and puts it to each of its (up to two) children with a signal; an inner node waits
+/// and does the same without the copy, so the root sets the pace: per chunk its copy, a put and
+/// an issue per child. No credits: outputs are written once. The last chunk then goes down the
+/// remaining `d - 1` levels, two puts, two issues and a hop each (the deepest node is a second
+/// child), landing a hop after it left the root.
+fn down(s: &cost::Shape, n: f64, k: f64, c: f64, copy: bool) -> Path {
+    let kids = if s.p == 2 { 1.0 } else { 2.0 };
+    let own = if copy { Path::mem(n) } else { Path::default() };
+    let level = (Path::link(c) + Path::issues(1.0)) * 2.0 + Path::hops(1.0);
+    own + (Path::link(n) + Path::issues(k)) * kids
+        + Path::hops(1.0)
+        + level * (s.d - 1.0).max(0.0)
+}
+
+/// **Up** (reduce): a node waits for its children's partials, combines them with its input
+/// (locally, or straight into its parent's scratch) and returns credits. Puts into one node
+/// share its ingress. The pace is the slower of the busiest port (a node with two children
+/// receives `2c` a chunk) and the slot loop: a child writes slot `j % slots` again only after
+/// the credit of chunk `j - slots`, which costs the children's puts into the node's ingress,
+/// the data signal's issue and hop, the node's passes and credits, and the credit's hop. The
+/// loop of the root (its passes are local) and of an inner node (its last pass is the put to
+/// its parent) are both candidates. The first chunk climbs `d` levels before the pace sets
+/// in: a put, an issue and a hop each.
+fn up(s: &cost::Shape, k: f64, c: f64) -> Path {
+    let p = s.p;
+    let (link, mem, iss, hop) = (Path::link, Path::mem, Path::issues, Path::hops);
+    let root_kids = if p == 2 { 1.0 } else { 2.0 };
+    let root = link(root_kids * c)
+        + iss(1.0 + root_kids)
+        + hop(2.0)
+        + mem(root_kids * c);
+    let inner_kids = if p >= 5 { 2.0 } else { 1.0 };
+    let inner = link((inner_kids + 1.0) * c)
+        + iss(1.0 + inner_kids)
+        + hop(2.0)
+        + mem((inner_kids - 1.0) * c);
+    let round = if p >= 4 { s.max(root, inner) } else { root };
+    let stage = link(root_kids * c) + iss(1.0);
+    let fill = (link(c) + iss(1.0) + hop(1.0)) * s.d + mem(c);
+    fill + s.steady((k - 1.0).max(0.0), stage, round)
+}
+
 fn cost(r: &Request, s: &cost::Shape) -> Path {
-    let (p, n, e, d) = (s.p, s.n, s.e, s.d);
+    // Every run begins with a `Ready` to each neighbour in the tree and the waits for theirs.
+    let ready = Path::issues(3.0) + Path::hops(1.0);
+    let n = s.n as f64;
     match r.collective {
         Collective::AllReduce => {
-            let half = div_ceil(n, 2 * e) * e;
+            // Both trees' up passes, then both trees' down passes, on halves of the data. The
+            // second tree's up pass fills again: its deepest leaf is the first tree's root,
+            // which starts it only once the first tree's up pass reached it. The down passes
+            // stream on at the roots' pace.
+            let half = div_ceil(s.n, 2 * s.e) * s.e;
             let (k, c) = s.pipe(half);
-            let (a, b) = match p {
-                2 => (8.0, 4.0),
-                3 => (12.0, 8.0),
-                4 => (14.0, 7.0),
-                _ => (16.0, 8.0),
-            };
-            let l = lg(p);
-            let steady = (k - 1.0).max(0.0);
-            Path::new(8.0 * l + 2.0 + steady * a, (5.0 * l + steady * b) * c)
+            ready + up(s, k, c) * 2.0 + down(s, n, 2.0 * k, c, false)
         }
         Collective::Broadcast { .. } => {
-            // Fill: the first chunk reaches the deepest second child after two puts a level;
-            // then a chunk per local copy and two forwards.
-            let (k, c) = s.pipe(n);
-            let fill = if p == 2 {
-                2.0
-            } else {
-                4.0 * (d - 1.0).max(1.0)
-            };
-            let (a, b) = if p == 2 { (2.0, 2.0) } else { (4.0, 3.0) };
-            let steady = (k - 1.0).max(0.0);
-            Path::new(2.0 + fill + a * steady, ((d + 1.0) + b * steady) * c)
+            let (k, c) = s.pipe(s.n);
+            ready + down(s, n, k, c, true)
         }
         Collective::Reduce { .. } => {
-            // Fill: a put and a signal a level; then the busiest node's ops per chunk (a root
-            // with two children combines twice; an inner node also forwards and credits).
-            let (k, c) = s.pipe(n);
-            let (a, b) = match p {
-                2 => (2.0, 1.0),
-                3 => (2.0, 2.0),
-                4 => (3.0, 1.0),
-                _ => (4.0, 2.0),
-            };
-            let steady = (k - 1.0).max(0.0);
-            Path::new(2.0 + 2.0 * d + a * steady, ((d + 1.0) + b * steady) * c)
+            let (k, c) = s.pipe(s.n);
+            ready + up(s, k, c)
         }
         Collective::ReduceScatter
         | Collective::AllGather
