@@ -112,9 +112,10 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub no_torch: bool,
     /// Also try a quarter and four times the default channels, and write the fastest
-    /// (algorithm, channels) per collective and size to FILE as symm-core's calibration table
-    /// (core/src/cost/calibration.rs).
-    #[arg(long, value_name = "FILE")]
+    /// (algorithm, channels) per collective and size as symm-core's calibration table of this
+    /// (topology, world) into DIR (core/src/cost/calibration: `<topology>_w<world>.rs`, and
+    /// the index `calibration.rs` beside DIR, which lists every table there).
+    #[arg(long, value_name = "DIR")]
     pub calibrate: Option<PathBuf>,
 }
 

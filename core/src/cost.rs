@@ -372,9 +372,15 @@ impl Topology {
     }
 }
 
-/// The calibration table kept in the repository, and where it was measured.
-pub fn calibration() -> (&'static [Calibrated], &'static str) {
-    (calibration::TABLE, calibration::SOURCE)
+/// The calibration tables kept in the repository, one per (topology, world) measured: where
+/// each was measured, and its entries.
+pub fn calibration() -> &'static [(&'static str, &'static [Calibrated])] {
+    calibration::TABLES
+}
+
+/// Every entry of every calibration table.
+pub fn calibrated() -> impl Iterator<Item = &'static Calibrated> {
+    calibration::TABLES.iter().flat_map(|(_, t)| t.iter())
 }
 
 /// Where [`tune`]'s choice came from.
@@ -408,9 +414,7 @@ pub fn tune(req: Request) -> (Request, Choice) {
 /// topology are never used. A request the caller builds with an explicit algorithm and
 /// channels is run as given; this is the default for callers that do not choose.
 pub fn tune_on(req: Request, topology: Topology) -> (Request, Choice) {
-    let (table, _) = calibration();
-    let near = table
-        .iter()
+    let near = calibrated()
         .filter(|e| {
             e.topology == topology && e.collective == req.collective.name() && e.world == req.world
         })
@@ -532,8 +536,8 @@ mod tune_tests {
     /// request's (collective, world), and the model elsewhere.
     #[test]
     fn tune_reads_the_calibration_table() {
-        let (table, _) = calibration();
-        for e in table {
+        let table: alloc::vec::Vec<&Calibrated> = calibrated().collect();
+        for &e in &table {
             let c = crate::sched::collectives(e.world)
                 .into_iter()
                 .find(|c| c.name() == e.collective)
@@ -585,7 +589,7 @@ mod tune_tests {
     /// the model on its own link.
     #[test]
     fn tune_keeps_topologies_apart() {
-        let (table, _) = calibration();
+        let table: alloc::vec::Vec<&Calibrated> = calibrated().collect();
         let e = table
             .iter()
             .find(|e| e.topology == Topology::Nvlink && e.collective == "all_reduce")

@@ -174,7 +174,9 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let bar = progress::bar(a.worlds.len() as u64, "bench");
     for &w in &a.worlds {
-        if w < 2 || w as i32 > count {
+        // More ranks than GPUs only where the ranks are placed on shared GPUs.
+        let shared_ok = std::env::var("SYMM_DEVICES").as_deref() == Ok("mod") && count > 0;
+        if w < 2 || (w as i32 > count && !shared_ok) {
             bar.println(format!("bench: world {w} skipped ({count} GPUs visible)"));
             bar.inc(1);
             continue;
@@ -247,9 +249,9 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
                 None
             }
         };
-        if let Some(path) = &cal {
+        if let Some(dir) = &cal {
             let text = report::calibration(w, topology, &shown, fitted.as_ref());
-            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let path = report::write_calibration(dir, w, topology, &text)?;
             println!("bench: calibration table written to {}", path.display());
         }
     }
