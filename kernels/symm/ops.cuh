@@ -278,10 +278,13 @@ static __device__ int symm_ll_reduce_any(const symm_interp_params& p, int dtype,
                                          symm_u64 stride, int k, symm_u64 n, int op, unsigned d, unsigned flag,
                                          symm_u32 slot, symm_u32 index, volatile int* stop) {
   if (k < 1) return 1;
-#define SYMM_LL_CASE(DT, S)                                                          \
-  case DT:                                                                           \
-    symm_ll_reduce_t<DT, S>(p, dst, src, stride, k, n, op, d, flag, slot, index, stop); \
-    return 0;
+#define SYMM_LL_CASE(DT, S)                                                             \
+  case DT:                                                                              \
+    if constexpr (SYMM_DTYPE_ON(DT)) {                                                  \
+      symm_ll_reduce_t<DT, S>(p, dst, src, stride, k, n, op, d, flag, slot, index, stop); \
+      return 0;                                                                         \
+    }                                                                                   \
+    return 1;
   switch (dtype) {
     SYMM_LL_CASE(SYMM_DTYPE_F32, float)
     SYMM_LL_CASE(SYMM_DTYPE_F16, unsigned short)

@@ -7,6 +7,15 @@
 #include "symm/plan.cuh"
 #include "symm/device.cuh"
 
+// The dtypes whose reductions a kernel instantiates: every one by default; a compiled plan
+// (driver/src/cuda/compiled.rs) defines SYMM_DTYPE_MASK to the bits of the dtypes its ops
+// reduce, so NVRTC compiles only those. A dtype outside the mask is an op the kernel cannot
+// run: the dispatch returns as for an unknown dtype (SYMM_STOP_BAD_OP).
+#ifndef SYMM_DTYPE_MASK
+#define SYMM_DTYPE_MASK 0xFFFFFFFFu
+#endif
+#define SYMM_DTYPE_ON(DT) ((((unsigned)(SYMM_DTYPE_MASK)) >> (DT)) & 1u)
+
 // ---------------------------------------------------------------------------------------------
 // Element semantics (symm_core::dtype::combine).
 // ---------------------------------------------------------------------------------------------
@@ -220,15 +229,60 @@ static __device__ void symm_reduce_block(char* dst, const char* a, const char* b
 static __device__ bool symm_reduce_any(int dtype, char* dst, const char* a, const char* b, symm_u64 n, int op,
                                        unsigned d) {
   switch (dtype) {
-    case SYMM_DTYPE_F32: symm_reduce_block<SYMM_DTYPE_F32, float>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_F16: symm_reduce_block<SYMM_DTYPE_F16, unsigned short>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_BF16: symm_reduce_block<SYMM_DTYPE_BF16, unsigned short>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_F64: symm_reduce_block<SYMM_DTYPE_F64, double>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_I32: symm_reduce_block<SYMM_DTYPE_I32, int>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_U32: symm_reduce_block<SYMM_DTYPE_U32, unsigned>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_I64: symm_reduce_block<SYMM_DTYPE_I64, long long>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_U64: symm_reduce_block<SYMM_DTYPE_U64, unsigned long long>(dst, a, b, n, op, d); return true;
-    case SYMM_DTYPE_U8: symm_reduce_block<SYMM_DTYPE_U8, unsigned char>(dst, a, b, n, op, d); return true;
+    case SYMM_DTYPE_F32:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_F32)) {
+        symm_reduce_block<SYMM_DTYPE_F32, float>(dst, a, b, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_F16:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_F16)) {
+        symm_reduce_block<SYMM_DTYPE_F16, unsigned short>(dst, a, b, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_BF16:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_BF16)) {
+        symm_reduce_block<SYMM_DTYPE_BF16, unsigned short>(dst, a, b, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_F64:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_F64)) {
+        symm_reduce_block<SYMM_DTYPE_F64, double>(dst, a, b, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_I32:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_I32)) {
+        symm_reduce_block<SYMM_DTYPE_I32, int>(dst, a, b, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_U32:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_U32)) {
+        symm_reduce_block<SYMM_DTYPE_U32, unsigned>(dst, a, b, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_I64:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_I64)) {
+        symm_reduce_block<SYMM_DTYPE_I64, long long>(dst, a, b, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_U64:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_U64)) {
+        symm_reduce_block<SYMM_DTYPE_U64, unsigned long long>(dst, a, b, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_U8:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_U8)) {
+        symm_reduce_block<SYMM_DTYPE_U8, unsigned char>(dst, a, b, n, op, d);
+        return true;
+      }
+      return false;
     default: return false;
   }
 }
@@ -371,15 +425,60 @@ static __device__ bool symm_reduce_n_any(int dtype, char* dst, const char* const
                                          unsigned d) {
   if (k < 1 || k > 8) return false;
   switch (dtype) {
-    case SYMM_DTYPE_F32: symm_reduce_n_wide<SYMM_DTYPE_F32, float>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_F16: symm_reduce_n_wide<SYMM_DTYPE_F16, unsigned short>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_BF16: symm_reduce_n_wide<SYMM_DTYPE_BF16, unsigned short>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_F64: symm_reduce_n_scalar<SYMM_DTYPE_F64, double>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_I32: symm_reduce_n_scalar<SYMM_DTYPE_I32, int>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_U32: symm_reduce_n_scalar<SYMM_DTYPE_U32, unsigned>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_I64: symm_reduce_n_scalar<SYMM_DTYPE_I64, long long>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_U64: symm_reduce_n_scalar<SYMM_DTYPE_U64, unsigned long long>(dst, src, k, n, op, d); return true;
-    case SYMM_DTYPE_U8: symm_reduce_n_scalar<SYMM_DTYPE_U8, unsigned char>(dst, src, k, n, op, d); return true;
+    case SYMM_DTYPE_F32:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_F32)) {
+        symm_reduce_n_wide<SYMM_DTYPE_F32, float>(dst, src, k, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_F16:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_F16)) {
+        symm_reduce_n_wide<SYMM_DTYPE_F16, unsigned short>(dst, src, k, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_BF16:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_BF16)) {
+        symm_reduce_n_wide<SYMM_DTYPE_BF16, unsigned short>(dst, src, k, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_F64:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_F64)) {
+        symm_reduce_n_scalar<SYMM_DTYPE_F64, double>(dst, src, k, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_I32:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_I32)) {
+        symm_reduce_n_scalar<SYMM_DTYPE_I32, int>(dst, src, k, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_U32:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_U32)) {
+        symm_reduce_n_scalar<SYMM_DTYPE_U32, unsigned>(dst, src, k, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_I64:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_I64)) {
+        symm_reduce_n_scalar<SYMM_DTYPE_I64, long long>(dst, src, k, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_U64:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_U64)) {
+        symm_reduce_n_scalar<SYMM_DTYPE_U64, unsigned long long>(dst, src, k, n, op, d);
+        return true;
+      }
+      return false;
+    case SYMM_DTYPE_U8:
+      if constexpr (SYMM_DTYPE_ON(SYMM_DTYPE_U8)) {
+        symm_reduce_n_scalar<SYMM_DTYPE_U8, unsigned char>(dst, src, k, n, op, d);
+        return true;
+      }
+      return false;
     default: return false;
   }
 }

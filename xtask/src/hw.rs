@@ -37,9 +37,11 @@ pub fn ci_checks() -> Result<(), String> {
         }
         n += 1;
     }
-    // Compiled plans: generated sources of real schedules (ring, tree, one-shot with the
-    // low-latency protocol, two-shot, all-to-all, over 1 to 4 channels) compile too, plain and
-    // traced.
+    let variants_s = t.elapsed().as_secs_f64();
+    // Compiled plans: generated sources of real schedules (ring, tree, one-shot, two-shot, the
+    // low-latency all-reduce and all-to-all with their fused steps, pairwise all-to-all, over 1
+    // to 4 channels) compile too, plain and traced.
+    let t = Instant::now();
     let mut plans = 0;
     for (coll, alg, bytes, ch) in [
         (Collective::AllReduce, Algorithm::Ring, 64 << 10, 2),
@@ -48,6 +50,8 @@ pub fn ci_checks() -> Result<(), String> {
         (Collective::AllReduce, Algorithm::TwoShot, 16 << 10, 4),
         (Collective::AllGather, Algorithm::Ring, 4096, 1),
         (Collective::AllToAll, Algorithm::Pairwise, 4096, 2),
+        (Collective::AllReduce, Algorithm::OneShotLl, 96 << 10, 2),
+        (Collective::AllToAll, Algorithm::DirectLl, 1024, 1),
     ] {
         let req = Request::new(coll, alg, 4, bytes, DType::Bf16, ReduceOp::Sum).with_channels(ch);
         let plan = RankPlan::schedule(&req, 1).map_err(|e| e.to_string())?;
@@ -66,10 +70,11 @@ pub fn ci_checks() -> Result<(), String> {
             plans += 1;
         }
     }
+    let plans_s = t.elapsed().as_secs_f64();
     println!(
-        "kernels: {n} variants and {plans} compiled plans built for sm_90 with NVRTC {maj}.{min} \
-         in {:.1} s; plan.cuh fresh",
-        t.elapsed().as_secs_f64()
+        "kernels: {n} variants ({variants_s:.1} s) and {plans} compiled plans ({plans_s:.1} s, \
+         {:.2} s each) built for sm_90 with NVRTC {maj}.{min}; plan.cuh fresh",
+        plans_s / plans.max(1) as f64
     );
     Ok(())
 }
