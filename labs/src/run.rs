@@ -334,6 +334,7 @@ pub fn time_us(req: &Request, streams: &[Vec<Op>], link: Link) -> Result<f64, Ho
         contents: false,
         trace: false,
         data: false,
+        ..SimOptions::default()
     };
     let channels = req.channels.max(1) as usize;
     host::simulate_streams(req, &[], &opts, |r, c| {

@@ -24,8 +24,8 @@ mod threads;
 pub use mem::{Oob, RankFabric, Temps, WorldMem};
 pub use reference::{alltoallv_reference, compare, random_inputs, reference, Mismatch, POISON};
 pub use sim::{
-    check_inputs, fit_link, simulate, simulate_streams, FitError, FitRow, FitSample, LinkFit,
-    SimOptions,
+    check_inputs, fit_link, simulate, simulate_streams, Block, FitError, FitRow, FitSample,
+    LinkFit, SimOptions,
 };
 pub use teams::{run_teams, run_teams_traced, TeamJob, TeamMode, TeamOutputs};
 pub use threads::{run_streams, run_threads, ThreadOptions};

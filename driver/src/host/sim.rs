@@ -26,6 +26,9 @@
 //!   signal that satisfies it landed; a low-latency reduce likewise waits until its lines
 //!   landed. Since a sender issues a signal after its put's bytes left, the signal lands after
 //!   the data.
+//! * **Blocks.** A channel is one GPU thread block, which alone moves bytes at a bounded rate
+//!   and pays a fixed cost per op: [`SimOptions::block`] ([`Block`]) makes a data op last at
+//!   least its bytes over the block's rate, after its op cost. The default adds nothing.
 //! * **The end** of a run is the latest stream clock or landing.
 //!
 //! [`fit_link`] fits the link's launch, alpha and beta to measured times (the bench does it with
@@ -35,6 +38,7 @@ mod fit;
 mod ports;
 
 pub use fit::{fit_link, FitError, FitRow, FitSample, LinkFit};
+pub use ports::Block;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -55,6 +59,9 @@ use symm_core::trace::{Event, EventKind};
 pub struct SimOptions {
     /// The machine model for virtual time.
     pub link: Link,
+    /// What one channel (a thread block) can do alone; [`Block::UNLIMITED`] by default, so
+    /// only the link's ports bound a channel.
+    pub block: Block,
     /// Record each op's destination contents (contribution sets) in the trace; worlds up to 64.
     pub contents: bool,
     /// Record a trace at all.
@@ -68,6 +75,7 @@ impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
             link: DEFAULT_LINK,
+            block: Block::UNLIMITED,
             contents: false,
             trace: true,
             data: true,
@@ -212,7 +220,7 @@ where
     let mut expected = vec![vec![0u64; slots]; w];
     let ranges = expected.iter_mut().flat_map(|v| v.chunks_mut(per_channel));
     let launch = ports::ns(opts.link.launch_us);
-    let mut ports = Ports::new(req.world, opts.link);
+    let mut ports = Ports::new(req.world, opts.link, opts.block);
     // The latest moment any write or signal landed: a run ends when everything arrived.
     let mut last_landing = launch;
     let mut st: Vec<Stream<'_, I>> = streams

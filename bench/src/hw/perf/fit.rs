@@ -3,8 +3,9 @@
 //!
 //! The samples are symm's eager times at 1 MiB and more: every candidate (algorithm, channels)
 //! when the run calibrates (`CANDIDATE` samples), else the fastest one per size.
-//! [`symm_driver::host::fit_link`] fits (launch, alpha, beta) by least squares on the relative
-//! error, starting from the topology's model link; each sample is then simulated on the fitted
+//! [`symm_driver::host::fit_link`] fits (launch, alpha, beta) and the per-block model (a
+//! channel's own bandwidth for copies and reductions, its cost per op) by least squares on the
+//! relative error, starting from the topology's model link; each sample is then simulated on the fitted
 //! link, and the report gives simulated / measured per sample and the worst ratio (the larger of
 //! the ratio and its inverse).
 
@@ -70,11 +71,15 @@ pub(super) fn summary(fit: &LinkFit) -> String {
     let l = &fit.link;
     format!(
         "simulator link fitted to {} samples of 1 MiB and more: launch {:.2} us, alpha {:.3} us, \
-         beta {:.0} B/us; worst simulated / measured {:.2}x",
+         beta {:.0} B/us, per block {:.0} B/us (reductions {:.0}) and {:.2} us an op; worst \
+         simulated / measured {:.2}x",
         fit.rows.len(),
         l.launch_us,
         l.alpha_us,
         l.beta_bytes_per_us,
+        fit.block.bytes_per_us,
+        fit.block.reduce_bytes_per_us,
+        fit.block.op_us,
         fit.worst
     )
 }
@@ -97,7 +102,8 @@ fn markdown(world: u16, topology: Topology, fit: &LinkFit) -> String {
         m,
         "Link fitted to {} samples of {} and more ({} Gauss-Newton steps; {} skipped): launch \
          {launch_us:.2} us, alpha {alpha_us:.3} us, beta {beta_bytes_per_us:.0} B/us (the model's: \
-         {:.2}, {:.3}, {:.0}). **Worst simulated / measured: {:.2}x.**\n",
+         {:.2}, {:.3}, {:.0}); per block {:.0} B/us (reductions {:.0}) and {:.2} us an op. \
+         **Worst simulated / measured: {:.2}x.**\n",
         fit.rows.len(),
         human(MIN_BYTES),
         fit.steps,
@@ -105,6 +111,9 @@ fn markdown(world: u16, topology: Topology, fit: &LinkFit) -> String {
         start.launch_us,
         start.alpha_us,
         start.beta_bytes_per_us,
+        fit.block.bytes_per_us,
+        fit.block.reduce_bytes_per_us,
+        fit.block.op_us,
         fit.worst
     );
     let _ = writeln!(

@@ -28,11 +28,76 @@
 //! * a **signal** costs its sender only [`Link::issue_us`]; it lands on the peer one hop after
 //!   it was issued, and a wait on it ends no earlier than that;
 //! * a multicast op is a round trip through the switch: its transfer, then one hop.
+//!
+//! On a GPU each channel is one thread block, and a block alone moves data at a bounded rate
+//! (its loads in flight over their latency), so one channel cannot use a whole port. The
+//! [`Block`] model adds that: a data op starts [`Block::op_us`] after it is ready (the block's
+//! barrier and dispatch), and its transfer lasts at least its block bytes (what the block loads:
+//! the op's bytes once per source, or the bytes it stores when it loads none) over
+//! [`Block::bytes_per_us`] ([`Block::reduce_bytes_per_us`] for a reduction), besides what the
+//! ports allow. The ports are still charged only
+//! their bytes at their bandwidth, so slow blocks leave room on a port for other channels.
 
 use std::collections::BTreeMap;
 
 use symm_core::cost::Link;
 use symm_core::op::Op;
+
+/// What one channel (a GPU thread block) can do on its own, besides sharing its rank's ports.
+///
+/// The default ([`Block::UNLIMITED`]) adds nothing: the simulator is then the port model the
+/// closed-form costs of `symm_core::cost` are derived from. [`Block::HOPPER`] is what a Hopper
+/// block does; [`fit_link`](super::fit_link) fits both numbers to measured times.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Block {
+    /// The most bytes per microsecond one block loads in a copy (or stores, for an op that
+    /// loads nothing); infinite for no limit.
+    pub bytes_per_us: f64,
+    /// The same for a reduction (its loads from every source, converted, added and stored):
+    /// slower than a copy's.
+    pub reduce_bytes_per_us: f64,
+    /// Fixed cost of every data op on its block (a barrier and the dispatch), microseconds.
+    pub op_us: f64,
+}
+
+impl Block {
+    /// No per-block limit and no per-op cost: only the ports bound a channel.
+    pub const UNLIMITED: Block = Block {
+        bytes_per_us: f64::INFINITY,
+        reduce_bytes_per_us: f64::INFINITY,
+        op_us: 0.0,
+    };
+
+    /// One Hopper (H100/H200) thread block: about 100 GB/s of copy through its loads in
+    /// flight, half that in a reduction, and 0.4 us per op for its barrier and dispatch. Ranks
+    /// sharing one GPU under MPS see much less per block (tens of GB/s: the fit of
+    /// `docs/perf/sim-fit-shared-w2.md` in `tests/tests/sim_fit.rs`).
+    pub const HOPPER: Block = Block {
+        bytes_per_us: 100_000.0,
+        reduce_bytes_per_us: 50_000.0,
+        op_us: 0.4,
+    };
+
+    /// The least time, in ns, a block takes to load `bytes` in a copy (or a reduction).
+    fn min_ns(&self, bytes: u64, reduce: bool) -> u64 {
+        let bw = if reduce {
+            self.reduce_bytes_per_us
+        } else {
+            self.bytes_per_us
+        };
+        if bw.is_finite() && bw > 0.0 {
+            ns(bytes as f64 / bw)
+        } else {
+            0
+        }
+    }
+}
+
+impl Default for Block {
+    fn default() -> Self {
+        Block::UNLIMITED
+    }
+}
 
 /// Microseconds (of a rate or latency) to whole virtual nanoseconds; 0 for anything not
 /// finite or not positive.
@@ -106,14 +171,16 @@ pub(super) struct Timing {
 #[derive(Clone, Debug)]
 pub(super) struct Ports {
     link: Link,
+    block: Block,
     /// `world * 4` timelines, rank-major.
     lines: Vec<Timeline>,
 }
 
 impl Ports {
-    pub(super) fn new(world: u16, link: Link) -> Ports {
+    pub(super) fn new(world: u16, link: Link, block: Block) -> Ports {
         Ports {
             link,
+            block,
             lines: vec![Timeline::default(); world as usize * 4],
         }
     }
@@ -154,7 +221,12 @@ impl Ports {
                 None => loads.push((rank, kind, b)),
             };
             let mut read = false;
-            for s in sources.filter(|&s| s != me) {
+            let mut loaded = 0u64;
+            for s in sources {
+                loaded = loaded.saturating_add(bytes);
+                if s == me {
+                    continue;
+                }
                 read = true;
                 add(s, Kind::Egress, bytes);
                 add(me, Kind::Ingress, bytes);
@@ -167,9 +239,10 @@ impl Ports {
             if !read && !write {
                 add(me, Kind::Memory, bytes);
             }
-            (loads, read, write)
+            let block = if loaded == 0 { bytes } else { loaded };
+            (loads, read, write, block)
         };
-        let (loads, read, write) = match *op {
+        let (loads, read, write, block) = match *op {
             Op::Copy { src, dst, bytes } => moved(&mut [src.rank].into_iter(), dst.rank, bytes),
             Op::Reduce { a, b, dst, .. } => {
                 moved(&mut [a.rank, b.rank].into_iter(), dst.rank, op.bytes())
@@ -194,7 +267,10 @@ impl Ports {
                 moved(&mut core::iter::empty(), me, b)
             }
             Op::McReduce { .. } | Op::McStore { .. } => {
-                let done = self.serve(begin, &[(me, Kind::Switch, op.bytes())]) + hop;
+                let begin = begin + ns(self.block.op_us);
+                let done = self.serve(begin, &[(me, Kind::Switch, op.bytes())]);
+                let reduce = matches!(op, Op::McReduce { .. });
+                let done = done.max(begin + self.block.min_ns(op.bytes(), reduce)) + hop;
                 return Timing {
                     end: done,
                     landed: done,
@@ -214,7 +290,14 @@ impl Ports {
                 }
             }
         };
-        let done = self.serve(begin, &loads);
+        let reduces = matches!(
+            op,
+            Op::Reduce { .. } | Op::ReduceN { .. } | Op::LlReduce { .. }
+        );
+        let begin = begin + ns(self.block.op_us);
+        let done = self
+            .serve(begin, &loads)
+            .max(begin + self.block.min_ns(block, reduces));
         let end = if read { done + hop } else { done };
         let landed = if write { done + hop } else { end };
         Timing { end, landed }
@@ -249,7 +332,7 @@ mod tests {
     #[test]
     fn ports_serialise_concurrent_puts_and_charge_latency_where_it_is_paid() {
         let link = Link::NVLINK4;
-        let mut p = Ports::new(4, link);
+        let mut p = Ports::new(4, link, Block::UNLIMITED);
         let bytes = 370_000; // 1 us on the link
         let put = |dst| Op::Copy {
             src: loc(0),
