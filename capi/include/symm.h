@@ -102,6 +102,8 @@ typedef enum symm_algorithm {
     SYMM_ALG_PAIRWISE = 7,
     // one_shot_ll
     SYMM_ALG_ONE_SHOT_LL = 8,
+    // direct_ll
+    SYMM_ALG_DIRECT_LL = 9,
 } symm_algorithm;
 
 // Element types (symm_request.dtype, symm_op.dtype).
