@@ -159,6 +159,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--algorithms", default="auto",
                     help="comma list of symm algorithm names for --collectives; auto: symm's pick")
     a = ap.parse_args(argv)
+    known = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}
+    unknown = [c for c in a.collectives.split(",") if c and c not in known]
+    if unknown:
+        ap.error(f"unknown collectives {unknown}: choose from {sorted(known)}")
     if a.min_bytes < 2 or a.max_bytes < a.min_bytes or a.factor < 2 or a.iters < 1:
         ap.error("need 2 <= min-bytes <= max-bytes, factor >= 2, iters >= 1")
 

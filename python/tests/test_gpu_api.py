@@ -61,3 +61,12 @@ def test_open_refuses_a_bad_job_before_touching_a_gpu():
         _symm.GpuComm.open(3, 2, 0, "job", "ab" * 16, 1 << 20, 1000, 1000)
     with pytest.raises(ValueError, match="plans"):
         _symm.GpuComm.open(0, 1, 0, "job", "ab" * 16, 1 << 20, 1000, 1000, "fastest")
+
+
+def test_bench_refuses_an_unknown_collective_before_touching_a_gpu(capsys):
+    from symm import bench
+
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--collectives", "all_reduce,all_gathr"])
+    assert e.value.code == 2
+    assert "unknown collectives ['all_gathr']" in capsys.readouterr().err

@@ -295,16 +295,24 @@ pub(super) fn write_calibration(
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let n = e.file_name().to_str()?.strip_suffix(".rs")?.to_string();
-            let ok = !n.is_empty()
-                && n.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-            ok.then_some(n)
+            is_table_name(&n).then_some(n)
         })
         .collect();
     names.sort();
     let index = dir.with_extension("rs");
     std::fs::write(&index, calibration_index(&names)).map_err(|e| err(&index, e))?;
     Ok(path)
+}
+
+/// Whether `n` names a calibration table: `<topology>_w<world>`, the names
+/// [`write_calibration`] gives (anything else in the directory is left out of the index).
+fn is_table_name(n: &str) -> bool {
+    use symm_core::cost::Topology;
+    [Topology::Nvlink, Topology::SharedDevice].iter().any(|t| {
+        n.strip_prefix(t.name())
+            .and_then(|r| r.strip_prefix("_w"))
+            .is_some_and(|w| !w.starts_with('0') && w.parse::<u16>().is_ok())
+    })
 }
 
 /// The index module of the calibration tables `names` (one file each).
@@ -338,6 +346,15 @@ mod tests {
         std::fs::create_dir_all(&tables).unwrap();
         std::fs::write(tables.join("nvlink_w2.rs"), "old").unwrap();
         std::fs::write(tables.join("README.md"), "not a table").unwrap();
+        for stray in [
+            "mod.rs",
+            "nvlink_w.rs",
+            "nvlink_w02.rs",
+            "shared_device_w99999.rs",
+            "x y.rs",
+        ] {
+            std::fs::write(tables.join(stray), "stray").unwrap();
+        }
         use symm_core::cost::Topology::SharedDevice;
         let p = write_calibration(&tables, 4, SharedDevice, "new").unwrap();
         assert_eq!(p, tables.join("shared_device_w4.rs"));
@@ -353,6 +370,7 @@ mod tests {
         );
         assert!(index.contains("    (shared_device_w4::SOURCE, shared_device_w4::TABLE),\n"));
         assert!(!index.contains("README"));
+        assert_eq!(index.matches("\nmod ").count(), 2, "{index}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
