@@ -147,7 +147,7 @@ fn words(s: &mut String, op: &PlanOp) {
     }
 }
 
-/// Most low-latency puts one fused step stores ([`fused_lines`]).
+/// Most low-latency puts one fused step of an untraced compiled kernel stores.
 pub const MAX_FUSED_PUTS: usize = 8;
 
 /// Appends one channel's ops for the untraced kernel, runs of ops that have the shape of a fused
