@@ -51,46 +51,79 @@ impl Program for OneShotLl {
     }
 
     fn emit(&self, ctx: &Ctx, p: u8, u: u64, out: &mut Batch) {
-        let me = ctx.rank;
-        let w = ctx.world() as u64;
-        let part = share(ctx);
-        let (at, bytes) = (part.start * ctx.esize, part.len * ctx.esize);
-        let base = base(ctx);
-        let epoch = ctx.wait(me, Epoch, 1);
-        let Op::Wait { slot, .. } = epoch else {
+        let Some(c) = Call::of(ctx) else {
             return;
         };
-        let flip = w * REGION;
         match p {
-            0 => {
-                let _ = out.push(ctx.signal(me, Epoch));
-                let _ = out.push(epoch);
-            }
-            1 => {
-                let q = ((me as u64 + u) % w) as u16;
-                let _ = out.push(Op::LlPut {
-                    src: Loc::new(me, Buf::Input, at),
-                    dst: Loc::new(q, Buf::Scratch, base + me as u64 * REGION),
-                    bytes,
-                    slot,
-                    flip,
-                });
-            }
+            0 => c.epoch(ctx, out),
+            1 => c.put((c.me as u64 + u) % c.w, 0, out),
             _ => {
                 let _ = out.push(Op::LlReduce {
-                    src: Loc::new(me, Buf::Scratch, base),
+                    src: Loc::new(c.me, Buf::Scratch, c.base),
                     stride: REGION,
-                    sources: w as u16,
-                    dst: Loc::new(me, Buf::Output, at),
-                    elems: part.len,
+                    sources: c.w as u16,
+                    dst: Loc::new(c.me, Buf::Output, c.at),
+                    elems: c.part.len,
                     dtype: ctx.req.dtype,
                     op: ctx.req.op,
                     div: ctx.div(true),
-                    slot,
-                    flip,
+                    slot: c.slot,
+                    flip: c.flip,
                 });
             }
         }
+    }
+}
+
+/// What every op of one (rank, channel) of an LL call shares: this channel's part of the data
+/// (its byte offset `at` and length `bytes`), where its regions start, the epoch slot and the
+/// half offset.
+struct Call {
+    me: u16,
+    w: u64,
+    part: Part,
+    at: u64,
+    bytes: u64,
+    base: u64,
+    slot: u32,
+    flip: u64,
+}
+
+impl Call {
+    fn of(ctx: &Ctx) -> Option<Call> {
+        let part = share(ctx);
+        let Op::Wait { slot, .. } = ctx.wait(ctx.rank, Epoch, 1) else {
+            return None;
+        };
+        let w = ctx.world() as u64;
+        Some(Call {
+            me: ctx.rank,
+            w,
+            part,
+            at: part.start * ctx.esize,
+            bytes: part.len * ctx.esize,
+            base: base(ctx),
+            slot,
+            flip: w * REGION,
+        })
+    }
+
+    /// The call's epoch: a signal to this rank's own `Epoch` slot and the wait for it.
+    fn epoch(&self, ctx: &Ctx, out: &mut Batch) {
+        let _ = out.push(ctx.signal(self.me, Epoch));
+        let _ = out.push(ctx.wait(self.me, Epoch, 1));
+    }
+
+    /// This channel's part of the input from byte `block` on, as lines into region `me` of
+    /// rank `q`'s regions of this channel.
+    fn put(&self, q: u64, block: u64, out: &mut Batch) {
+        let _ = out.push(Op::LlPut {
+            src: Loc::new(self.me, Buf::Input, block + self.at),
+            dst: Loc::new(q as u16, Buf::Scratch, self.base + self.me as u64 * REGION),
+            bytes: self.bytes,
+            slot: self.slot,
+            flip: self.flip,
+        });
     }
 }
 
@@ -183,52 +216,36 @@ impl Program for DirectLl {
     }
 
     fn emit(&self, ctx: &Ctx, p: u8, u: u64, out: &mut Batch) {
-        let me = ctx.rank;
-        let w = ctx.world() as u64;
-        let b = ctx.req.bytes;
-        let part = share(ctx);
-        let (at, bytes) = (part.start * ctx.esize, part.len * ctx.esize);
-        let base = base(ctx);
-        let epoch = ctx.wait(me, Epoch, 1);
-        let Op::Wait { slot, .. } = epoch else {
+        let Some(c) = Call::of(ctx) else {
             return;
         };
-        let flip = w * REGION;
+        let b = ctx.req.bytes;
         match p {
-            0 => {
-                let _ = out.push(ctx.signal(me, Epoch));
-                let _ = out.push(epoch);
-            }
+            0 => c.epoch(ctx, out),
             1 => {
-                let q = (me as u64 + u) % w;
+                let q = (c.me as u64 + u) % c.w;
                 let block = match ctx.req.collective {
                     Collective::AllGather => 0,
                     _ => q * b,
                 };
-                let _ = out.push(Op::LlPut {
-                    src: Loc::new(me, Buf::Input, block + at),
-                    dst: Loc::new(q as u16, Buf::Scratch, base + me as u64 * REGION),
-                    bytes,
-                    slot,
-                    flip,
-                });
+                c.put(q, block, out);
             }
             _ => {
                 let (sources, from, to, div) = match ctx.req.collective {
-                    Collective::ReduceScatter => (w as u16, 0, 0, ctx.div(true)),
+                    Collective::ReduceScatter => (c.w as u16, 0, 0, ctx.div(true)),
                     _ => (1, u * REGION, u * b, 1),
                 };
                 let _ = out.push(Op::LlReduce {
-                    src: Loc::new(me, Buf::Scratch, base + from),
+                    src: Loc::new(c.me, Buf::Scratch, c.base + from),
                     stride: REGION,
                     sources,
-                    dst: Loc::new(me, Buf::Output, to + at),
-                    elems: part.len,
+                    dst: Loc::new(c.me, Buf::Output, to + c.at),
+                    elems: c.part.len,
                     dtype: ctx.req.dtype,
                     op: ctx.req.op,
                     div,
-                    slot,
-                    flip,
+                    slot: c.slot,
+                    flip: c.flip,
                 });
             }
         }
