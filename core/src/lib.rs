@@ -5,6 +5,7 @@
 //!
 //! * [`heap`]: the collective, deterministic symmetric-heap allocator and the peer layout.
 //! * [`signal`]: the signal protocol (monotone counters, slot layout, barriers).
+//! * [`flag`]: the flag form of a plan, which the copy-engine path runs.
 //! * [`op`] and [`dtype`]: the instruction set every executor runs.
 //! * [`sched`]: collective schedules as lazy, allocation-free state machines.
 //! * [`exec`]: a non-blocking executor generic over a [`exec::Fabric`].
@@ -25,6 +26,7 @@ extern crate alloc;
 pub mod cost;
 pub mod dtype;
 pub mod exec;
+pub mod flag;
 pub mod heap;
 pub mod ll;
 pub mod op;

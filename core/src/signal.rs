@@ -35,6 +35,10 @@ pub mod order {
     pub const SIGNAL_SET: Ordering = Ordering::Release;
     /// The load a wait spins on.
     pub const WAIT: Ordering = Ordering::Acquire;
+    /// The store that raises a flag of a plan's flag form ([`crate::flag`]).
+    pub const FLAG_RAISE: Ordering = Ordering::Release;
+    /// The load a flag's lowering spins on before it stores 0 ([`crate::flag`]).
+    pub const FLAG_WAIT: Ordering = Ordering::Acquire;
 
     /// The PTX memory-ordering qualifier of `o` (`relaxed`, `acquire`, `release`, `acq_rel`;
     /// `SeqCst` has no single qualifier and maps to the strongest, `acq_rel`).

@@ -18,7 +18,9 @@ use symm_core::exec::{Executor, Step};
 use symm_core::op::{Buf, Loc, Op, SignalOp};
 use symm_core::sched::{Algorithm, Collective, Request, Schedule};
 use symm_core::signal::{Barrier, SlotKind};
-use symm_driver::host::{compare, random_inputs, reference, RankFabric, Temps, WorldMem, POISON};
+use symm_driver::host::{
+    compare, random_inputs, reference, FlagStep, FlagStream, RankFabric, Temps, WorldMem, POISON,
+};
 
 /// Bounded exploration: at most two preemptions per execution (as tokio's loom CI runs), which
 /// keeps every model to seconds while still finding each weakened ordering.
@@ -449,6 +451,57 @@ fn ll_all_to_all_three_calls_without_barriers_2_ranks() {
                 .collect()
         },
     );
+}
+
+/// The flag form (`symm_core::flag`, what the copy-engine path runs): three direct all-gathers,
+/// two ranks, back to back on the same flags with new inputs each call and no barrier. Each
+/// call's output is that call's blocks: a raise publishes the copy before it, a lowering sees
+/// it, and no raise of the next call lands on a flag still raised.
+#[test]
+fn flag_form_all_gather_three_calls_2_ranks() {
+    let req = Request::new(
+        Collective::AllGather,
+        Algorithm::Direct,
+        2,
+        2,
+        DType::U8,
+        ReduceOp::Sum,
+    );
+    symm_core::flag::check(&req).unwrap();
+    model(move || {
+        let slots = req.layout().slots();
+        let mem = Arc::new(WorldMem::blank(2, [2, 4, 0], slots, POISON));
+        let handles: Vec<_> = (0..2u16)
+            .map(|rank| {
+                let mem = mem.clone();
+                thread::spawn(move || {
+                    let mut temps = Temps::default();
+                    for call in 0..3u8 {
+                        let mine = |r: u16| 10 * call + r as u8 + 1;
+                        mem.write_at(Loc::new(rank, Buf::Input, 0), &[mine(rank); 2])
+                            .unwrap();
+                        let ops = Schedule::new(req, rank, 0).unwrap();
+                        let mut s = FlagStream::new(rank, ops).unwrap();
+                        loop {
+                            match s.step(&mem, &mut temps).expect("in bounds") {
+                                FlagStep::Ran(_) => {}
+                                FlagStep::Blocked(_) => thread::yield_now(),
+                                FlagStep::Done => break,
+                            }
+                        }
+                        assert_eq!(
+                            mem.output(rank as usize),
+                            [mine(0), mine(0), mine(1), mine(1)],
+                            "rank {rank} call {call}"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
 }
 
 /// The lost-peer arm (`symm_driver::abort`): the watcher's raise never runs after the owner's

@@ -265,7 +265,16 @@ mod tests {
         let src = std::fs::read_to_string(util::root().join("core/src/signal.rs")).unwrap();
         let m = mutants_of("core/src/signal.rs", &src);
         let labels: Vec<&str> = m.iter().map(|m| m.label.as_str()).collect();
-        assert_eq!(labels, ["SIGNAL_ADD", "SIGNAL_SET", "WAIT"]);
+        assert_eq!(
+            labels,
+            [
+                "SIGNAL_ADD",
+                "SIGNAL_SET",
+                "WAIT",
+                "FLAG_RAISE",
+                "FLAG_WAIT"
+            ]
+        );
         for x in &m {
             assert_eq!(&src[x.offset..x.offset + x.from.len()], x.from);
         }

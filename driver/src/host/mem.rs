@@ -251,6 +251,22 @@ impl WorldMem {
         self.buffer(rank, Buf::Output)
     }
 
+    /// Raises flag `slot` of `rank` ([`symm_core::flag`]; release).
+    pub fn raise(&self, rank: u16, slot: u32) -> Result<(), Oob> {
+        self.ranks
+            .get(rank as usize)
+            .and_then(|r| r.pad.raise(slot))
+            .ok_or(Oob(None))
+    }
+
+    /// Lowers flag `slot` of `rank` if it is raised (acquire): whether it was.
+    pub fn lower(&self, rank: u16, slot: u32) -> Result<bool, Oob> {
+        self.ranks
+            .get(rank as usize)
+            .and_then(|r| r.pad.lower(slot))
+            .ok_or(Oob(None))
+    }
+
     /// Loads a slot of `rank`'s pad (acquire).
     pub fn load_slot(&self, rank: u16, slot: u32) -> Result<u64, Oob> {
         self.ranks

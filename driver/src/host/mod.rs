@@ -14,6 +14,7 @@
 //! signal protocol, exactly as on a GPU. There is no `unsafe` in this backend: a buggy schedule
 //! produces wrong bytes (which the tests catch), never undefined behaviour.
 
+mod flags;
 mod mem;
 pub mod pad;
 mod reference;
@@ -21,6 +22,7 @@ mod sim;
 mod teams;
 mod threads;
 
+pub use flags::{FlagStep, FlagStream};
 pub use mem::{Oob, RankFabric, Temps, WorldMem};
 pub use reference::{alltoallv_reference, compare, random_inputs, reference, Mismatch, POISON};
 pub use sim::{

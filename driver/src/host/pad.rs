@@ -5,6 +5,7 @@
 //! definition, so the loom models (which run this code) check the orderings that run.
 
 use crate::sync::AtomicU64;
+use symm_core::flag::RAISED;
 use symm_core::op::SignalOp;
 use symm_core::signal::order;
 
@@ -30,6 +31,28 @@ impl Pad {
             SignalOp::Set => s.swap(value, order::SIGNAL_SET),
         };
         Some(())
+    }
+
+    /// Raises flag `slot` ([`symm_core::flag`]): stores [`RAISED`] with release; `None` when the
+    /// slot does not exist.
+    pub fn raise(&self, slot: u32) -> Option<()> {
+        self.slots
+            .get(slot as usize)?
+            .store(RAISED, order::FLAG_RAISE);
+        Some(())
+    }
+
+    /// Lowers flag `slot` if it is raised (a load with acquire, then a store of 0): whether it
+    /// was; `None` when the slot does not exist.
+    pub fn lower(&self, slot: u32) -> Option<bool> {
+        let s = self.slots.get(slot as usize)?;
+        if s.load(order::FLAG_WAIT) < RAISED {
+            return Some(false);
+        }
+        // Only this rank stores into its lowered flag, and its next raise by the writer comes
+        // after a release of this rank that follows this store (the flag form's condition 3).
+        s.store(0, crate::sync::Ordering::Relaxed);
+        Some(true)
     }
 
     /// Loads slot `slot` with acquire; `None` when the slot does not exist.
