@@ -222,6 +222,17 @@ pub(crate) unsafe fn htod(dst: DevPtr, src: &[u8]) -> Result<()> {
     // SAFETY: `src` is valid for its length; the caller guarantees `dst` has room.
     check("cuMemcpyHtoD", unsafe {
         (api.memcpy_htod)(dst, src.as_ptr().cast(), src.len())
+    })?;
+    legacy_sync(api)
+}
+
+/// Waits for the legacy default stream, where the driver's "synchronous" copies from pageable
+/// memory and memsets run: they may return before the device memory holds the bytes, and a
+/// kernel on a non-blocking stream does not wait for them. After this it does.
+fn legacy_sync(api: &ffi::DriverApi) -> Result<()> {
+    // SAFETY: a null stream handle names the bound context's legacy default stream.
+    check("cuStreamSynchronize", unsafe {
+        (api.stream_synchronize)(core::ptr::null_mut())
     })
 }
 
@@ -254,7 +265,8 @@ pub(crate) unsafe fn memset(dst: DevPtr, value: u8, len: usize) -> Result<()> {
     }
     let api = driver()?;
     // SAFETY: the caller guarantees `dst` has `len` bytes.
-    check("cuMemsetD8", unsafe { (api.memset_d8)(dst, value, len) })
+    check("cuMemsetD8", unsafe { (api.memset_d8)(dst, value, len) })?;
+    legacy_sync(api)
 }
 
 impl DevBuf {
