@@ -165,7 +165,17 @@ static __device__ __forceinline__ void symm_copy_strided(char* dst, const char* 
     symm_u64 vecs = bytes >> 4;
     uint4* d = (uint4*)dst;
     const uint4* s = (const uint4*)src;
-    for (symm_u64 i = lane; i < vecs; i += lanes) d[i] = s[i];
+    symm_u64 i = lane;
+    // Four loads in flight per thread before their stores: a copy between GPUs is latency
+    // bound with one.
+    for (; i + 3 * (symm_u64)lanes < vecs; i += 4 * (symm_u64)lanes) {
+      uint4 a = s[i], b = s[i + lanes], c = s[i + 2 * (symm_u64)lanes], e = s[i + 3 * (symm_u64)lanes];
+      d[i] = a;
+      d[i + lanes] = b;
+      d[i + 2 * (symm_u64)lanes] = c;
+      d[i + 3 * (symm_u64)lanes] = e;
+    }
+    for (; i < vecs; i += lanes) d[i] = s[i];
     for (symm_u64 i = (vecs << 4) + lane; i < bytes; i += lanes) dst[i] = src[i];
   } else {
     for (symm_u64 i = lane; i < bytes; i += lanes) dst[i] = src[i];

@@ -35,7 +35,8 @@ pub struct Matrix {
     pub multicast: bool,
     /// Sets channels and pipelining of a request before it runs.
     pub shape: fn(Request) -> Request,
-    /// Skips cases the caller leaves out (returns false to skip).
+    /// Skips cases the caller leaves out (returns false to skip); asked of each algorithm's
+    /// request.
     pub keep: fn(&Request) -> bool,
     /// Inputs for a request from a seed (one buffer per rank).
     pub inputs: fn(&Request, u64) -> Vec<Vec<u8>>,
@@ -85,6 +86,47 @@ pub fn exact(req: &Request, found: &[Vec<u8>], want: &[Vec<u8>]) -> Result<(), S
     Ok(())
 }
 
+/// The matrix's cases at `world`, grouped by input set: the group's base request (whose inputs
+/// and reference every case of it shares) and its cases, one per algorithm kept.
+pub fn groups(m: &Matrix, world: u16) -> Vec<(Request, Vec<Request>)> {
+    let mut out = Vec::new();
+    for c in collectives(world) {
+        let algos: Vec<Algorithm> = algorithms(c)
+            .iter()
+            .copied()
+            .filter(|&a| m.multicast || a != Algorithm::Multicast)
+            .collect();
+        for &dt in &m.dtypes {
+            let ops: &[ReduceOp] = if c.reduces() { &m.ops } else { &m.ops[..1] };
+            for &op in ops {
+                for &size in &m.sizes {
+                    let bytes = size.div_ceil(dt.size()) * dt.size();
+                    let base = (m.shape)(Request::new(c, algos[0], world, bytes, dt, op));
+                    let kept: Vec<Request> = algos
+                        .iter()
+                        .map(|&a| Request {
+                            algorithm: a,
+                            ..base
+                        })
+                        .filter(|r| (m.keep)(r))
+                        .collect();
+                    if kept.is_empty() {
+                        continue;
+                    }
+                    // Sizes past an algorithm's bound (the low-latency protocol's) are not its
+                    // cases; the refusal itself is tested where it is defined.
+                    let cases = kept
+                        .into_iter()
+                        .filter(|r| r.algorithm.takes_on(bytes, r.channels))
+                        .collect();
+                    out.push((base, cases));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Runs `m` on `backend`; `seed` picks the inputs (advanced once per input set).
 pub fn run<B: Backend + ?Sized>(backend: &mut B, m: &Matrix, seed: &mut u64) -> Report {
     let mut rep = Report::default();
@@ -93,64 +135,37 @@ pub fn run<B: Backend + ?Sized>(backend: &mut B, m: &Matrix, seed: &mut u64) -> 
         None => m.worlds.clone(),
     };
     for world in worlds {
-        for c in collectives(world) {
-            let algos: Vec<Algorithm> = algorithms(c)
-                .iter()
-                .copied()
-                .filter(|&a| m.multicast || a != Algorithm::Multicast)
-                .collect();
-            for &dt in &m.dtypes {
-                let ops: &[ReduceOp] = if c.reduces() { &m.ops } else { &m.ops[..1] };
-                for &op in ops {
-                    for &size in &m.sizes {
-                        let bytes = size.div_ceil(dt.size()) * dt.size();
-                        let base = (m.shape)(Request::new(c, algos[0], world, bytes, dt, op));
-                        if !(m.keep)(&base) {
-                            continue;
+        for (base, cases) in groups(m, world) {
+            *seed += 1;
+            let inputs = (m.inputs)(&base, *seed);
+            let want = host::reference(&base, &inputs);
+            for req in cases {
+                rep.cases += 1;
+                let name = format!(
+                    "{} {} w{world} {} B {} {} ({} ch)",
+                    req.collective.name(),
+                    req.algorithm.name(),
+                    req.bytes,
+                    req.dtype.name(),
+                    req.op.name(),
+                    req.channels
+                );
+                match backend.run(&req, &inputs, false) {
+                    Ok(out) => {
+                        let verdict = match m.compare {
+                            Compare::Exact => exact(&req, &out.outputs, &want),
+                            Compare::Tolerant => host::compare(&req, &out.outputs, &want)
+                                .map_err(|e| format!("{e:?}")),
+                        };
+                        if let Err(e) = verdict {
+                            rep.failures.push(format!("{name}: {e}"));
                         }
-                        *seed += 1;
-                        let inputs = (m.inputs)(&base, *seed);
-                        let want = host::reference(&base, &inputs);
-                        for &a in &algos {
-                            let req = Request {
-                                algorithm: a,
-                                ..base
-                            };
-                            // Sizes past an algorithm's bound (the low-latency protocol's) are
-                            // not its cases; the refusal itself is tested where it is defined.
-                            if !a.takes_on(bytes, req.channels) {
-                                continue;
-                            }
-                            rep.cases += 1;
-                            let name = format!(
-                                "{} {} w{world} {bytes} B {} {} ({} ch)",
-                                c.name(),
-                                a.name(),
-                                dt.name(),
-                                op.name(),
-                                req.channels
-                            );
-                            match backend.run(&req, &inputs, false) {
-                                Ok(out) => {
-                                    let verdict = match m.compare {
-                                        Compare::Exact => exact(&req, &out.outputs, &want),
-                                        Compare::Tolerant => {
-                                            host::compare(&req, &out.outputs, &want)
-                                                .map_err(|e| format!("{e:?}"))
-                                        }
-                                    };
-                                    if let Err(e) = verdict {
-                                        rep.failures.push(format!("{name}: {e}"));
-                                    }
-                                }
-                                Err(e) => {
-                                    rep.failures.push(format!("{name}: {e}"));
-                                    if e.is_fatal() {
-                                        rep.stopped = Some(format!("{name}: {e}"));
-                                        return rep;
-                                    }
-                                }
-                            }
+                    }
+                    Err(e) => {
+                        rep.failures.push(format!("{name}: {e}"));
+                        if e.is_fatal() {
+                            rep.stopped = Some(format!("{name}: {e}"));
+                            return rep;
                         }
                     }
                 }
