@@ -127,6 +127,8 @@ impl core::fmt::Display for FlagError {
     }
 }
 
+impl core::error::Error for FlagError {}
+
 /// The flag form of one op.
 pub fn flag_op(op: &Op) -> Result<FlagOp, FlagError> {
     match *op {

@@ -229,6 +229,18 @@ pub(crate) fn load(
     plan: &RankPlan,
     trace: bool,
 ) -> Result<Kernel> {
+    let cubin = cubin(compiler, dev.arch(), plan, trace)?;
+    Kernel::load(dev, &cubin, COMPILED_ENTRY)
+}
+
+/// The cubin of `plan` (validated by the caller) for `arch`, through the kernel cache: what
+/// [`load`] loads. Threads may call it at once (warming the cache for many plans).
+pub(crate) fn cubin(
+    compiler: &Compiler,
+    arch: u32,
+    plan: &RankPlan,
+    trace: bool,
+) -> Result<Vec<u8>> {
     let src = source(plan)?;
     let drv = device::driver_version()?;
     let defines: &[&str] = if trace {
@@ -241,10 +253,10 @@ pub(crate) fn load(
         if trace { "plan_traced" } else { "plan" },
         &src,
         defines,
-        dev.arch(),
+        arch,
         drv,
     )?;
-    Kernel::load(dev, &cubin, COMPILED_ENTRY)
+    Ok(cubin)
 }
 
 #[cfg(test)]

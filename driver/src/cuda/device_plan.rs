@@ -24,6 +24,8 @@ pub struct DevicePlan {
     /// The plan compiled to its own kernel ([`super::compiled`]), plain and traced, when the
     /// owner chose to; else the interpreter runs it. Compiled from `host`, which was validated.
     compiled: [std::sync::OnceLock<super::launch::Kernel>; 2],
+    /// The plan's flag form, when the owner runs it on copy engines ([`super::copy_engine`]).
+    flags: Option<super::copy_engine::FlagPlan>,
 }
 
 /// A number no other `World` or `Comm` of this process has: what ties a plan to its owner.
@@ -59,7 +61,19 @@ impl DevicePlan {
             owner,
             rank,
             compiled: [std::sync::OnceLock::new(), std::sync::OnceLock::new()],
+            flags: None,
         })
+    }
+
+    /// This plan, to run on copy engines: its flag form (typed error if it has none).
+    pub(crate) fn on_copy_engines(mut self) -> Result<DevicePlan> {
+        self.flags = Some(super::copy_engine::FlagPlan::new(&self.host)?);
+        Ok(self)
+    }
+
+    /// The flag form, when the plan runs on copy engines.
+    pub(crate) fn flags(&self) -> Option<&super::copy_engine::FlagPlan> {
+        self.flags.as_ref()
     }
 
     /// Compiles this (validated) plan to its own kernel, traced or not, unless it has it.

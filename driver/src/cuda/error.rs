@@ -152,6 +152,8 @@ pub enum CudaError {
     Team(TeamError),
     /// The signal-pad layout refused a key or size.
     Signal(SignalError),
+    /// A plan sent to the copy engines has no flag form ([`symm_core::flag`]).
+    FlagForm(symm_core::flag::FlagError),
     /// A trace could not be encoded or decoded.
     Trace(TraceError),
     /// An op of a plan does not decode, or reaches outside its buffers, the world or the pad.

@@ -15,6 +15,7 @@
 //! * [`compile`]: NVRTC to a cubin for the device's architecture, cached on disk.
 //! * [`placement`]: which GPU a rank opens (`LOCAL_RANK`, or `SYMM_DEVICES`).
 //! * [`plan`]: encoded plans from schedules (or user ops), checked before upload.
+//! * [`copy_engine`]: plans in flag form as stream copies, writes and waits (no SM).
 //! * [`launch`]: modules, the interpreter's parameter block, launches and CUDA graphs.
 //! * [`examples`]: runs the device-API examples (a check of `symm/device.cuh` on GPUs).
 //! * [`world`]: a world of GPUs: heap, plan cache, runs, graph replay, timing, timeout records.
@@ -28,6 +29,7 @@ pub mod bounds;
 pub mod comm;
 pub mod compile;
 pub mod compiled;
+pub mod copy_engine;
 pub mod ctx;
 pub mod device;
 pub mod device_plan;
@@ -48,6 +50,7 @@ pub mod world;
 
 pub use bounds::{Buffers, MAX_HEAP_BYTES, MAX_WAIT};
 pub use comm::{Capture, Comm, CommGraph, CommOptions, CommTeam, Span};
+pub use copy_engine::CopyEngine;
 pub use device::Stream;
 pub use device_plan::DevicePlan;
 pub use error::{CudaError, HeapCall, Result};

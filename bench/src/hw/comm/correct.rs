@@ -12,6 +12,8 @@
 //! * the device-API ring pass (`symm/examples.cu`) launched on the Comm's heap;
 //! * six all-reduce algorithms (one low-latency) traced through the backend interface: each process traces its
 //!   rank, the parts are merged and compared op by op with the host simulator's trace;
+//! * the copy-engine path: its matrix, traces, graph replays and alternation with the kernel
+//!   path (`engines.rs`);
 //! * a forced timeout (rank 1 skips a collective): `Timeout` from `synchronize`, `Poisoned`
 //!   after it, 100 bit-exact collectives after `reset()`;
 //! * hostile calls (short buffers, buffers over the pad, divergent allocation), last;
@@ -90,6 +92,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         || trace_diff(&mut comm, p),
     ));
     checks.push(Check::timed(
+        "copy engines: matrix, traces, graph replay, alternating with kernels",
+        4,
+        || super::engines::run(&mut comm, &stream, p, &sizes),
+    ));
+    checks.push(Check::timed(
         "teams: split 1+1, reversed 2, strided; concurrent",
         4,
         || teams(&comm),
@@ -163,6 +170,12 @@ fn case(
 /// The shared conformance matrix (`symm_tests::matrix`), run by every rank on the job.
 fn matrix(comm: &mut Comm, sizes: &[u64]) -> Result<String, String> {
     let m = hw_matrix(comm.world(), sizes);
+    // Every plan first (compiled on several threads when plans are compiled before use).
+    let reqs: Vec<Request> = symm_tests::matrix::groups(&m, comm.world())
+        .into_iter()
+        .flat_map(|(_, cases)| cases)
+        .collect();
+    comm.prepare_all(&reqs).map_err(e)?;
     let rep = symm_tests::matrix::run(comm, &m, &mut 1);
     if let Some(f) = rep.failures.first() {
         return Err(format!(

@@ -17,6 +17,7 @@
 //!   the same environment.
 
 mod correct;
+mod engines;
 mod fold;
 mod life;
 mod streams;

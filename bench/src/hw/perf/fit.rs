@@ -21,9 +21,11 @@ use super::{Sample, CANDIDATE};
 /// Smallest size fitted.
 pub(super) const MIN_BYTES: u64 = 1 << 20;
 
-/// The (algorithm, channels) of a symm label `algorithm/Nch`.
+/// The (algorithm, channels) of a symm label `algorithm/Nch` (what follows a space, the SMs
+/// occupied, is left out).
 pub(super) fn parse_label(label: &str) -> Option<(Algorithm, u16)> {
-    let (alg, ch) = label.split_once('/')?;
+    let first = label.split(' ').next()?;
+    let (alg, ch) = first.split_once('/')?;
     let a = Algorithm::ALL.into_iter().find(|a| a.name() == alg)?;
     let ch = ch.strip_suffix("ch")?.parse::<u16>().ok()?;
     Some((a, ch))
@@ -147,6 +149,7 @@ mod tests {
     #[test]
     fn samples_become_requests() {
         assert_eq!(parse_label("two_shot/64ch"), Some((Algorithm::TwoShot, 64)));
+        assert_eq!(parse_label("ring/4ch 4sm"), Some((Algorithm::Ring, 4)));
         for bad in ["", "two_shot", "two_shot/64", "warp/4ch", "ring/xch"] {
             assert_eq!(parse_label(bad), None, "{bad:?}");
         }

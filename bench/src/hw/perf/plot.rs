@@ -92,7 +92,7 @@ pub(super) fn ratios(samples: &[&Sample]) -> Vec<Line> {
         {
             let best = samples
                 .iter()
-                .filter(|s| s.system != "symm" && s.mode == mode && s.size == symm.size)
+                .filter(|s| !s.system.starts_with("symm") && s.mode == mode && s.size == symm.size)
                 .map(|s| s.us)
                 .filter(|&us| us > 0.0)
                 .fold(f64::INFINITY, f64::min);

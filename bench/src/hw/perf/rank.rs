@@ -17,7 +17,7 @@ use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
 use symm_driver::cuda::device::{Event, Stream};
 use symm_driver::cuda::examples::DeviceBench;
 use symm_driver::cuda::nccl::{NcclOp, NcclRank};
-use symm_driver::cuda::{Buffers, Capture, Comm, CommOptions, CudaError};
+use symm_driver::cuda::{Buffers, Capture, Comm, CommOptions, CopyEngine, CudaError};
 use symm_driver::host;
 
 use super::super::data;
@@ -286,7 +286,11 @@ pub(super) fn run(
             let Some((us, a, ch, n, bad)) = best else {
                 continue;
             };
-            let label = format!("{}/{ch}ch", a.name());
+            let Some(best_req) = request(kind, size, w, a, ch) else {
+                continue;
+            };
+            let sms = comm.sms(&best_req).map_err(e)?;
+            let label = format!("{}/{ch}ch {sms}sm", a.name());
             out.push(Sample::new(kind, size, "symm", "eager", us, bad, &label));
             let Some(req) = request(kind, size, w, a, ch) else {
                 continue;
@@ -347,6 +351,7 @@ pub(super) fn run(
             })();
             comm.free(&b).map_err(e)?;
             r?;
+            copy_engines(&comm, &stream, kind, size, &mut out)?;
         }
     }
     device_api(&comm, &stream, sizes, &mut out)?;
@@ -369,6 +374,66 @@ pub(super) fn run(
     drop(nccl);
     comm.finish().map_err(e)?;
     Ok((out, profile))
+}
+
+/// The copy-engine request of `kind` at `size` (its one-hop schedule on one channel), for the
+/// collectives that only move bytes.
+fn ce_request(kind: Kind, size: u64, world: u16) -> Option<Request> {
+    let a = match kind {
+        Kind::AllGather | Kind::Broadcast => Algorithm::Direct,
+        Kind::AllToAll => Algorithm::Pairwise,
+        _ => return None,
+    };
+    request(kind, size, world, a, 1).filter(symm_core::flag::eligible)
+}
+
+/// The same collective on copy engines (system `symm-ce`, no SM), eager and in a graph, beside
+/// the kernel path's best: every rank switches the path together and back.
+fn copy_engines(
+    comm: &Comm,
+    stream: &Stream,
+    kind: Kind,
+    size: u64,
+    out: &mut Vec<Sample>,
+) -> Result<(), String> {
+    let Some(req) = ce_request(kind, size, comm.world()) else {
+        return Ok(());
+    };
+    comm.set_copy_engine(CopyEngine::Always).map_err(e)?;
+    let b = comm.alloc(&req).map_err(e);
+    let r = b.as_ref().map_err(Clone::clone).and_then(|b| {
+        let want = fill(comm, &req, b, size ^ 0xCE)?;
+        comm.prepare(&req).map_err(e)?;
+        let call = || comm.enqueue(&req, b, stream);
+        let n = count(comm, stream, &call)?;
+        let us = timed(comm, stream, n, &call)?;
+        let bad = match want {
+            Some(want) => wrong(&comm.read(b.output, b.sizes.output).map_err(e)?, &want),
+            None => u64::MAX,
+        };
+        let label = format!(
+            "{}/1ch {}sm",
+            req.algorithm.name(),
+            comm.sms(&req).map_err(e)?
+        );
+        out.push(Sample::new(kind, size, "symm-ce", "eager", us, bad, &label));
+        let g = graphed(comm, stream, n, &|cap| cap.enqueue(&req, b))?;
+        out.push(Sample::new(
+            kind,
+            size,
+            "symm-ce",
+            "graph",
+            g,
+            u64::MAX,
+            &label,
+        ));
+        Ok(())
+    });
+    if let Ok(b) = &b {
+        comm.free(b).map_err(e)?;
+    }
+    comm.set_copy_engine(CopyEngine::Off).map_err(e)?;
+    r
 }
 
 /// The device API: a kernel put (the best of several grid sizes) beside the copy engine at

@@ -167,12 +167,24 @@ fn markdown(world: u16, samples: &[Sample]) -> String {
             kind.name()
         );
         let head: Vec<String> = cols.iter().map(|(s, md)| format!("{s} {md}")).collect();
+        // Copy engines beside the kernel path, when the run measured them.
+        let ce = these.iter().any(|s| s.system == "symm-ce");
         let _ = writeln!(
             m,
-            "| size | {} | symm / best peer, eager | symm / best peer, graph |",
-            head.join(" | ")
+            "| size | {} | symm / best peer, eager | symm / best peer, graph |{}",
+            head.join(" | "),
+            if ce {
+                " copy engines / kernel, eager | copy engines / kernel, graph |"
+            } else {
+                ""
+            }
         );
-        let _ = writeln!(m, "|---|{}---|---|", "---|".repeat(cols.len()));
+        let _ = writeln!(
+            m,
+            "|---|{}---|---|{}",
+            "---|".repeat(cols.len()),
+            if ce { "---|---|" } else { "" }
+        );
         let sizes: BTreeSet<u64> = these.iter().map(|s| s.size).collect();
         for size in sizes {
             let get = |sys: &str, mode: &str| {
@@ -193,14 +205,28 @@ fn markdown(world: u16, samples: &[Sample]) -> String {
                 let symm = get("symm", mode)?;
                 let peer = these
                     .iter()
-                    .filter(|s| s.size == size && s.system != "symm" && s.mode == mode)
+                    .filter(|s| s.size == size && !s.system.starts_with("symm") && s.mode == mode)
                     .map(|s| s.us)
                     .fold(f64::MAX, f64::min);
                 (peer < f64::MAX).then(|| format!("{:.2}", symm.us / peer))
             };
+            let ce_ratio = |mode: &str| {
+                let k = get("symm", mode)?;
+                let c = get("symm-ce", mode)?;
+                Some(format!("{:.2}", c.us / k.us))
+            };
+            let extra = if ce {
+                format!(
+                    " {} | {} |",
+                    ce_ratio("eager").unwrap_or("-".into()),
+                    ce_ratio("graph").unwrap_or("-".into())
+                )
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 m,
-                "| {} | {} | {} | {} |",
+                "| {} | {} | {} | {} |{extra}",
                 human(size),
                 cells.join(" | "),
                 ratio("eager").unwrap_or("-".into()),

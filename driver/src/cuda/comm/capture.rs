@@ -141,6 +141,7 @@ impl Comm {
         &self,
         key: (u16, Request),
     ) -> Result<std::sync::Arc<crate::cuda::device_plan::DevicePlan>> {
+        let key = (key.0, key.1, self.copy_engine().takes(&key.1));
         self.plans
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -9,6 +9,7 @@ use super::{Comm, ABORT_BYTES};
 use crate::cuda::bounds::{check_buffers, Buffers};
 use crate::cuda::compile::{self, Compiler};
 use crate::cuda::compiled::PlanPath;
+use crate::cuda::copy_engine;
 use crate::cuda::device::{self, DevBuf, Stream};
 use crate::cuda::device_plan::DevicePlan;
 use crate::cuda::error::{CudaError, Result};
@@ -36,18 +37,23 @@ impl Drop for PlanCompiler {
     }
 }
 
+/// Most ops of a traced plan on copy engines (each takes a timing event).
+const MAX_MARKS: usize = 1 << 14;
+
 /// The traced interpreter and its buffers (`cap` events per channel), loaded on first use.
 pub(super) struct Tracing {
     kernel: Kernel,
     events: DevBuf,
     lens: DevBuf,
     cap: u32,
+    /// Timing events around the ops of a plan on copy engines (one before, one after each op).
+    marks: Vec<device::Event>,
 }
 
 impl Comm {
     /// This rank's plan of `req` (scheduled, validated against the buffers' sizes and the pad,
     /// uploaded once, then cached).
-    fn plan(&self, req: &Request) -> Result<Arc<DevicePlan>> {
+    pub(super) fn plan(&self, req: &Request) -> Result<Arc<DevicePlan>> {
         if req.world != self.world {
             return Err(CudaError::SizeMismatch {
                 what: "ranks in the request",
@@ -68,20 +74,21 @@ impl Comm {
     ) -> Result<Arc<DevicePlan>> {
         // A lock poisoned by another thread's panic still holds good plans: keep using it.
         let cache = || self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = cache().get(&key).cloned() {
+        let engines = self.copy_engine().takes(&key.1);
+        let full = (key.0, key.1, engines);
+        if let Some(p) = cache().get(&full).cloned() {
             return Ok(p);
         }
         let host = build()?;
         let sizes = key.1.buffer_sizes();
         host.validate(self.rank, self.world, &sizes, self.pad_slots, false)?;
         let ops = host.ops.len();
-        let p = Arc::new(DevicePlan::upload(
-            &self.dev,
-            host,
-            sizes,
-            (self.id, self.rank),
-        )?);
-        if self.opts.plans.compiles(key.1.bytes, ops) {
+        let mut p = DevicePlan::upload(&self.dev, host, sizes, (self.id, self.rank))?;
+        if engines {
+            p = p.on_copy_engines()?;
+        }
+        let p = Arc::new(p);
+        if !engines && self.opts.plans.compiles(key.1.bytes, ops) {
             if self.opts.plans == PlanPath::Compiled {
                 // Forced: compiled now, and a plan that does not compile is an error.
                 p.compile(&self.compiler, &self.dev, false)?;
@@ -91,7 +98,7 @@ impl Comm {
                 self.compile_later(p.clone());
             }
         }
-        cache().insert(key, p.clone());
+        cache().insert(full, p.clone());
         Ok(p)
     }
 
@@ -140,6 +147,51 @@ impl Comm {
     pub fn prepare(&self, req: &Request) -> Result<()> {
         let _ctx = device::keep_current()?;
         self.plan(req).map(|_| ())
+    }
+
+    /// [`Comm::prepare`] for many requests. When this Comm compiles plans before their first
+    /// launch (`PlanPath::Compiled`), their kernels are compiled on several threads first (into
+    /// the kernel cache, from which the preparation then loads them): a second of NVRTC per
+    /// plan, divided by the threads. Not collective.
+    pub fn prepare_all(&self, reqs: &[Request]) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        if self.opts.plans == PlanPath::Compiled {
+            let todo: Vec<RankPlan> = reqs
+                .iter()
+                .filter(|r| r.world == self.world && !self.copy_engine().takes(r))
+                .filter_map(|r| {
+                    let p = RankPlan::schedule(r, self.rank).ok()?;
+                    // Only validated plans are compiled.
+                    p.validate(
+                        self.rank,
+                        self.world,
+                        &r.buffer_sizes(),
+                        self.pad_slots,
+                        false,
+                    )
+                    .ok()?;
+                    self.opts.plans.compiles(r.bytes, p.ops.len()).then_some(p)
+                })
+                .collect();
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let threads = (cores / self.sharing.ranks_on_device.max(1) as usize).clamp(1, 16);
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let arch = self.dev.arch();
+            std::thread::scope(|s| {
+                for _ in 0..threads.min(todo.len()) {
+                    s.spawn(|| loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(p) = todo.get(i) else { break };
+                        // A plan that fails here fails again, with its error, when prepared.
+                        let _ = crate::cuda::compiled::cubin(&self.compiler, arch, p, false);
+                    });
+                }
+            });
+        }
+        for r in reqs {
+            self.plan(r)?;
+        }
+        Ok(())
     }
 
     /// Enqueues this rank's part of collective `req` over buffers `b` on `stream` and returns at
@@ -202,6 +254,31 @@ impl Comm {
             return Ok(());
         }
         let mut order = self.launch_lock()?;
+        if let Some(flags) = plan.flags() {
+            let area = copy_engine::Area {
+                rank: self.rank,
+                base: self.heap.base(),
+                stride: self.heap.stride,
+                buf_off: [b.input, b.output, b.scratch],
+                flag_off: self.flag_off(),
+            };
+            let marks = traced.map(|t| t.marks.as_slice());
+            // SAFETY: the plan was validated for this job and rank against the pad and
+            // `plan.sizes`, and `b` was checked to hold those sizes inside `area`, in the heap's
+            // buffer area; the flag words follow the counters in every rank's pad.
+            let enqueue =
+                || unsafe { copy_engine::enqueue(flags, &area, &self.dev, stream, marks) };
+            let r = self
+                .order_before(&mut order, team, stream)
+                .and_then(|record| {
+                    enqueue()?;
+                    self.ordered_after(&order, team, stream, record)
+                });
+            if let Err(e) = &r {
+                self.poison(e);
+            }
+            return r;
+        }
         let params = InterpParams {
             plan: plan.ops.ptr,
             chan_start: plan.chan.ptr,
@@ -266,7 +343,7 @@ impl Comm {
         if slot.is_none() {
             *slot = Some(self.load_tracing()?);
         }
-        let Some(t) = slot.as_ref() else {
+        let Some(t) = slot.as_mut() else {
             // Loaded just above: a bug here if missing, not something a caller can act on.
             return Err(CudaError::Invalid("tracing not loaded".into()));
         };
@@ -276,13 +353,31 @@ impl Comm {
         if plan.compiled(false).is_some() {
             plan.compile(&self.compiler, &self.dev, true)?;
         }
+        let ce_ops = plan
+            .flags()
+            .map(|f| f.channels().iter().map(Vec::len).sum::<usize>());
+        if let Some(n) = ce_ops {
+            if n + 1 > MAX_MARKS {
+                return Err(CudaError::TraceOverflow);
+            }
+            while t.marks.len() < n + 1 {
+                t.marks.push(device::Event::new(&self.dev)?);
+            }
+        }
+        let t = &*t;
         let plan = self.launch(req, b, stream, Some(t))?;
         self.synchronize(stream)?;
-        let (per, overflow) =
-            trace::read_rank(&t.events, &t.lens, t.cap as usize, plan.host.channels())?;
-        if overflow {
-            return Err(CudaError::TraceOverflow);
-        }
+        let per = match plan.flags() {
+            Some(f) => copy_engine::raw_events(f, &t.marks)?,
+            None => {
+                let (per, overflow) =
+                    trace::read_rank(&t.events, &t.lens, t.cap as usize, plan.host.channels())?;
+                if overflow {
+                    return Err(CudaError::TraceOverflow);
+                }
+                per
+            }
+        };
         let mut events = Vec::new();
         trace::to_events(self.rank, &plan.host, &per, &mut events);
         trace::encode(
@@ -305,6 +400,7 @@ impl Comm {
             )?,
             lens: DevBuf::zeroed(&self.dev, MAX_CHANNELS as usize * 4)?,
             cap,
+            marks: Vec::new(),
         })
     }
 

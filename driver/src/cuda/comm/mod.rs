@@ -57,6 +57,7 @@ use symm_core::team::MAX_TEAMS;
 use super::bounds::{self as guard, Buffers};
 use super::compile::{self, Compiler};
 use super::compiled::PlanPath;
+use super::copy_engine::CopyEngine;
 use super::device::{self, DevBuf, Device, HostMapped, Stream};
 use super::device_plan::DevicePlan;
 use super::error::{check, driver, CudaError, Result};
@@ -83,6 +84,9 @@ pub struct CommOptions {
     /// Which kernel runs plans: compiled plans for small requests by default
     /// ([`crate::cuda::compiled`]); [`Comm::from_env`] takes `SYMM_PLANS`.
     pub plans: PlanPath,
+    /// Which requests run on copy engines instead of a kernel ([`crate::cuda::copy_engine`]);
+    /// every rank of a job must give the same. [`Comm::from_env`] takes `SYMM_COPY_ENGINE`.
+    pub copy_engine: CopyEngine,
 }
 
 impl CommOptions {
@@ -104,6 +108,7 @@ impl Default for CommOptions {
             nvrtc: None,
             trace_cap: 1 << 14,
             plans: PlanPath::Auto,
+            copy_engine: CopyEngine::Off,
         }
     }
 }
@@ -116,9 +121,11 @@ const ABORT_BYTES: usize = 64;
 /// Field order is teardown order: plans and kernels before the heap, the heap before the
 /// bootstrap (the peers' memory stays mapped until every rank unmapped it at `finish`).
 pub struct Comm {
-    /// Plans by (team id, request): the world's (id 0) and every team's, alive as long as the
-    /// Comm, so no plan goes while a launch may still read it.
-    plans: Mutex<HashMap<(u16, Request), Arc<DevicePlan>>>,
+    /// Plans by (team id, request, on copy engines): the world's (id 0) and every team's, alive
+    /// as long as the Comm, so no plan goes while a launch may still read it.
+    plans: Mutex<HashMap<(u16, Request, bool), Arc<DevicePlan>>>,
+    /// The copy-engine option in force ([`CopyEngine::code`]; [`Comm::set_copy_engine`]).
+    engines: std::sync::atomic::AtomicU8,
     tracing: Mutex<Option<launch::Tracing>>,
     /// The stream signals kernel ([`Comm::put_signal`]), loaded on first use.
     signals: Mutex<Option<Kernel>>,
@@ -175,6 +182,15 @@ impl Comm {
             opts.plans = PlanPath::parse(s).ok_or_else(|| {
                 CudaError::Invalid(format!(
                     "SYMM_PLANS={:?}: auto, interpreted or compiled",
+                    s.chars().take(32).collect::<String>()
+                ))
+            })?;
+        }
+        if let Some(v) = std::env::var_os("SYMM_COPY_ENGINE") {
+            let s = v.to_str().unwrap_or("");
+            opts.copy_engine = CopyEngine::parse(s).ok_or_else(|| {
+                CudaError::Invalid(format!(
+                    "SYMM_COPY_ENGINE={:?}: off, on or always",
                     s.chars().take(32).collect::<String>()
                 ))
             })?;
@@ -239,13 +255,15 @@ impl Comm {
             )));
         }
         let sharing = sharing::exchange(boot, rank, &dev)?;
+        agree_copy_engine(boot, rank, opts.copy_engine)?;
         sharing::warn_once(&sharing, ordinal, opts.timeout);
         let compiler = Compiler::load(opts.nvrtc.as_deref())?;
         let drv = device::driver_version()?;
         let (cubin, _) = compile::cubin(&compiler, &symm_kernels::INTERP, dev.arch, drv)?;
         // Room for every team id: a team's slots are keyed by its id (symm_core::team).
+        // The pad: the counters, then as many flag words (`copy_engine`).
         let pad_slots = MAX_CHANNELS as u32 * KINDS * world as u32 * MAX_TEAMS as u32;
-        let data_off = (pad_slots as u64 * 8).div_ceil(4096) * 4096;
+        let data_off = (2 * pad_slots as u64 * 8).div_ceil(4096) * 4096;
         let total = data_off
             .checked_add(opts.heap_bytes)
             .ok_or(CudaError::Overflow { what: "heap size" })?;
@@ -297,6 +315,42 @@ impl Comm {
     /// Bytes of each rank's heap (signal pad included).
     pub fn stride(&self) -> u64 {
         self.heap.stride
+    }
+
+    /// Heap offset of the pad's flag words (after its counters; [`crate::cuda::copy_engine`]).
+    pub(crate) fn flag_off(&self) -> u64 {
+        self.pad_slots as u64 * 8
+    }
+
+    /// Whether `req` runs on copy engines (its plan in flag form, no kernel).
+    pub fn on_copy_engines(&self, req: &Request) -> bool {
+        self.copy_engine().takes(req)
+    }
+
+    /// The copy-engine option in force.
+    pub fn copy_engine(&self) -> CopyEngine {
+        CopyEngine::from_code(self.engines.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Collective: every rank switches to `ce` for the requests it enqueues from now on (fails,
+    /// changing nothing, unless every rank gives the same). Requests already enqueued or
+    /// captured keep the path they were built for.
+    pub fn set_copy_engine(&self, ce: CopyEngine) -> Result<()> {
+        self.live()?;
+        agree_copy_engine(&self.boot, self.rank, ce)?;
+        self.engines
+            .store(ce.code(), std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// How many SMs `req` occupies while it runs: one block per channel of its plan, each on
+    /// one SM, or none on copy engines. Builds the plan if it is not cached yet.
+    pub fn sms(&self, req: &Request) -> Result<u32> {
+        if self.on_copy_engines(req) {
+            return Ok(0);
+        }
+        let _ctx = device::keep_current()?;
+        Ok(self.plan(req)?.host.channels() as u32)
     }
 
     /// The heap offsets where buffers live, `[lo, hi)` (the signal pad is below `lo`).
@@ -522,6 +576,19 @@ impl Drop for Comm {
     }
 }
 
+/// Collective: fails unless every rank runs with the same copy-engine option (a rank on copy
+/// engines waits on flags that a rank in a kernel never raises).
+fn agree_copy_engine(boot: &SocketRendezvous, rank: u16, mine: CopyEngine) -> Result<()> {
+    let all = boot.all_gather(rank, &[mine.code()])?;
+    match all.iter().position(|v| v.as_slice() != [mine.code()]) {
+        None => Ok(()),
+        Some(r) => Err(CudaError::Disagree {
+            what: "SYMM_COPY_ENGINE (CommOptions::copy_engine)",
+            rank: u16::try_from(r).ok(),
+        }),
+    }
+}
+
 /// What `open_inner` builds before the bootstrap joins it.
 struct Parts {
     compiler: Compiler,
@@ -541,6 +608,7 @@ impl Parts {
     fn assemble(self, boot: SocketRendezvous, rank: u16, world: u16, opts: CommOptions) -> Comm {
         Comm {
             plans: Mutex::new(HashMap::new()),
+            engines: std::sync::atomic::AtomicU8::new(opts.copy_engine.code()),
             tracing: Mutex::new(None),
             signals: Mutex::new(None),
             armed: self.armed,

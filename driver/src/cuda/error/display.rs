@@ -76,6 +76,7 @@ impl fmt::Display for CudaError {
             CudaError::Sched(e) => write!(f, "request: {e}"),
             CudaError::Team(e) => write!(f, "team: {e}"),
             CudaError::Signal(e) => write!(f, "signal pad: {e}"),
+            CudaError::FlagForm(e) => write!(f, "copy-engine path: {e}"),
             CudaError::Trace(e) => write!(f, "trace: {e}"),
             CudaError::BadPlanOp {
                 rank,
@@ -233,6 +234,7 @@ impl std::error::Error for CudaError {
             CudaError::Sched(e) => Some(e),
             CudaError::Team(e) => Some(e),
             CudaError::Signal(e) => Some(e),
+            CudaError::FlagForm(e) => Some(e),
             CudaError::Trace(e) => Some(e),
             CudaError::TraceMerge { error: Some(e), .. } => Some(e),
             CudaError::BadPlanOp {

@@ -247,6 +247,39 @@ api_table! {
     }
 }
 
+api_table! {
+    /// Stream memory operations (the copy-engine path's flags), loaded on their first use: a
+    /// driver without them fails only that path.
+    StreamMemApi {
+        write_value_32 = "cuStreamWriteValue32_v2"(Handle, DevPtr, u32, c_uint);
+        wait_value_32 = "cuStreamWaitValue32_v2"(Handle, DevPtr, u32, c_uint);
+    }
+}
+
+/// `CU_STREAM_WAIT_VALUE_GEQ`: wait until `(int32)(*addr - value) >= 0`.
+pub const WAIT_VALUE_GEQ: c_uint = 0x0;
+/// `CU_STREAM_WAIT_VALUE_FLUSH`: after the wait, flush remote writes that reached the device.
+pub const WAIT_VALUE_FLUSH: c_uint = 1 << 30;
+/// `CU_STREAM_WRITE_VALUE_DEFAULT`: the write follows a system-wide memory barrier.
+pub const WRITE_VALUE_DEFAULT: c_uint = 0x0;
+/// `CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES`.
+pub const ATTR_CAN_FLUSH_REMOTE_WRITES: c_int = 98;
+
+/// The stream memory operations of the loaded driver, resolved once; `Err` names why they are
+/// unavailable.
+pub fn stream_mem_api() -> Result<&'static StreamMemApi, &'static str> {
+    static API: OnceLock<Result<StreamMemApi, &'static str>> = OnceLock::new();
+    API.get_or_init(|| {
+        api()?;
+        // SAFETY: `api()` succeeded, so libcuda is present and cudarc's loader finds it.
+        let lib = unsafe { cudarc::driver::sys::culib() };
+        // SAFETY: `lib` is libcuda, whose exported entry points have the declared signatures.
+        unsafe { StreamMemApi::load(lib) }
+    })
+    .as_ref()
+    .map_err(|e| *e)
+}
+
 /// `CUhostFn`: a host function the driver calls (a user object's destructor).
 pub type HostFn = unsafe extern "C" fn(*mut c_void);
 /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
