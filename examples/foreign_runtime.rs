@@ -39,7 +39,7 @@ use std::fmt;
 
 use symm_core::dtype::{combine, fold, DType, ReduceOp};
 use symm_core::exec::{ExecError, Executor, Fabric, LlPoll, Step};
-use symm_core::ll;
+use symm_core::ll::{self, Format, LlOp};
 use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::{Algorithm, Collective, Request, SchedError, Schedule};
 use symm_core::signal;
@@ -225,7 +225,10 @@ impl Fabric for RankView<'_> {
             Op::Wait { .. } => Ok(()),
             Op::McReduce { .. } | Op::McStore { .. } => Err(FabricError::Multicast(op.kind_name())),
             // They need the call's epoch: the executor passes them to `ll`.
-            Op::LlPut { .. } | Op::LlReduce { .. } => Err(FabricError::NoSlot {
+            Op::LlPut { .. }
+            | Op::LlReduce { .. }
+            | Op::Ll128Put { .. }
+            | Op::Ll128Reduce { .. } => Err(FabricError::NoSlot {
                 rank: self.rank,
                 slot: op.ll_slot().unwrap_or(0),
             }),
@@ -236,26 +239,38 @@ impl Fabric for RankView<'_> {
     fn ll(&mut self, op: &Op, epoch: u64) -> Result<LlPoll, FabricError> {
         let flag = ll::flag(epoch);
         let oob = |loc: Loc| FabricError::OutOfBounds { loc, len: 0 };
-        match *op {
-            Op::LlPut {
+        match op.as_ll() {
+            Some(LlOp::Put {
+                format,
                 src,
                 dst,
                 bytes,
                 flip,
                 ..
-            } => {
+            }) => {
                 let data = self.mem.read(src, bytes)?.to_vec();
-                let mut lines = Vec::with_capacity(ll::line_bytes(bytes) as usize);
-                for chunk in data.chunks(8) {
-                    for h in ll::pack(chunk, flag) {
-                        lines.extend_from_slice(&h.to_le_bytes());
+                let mut lines = Vec::with_capacity(format.line_bytes(bytes) as usize);
+                for chunk in data.chunks(format.data() as usize) {
+                    match format {
+                        Format::Ll => {
+                            for h in ll::pack(chunk, flag) {
+                                lines.extend_from_slice(&h.to_le_bytes());
+                            }
+                        }
+                        Format::Ll128 => {
+                            for w in ll::pack128(chunk) {
+                                lines.extend_from_slice(&w.to_le_bytes());
+                            }
+                            lines.extend_from_slice(&ll::flag128(flag).to_le_bytes());
+                        }
                     }
                 }
                 self.mem
                     .write(ll::at(dst, flip, epoch).ok_or(oob(dst))?, &lines)?;
                 Ok(LlPoll::Done)
             }
-            Op::LlReduce {
+            Some(LlOp::Reduce {
+                format,
                 src,
                 stride,
                 sources,
@@ -266,19 +281,27 @@ impl Fabric for RankView<'_> {
                 div,
                 flip,
                 ..
-            } => {
+            }) => {
                 let es = dtype.size() as usize;
                 let len = elems.saturating_mul(dtype.size());
                 let mut regions = Vec::with_capacity(sources as usize);
                 for s in 0..sources as u64 {
                     let at = ll::region(src, stride, s, flip, epoch).ok_or(oob(src))?;
-                    let lines = self.mem.read(at, ll::line_bytes(len))?;
+                    let lines = self.mem.read(at, format.line_bytes(len))?;
                     let mut data = Vec::with_capacity(len as usize);
-                    for line in lines.chunks_exact(16) {
+                    for line in lines.chunks_exact(format.line() as usize) {
                         let word = |i: usize| {
                             u64::from_le_bytes(line[i..i + 8].try_into().unwrap_or([0; 8]))
                         };
-                        match ll::unpack([word(0), word(8)], flag) {
+                        let got = match format {
+                            Format::Ll => ll::unpack([word(0), word(8)], flag).map(|d| d.to_vec()),
+                            Format::Ll128 => {
+                                let words: [u64; ll::LINE128_DATA_WORDS] =
+                                    core::array::from_fn(|w| word(8 * w));
+                                ll::unpack128(word(120), &words, flag).map(|d| d.to_vec())
+                            }
+                        };
+                        match got {
                             Some(d) => data.extend_from_slice(&d),
                             None => return Ok(LlPoll::Waiting((word(0) >> 32) as u32)),
                         }
@@ -294,7 +317,7 @@ impl Fabric for RankView<'_> {
                 self.mem.write(dst, &out)?;
                 Ok(LlPoll::Done)
             }
-            _ => Err(FabricError::NoSlot {
+            None => Err(FabricError::NoSlot {
                 rank: self.rank,
                 slot: 0,
             }),

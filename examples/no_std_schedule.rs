@@ -50,9 +50,10 @@ fn tally_of(streams: &[(u16, Vec<Op>)]) -> Tally {
                 Op::ReduceN { ranks, dst, .. } => {
                     !local(dst) || ranks.as_slice().iter().any(|r| r != me)
                 }
-                Op::LlPut { src, dst, .. } | Op::LlReduce { src, dst, .. } => {
-                    !(local(src) && local(dst))
-                }
+                Op::LlPut { src, dst, .. }
+                | Op::LlReduce { src, dst, .. }
+                | Op::Ll128Put { src, dst, .. }
+                | Op::Ll128Reduce { src, dst, .. } => !(local(src) && local(dst)),
                 Op::McReduce { .. } | Op::McStore { .. } => true,
                 Op::Signal { .. } | Op::Wait { .. } => false,
             };
@@ -63,8 +64,8 @@ fn tally_of(streams: &[(u16, Vec<Op>)]) -> Tally {
         t.longest = t.longest.max(ops.len() as u64);
     }
     let n = |k| kinds.get(k).copied().unwrap_or(0);
-    t.copies = n("copy") + n("ll_put");
-    t.reduces = n("reduce") + n("reduce_n") + n("ll_reduce");
+    t.copies = n("copy") + n("ll_put") + n("ll128_put");
+    t.reduces = n("reduce") + n("reduce_n") + n("ll_reduce") + n("ll128_reduce");
     t.signals = n("signal");
     t.waits = n("wait");
     t.multicast = n("mc_reduce") + n("mc_store");

@@ -104,6 +104,10 @@ typedef enum symm_algorithm {
     SYMM_ALG_ONE_SHOT_LL = 8,
     // direct_ll
     SYMM_ALG_DIRECT_LL = 9,
+    // one_shot_ll128
+    SYMM_ALG_ONE_SHOT_LL128 = 10,
+    // direct_ll128
+    SYMM_ALG_DIRECT_LL128 = 11,
 } symm_algorithm;
 
 // Element types (symm_request.dtype, symm_op.dtype).
@@ -162,6 +166,10 @@ typedef enum symm_op_kind {
     SYMM_OP_LL_PUT = 7,
     // ll_reduce
     SYMM_OP_LL_REDUCE = 8,
+    // ll128_put
+    SYMM_OP_LL128_PUT = 9,
+    // ll128_reduce
+    SYMM_OP_LL128_REDUCE = 10,
 } symm_op_kind;
 
 // Symmetric buffers (symm_loc.buf).

@@ -24,6 +24,20 @@
 //! Executors take the epoch from their counters and pass it to [`crate::exec::Fabric::ll`];
 //! [`lines`], [`pack`] and [`unpack`] are the one definition of the line format, which the host
 //! memory, the simulator's shadow and the GPU interpreter follow.
+//!
+//! **128-byte lines** ([`Format::Ll128`], ops [`crate::op::Op::Ll128Put`] and
+//! [`crate::op::Op::Ll128Reduce`]). An 8-byte line wastes half of what it moves; a 128-byte line
+//! carries 120 data bytes in its first 15 words and the call's flag in its last word, so it
+//! wastes a sixteenth. The data words no longer carry the flag, so one store no longer covers
+//! both: the writer stores the 15 data words, then stores the flag word with *release*
+//! ([`crate::signal::order::LL128_PUBLISH`]), and the reader loads the flag word with *acquire*
+//! ([`crate::signal::order::LL128_OBSERVE`]) and only then the data words. A reader that sees
+//! the call's flag therefore sees the line's data of that call, whatever the hardware does with
+//! a 128-byte store (the protocol does not lean on a line arriving whole). The epoch, the flag
+//! values, the halves and the reuse argument are the 16-byte lines' own; regions of the two
+//! formats are never the same bytes ([`crate::sched`] gives each algorithm its own), because
+//! a 128-byte line's data word could hold any bit pattern, a 16-byte line's flag included.
+//! [`pack128`] and [`unpack128`] are the one definition of that line.
 
 /// Bytes of data one LL line carries.
 pub const LINE_DATA: u64 = 8;
@@ -35,6 +49,185 @@ pub const MAX_BYTES: u64 = 64 << 10;
 
 /// The most channels an LL call splits its message over (each with regions of its own).
 pub const MAX_CHANNELS: u16 = 16;
+
+/// A low-latency op of either line format, by its fields ([`crate::op::Op::as_ll`]): what
+/// every executor matches on, so the two formats share one implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LlOp {
+    /// [`crate::op::Op::LlPut`] or [`crate::op::Op::Ll128Put`].
+    Put {
+        /// The lines' format.
+        format: Format,
+        /// Source (plain bytes).
+        src: crate::op::Loc,
+        /// Destination of the lines (half 0).
+        dst: crate::op::Loc,
+        /// Data bytes.
+        bytes: u64,
+        /// The slot whose counter is the call's epoch.
+        slot: u32,
+        /// Offset of half 1 from half 0.
+        flip: u64,
+    },
+    /// [`crate::op::Op::LlReduce`] or [`crate::op::Op::Ll128Reduce`].
+    Reduce {
+        /// The lines' format.
+        format: Format,
+        /// The first region (half 0).
+        src: crate::op::Loc,
+        /// Bytes from one region to the next.
+        stride: u64,
+        /// Number of regions.
+        sources: u16,
+        /// Destination (plain elements).
+        dst: crate::op::Loc,
+        /// Element count.
+        elems: u64,
+        /// Element type.
+        dtype: crate::dtype::DType,
+        /// Operator.
+        op: crate::dtype::ReduceOp,
+        /// Divisor applied after combining; 0 or 1: none.
+        div: u32,
+        /// The slot whose counter is the call's epoch.
+        slot: u32,
+        /// Offset of half 1 from half 0.
+        flip: u64,
+    },
+}
+
+impl LlOp {
+    /// The op of this format and fields.
+    pub fn op(self) -> crate::op::Op {
+        use crate::op::Op;
+        match self {
+            LlOp::Put {
+                format,
+                src,
+                dst,
+                bytes,
+                slot,
+                flip,
+            } => match format {
+                Format::Ll => Op::LlPut {
+                    src,
+                    dst,
+                    bytes,
+                    slot,
+                    flip,
+                },
+                Format::Ll128 => Op::Ll128Put {
+                    src,
+                    dst,
+                    bytes,
+                    slot,
+                    flip,
+                },
+            },
+            LlOp::Reduce {
+                format,
+                src,
+                stride,
+                sources,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+                slot,
+                flip,
+            } => match format {
+                Format::Ll => Op::LlReduce {
+                    src,
+                    stride,
+                    sources,
+                    dst,
+                    elems,
+                    dtype,
+                    op,
+                    div,
+                    slot,
+                    flip,
+                },
+                Format::Ll128 => Op::Ll128Reduce {
+                    src,
+                    stride,
+                    sources,
+                    dst,
+                    elems,
+                    dtype,
+                    op,
+                    div,
+                    slot,
+                    flip,
+                },
+            },
+        }
+    }
+}
+
+/// A line format of the low-latency protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// 16-byte lines of 8 data bytes, the flag in each 8-byte half ([`pack`]).
+    Ll,
+    /// 128-byte lines of 120 data bytes and a flag word stored last, with release
+    /// ([`pack128`]).
+    Ll128,
+}
+
+impl Format {
+    /// Data bytes one line carries.
+    pub const fn data(self) -> u64 {
+        match self {
+            Format::Ll => LINE_DATA,
+            Format::Ll128 => LINE128_DATA,
+        }
+    }
+
+    /// Bytes of one line in memory.
+    pub const fn line(self) -> u64 {
+        match self {
+            Format::Ll => LINE_BYTES,
+            Format::Ll128 => LINE128_BYTES,
+        }
+    }
+
+    /// The most data bytes one call of this format moves per rank on one channel.
+    pub const fn max_bytes(self) -> u64 {
+        match self {
+            Format::Ll => MAX_BYTES,
+            Format::Ll128 => MAX_BYTES_128,
+        }
+    }
+
+    /// Lines needed for `bytes` of data.
+    pub const fn lines(self, bytes: u64) -> u64 {
+        bytes.div_ceil(self.data())
+    }
+
+    /// Bytes of memory the lines of `bytes` of data take (saturating).
+    pub const fn line_bytes(self, bytes: u64) -> u64 {
+        self.lines(bytes).saturating_mul(self.line())
+    }
+
+    /// Bytes of one source's region in one half: the lines of [`Format::max_bytes`].
+    pub const fn region(self) -> u64 {
+        self.line_bytes(self.max_bytes())
+    }
+}
+
+/// Data bytes of a 128-byte line: 15 words.
+pub const LINE128_DATA: u64 = 120;
+/// Bytes of a 128-byte line: 15 data words and the flag word.
+pub const LINE128_BYTES: u64 = 128;
+/// Data words of a 128-byte line (words 0 to 14); the flag is the last word.
+pub const LINE128_DATA_WORDS: usize = 15;
+/// Words of a 128-byte line.
+pub const LINE128_WORDS: usize = 16;
+/// The most data bytes one 128-byte-line call moves per rank on one channel (1024 lines: a
+/// region of 128 KiB per source and half).
+pub const MAX_BYTES_128: u64 = 1024 * LINE128_DATA;
 
 /// The channels an LL call of `channels` channels uses: at least one, at most [`MAX_CHANNELS`].
 pub const fn channels(channels: u16) -> u16 {
@@ -98,15 +291,25 @@ pub fn region(
 /// `bytes` of data may touch over both halves (saturating: an absurd op gets a span no buffer
 /// holds).
 pub fn reduce_span(sources: u16, stride: u64, flip: u64, bytes: u64) -> u64 {
+    reduce_span_of(Format::Ll, sources, stride, flip, bytes)
+}
+
+/// [`reduce_span`] for lines of `format`.
+pub fn reduce_span_of(format: Format, sources: u16, stride: u64, flip: u64, bytes: u64) -> u64 {
     (sources.saturating_sub(1) as u64)
         .saturating_mul(stride)
         .saturating_add(flip)
-        .saturating_add(line_bytes(bytes))
+        .saturating_add(format.line_bytes(bytes))
 }
 
 /// Bytes from `dst` that an `LlPut` of `bytes` of data may touch over both halves.
 pub fn put_span(flip: u64, bytes: u64) -> u64 {
-    line_bytes(bytes).saturating_add(flip)
+    put_span_of(Format::Ll, flip, bytes)
+}
+
+/// [`put_span`] for lines of `format`.
+pub fn put_span_of(format: Format, flip: u64, bytes: u64) -> u64 {
+    format.line_bytes(bytes).saturating_add(flip)
 }
 
 /// One line from up to 8 data bytes (shorter data is padded with zeros) and a flag: the two
@@ -129,6 +332,36 @@ pub fn unpack(halves: [u64; 2], flag: u32) -> Option<[u8; 8]> {
     let mut d = [0u8; 8];
     d[..4].copy_from_slice(&(halves[0] as u32).to_le_bytes());
     d[4..].copy_from_slice(&(halves[1] as u32).to_le_bytes());
+    Some(d)
+}
+
+/// The 15 data words of a 128-byte line from up to 120 data bytes (shorter data is padded with
+/// zeros); the flag word, `flag` as a `u64`, is stored after them with release.
+pub fn pack128(data: &[u8]) -> [u64; LINE128_DATA_WORDS] {
+    let mut words = [0u64; LINE128_DATA_WORDS];
+    for (w, chunk) in words.iter_mut().zip(data.chunks(8)) {
+        let mut d = [0u8; 8];
+        d[..chunk.len()].copy_from_slice(chunk);
+        *w = u64::from_le_bytes(d);
+    }
+    words
+}
+
+/// The flag word of a 128-byte line of the call whose flag is `flag`.
+pub const fn flag128(flag: u32) -> u64 {
+    flag as u64
+}
+
+/// The 120 data bytes of a 128-byte line whose flag word (loaded with acquire, before the
+/// data words) is `flag128(flag)`, else `None`.
+pub fn unpack128(flag_word: u64, data: &[u64; LINE128_DATA_WORDS], flag: u32) -> Option<[u8; 120]> {
+    if flag_word != flag128(flag) {
+        return None;
+    }
+    let mut d = [0u8; 120];
+    for (chunk, w) in d.chunks_exact_mut(8).zip(data) {
+        chunk.copy_from_slice(&w.to_le_bytes());
+    }
     Some(d)
 }
 
@@ -164,6 +397,33 @@ mod tests {
         assert_eq!(unpack(pack(&[7], 3), 3), Some([7, 0, 0, 0, 0, 0, 0, 0]));
         assert_eq!((lines(0), lines(1), lines(8), lines(9)), (0, 1, 1, 2));
         assert_eq!(line_bytes(9), 32);
+    }
+
+    #[test]
+    fn long_lines_round_trip_and_refuse_other_flags() {
+        let data: [u8; 120] = core::array::from_fn(|i| i as u8 + 1);
+        let w = pack128(&data);
+        assert_eq!(unpack128(flag128(5), &w, 5), Some(data));
+        assert_eq!(unpack128(flag128(4), &w, 5), None);
+        assert_eq!(unpack128(0, &w, 5), None);
+        let short = pack128(&[9, 8, 7]);
+        let mut want = [0u8; 120];
+        want[..3].copy_from_slice(&[9, 8, 7]);
+        assert_eq!(unpack128(flag128(1), &short, 1), Some(want));
+        let f = Format::Ll128;
+        assert_eq!(
+            (f.lines(0), f.lines(1), f.lines(120), f.lines(121)),
+            (0, 1, 1, 2)
+        );
+        assert_eq!(f.line_bytes(121), 256);
+        assert_eq!(f.region(), 128 << 10);
+        assert_eq!(Format::Ll.region(), line_bytes(MAX_BYTES));
+        assert_eq!(put_span_of(f, 1 << 20, 121), (1 << 20) + 256);
+        assert_eq!(reduce_span_of(f, 2, 1000, 0, 1), 1000 + 128);
+        // Every element size divides a line's data and a word.
+        for size in [1u64, 2, 4, 8] {
+            assert_eq!(LINE128_DATA % size, 0);
+        }
     }
 
     #[test]

@@ -376,6 +376,45 @@ ops! {
         /// Byte count.
         bytes: u64 => count,
     }
+    /// Low-latency put in 128-byte lines ([`crate::ll::Format::Ll128`]): [`Op::LlPut`]'s
+    /// fields and epoch, each line 120 data bytes and the call's flag word, stored after them
+    /// with release. `dst` takes [`crate::ll::Format::line_bytes`] of `bytes`.
+    Ll128Put = 9, LL128_PUT = 9, "ll128_put", unicast {
+        /// Source (plain bytes).
+        src: Loc => a,
+        /// Destination of the lines (half 0).
+        dst: Loc => dst,
+        /// Data bytes.
+        bytes: u64 => count,
+        /// The slot whose counter is the call's epoch.
+        slot: u32 => slot,
+        /// Offset of half 1 from half 0.
+        flip: u64 => fanin.hi,
+    }
+    /// Low-latency k-way reduce over 128-byte lines: [`Op::LlReduce`], each line's flag word
+    /// loaded with acquire before its data.
+    Ll128Reduce = 10, LL128_REDUCE = 10, "ll128_reduce", unicast {
+        /// The first region (half 0), on the executing rank in every schedule.
+        src: Loc => a,
+        /// Bytes from one region to the next.
+        stride: u64 => fanin.lo,
+        /// Number of regions (at least 1).
+        sources: u16 => fanin.n [fields::regions],
+        /// Destination (plain elements).
+        dst: Loc => dst,
+        /// Element count.
+        elems: u64 => count,
+        /// Element type.
+        dtype: DType => dtype,
+        /// Operator.
+        op: ReduceOp => redop,
+        /// Divisor applied after combining; 0 or 1: none.
+        div: u32 => div,
+        /// The slot whose counter is the call's epoch.
+        slot: u32 => slot,
+        /// Offset of half 1 from half 0.
+        flip: u64 => fanin.hi,
+    }
 }
 
 /// [`Op::map_locs`] of a k-way reduce: each source `(rank, buf, offset)` through `f`, the
@@ -431,22 +470,99 @@ impl Op {
             } => elems
                 .saturating_mul(dtype.size())
                 .saturating_mul(ranks.len() as u64),
-            Op::LlPut { bytes, .. } => crate::ll::line_bytes(bytes),
-            Op::LlReduce {
-                elems,
-                dtype,
-                sources,
-                ..
-            } => crate::ll::line_bytes(elems.saturating_mul(dtype.size()))
-                .saturating_mul(sources as u64),
+            Op::LlPut { .. }
+            | Op::LlReduce { .. }
+            | Op::Ll128Put { .. }
+            | Op::Ll128Reduce { .. } => match self.as_ll() {
+                Some(crate::ll::LlOp::Put { format, bytes, .. }) => format.line_bytes(bytes),
+                Some(crate::ll::LlOp::Reduce {
+                    format,
+                    elems,
+                    dtype,
+                    sources,
+                    ..
+                }) => format
+                    .line_bytes(elems.saturating_mul(dtype.size()))
+                    .saturating_mul(sources as u64),
+                None => 0,
+            },
             Op::Signal { .. } | Op::Wait { .. } => 0,
         }
     }
 
     /// The slot whose counter is the epoch of a low-latency op ([`crate::ll`]).
     pub fn ll_slot(&self) -> Option<u32> {
+        match self.as_ll()? {
+            crate::ll::LlOp::Put { slot, .. } | crate::ll::LlOp::Reduce { slot, .. } => Some(slot),
+        }
+    }
+
+    /// A low-latency op of either line format, by its fields ([`crate::ll::LlOp`]).
+    pub fn as_ll(&self) -> Option<crate::ll::LlOp> {
+        use crate::ll::{Format, LlOp};
+        let put = |format, src, dst, bytes, slot, flip| LlOp::Put {
+            format,
+            src,
+            dst,
+            bytes,
+            slot,
+            flip,
+        };
         match *self {
-            Op::LlPut { slot, .. } | Op::LlReduce { slot, .. } => Some(slot),
+            Op::LlPut {
+                src,
+                dst,
+                bytes,
+                slot,
+                flip,
+            } => Some(put(Format::Ll, src, dst, bytes, slot, flip)),
+            Op::Ll128Put {
+                src,
+                dst,
+                bytes,
+                slot,
+                flip,
+            } => Some(put(Format::Ll128, src, dst, bytes, slot, flip)),
+            Op::LlReduce {
+                src,
+                stride,
+                sources,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+                slot,
+                flip,
+            }
+            | Op::Ll128Reduce {
+                src,
+                stride,
+                sources,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+                slot,
+                flip,
+            } => Some(LlOp::Reduce {
+                format: if matches!(self, Op::LlReduce { .. }) {
+                    Format::Ll
+                } else {
+                    Format::Ll128
+                },
+                src,
+                stride,
+                sources,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+                slot,
+                flip,
+            }),
             _ => None,
         }
     }

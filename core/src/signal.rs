@@ -39,6 +39,10 @@ pub mod order {
     pub const FLAG_RAISE: Ordering = Ordering::Release;
     /// The load a flag's lowering spins on before it stores 0 ([`crate::flag`]).
     pub const FLAG_WAIT: Ordering = Ordering::Acquire;
+    /// The store of a 128-byte line's flag word, after its data words ([`crate::ll`]).
+    pub const LL128_PUBLISH: Ordering = Ordering::Release;
+    /// The load of a 128-byte line's flag word, before its data words ([`crate::ll`]).
+    pub const LL128_OBSERVE: Ordering = Ordering::Acquire;
 
     /// The PTX memory-ordering qualifier of `o` (`relaxed`, `acquire`, `release`, `acq_rel`;
     /// `SeqCst` has no single qualifier and maps to the strongest, `acq_rel`).

@@ -15,6 +15,7 @@ use loom::sync::Arc;
 use loom::thread;
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::exec::{Executor, Step};
+use symm_core::ll::LlOp;
 use symm_core::op::{Buf, Loc, Op, SignalOp};
 use symm_core::sched::{Algorithm, Collective, Request, Schedule};
 use symm_core::signal::{Barrier, SlotKind};
@@ -301,32 +302,34 @@ fn one_shot_k_way_reduce_2_ranks() {
     ));
 }
 
-/// Bytes of one region of the low-latency schedule, and of the model's smaller one.
-const LL_REGION: u64 = symm_core::ll::line_bytes(symm_core::ll::MAX_BYTES);
-const LL_SMALL: u64 = 16;
-
-/// An op of the low-latency schedule with its scratch layout scaled down to one line per
-/// region (the layout's shape, halves and sources, unchanged), so loom tracks a few words.
+/// An op of a low-latency schedule with its scratch layout scaled down to one line per region
+/// (the layout's shape, halves and sources, unchanged), so loom tracks a few words.
 fn shrink(op: Op) -> Op {
-    let s = |o: u64| o / LL_REGION * LL_SMALL;
-    match op {
-        Op::LlPut {
+    match op.as_ll() {
+        Some(LlOp::Put {
+            format,
             src,
             dst,
             bytes,
             slot,
             flip,
-        } => Op::LlPut {
-            src,
-            dst: Loc {
-                offset: s(dst.offset),
-                ..dst
-            },
-            bytes,
-            slot,
-            flip: s(flip),
-        },
-        Op::LlReduce {
+        }) => {
+            let s = |o: u64| o / format.region() * format.line();
+            LlOp::Put {
+                format,
+                src,
+                dst: Loc {
+                    offset: s(dst.offset),
+                    ..dst
+                },
+                bytes,
+                slot,
+                flip: s(flip),
+            }
+            .op()
+        }
+        Some(LlOp::Reduce {
+            format,
             src,
             stride,
             sources,
@@ -337,22 +340,27 @@ fn shrink(op: Op) -> Op {
             div,
             slot,
             flip,
-        } => Op::LlReduce {
-            src: Loc {
-                offset: s(src.offset),
-                ..src
-            },
-            stride: s(stride),
-            sources,
-            dst,
-            elems,
-            dtype,
-            op,
-            div,
-            slot,
-            flip: s(flip),
-        },
-        o => o,
+        }) => {
+            let s = |o: u64| o / format.region() * format.line();
+            LlOp::Reduce {
+                format,
+                src: Loc {
+                    offset: s(src.offset),
+                    ..src
+                },
+                stride: s(stride),
+                sources,
+                dst,
+                elems,
+                dtype,
+                op,
+                div,
+                slot,
+                flip: s(flip),
+            }
+            .op()
+        }
+        None => op,
     }
 }
 
@@ -369,7 +377,11 @@ fn ll_three_calls(
 ) {
     model(move || {
         let slots = req.layout().slots();
-        let sizes = [input_len as u64, output_len as u64, 4 * LL_SMALL];
+        let line = match Schedule::new(req, 0, 0).unwrap().find_map(|o| o.as_ll()) {
+            Some(LlOp::Put { format, .. } | LlOp::Reduce { format, .. }) => format.line(),
+            None => 16,
+        };
+        let sizes = [input_len as u64, output_len as u64, 4 * line];
         let mem = Arc::new(WorldMem::blank(2, sizes, slots, POISON));
         let handles: Vec<_> = (0..2u16)
             .map(|rank| {
@@ -437,6 +449,55 @@ fn ll_all_to_all_three_calls_without_barriers_2_ranks() {
         ReduceOp::Sum,
     );
     // Block q of rank r in call c holds 100 * c + 10 * r + q + 1.
+    ll_three_calls(
+        req,
+        [8, 8],
+        |r, call| {
+            (0..8)
+                .map(|i| 100 * call + 10 * r as u8 + (i / 4) as u8 + 1)
+                .collect()
+        },
+        |q, call| {
+            (0..8)
+                .map(|i| 100 * call + 10 * (i / 4) as u8 + q as u8 + 1)
+                .collect()
+        },
+    );
+}
+
+/// The one-shot all-reduce over 128-byte lines: each call's output is that call's sum. The
+/// reader takes a line's data only after its flag word (acquire), which the writer stored after
+/// the data (release): without either, a rank reads the data of the call before, or none.
+#[test]
+fn ll128_all_reduce_three_calls_without_barriers_2_ranks() {
+    let req = Request::new(
+        Collective::AllReduce,
+        Algorithm::OneShotLl128,
+        2,
+        4,
+        DType::U8,
+        ReduceOp::Sum,
+    );
+    ll_three_calls(
+        req,
+        [4, 4],
+        |r, call| vec![10 * r as u8 + call + 1; 4],
+        |_, call| vec![2 * call + 2 + 10; 4],
+    );
+}
+
+/// The all-to-all over 128-byte lines (`direct_ll128`): rank r's block q of each call lands in
+/// rank q's block r of that call.
+#[test]
+fn ll128_all_to_all_three_calls_without_barriers_2_ranks() {
+    let req = Request::new(
+        Collective::AllToAll,
+        Algorithm::DirectLl128,
+        2,
+        4,
+        DType::U8,
+        ReduceOp::Sum,
+    );
     ll_three_calls(
         req,
         [8, 8],

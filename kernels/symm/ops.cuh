@@ -191,6 +191,31 @@ static __device__ void symm_ll_put(char* dst, const char* src, symm_u64 bytes, u
   }
 }
 
+// Every 1024th spin of a line poll: false when the launch must stop (another thread of the
+// block stopped it, the abort word is up, or this poll passed the deadline: then the first
+// thread to stop records it, naming the flag `found`).
+static __device__ bool symm_ll_keep_polling(const symm_interp_params& p, unsigned& spins, symm_u64& start,
+                                            unsigned flag, unsigned found, symm_u32 slot, symm_u32 index,
+                                            volatile int* stop) {
+  if ((++spins & 1023u) != 0) return true;
+  const symm_u64 now = symm_globaltimer();
+  if (start == 0) start = now;
+  if (*stop) return false;
+  if (*p.abort_word) {
+    if (atomicExch((int*)stop, 1) == 0) symm_record(p, SYMM_STOP_ABORTED, slot, flag, found, index);
+    return false;
+  }
+  if (now - start > p.timeout_ns) {
+    if (atomicExch((int*)stop, 1) == 0) {
+      symm_record(p, SYMM_STOP_TIMEOUT, slot, flag, found, index);
+      *p.abort_word = 1;
+      __threadfence_system();
+    }
+    return false;
+  }
+  return true;
+}
+
 // Waits until the line at `line` carries `flag` in both halves; false when the launch stops
 // (this thread timed out or saw the abort word, or another thread of the block did).
 static __device__ bool symm_ll_poll(const symm_interp_params& p, const char* line, unsigned flag, symm_u64& h0,
@@ -200,24 +225,8 @@ static __device__ bool symm_ll_poll(const symm_interp_params& p, const char* lin
   for (;;) {
     symm_ll_load(line, h0, h1);
     if ((unsigned)(h0 >> 32) == flag && (unsigned)(h1 >> 32) == flag) return true;
-    if ((++spins & 1023u) == 0) {
-      const symm_u64 now = symm_globaltimer();
-      if (start == 0) start = now;
-      if (*stop) return false;
-      const unsigned found = (unsigned)(((unsigned)(h0 >> 32) != flag ? h0 : h1) >> 32);
-      if (*p.abort_word) {
-        if (atomicExch((int*)stop, 1) == 0) symm_record(p, SYMM_STOP_ABORTED, slot, flag, found, index);
-        return false;
-      }
-      if (now - start > p.timeout_ns) {
-        if (atomicExch((int*)stop, 1) == 0) {
-          symm_record(p, SYMM_STOP_TIMEOUT, slot, flag, found, index);
-          *p.abort_word = 1;
-          __threadfence_system();
-        }
-        return false;
-      }
-    }
+    const unsigned found = (unsigned)(((unsigned)(h0 >> 32) != flag ? h0 : h1) >> 32);
+    if (!symm_ll_keep_polling(p, spins, start, flag, found, slot, index, stop)) return false;
   }
 }
 
@@ -298,6 +307,150 @@ static __device__ int symm_ll_reduce_any(const symm_interp_params& p, int dtype,
     default: return 1;
   }
 #undef SYMM_LL_CASE
+}
+
+// ---------------------------------------------------------------------------------------------
+// 128-byte lines (SYMM_OP_LL128_PUT / SYMM_OP_LL128_REDUCE): core's ll module, Format::Ll128.
+// Words 0-14 of a line carry data word 15 * line + w, word 15 the call's flag. A warp takes two
+// lines at a time, a word a lane (lanes 15 and 31 hold the flags). The writer stores its lines'
+// data words, syncs the warp (bar.warp.sync orders the lanes' stores before what follows it),
+// and its flag lanes release the flags: one system fence for the warp, then the flag stores
+// (the PTX release pattern). The reader's flag lanes load the flags with acquire until they
+// carry the call's flag, sync the warp, and only then do the lanes load the data words. Data
+// words past the data are neither written nor read.
+// ---------------------------------------------------------------------------------------------
+
+#define SYMM_LL128_PUT_U 8
+#define SYMM_LL128_RED_U 4
+
+static __device__ void symm_ll128_put(char* dst, const char* src, symm_u64 bytes, unsigned flag) {
+  const symm_u64 lines = (bytes + 119) / 120;
+  const unsigned lane = threadIdx.x & 31u, w = lane & 15u;
+  const symm_u64 warps = blockDim.x >> 5;
+  for (symm_u64 base = (symm_u64)(threadIdx.x >> 5) * 2 * SYMM_LL128_PUT_U; base < lines;
+       base += warps * 2 * SYMM_LL128_PUT_U) {
+#pragma unroll
+    for (int u = 0; u < SYMM_LL128_PUT_U; u++) {
+      const symm_u64 line = base + 2 * u + (lane >> 4);
+      const symm_u64 dw = line * 15 + w;
+      if (w < 15 && line < lines && dw * 8 < bytes) {
+        const symm_u64 v = symm_ll_data(src, bytes, dw);
+        asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(dst + line * 128 + w * 8), "l"(v) : "memory");
+      }
+    }
+    __syncwarp();
+    if (w == 15 && base + (lane >> 4) < lines) {
+      asm volatile("fence.acq_rel.sys;" ::: "memory");
+#pragma unroll
+      for (int u = 0; u < SYMM_LL128_PUT_U; u++) {
+        const symm_u64 line = base + 2 * u + (lane >> 4);
+        if (line < lines) {
+          asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(dst + line * 128 + 120), "l"((symm_u64)flag)
+                       : "memory");
+        }
+      }
+    }
+  }
+}
+
+// Waits until the flag word at `f` is `flag` (acquire loads); false when the launch stops.
+static __device__ bool symm_ll128_wait(const symm_interp_params& p, const char* f, unsigned flag, symm_u32 slot,
+                                       symm_u32 index, volatile int* stop) {
+  unsigned spins = 0;
+  symm_u64 start = 0;
+  for (;;) {
+    symm_u64 v;
+    asm volatile("ld." SYMM_SEM_LL128_OBSERVE ".sys.global.u64 %0, [%1];" : "=l"(v) : "l"(f) : "memory");
+    if (v == (symm_u64)flag) return true;
+    if (!symm_ll_keep_polling(p, spins, start, flag, (unsigned)v, slot, index, stop)) return false;
+  }
+}
+
+// Folds the k regions' 128-byte lines (region s at src + s * stride) into n elements at dst,
+// as symm_ll_reduce_t does for 16-byte lines.
+template <int DT, class S>
+static __device__ void symm_ll128_reduce_t(const symm_interp_params& p, char* dst, const char* src, symm_u64 stride,
+                                           int k, symm_u64 n, int op, unsigned d, unsigned flag, symm_u32 slot,
+                                           symm_u32 index, volatile int* stop) {
+  typedef symm_fold<DT, S> F;
+  constexpr int E = 8 / sizeof(S);
+  const symm_u64 bytes = n * sizeof(S);
+  const symm_u64 lines = (bytes + 119) / 120;
+  const unsigned lane = threadIdx.x & 31u, w = lane & 15u;
+  const symm_u64 warps = blockDim.x >> 5;
+  const bool copy = k == 1 && d <= 1;
+  for (symm_u64 base = (symm_u64)(threadIdx.x >> 5) * 2 * SYMM_LL128_RED_U; base < lines;
+       base += warps * 2 * SYMM_LL128_RED_U) {
+    typename F::acc a[SYMM_LL128_RED_U][E];
+    symm_u64 raw[SYMM_LL128_RED_U];
+    for (int s = 0; s < k; s++) {
+      const char* region = src + (symm_u64)s * stride;
+      bool ok = true;
+      if (w == 15) {
+#pragma unroll
+        for (int u = 0; u < SYMM_LL128_RED_U; u++) {
+          const symm_u64 line = base + 2 * u + (lane >> 4);
+          if (ok && line < lines) ok = symm_ll128_wait(p, region + line * 128 + 120, flag, slot, index, stop);
+        }
+      }
+      // Every lane of the warp leaves together, so the warp's syncs stay matched.
+      if (__any_sync(0xffffffffu, !ok)) return;
+      __syncwarp();
+#pragma unroll
+      for (int u = 0; u < SYMM_LL128_RED_U; u++) {
+        const symm_u64 line = base + 2 * u + (lane >> 4);
+        const symm_u64 dw = line * 15 + w;
+        if (w < 15 && line < lines && dw * 8 < bytes) {
+          symm_u64 v;
+          asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(region + line * 128 + w * 8) : "memory");
+          raw[u] = v;
+          const S* x = (const S*)&v;
+#pragma unroll
+          for (int e = 0; e < E; e++) a[u][e] = s == 0 ? F::widen(x[e]) : F::step(a[u][e], x[e], op);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < SYMM_LL128_RED_U; u++) {
+      const symm_u64 line = base + 2 * u + (lane >> 4);
+      const symm_u64 dw = line * 15 + w;
+      if (w < 15 && line < lines && dw * 8 < bytes) {
+        S* o = (S*)dst + dw * E;
+        const S* x = (const S*)&raw[u];
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+          if (dw * E + e < n) o[e] = copy ? x[e] : F::finish(a[u][e], d);
+        }
+      }
+    }
+  }
+}
+
+// 0: ran (or stopped, recorded); 1: unknown dtype or no region.
+static __device__ int symm_ll128_reduce_any(const symm_interp_params& p, int dtype, char* dst, const char* src,
+                                            symm_u64 stride, int k, symm_u64 n, int op, unsigned d, unsigned flag,
+                                            symm_u32 slot, symm_u32 index, volatile int* stop) {
+  if (k < 1) return 1;
+#define SYMM_LL128_CASE(DT, S)                                                             \
+  case DT:                                                                                 \
+    if constexpr (SYMM_DTYPE_ON(DT)) {                                                     \
+      symm_ll128_reduce_t<DT, S>(p, dst, src, stride, k, n, op, d, flag, slot, index, stop); \
+      return 0;                                                                            \
+    }                                                                                      \
+    return 1;
+  switch (dtype) {
+    SYMM_LL128_CASE(SYMM_DTYPE_F32, float)
+    SYMM_LL128_CASE(SYMM_DTYPE_F16, unsigned short)
+    SYMM_LL128_CASE(SYMM_DTYPE_BF16, unsigned short)
+    SYMM_LL128_CASE(SYMM_DTYPE_F64, double)
+    SYMM_LL128_CASE(SYMM_DTYPE_I32, int)
+    SYMM_LL128_CASE(SYMM_DTYPE_U32, unsigned)
+    SYMM_LL128_CASE(SYMM_DTYPE_I64, long long)
+    SYMM_LL128_CASE(SYMM_DTYPE_U64, unsigned long long)
+    SYMM_LL128_CASE(SYMM_DTYPE_U8, unsigned char)
+    default: return 1;
+  }
+#undef SYMM_LL128_CASE
 }
 
 #if SYMM_TRACE
@@ -386,6 +539,28 @@ static __device__ __forceinline__ void symm_run_op(const symm_interp_params& p, 
                                          symm_loc(p, op.a_rank, op.a_buf, op.a_off + half), op.b_off, op.b_rank,
                                          op.count, op.redop, op.div, symm_ll_flag(e), op.slot, index,
                                          (volatile int*)&stop);
+      if (bad && threadIdx.x == 0) {
+        symm_record(p, SYMM_STOP_BAD_OP, 0, 0, 0, index);
+        stop = 1;
+      }
+      __syncthreads();
+      break;
+    }
+    case SYMM_OP_LL128_PUT: {
+      const symm_u64 e = p.expected[op.slot];
+      const symm_u64 half = (e & 1) * op.reserved;
+      symm_ll128_put(symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off + half),
+                     symm_loc(p, op.a_rank, op.a_buf, op.a_off), op.count, symm_ll_flag(e));
+      __syncthreads();
+      break;
+    }
+    case SYMM_OP_LL128_REDUCE: {
+      const symm_u64 e = p.expected[op.slot];
+      const symm_u64 half = (e & 1) * op.reserved;
+      const int bad = symm_ll128_reduce_any(p, op.dtype, symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off),
+                                            symm_loc(p, op.a_rank, op.a_buf, op.a_off + half), op.b_off, op.b_rank,
+                                            op.count, op.redop, op.div, symm_ll_flag(e), op.slot, index,
+                                            (volatile int*)&stop);
       if (bad && threadIdx.x == 0) {
         symm_record(p, SYMM_STOP_BAD_OP, 0, 0, 0, index);
         stop = 1;

@@ -182,27 +182,35 @@ fn touched(req: &Request, op: &Op) -> Vec<(Loc, u64)> {
             v.push((dst, n));
             v
         }
-        Op::LlPut {
-            src,
-            dst,
-            bytes,
-            flip,
-            ..
-        } => {
-            vec![(src, bytes), (dst, symm_core::ll::put_span(flip, bytes))]
-        }
-        Op::LlReduce {
-            src,
-            stride,
-            sources,
-            dst,
-            elems,
-            flip,
-            ..
-        } => {
-            let n = elems.saturating_mul(es);
-            let span = symm_core::ll::reduce_span(sources, stride, flip, n);
-            vec![(src, span), (dst, n)]
+        Op::LlPut { .. } | Op::Ll128Put { .. } | Op::LlReduce { .. } | Op::Ll128Reduce { .. } => {
+            match op.as_ll() {
+                Some(symm_core::ll::LlOp::Put {
+                    format,
+                    src,
+                    dst,
+                    bytes,
+                    flip,
+                    ..
+                }) => vec![
+                    (src, bytes),
+                    (dst, symm_core::ll::put_span_of(format, flip, bytes)),
+                ],
+                Some(symm_core::ll::LlOp::Reduce {
+                    format,
+                    src,
+                    stride,
+                    sources,
+                    dst,
+                    elems,
+                    flip,
+                    ..
+                }) => {
+                    let n = elems.saturating_mul(es);
+                    let span = symm_core::ll::reduce_span_of(format, sources, stride, flip, n);
+                    vec![(src, span), (dst, n)]
+                }
+                None => Vec::new(),
+            }
         }
         Op::McStore { src, dst, bytes } => {
             let mut v: Vec<_> = (0..req.world)

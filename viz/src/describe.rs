@@ -181,6 +181,28 @@ pub fn op(t: &Trace, span: usize) -> String {
             place(t, r, dst),
             size(*bytes)
         ),
+        Op::Ll128Put {
+            src, dst, bytes, ..
+        } => format!(
+            "rank {r} writes {} into {} as 128-byte low-latency lines (120 data bytes, then the flag word with release), {}",
+            place(t, r, src),
+            place(t, r, dst),
+            size(*bytes)
+        ),
+        Op::Ll128Reduce {
+            src,
+            sources,
+            dst,
+            elems,
+            dtype,
+            op,
+            ..
+        } => format!(
+            "rank {r} waits for the flag words of {sources} regions of 128-byte lines from {} on and combines them into {} ({op:?}, {dtype:?}, one rounding), {} each",
+            place(t, r, src),
+            place(t, r, dst),
+            size(elems.saturating_mul(dtype.size()))
+        ),
         Op::LlReduce {
             src,
             sources,

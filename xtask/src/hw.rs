@@ -39,8 +39,9 @@ pub fn ci_checks() -> Result<(), String> {
     }
     let variants_s = t.elapsed().as_secs_f64();
     // Compiled plans: generated sources of real schedules (ring, tree, one-shot, two-shot, the
-    // low-latency all-reduce and all-to-all with their fused steps, pairwise all-to-all, over 1
-    // to 4 channels) compile too, plain and traced.
+    // low-latency all-reduce and all-to-all with their fused steps, the 128-byte-line all-reduce
+    // and reduce-scatter, pairwise all-to-all, over 1 to 4 channels) compile too, plain and
+    // traced.
     let t = Instant::now();
     let mut plans = 0;
     for (coll, alg, bytes, ch) in [
@@ -52,6 +53,13 @@ pub fn ci_checks() -> Result<(), String> {
         (Collective::AllToAll, Algorithm::Pairwise, 4096, 2),
         (Collective::AllReduce, Algorithm::OneShotLl, 96 << 10, 2),
         (Collective::AllToAll, Algorithm::DirectLl, 1024, 1),
+        (Collective::AllReduce, Algorithm::OneShotLl128, 200 << 10, 2),
+        (
+            Collective::ReduceScatter,
+            Algorithm::DirectLl128,
+            16 << 10,
+            1,
+        ),
     ] {
         let req = Request::new(coll, alg, 4, bytes, DType::Bf16, ReduceOp::Sum).with_channels(ch);
         let plan = RankPlan::schedule(&req, 1).map_err(|e| e.to_string())?;

@@ -272,7 +272,9 @@ mod tests {
                 "SIGNAL_SET",
                 "WAIT",
                 "FLAG_RAISE",
-                "FLAG_WAIT"
+                "FLAG_WAIT",
+                "LL128_PUBLISH",
+                "LL128_OBSERVE"
             ]
         );
         for x in &m {

@@ -28,6 +28,14 @@ fn mcloc(out: &mut dyn Write, key: &str, l: &McLoc) -> Result {
     write!(out, "\"{key}\":\"all.{}+{}\"", l.buf.name(), l.offset)
 }
 
+/// The protocol name of a line format.
+fn protocol(f: crate::ll::Format) -> &'static str {
+    match f {
+        crate::ll::Format::Ll => "ll",
+        crate::ll::Format::Ll128 => "ll128",
+    }
+}
+
 fn op_args(out: &mut dyn Write, op: &Op, layout: Option<&SlotLayout>) -> Result {
     match op {
         Op::Copy { src, dst, bytes } => {
@@ -72,29 +80,44 @@ fn op_args(out: &mut dyn Write, op: &Op, layout: Option<&SlotLayout>) -> Result 
             loc(out, "dst", dst)?;
             write!(out, ",\"elems\":{elems},\"bytes\":{}", op.bytes())
         }
-        Op::LlPut {
-            src, dst, bytes, ..
-        } => {
-            loc(out, "src", src)?;
-            out.write_char(',')?;
-            loc(out, "dst", dst)?;
-            write!(out, ",\"bytes\":{bytes},\"protocol\":\"ll\"")
-        }
-        Op::LlReduce {
-            src,
-            sources,
-            dst,
-            elems,
-            ..
-        } => {
-            loc(out, "src", src)?;
-            out.write_char(',')?;
-            loc(out, "dst", dst)?;
-            write!(
-                out,
-                ",\"sources\":{sources},\"elems\":{elems},\"bytes\":{},\"protocol\":\"ll\"",
-                op.bytes()
-            )
+        Op::LlPut { .. } | Op::Ll128Put { .. } | Op::LlReduce { .. } | Op::Ll128Reduce { .. } => {
+            match op.as_ll() {
+                Some(crate::ll::LlOp::Put {
+                    format,
+                    src,
+                    dst,
+                    bytes,
+                    ..
+                }) => {
+                    loc(out, "src", &src)?;
+                    out.write_char(',')?;
+                    loc(out, "dst", &dst)?;
+                    write!(
+                        out,
+                        ",\"bytes\":{bytes},\"protocol\":\"{}\"",
+                        protocol(format)
+                    )
+                }
+                Some(crate::ll::LlOp::Reduce {
+                    format,
+                    src,
+                    sources,
+                    dst,
+                    elems,
+                    ..
+                }) => {
+                    loc(out, "src", &src)?;
+                    out.write_char(',')?;
+                    loc(out, "dst", &dst)?;
+                    write!(
+                        out,
+                        ",\"sources\":{sources},\"elems\":{elems},\"bytes\":{},\"protocol\":\"{}\"",
+                        op.bytes(),
+                        protocol(format)
+                    )
+                }
+                None => Ok(()),
+            }
         }
         Op::McReduce {
             src, dst, elems, ..

@@ -11,13 +11,19 @@
 //! **Channels.** A message is split over `k = ll::channels(req.channels)` channels (at most
 //! [`ll::MAX_CHANNELS`]), channel `c` carrying part `c` of the elements ([`part`]) as an LL
 //! instance of its own: its own `Epoch` slot, and its own regions at a place that depends only
-//! on `(world, c)`: `2 x world` regions of `ll::line_bytes(ll::MAX_BYTES)` bytes from
-//! `c x 2 x world x REGION`, half `h` and source `s` at `(h * world + s) * REGION` within them.
+//! on `(world, c)`: `2 x world` regions of `REGION = ll::Format::region()` bytes (the lines of
+//! the format's bound) from `c x 2 x world x REGION`, half `h` and source `s` at
+//! `(h * world + s) * REGION` within them.
 //! So a region is only ever written and read by the same channel of every call, whatever the
 //! message size and channel count, and the reuse argument of [`crate::ll`] holds per channel.
 //! Channels past `k`, and channels whose part is empty (on every rank alike), do nothing. A
-//! channel's part is at most [`ll::MAX_BYTES`], so a request takes `k x ll::MAX_BYTES`
-//! (`SchedError::AboveLimit` past that).
+//! channel's part is at most the format's bound ([`ll::MAX_BYTES`] for 16-byte lines), so a
+//! request takes `k` times that (`SchedError::AboveLimit` past that).
+//!
+//! **128-byte lines.** `one_shot_ll128` and `direct_ll128` are the same programs over
+//! [`ll::Format::Ll128`] lines ([`Op::Ll128Put`], [`Op::Ll128Reduce`]): a sixteenth of overhead
+//! instead of a half, [`ll::MAX_BYTES_128`] per channel, and regions of their own size
+//! (`Format::region`), so a scratch buffer holds one format's lines at a time.
 
 use super::part::{part, Part};
 use super::table::{no_streams, one_slot, serves, Desc};
@@ -27,17 +33,29 @@ use crate::ll;
 use crate::op::{Buf, Loc, Op};
 use crate::signal::SlotKind::Epoch;
 
-/// Bytes of one source's region in one half.
-pub(crate) const REGION: u64 = ll::line_bytes(ll::MAX_BYTES);
+/// The line format of a program: 128-byte lines when `L128`.
+const fn format(l128: bool) -> ll::Format {
+    if l128 {
+        ll::Format::Ll128
+    } else {
+        ll::Format::Ll
+    }
+}
 
+/// One-shot all-reduce over lines of [`format`]`(L128)`.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct OneShotLl;
+pub(crate) struct OneShotLines<const L128: bool>;
 
-impl Program for OneShotLl {
+/// One-shot all-reduce over 16-byte lines.
+pub(crate) type OneShotLl = OneShotLines<false>;
+/// One-shot all-reduce over 128-byte lines.
+pub(crate) type OneShotLl128 = OneShotLines<true>;
+
+impl<const L128: bool> Program for OneShotLines<L128> {
     const PHASES: u8 = 3;
 
     fn new(_ctx: &Ctx) -> Self {
-        OneShotLl
+        OneShotLines
     }
 
     fn units(&self, ctx: &Ctx, p: u8) -> u64 {
@@ -51,26 +69,13 @@ impl Program for OneShotLl {
     }
 
     fn emit(&self, ctx: &Ctx, p: u8, u: u64, out: &mut Batch) {
-        let Some(c) = Call::of(ctx) else {
+        let Some(c) = Call::of(ctx, format(L128)) else {
             return;
         };
         match p {
             0 => c.epoch(ctx, out),
             1 => c.put((c.me as u64 + u) % c.w, 0, out),
-            _ => {
-                let _ = out.push(Op::LlReduce {
-                    src: Loc::new(c.me, Buf::Scratch, c.base),
-                    stride: REGION,
-                    sources: c.w as u16,
-                    dst: Loc::new(c.me, Buf::Output, c.at),
-                    elems: c.part.len,
-                    dtype: ctx.req.dtype,
-                    op: ctx.req.op,
-                    div: ctx.div(true),
-                    slot: c.slot,
-                    flip: c.flip,
-                });
-            }
+            _ => c.reduce(ctx, c.w as u16, 0, 0, ctx.div(true), out),
         }
     }
 }
@@ -79,6 +84,8 @@ impl Program for OneShotLl {
 /// (its byte offset `at` and length `bytes`), where its regions start, the epoch slot and the
 /// half offset.
 struct Call {
+    format: ll::Format,
+    region: u64,
     me: u16,
     w: u64,
     part: Part,
@@ -90,21 +97,24 @@ struct Call {
 }
 
 impl Call {
-    fn of(ctx: &Ctx) -> Option<Call> {
+    fn of(ctx: &Ctx, format: ll::Format) -> Option<Call> {
         let part = share(ctx);
+        let region = format.region();
         let Op::Wait { slot, .. } = ctx.wait(ctx.rank, Epoch, 1) else {
             return None;
         };
         let w = ctx.world() as u64;
         Some(Call {
+            format,
+            region,
             me: ctx.rank,
             w,
             part,
             at: part.start * ctx.esize,
             bytes: part.len * ctx.esize,
-            base: base(ctx),
+            base: ctx.channel as u64 * 2 * w * region,
             slot,
-            flip: w * REGION,
+            flip: w * region,
         })
     }
 
@@ -117,13 +127,34 @@ impl Call {
     /// This channel's part of the input from byte `block` on, as lines into region `me` of
     /// rank `q`'s regions of this channel.
     fn put(&self, q: u64, block: u64, out: &mut Batch) {
-        let _ = out.push(Op::LlPut {
+        let op = ll::LlOp::Put {
+            format: self.format,
             src: Loc::new(self.me, Buf::Input, block + self.at),
-            dst: Loc::new(q as u16, Buf::Scratch, self.base + self.me as u64 * REGION),
+            dst: Loc::new(q as u16, Buf::Scratch, self.base + self.me as u64 * self.region),
             bytes: self.bytes,
             slot: self.slot,
             flip: self.flip,
-        });
+        };
+        let _ = out.push(op.op());
+    }
+
+    /// Folds `sources` of this rank's regions, from region `from` on, into its output at
+    /// element byte `to` of this channel's part, divided by `div`.
+    fn reduce(&self, ctx: &Ctx, sources: u16, from: u64, to: u64, div: u32, out: &mut Batch) {
+        let op = ll::LlOp::Reduce {
+            format: self.format,
+            src: Loc::new(self.me, Buf::Scratch, self.base + from * self.region),
+            stride: self.region,
+            sources,
+            dst: Loc::new(self.me, Buf::Output, to + self.at),
+            elems: self.part.len,
+            dtype: ctx.req.dtype,
+            op: ctx.req.op,
+            div,
+            slot: self.slot,
+            flip: self.flip,
+        };
+        let _ = out.push(op.op());
     }
 }
 
@@ -134,40 +165,44 @@ fn share(ctx: &Ctx) -> Part {
     part(ctx.req.elems(), ctx.channel as u64, k)
 }
 
-/// Where this channel's regions start in the scratch buffer.
-fn base(ctx: &Ctx) -> u64 {
-    ctx.channel as u64 * 2 * ctx.world() as u64 * REGION
+/// The most data a request on `channels` channels takes: the format's
+/// [`ll::Format::max_bytes`] per channel used.
+fn max_bytes<const L128: bool>(channels: u16) -> u64 {
+    format(L128).max_bytes() * ll::channels(channels) as u64
 }
 
-/// The most data a request on `channels` channels takes: [`ll::MAX_BYTES`] per channel used.
-fn max_bytes(channels: u16) -> u64 {
-    ll::MAX_BYTES * ll::channels(channels) as u64
-}
-
-fn scratch(r: &Request) -> u64 {
+fn scratch<const L128: bool>(r: &Request) -> u64 {
     2u64.saturating_mul(r.world as u64)
-        .saturating_mul(REGION)
+        .saturating_mul(format(L128).region())
         .saturating_mul(ll::channels(r.channels) as u64)
 }
 
 /// The LL exchange as the simulator runs it: the epoch's signal to itself and its wait (an issue
-/// and a hop), the lines (twice the data) to itself through the memory port and to the `p - 1`
+/// and a hop; 128-byte lines a hop more per peer, each put's flags going out once its data
+/// landed), the
+/// lines (the data times `line / data` of the format) to itself through the memory port and to the `p - 1`
 /// peers one after another through the egress port (posted), the last landing a hop later, then
 /// `passes` local passes over the data. Every channel's lines cross the same ports, so the port
 /// terms carry the whole message, spread over the request's channels (the model multiplies
 /// them back).
-fn lines(r: &Request, s: &Shape, passes: f64) -> Path {
+fn lines(f: ll::Format, r: &Request, s: &Shape, passes: f64) -> Path {
     let n = r.bytes as f64 / s.ch;
-    let lines = 2.0 * n;
+    let lines = n * f.line() as f64 / f.data() as f64;
+    // 128-byte lines release their flags once the data landed: each put to a peer waits a
+    // hop for its data before its flags go out.
+    let release = match f {
+        ll::Format::Ll => 0.0,
+        ll::Format::Ll128 => s.pf - 1.0,
+    };
     Path::issues(1.0)
-        + Path::hops(2.0)
+        + Path::hops(2.0 + release)
         + Path::mem(lines + passes * n)
         + Path::link((s.pf - 1.0) * lines)
 }
 
-fn cost(r: &Request, s: &Shape) -> Path {
+fn cost<const L128: bool>(r: &Request, s: &Shape) -> Path {
     match r.collective {
-        Collective::AllReduce => lines(r, s, 1.0),
+        Collective::AllReduce => lines(format(L128), r, s, 1.0),
         _ => s.serial(),
     }
 }
@@ -177,9 +212,19 @@ pub(crate) const ONE_SHOT_LL: Desc = Desc {
     serves: serves::ALL_REDUCE,
     streams: no_streams,
     min_slots: one_slot,
-    cost,
-    scratch,
-    max_bytes,
+    cost: cost::<false>,
+    scratch: scratch::<false>,
+    max_bytes: max_bytes::<false>,
+};
+
+/// One-shot all-reduce over 128-byte lines.
+pub(crate) const ONE_SHOT_LL128: Desc = Desc {
+    serves: serves::ALL_REDUCE,
+    streams: no_streams,
+    min_slots: one_slot,
+    cost: cost::<true>,
+    scratch: scratch::<true>,
+    max_bytes: max_bytes::<true>,
 };
 
 /// The low-latency exchange for the collectives in which every rank sends to and receives from
@@ -195,13 +240,18 @@ pub(crate) const ONE_SHOT_LL: Desc = Desc {
 /// receives from every rank in every call, which is what the reuse argument of [`crate::ll`]
 /// needs, so rooted collectives (broadcast, gather, scatter, reduce) are not served.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct DirectLl;
+pub(crate) struct DirectLines<const L128: bool>;
 
-impl Program for DirectLl {
+/// The low-latency exchange over 16-byte lines.
+pub(crate) type DirectLl = DirectLines<false>;
+/// The low-latency exchange over 128-byte lines.
+pub(crate) type DirectLl128 = DirectLines<true>;
+
+impl<const L128: bool> Program for DirectLines<L128> {
     const PHASES: u8 = 3;
 
     fn new(_ctx: &Ctx) -> Self {
-        DirectLl
+        DirectLines
     }
 
     fn units(&self, ctx: &Ctx, p: u8) -> u64 {
@@ -216,7 +266,7 @@ impl Program for DirectLl {
     }
 
     fn emit(&self, ctx: &Ctx, p: u8, u: u64, out: &mut Batch) {
-        let Some(c) = Call::of(ctx) else {
+        let Some(c) = Call::of(ctx, format(L128)) else {
             return;
         };
         let b = ctx.req.bytes;
@@ -233,33 +283,22 @@ impl Program for DirectLl {
             _ => {
                 let (sources, from, to, div) = match ctx.req.collective {
                     Collective::ReduceScatter => (c.w as u16, 0, 0, ctx.div(true)),
-                    _ => (1, u * REGION, u * b, 1),
+                    _ => (1, u, u * b, 1),
                 };
-                let _ = out.push(Op::LlReduce {
-                    src: Loc::new(c.me, Buf::Scratch, c.base + from),
-                    stride: REGION,
-                    sources,
-                    dst: Loc::new(c.me, Buf::Output, to + c.at),
-                    elems: c.part.len,
-                    dtype: ctx.req.dtype,
-                    op: ctx.req.op,
-                    div,
-                    slot: c.slot,
-                    flip: c.flip,
-                });
+                c.reduce(ctx, sources, from, to, div, out);
             }
         }
     }
 }
 
-fn direct_cost(r: &Request, s: &Shape) -> Path {
+fn direct_cost<const L128: bool>(r: &Request, s: &Shape) -> Path {
     // Reduce-scatter folds its regions in one pass; all-gather and all-to-all copy each of
     // the `p` regions out with a pass of its own, after the last one landed.
     let passes = match r.collective {
         Collective::ReduceScatter => 1.0,
         _ => s.pf,
     };
-    lines(r, s, passes)
+    lines(format(L128), r, s, passes)
 }
 
 /// The low-latency exchange: all-gather, reduce-scatter and all-to-all over LL lines.
@@ -267,9 +306,19 @@ pub(crate) const DIRECT_LL: Desc = Desc {
     serves: serves::ALL_GATHER | serves::REDUCE_SCATTER | serves::ALL_TO_ALL,
     streams: no_streams,
     min_slots: one_slot,
-    cost: direct_cost,
-    scratch,
-    max_bytes,
+    cost: direct_cost::<false>,
+    scratch: scratch::<false>,
+    max_bytes: max_bytes::<false>,
+};
+
+/// The low-latency exchange over 128-byte lines.
+pub(crate) const DIRECT_LL128: Desc = Desc {
+    serves: serves::ALL_GATHER | serves::REDUCE_SCATTER | serves::ALL_TO_ALL,
+    streams: no_streams,
+    min_slots: one_slot,
+    cost: direct_cost::<true>,
+    scratch: scratch::<true>,
+    max_bytes: max_bytes::<true>,
 };
 
 #[cfg(test)]
@@ -282,42 +331,52 @@ mod tests {
         Request::new(c, a, 3, bytes, DType::Bf16, ReduceOp::Sum).with_channels(channels)
     }
 
+    /// The low-latency algorithms, each with a collective it serves and its line format.
+    const LL: [(Algorithm, Collective, ll::Format); 4] = [
+        (Algorithm::OneShotLl, Collective::AllReduce, ll::Format::Ll),
+        (Algorithm::DirectLl, Collective::AllToAll, ll::Format::Ll),
+        (Algorithm::OneShotLl128, Collective::AllReduce, ll::Format::Ll128),
+        (Algorithm::DirectLl128, Collective::ReduceScatter, ll::Format::Ll128),
+    ];
+
     #[test]
-    fn a_message_splits_over_at_most_sixteen_channels_of_64_kib() {
-        for a in [Algorithm::OneShotLl, Algorithm::DirectLl] {
-            let c = if a == Algorithm::OneShotLl {
-                Collective::AllReduce
-            } else {
-                Collective::AllToAll
-            };
-            assert!(req(c, a, 1 << 20, 16).validate().is_ok());
-            assert!(req(c, a, 1 << 20, 64).validate().is_ok());
+    fn a_message_splits_over_at_most_sixteen_channels_of_the_format_s_bound() {
+        for (a, c, f) in LL {
+            let max = f.max_bytes();
+            // 16 channels of the bound, in whole bf16 elements (a reduce-scatter's block).
+            let top = 16 * max;
+            assert!(req(c, a, top, 16).validate().is_ok(), "{a:?}");
+            assert!(req(c, a, top, 64).validate().is_ok(), "{a:?}");
             assert_eq!(
-                req(c, a, 1 << 20, 15).validate(),
+                req(c, a, top, 15).validate(),
                 Err(SchedError::AboveLimit {
                     algorithm: a,
-                    bytes: 1 << 20,
-                    max: 15 * ll::MAX_BYTES
+                    bytes: top,
+                    max: 15 * max
                 })
             );
-            assert!(a.takes(ll::MAX_BYTES) && !a.takes(ll::MAX_BYTES + 2));
-            assert!(a.takes_on(16 * ll::MAX_BYTES, 64) && !a.takes_on(16 * ll::MAX_BYTES + 2, 64));
+            assert!(a.takes(max) && !a.takes(max + 2));
+            assert!(a.takes_on(16 * max, 64) && !a.takes_on(16 * max + 2, 64));
         }
+        assert_eq!(ll::Format::Ll.max_bytes(), ll::MAX_BYTES);
     }
 
     /// Every op of channel `c` touches only channel `c`'s regions, at every size and channel
-    /// count: the regions of a channel are its own across calls.
+    /// count, in both line formats: the regions of a channel are its own across calls.
     #[test]
     fn each_channel_keeps_to_its_own_regions() {
-        let span = 2 * 3 * REGION;
         for bytes in [2, 1024, 96 << 10, 1 << 20] {
             for channels in [16, 20] {
-                for (c, a) in [
-                    (Collective::AllReduce, Algorithm::OneShotLl),
-                    (Collective::AllGather, Algorithm::DirectLl),
-                    (Collective::ReduceScatter, Algorithm::DirectLl),
-                    (Collective::AllToAll, Algorithm::DirectLl),
+                for (c, a, f) in [
+                    (Collective::AllReduce, Algorithm::OneShotLl, ll::Format::Ll),
+                    (Collective::AllGather, Algorithm::DirectLl, ll::Format::Ll),
+                    (Collective::ReduceScatter, Algorithm::DirectLl, ll::Format::Ll),
+                    (Collective::AllToAll, Algorithm::DirectLl, ll::Format::Ll),
+                    (Collective::AllReduce, Algorithm::OneShotLl128, ll::Format::Ll128),
+                    (Collective::AllGather, Algorithm::DirectLl128, ll::Format::Ll128),
+                    (Collective::AllToAll, Algorithm::DirectLl128, ll::Format::Ll128),
                 ] {
+                    let span = 2 * 3 * f.region();
                     let r = req(c, a, bytes, channels);
                     for ch in 0..channels {
                         let ops: alloc::vec::Vec<Op> = Schedule::new(r, 1, ch).unwrap().collect();
@@ -327,10 +386,16 @@ mod tests {
                         }
                         let lo = ch as u64 * span;
                         for op in &ops {
-                            let scratch = match *op {
-                                Op::LlPut { dst, .. } => dst,
-                                Op::LlReduce { src, .. } => src,
-                                _ => continue,
+                            let scratch = match op.as_ll() {
+                                Some(ll::LlOp::Put { dst, format, .. }) => {
+                                    assert_eq!(format, f);
+                                    dst
+                                }
+                                Some(ll::LlOp::Reduce { src, format, .. }) => {
+                                    assert_eq!(format, f);
+                                    src
+                                }
+                                None => continue,
                             };
                             assert!(
                                 scratch.offset >= lo && scratch.offset < lo + span,

@@ -66,6 +66,10 @@ algorithms! {
         OneShotLl = "one_shot_ll", OneShotLl, ONE_SHOT_LL;
         /// All-gather, reduce-scatter and all-to-all over the low-latency protocol.
         DirectLl = "direct_ll", DirectLl, DIRECT_LL;
+        /// One-shot all-reduce over 128-byte lines (120 data bytes and a flag word each).
+        OneShotLl128 = "one_shot_ll128", OneShotLl128, ONE_SHOT_LL128;
+        /// All-gather, reduce-scatter and all-to-all over 128-byte lines.
+        DirectLl128 = "direct_ll128", DirectLl128, DIRECT_LL128;
     }
 }
 

@@ -6,14 +6,15 @@ use alloc::vec::Vec;
 
 use super::{Sym, SymError, SymWorld};
 use crate::exec::LlPoll;
+use crate::ll::{Format, LlOp};
 use crate::op::{Buf, Loc, Op};
 
 impl SymWorld {
-    /// The byte position of element `i` of the data whose lines start at `base` (data byte `b`
-    /// sits in line `b / 8`, half `b % 8 / 4`).
-    fn ll_pos(&self, base: u64, i: u64) -> u64 {
+    /// The byte position of element `i` of the data whose lines of `format` start at `base`
+    /// (data byte `b` sits in line `b / data` at `b % data`).
+    fn ll_pos(&self, format: Format, base: u64, i: u64) -> u64 {
         let b = i * self.req.dtype.size();
-        base + (b / crate::ll::LINE_DATA) * crate::ll::LINE_BYTES + b % crate::ll::LINE_DATA
+        base + (b / format.data()) * format.line() + b % format.data()
     }
 
     /// Whether `len` bytes of lines at `l` lie inside its buffer.
@@ -42,8 +43,13 @@ impl SymWorld {
     ) -> Result<(LlPoll, Option<u64>), SymError> {
         let es = self.req.dtype.size();
         let flag = crate::ll::flag(epoch);
-        match *op {
-            Op::LlPut {
+        let bad = SymError::OutOfBounds {
+            rank,
+            loc: Loc::new(rank, Buf::Scratch, 0),
+        };
+        match op.as_ll().ok_or(bad)? {
+            LlOp::Put {
+                format,
                 src,
                 dst,
                 bytes,
@@ -53,15 +59,16 @@ impl SymWorld {
                 let v = self.get(rank, src, bytes / es)?;
                 let at = crate::ll::at(dst, flip, epoch)
                     .ok_or(SymError::OutOfBounds { rank, loc: dst })?;
-                self.ll_range(rank, at, crate::ll::line_bytes(bytes))?;
+                self.ll_range(rank, at, format.line_bytes(bytes))?;
                 let base = at.offset;
                 for (i, x) in v.iter().enumerate() {
-                    let pos = self.ll_pos(base, i as u64);
+                    let pos = self.ll_pos(format, base, i as u64);
                     self.ll.insert((dst.rank, dst.buf as u8, pos), (flag, *x));
                 }
                 Ok((LlPoll::Done, None))
             }
-            Op::LlReduce {
+            LlOp::Reduce {
+                format,
                 src,
                 stride,
                 sources,
@@ -75,10 +82,10 @@ impl SymWorld {
                     let at = crate::ll::region(src, stride, s, flip, epoch)
                         .ok_or(SymError::OutOfBounds { rank, loc: src })?;
                     let base = at.offset;
-                    self.ll_range(rank, at, crate::ll::line_bytes(elems.saturating_mul(es)))?;
+                    self.ll_range(rank, at, format.line_bytes(elems.saturating_mul(es)))?;
                     let mut v = Vec::with_capacity(elems as usize);
                     for i in 0..elems {
-                        let pos = self.ll_pos(base, i);
+                        let pos = self.ll_pos(format, base, i);
                         match self.ll.get(&(src.rank, src.buf as u8, pos)) {
                             Some(&(f, x)) if f == flag => v.push(x),
                             other => return Ok((LlPoll::Waiting(other.map_or(0, |c| c.0)), None)),
@@ -93,10 +100,6 @@ impl SymWorld {
                 let m = self.put(rank, dst, &x)?;
                 Ok((LlPoll::Done, Some(m)))
             }
-            _ => Err(SymError::OutOfBounds {
-                rank,
-                loc: Loc::new(rank, Buf::Scratch, 0),
-            }),
         }
     }
 }

@@ -181,11 +181,14 @@ fn detect(start: Cursor<'_>, algorithm: Algorithm) -> Cursor<'_> {
 }
 
 /// Whether `op` is one that symm's schedules for `algorithm` write: the low-latency ops only in
-/// the low-latency algorithm's traces, the multicast ops only in the multicast algorithm's.
+/// the traces of the low-latency algorithms of their line format, the multicast ops only in the multicast algorithm's.
 fn fits(op: &Op, algorithm: Algorithm) -> bool {
     match op.kind() {
         OpKind::LlPut | OpKind::LlReduce => {
             matches!(algorithm, Algorithm::OneShotLl | Algorithm::DirectLl)
+        }
+        OpKind::Ll128Put | OpKind::Ll128Reduce => {
+            matches!(algorithm, Algorithm::OneShotLl128 | Algorithm::DirectLl128)
         }
         OpKind::McReduce | OpKind::McStore => algorithm == Algorithm::Multicast,
         _ => true,

@@ -124,7 +124,10 @@ fn dtype_mask(plan: &RankPlan) -> u32 {
         .filter(|o| {
             matches!(
                 o.kind,
-                plan_code::REDUCE | plan_code::REDUCE_N | plan_code::LL_REDUCE
+                plan_code::REDUCE
+                    | plan_code::REDUCE_N
+                    | plan_code::LL_REDUCE
+                    | plan_code::LL128_REDUCE
             )
         })
         .filter(|o| o.dtype < 32)

@@ -6,6 +6,7 @@
 //! buffer sizes and the pad, so a bad plan is a typed error on the host, never a stray access on
 //! the device.
 
+use symm_core::ll::LlOp;
 use symm_core::op::{Buf, Op};
 use symm_core::plan::PlanOp;
 use symm_core::sched::{BufferSizes, Request, Schedule};
@@ -228,41 +229,50 @@ impl RankPlan {
                                 .iter()
                                 .all(|&r| in_buf(symm_core::op::Loc::new(r, buf, offset), n))
                     }
-                    Op::LlPut {
-                        src,
-                        dst,
-                        bytes,
-                        slot,
-                        flip,
-                    } => {
-                        let lines = symm_core::ll::put_span(flip, bytes);
-                        slot < pad_slots
-                            && dst.buf == Buf::Scratch
-                            && dst.offset.is_multiple_of(16)
-                            && flip.is_multiple_of(16)
-                            && in_buf(src, bytes)
-                            && in_buf(dst, lines)
-                    }
-                    Op::LlReduce {
-                        src,
-                        stride,
-                        sources,
-                        dst,
-                        elems,
-                        dtype,
-                        slot,
-                        flip,
-                        ..
-                    } => {
-                        let n = elems.saturating_mul(dtype.size());
-                        let span = symm_core::ll::reduce_span(sources, stride, flip, n);
-                        slot < pad_slots
-                            && sources >= 1
-                            && src.buf == Buf::Scratch
-                            && (src.offset | stride | flip).is_multiple_of(16)
-                            && in_buf(src, span)
-                            && in_buf(dst, n)
-                    }
+                    Op::LlPut { .. }
+                    | Op::LlReduce { .. }
+                    | Op::Ll128Put { .. }
+                    | Op::Ll128Reduce { .. } => match op.as_ll() {
+                        Some(LlOp::Put {
+                            format,
+                            src,
+                            dst,
+                            bytes,
+                            slot,
+                            flip,
+                        }) => {
+                            let lines = symm_core::ll::put_span_of(format, flip, bytes);
+                            slot < pad_slots
+                                && dst.buf == Buf::Scratch
+                                && dst.offset.is_multiple_of(16)
+                                && flip.is_multiple_of(16)
+                                && in_buf(src, bytes)
+                                && in_buf(dst, lines)
+                        }
+                        Some(LlOp::Reduce {
+                            format,
+                            src,
+                            stride,
+                            sources,
+                            dst,
+                            elems,
+                            dtype,
+                            slot,
+                            flip,
+                            ..
+                        }) => {
+                            let n = elems.saturating_mul(dtype.size());
+                            let span =
+                                symm_core::ll::reduce_span_of(format, sources, stride, flip, n);
+                            slot < pad_slots
+                                && sources >= 1
+                                && src.buf == Buf::Scratch
+                                && (src.offset | stride | flip).is_multiple_of(16)
+                                && in_buf(src, span)
+                                && in_buf(dst, n)
+                        }
+                        None => false,
+                    },
                     Op::Signal { peer, slot, .. } => peer < world && slot < pad_slots,
                     Op::Wait { slot, .. } => slot < pad_slots,
                     Op::McReduce { .. } | Op::McStore { .. } if !multicast => {
@@ -329,6 +339,121 @@ mod tests {
             r.as_ref().map(|p| p.ops.len())
         );
         assert!(t.elapsed() < std::time::Duration::from_secs(20));
+    }
+
+    /// 128-byte-line ops are checked against the spans of their own format: a put or reduce
+    /// whose 128-byte lines would reach past the scratch (more data, the half offset at its end,
+    /// a huge stride), lines into a user buffer, misaligned lines, a slot past the pad or a peer
+    /// outside the world are refused, and the plan compiler makes no source of them.
+    #[test]
+    fn hostile_128_byte_line_ops_are_refused() {
+        use symm_core::ll::LlOp;
+        use symm_core::op::{Buf, Loc};
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::OneShotLl128,
+            2,
+            4096,
+            DType::F32,
+            ReduceOp::Sum,
+        );
+        let sizes = req.buffer_sizes();
+        let slots = req.layout().slots();
+        let plan = RankPlan::schedule(&req, 0).unwrap();
+        plan.validate(0, 2, &sizes, slots, false).unwrap();
+        let views: Vec<(usize, LlOp)> = plan
+            .ops
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i, p.decode().ok()?.as_ll()?)))
+            .collect();
+        assert!(views.len() >= 3, "two puts and a reduce: {views:?}");
+        let mut refused = 0;
+        for (i, v) in views {
+            let bad: Vec<LlOp> = match v {
+                LlOp::Put {
+                    format,
+                    src,
+                    dst,
+                    bytes,
+                    slot,
+                    flip,
+                } => {
+                    let put = |dst: Loc, bytes: u64, slot: u32, flip: u64| LlOp::Put {
+                        format,
+                        src,
+                        dst,
+                        bytes,
+                        slot,
+                        flip,
+                    };
+                    vec![
+                        put(dst, bytes, slot, sizes.scratch),
+                        put(dst, sizes.scratch, slot, flip),
+                        put(dst, u64::MAX, slot, flip),
+                        put(
+                            Loc {
+                                offset: dst.offset + 8,
+                                ..dst
+                            },
+                            bytes,
+                            slot,
+                            flip,
+                        ),
+                        put(Loc::new(1, Buf::Output, 0), bytes, slot, flip),
+                        put(Loc { rank: 2, ..dst }, bytes, slot, flip),
+                        put(dst, bytes, slots, flip),
+                    ]
+                }
+                LlOp::Reduce { .. } => {
+                    let with = |stride: u64, sources: u16, flip: Option<u64>| match v {
+                        LlOp::Reduce {
+                            format,
+                            src,
+                            dst,
+                            elems,
+                            dtype,
+                            op,
+                            div,
+                            slot,
+                            flip: f,
+                            ..
+                        } => LlOp::Reduce {
+                            format,
+                            src,
+                            stride,
+                            sources,
+                            dst,
+                            elems,
+                            dtype,
+                            op,
+                            div,
+                            slot,
+                            flip: flip.unwrap_or(f),
+                        },
+                        other => other,
+                    };
+                    vec![
+                        with(u64::MAX, 2, None),
+                        with(sizes.scratch, 2, None),
+                        with(128, u16::MAX, None),
+                        with(128, 0, None),
+                        with(128, 2, Some(sizes.scratch)),
+                    ]
+                }
+            };
+            for b in bad {
+                let mut p = plan.clone();
+                p.ops[i] = PlanOp::encode(&b.op());
+                assert!(p.validate(0, 2, &sizes, slots, false).is_err(), "{b:?}");
+                assert!(
+                    crate::cuda::compiled::checked_source(&p, 0, 2, &sizes, slots).is_err(),
+                    "{b:?}"
+                );
+                refused += 1;
+            }
+        }
+        assert!(refused >= 19, "{refused}");
     }
 
     /// Low-latency and k-way ops that would reach past their buffers (a hostile or broken

@@ -19,9 +19,10 @@ use super::HostError;
 use crate::sync::{AtomicU64, AtomicU8, Ordering};
 use symm_core::dtype::{combine, fold};
 use symm_core::exec::{Fabric, LlPoll};
-use symm_core::ll;
+use symm_core::ll::{self, Format, LlOp};
 use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::Request;
+use symm_core::signal::order;
 
 /// One rank's memory.
 struct RankMem {
@@ -66,6 +67,53 @@ impl Fabric for RankFabric<'_> {
     }
     fn ll(&mut self, op: &Op, epoch: u64) -> Result<LlPoll, Oob> {
         self.mem.ll(op, epoch, self.temps)
+    }
+}
+
+/// Appends the data of one line of `format` carrying `flag` to `v`, or returns the flag found
+/// (the first that differs). A 128-byte line's flag word is loaded first, with acquire, and
+/// only the data words that hold the `need` bytes wanted, after it matched ([`symm_core::ll`]).
+fn take_line(
+    format: Format,
+    line: &[AtomicU64],
+    flag: u32,
+    need: usize,
+    v: &mut Vec<u8>,
+) -> Result<(), u32> {
+    match format {
+        Format::Ll => {
+            let h = [
+                line[0].load(Ordering::Relaxed),
+                line[1].load(Ordering::Relaxed),
+            ];
+            match ll::unpack(h, flag) {
+                Some(d) => {
+                    v.extend_from_slice(&d);
+                    Ok(())
+                }
+                None => Err((if (h[0] >> 32) as u32 != flag {
+                    h[0]
+                } else {
+                    h[1]
+                } >> 32) as u32),
+            }
+        }
+        Format::Ll128 => {
+            let f = line[ll::LINE128_DATA_WORDS].load(order::LL128_OBSERVE);
+            let mut data = [0u64; ll::LINE128_DATA_WORDS];
+            if f == ll::flag128(flag) {
+                for (d, w) in data.iter_mut().zip(line).take(need.div_ceil(8)) {
+                    *d = w.load(Ordering::Relaxed);
+                }
+            }
+            match ll::unpack128(f, &data, flag) {
+                Some(d) => {
+                    v.extend_from_slice(&d);
+                    Ok(())
+                }
+                None => Err(f as u32),
+            }
+        }
     }
 }
 
@@ -171,8 +219,9 @@ impl WorldMem {
             return Ok(LlPoll::Done);
         }
         let flag = ll::flag(epoch);
-        match *op {
-            Op::LlPut {
+        match op.as_ll().ok_or(Oob(None))? {
+            LlOp::Put {
+                format,
                 src,
                 dst,
                 bytes,
@@ -181,15 +230,34 @@ impl WorldMem {
             } => {
                 self.read(src, bytes, &mut t.a)?;
                 let at = ll::at(dst, flip, epoch).ok_or(Oob(Some(dst)))?;
-                let words = self.ll_span(at, ll::line_bytes(bytes))?;
-                for (line, data) in words.chunks_exact(2).zip(t.a.chunks(8)) {
-                    let [h0, h1] = ll::pack(data, flag);
-                    line[0].store(h0, Ordering::Relaxed);
-                    line[1].store(h1, Ordering::Relaxed);
+                let words = self.ll_span(at, format.line_bytes(bytes))?;
+                let per = (format.line() / 8) as usize;
+                for (line, data) in words
+                    .chunks_exact(per)
+                    .zip(t.a.chunks(format.data() as usize))
+                {
+                    match format {
+                        Format::Ll => {
+                            let [h0, h1] = ll::pack(data, flag);
+                            line[0].store(h0, Ordering::Relaxed);
+                            line[1].store(h1, Ordering::Relaxed);
+                        }
+                        Format::Ll128 => {
+                            // The words that carry data (a short last line leaves the rest,
+                            // which no reader takes for data), then the flag word.
+                            let used = data.len().div_ceil(8);
+                            for (w, v) in line.iter().zip(ll::pack128(data)).take(used) {
+                                w.store(v, Ordering::Relaxed);
+                            }
+                            line[ll::LINE128_DATA_WORDS]
+                                .store(ll::flag128(flag), order::LL128_PUBLISH);
+                        }
+                    }
                 }
                 Ok(LlPoll::Done)
             }
-            Op::LlReduce {
+            LlOp::Reduce {
+                format,
                 src,
                 stride,
                 sources,
@@ -203,27 +271,18 @@ impl WorldMem {
             } => {
                 let n = elems.checked_mul(dtype.size()).ok_or(Oob(Some(dst)))?;
                 let k = sources as usize;
+                let per = (format.line() / 8) as usize;
                 t.srcs.resize_with(k, Vec::new);
                 for (s, v) in t.srcs.iter_mut().enumerate() {
                     let region =
                         ll::region(src, stride, s as u64, flip, epoch).ok_or(Oob(Some(src)))?;
-                    let words = self.ll_span(region, ll::line_bytes(n))?;
+                    let words = self.ll_span(region, format.line_bytes(n))?;
                     v.clear();
-                    for line in words.chunks_exact(2) {
-                        let h = [
-                            line[0].load(Ordering::Relaxed),
-                            line[1].load(Ordering::Relaxed),
-                        ];
-                        match ll::unpack(h, flag) {
-                            Some(d) => v.extend_from_slice(&d),
-                            None => {
-                                let found = (if (h[0] >> 32) as u32 != flag {
-                                    h[0]
-                                } else {
-                                    h[1]
-                                } >> 32) as u32;
-                                return Ok(LlPoll::Waiting(found));
-                            }
+                    for (i, line) in words.chunks_exact(per).enumerate() {
+                        // Data bytes of this line that the op needs.
+                        let need = (n - (i as u64 * format.data()).min(n)).min(format.data());
+                        if let Err(found) = take_line(format, line, flag, need as usize, v) {
+                            return Ok(LlPoll::Waiting(found));
                         }
                     }
                     v.truncate(n as usize);
@@ -232,7 +291,6 @@ impl WorldMem {
                 self.write(dst, &t.a)?;
                 Ok(LlPoll::Done)
             }
-            _ => Err(Oob(None)),
         }
     }
 
@@ -356,7 +414,10 @@ impl WorldMem {
                 .ok_or(Oob(None)),
             Op::Wait { .. } => Ok(()),
             // They need the call's epoch: `WorldMem::ll`.
-            Op::LlPut { .. } | Op::LlReduce { .. } => Err(Oob(None)),
+            Op::LlPut { .. }
+            | Op::LlReduce { .. }
+            | Op::Ll128Put { .. }
+            | Op::Ll128Reduce { .. } => Err(Oob(None)),
         }
     }
 }

@@ -79,11 +79,11 @@ impl Tally {
                 self.reduces += 1;
                 dst.rank != me || ranks.as_slice().iter().any(|&r| r != me)
             }
-            Op::LlPut { src, dst, .. } => {
+            Op::LlPut { src, dst, .. } | Op::Ll128Put { src, dst, .. } => {
                 self.copies += 1;
                 src.rank != me || dst.rank != me
             }
-            Op::LlReduce { src, dst, .. } => {
+            Op::LlReduce { src, dst, .. } | Op::Ll128Reduce { src, dst, .. } => {
                 self.reduces += 1;
                 src.rank != me || dst.rank != me
             }

@@ -82,10 +82,11 @@ fn candidates(kind: Kind, size: u64, world: u16, wide: bool) -> Vec<(Algorithm, 
     };
     let mut out = Vec::new();
     for &a in symm_core::sched::algorithms(probe.collective) {
-        if a == Algorithm::Multicast || !a.takes(probe.bytes) {
+        if a == Algorithm::Multicast {
             continue;
         }
-        for &c in &chans {
+        // The low-latency algorithms take more on more channels.
+        for &c in chans.iter().filter(|&&c| a.takes_on(probe.bytes, c)) {
             out.push((a, c));
         }
     }

@@ -82,6 +82,58 @@ pub(super) fn sample(kind: OpKind) -> Op {
             },
             bytes: 128,
         },
+        // The 128-byte-line ops have the 16-byte ones' fields.
+        OpKind::Ll128Put => wide(sample(OpKind::LlPut)),
+        OpKind::Ll128Reduce => wide(sample(OpKind::LlReduce)),
+    }
+}
+
+/// The 128-byte-line op with the fields of a 16-byte-line op.
+fn wide(op: Op) -> Op {
+    match op.as_ll() {
+        Some(crate::ll::LlOp::Put {
+            src,
+            dst,
+            bytes,
+            slot,
+            flip,
+            ..
+        }) => crate::ll::LlOp::Put {
+            format: crate::ll::Format::Ll128,
+            src,
+            dst,
+            bytes,
+            slot,
+            flip,
+        }
+        .op(),
+        Some(crate::ll::LlOp::Reduce {
+            src,
+            stride,
+            sources,
+            dst,
+            elems,
+            dtype,
+            op,
+            div,
+            slot,
+            flip,
+            ..
+        }) => crate::ll::LlOp::Reduce {
+            format: crate::ll::Format::Ll128,
+            src,
+            stride,
+            sources,
+            dst,
+            elems,
+            dtype,
+            op,
+            div,
+            slot,
+            flip,
+        }
+        .op(),
+        None => op,
     }
 }
 
@@ -103,7 +155,7 @@ const PRE: [u8; 6] = [0xac, 0x02, 1, 2, 7, 1];
 const POST: [u8; 2] = [1, 5];
 
 /// Each kind's op bytes (tag first) in version 4.
-const OPS: [(OpKind, &[u8]); 9] = [
+const OPS: [(OpKind, &[u8]); 11] = [
     (OpKind::Copy, &[0, 1, 0, 64, 2, 1, 0xac, 0x02, 0x80, 0x01]),
     (
         OpKind::Reduce,
@@ -132,6 +184,16 @@ const OPS: [(OpKind, &[u8]); 9] = [
         &[7, 0, 0x80, 0x01, 2, 1, 0xac, 0x02, 32, 0, 0, 1],
     ),
     (OpKind::McStore, &[8, 1, 0, 64, 1, 0x80, 0x01, 0x80, 0x01]),
+    (
+        OpKind::Ll128Put,
+        &[9, 1, 0, 64, 0, 2, 0x80, 0x20, 24, 9, 0x80, 0x10],
+    ),
+    (
+        OpKind::Ll128Reduce,
+        &[
+            10, 0, 2, 0, 0x80, 0x04, 4, 2, 1, 0xac, 0x02, 6, 0, 0, 1, 9, 0x80, 0x10,
+        ],
+    ),
 ];
 
 #[test]
@@ -396,6 +458,25 @@ fn the_largest_event_of_every_kind_fits() {
                 src: loc,
                 dst: mc,
                 bytes: u64::MAX,
+            },
+            OpKind::Ll128Put => Op::Ll128Put {
+                src: loc,
+                dst: loc,
+                bytes: u64::MAX,
+                slot: u32::MAX,
+                flip: u64::MAX,
+            },
+            OpKind::Ll128Reduce => Op::Ll128Reduce {
+                src: loc,
+                stride: u64::MAX,
+                sources: u16::MAX,
+                dst: loc,
+                elems: u64::MAX,
+                dtype,
+                op,
+                div,
+                slot: u32::MAX,
+                flip: u64::MAX,
             },
         };
         let e = Event {

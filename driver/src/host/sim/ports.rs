@@ -257,14 +257,22 @@ impl Ports {
                 let each = elems.saturating_mul(dtype.size());
                 moved(&mut ranks.as_slice().iter().copied(), dst.rank, each)
             }
-            Op::LlPut { dst, bytes, .. } => {
-                let lines = symm_core::ll::line_bytes(bytes);
-                moved(&mut core::iter::empty(), dst.rank, lines)
-            }
-            // Reading its own memory once the lines are there (their arrival is the wait).
-            Op::LlReduce { elems, dtype, .. } => {
-                let b = elems.saturating_mul(dtype.size());
-                moved(&mut core::iter::empty(), me, b)
+            Op::LlPut { .. }
+            | Op::Ll128Put { .. }
+            | Op::LlReduce { .. }
+            | Op::Ll128Reduce { .. } => {
+                match op.as_ll() {
+                    Some(symm_core::ll::LlOp::Put {
+                        format, dst, bytes, ..
+                    }) => moved(&mut core::iter::empty(), dst.rank, format.line_bytes(bytes)),
+                    // Reading its own memory once the lines are there (their arrival is the
+                    // wait).
+                    Some(symm_core::ll::LlOp::Reduce { elems, dtype, .. }) => {
+                        let b = elems.saturating_mul(dtype.size());
+                        moved(&mut core::iter::empty(), me, b)
+                    }
+                    None => moved(&mut core::iter::empty(), me, 0),
+                }
             }
             Op::McReduce { .. } | Op::McStore { .. } => {
                 let begin = begin + ns(self.block.op_us);
@@ -292,7 +300,7 @@ impl Ports {
         };
         let reduces = matches!(
             op,
-            Op::Reduce { .. } | Op::ReduceN { .. } | Op::LlReduce { .. }
+            Op::Reduce { .. } | Op::ReduceN { .. } | Op::LlReduce { .. } | Op::Ll128Reduce { .. }
         );
         let begin = begin + ns(self.block.op_us);
         let done = self
@@ -300,6 +308,14 @@ impl Ports {
             .max(begin + self.block.min_ns(block, reduces));
         let end = if read { done + hop } else { done };
         let landed = if write { done + hop } else { end };
+        if write && matches!(op, Op::Ll128Put { .. }) {
+            // 128-byte lines: the flag words are released after the data landed (the release
+            // waits for the data's acknowledgement), and land a hop after that.
+            return Timing {
+                end: done + hop,
+                landed: done + 2 * hop,
+            };
+        }
         Timing { end, landed }
     }
 }
