@@ -440,12 +440,18 @@ pub fn tune_on(req: Request, topology: Topology) -> (Request, Choice) {
     (r, Choice::Model)
 }
 
+/// Algorithms the model never picks: only a calibration table (a measurement) or the user
+/// chooses them. The 128-byte-line algorithms are bit exact on the GPU but ran about 2x slower
+/// than 16-byte lines and 5x slower than two-shot at 1 MiB on an H200 shared by two ranks
+/// (docs/perf.md), where the model, which does not charge their fences, predicts them faster.
+pub const MEASURED_ONLY: [Algorithm; 2] = [Algorithm::OneShotLl128, Algorithm::DirectLl128];
+
 /// Picks the algorithm with the lowest predicted time for a request (its `algorithm` field is
-/// ignored). Multicast is considered only when `multicast` is true.
+/// ignored). Multicast is considered only when `multicast` is true; [`MEASURED_ONLY`] never.
 pub fn select(req: &Request, link: &Link, multicast: bool) -> Algorithm {
     let mut best = None::<(f64, Algorithm)>;
     for &alg in algorithms(req.collective) {
-        if alg == Algorithm::Multicast && !multicast {
+        if (alg == Algorithm::Multicast && !multicast) || MEASURED_ONLY.contains(&alg) {
             continue;
         }
         let candidate = Request {

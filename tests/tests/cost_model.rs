@@ -46,8 +46,9 @@ fn select_is_within_1_25x_of_the_simulated_best_everywhere() {
     let (mut points, mut worst, mut failures) = (0, (1.0f64, String::new()), Vec::new());
     for world in WORLDS {
         for c in collectives(world) {
-            // Multicast is timed too (its model error is reported) but is not a candidate:
-            // `select` considers it only when the machine has it.
+            // Multicast and `cost::MEASURED_ONLY` are timed too (their model error is
+            // reported) but are not candidates: `select` considers multicast only when the
+            // machine has it, and the others only through a calibration table.
             let algs: Vec<Algorithm> = algorithms(c).to_vec();
             for &size in &sizes {
                 let bytes = request_bytes(c, size, world);
@@ -65,9 +66,12 @@ fn select_is_within_1_25x_of_the_simulated_best_everywhere() {
                     e.1 = e.1.max(model / sim);
                     times.push((a, sim));
                 }
+                let candidate = |a: Algorithm| {
+                    a != Algorithm::Multicast && !symm_core::cost::MEASURED_ONLY.contains(&a)
+                };
                 let best = times
                     .iter()
-                    .filter(|t| t.0 != Algorithm::Multicast)
+                    .filter(|t| candidate(t.0))
                     .map(|t| t.1)
                     .fold(f64::MAX, f64::min);
                 let req = Request::new(c, algs[0], world, bytes, DType::Bf16, ReduceOp::Sum);
@@ -87,7 +91,7 @@ fn select_is_within_1_25x_of_the_simulated_best_everywhere() {
                 };
                 let fastest = times
                     .iter()
-                    .filter(|t| t.0 != Algorithm::Multicast)
+                    .filter(|t| candidate(t.0))
                     .min_by(|x, y| x.1.total_cmp(&y.1))
                     .map_or(pick, |t| t.0);
                 let at = format!(

@@ -99,7 +99,7 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
     checks.push(Check::timed(
         "teams: split 1+1, reversed 2, strided; concurrent",
         4,
-        || teams(&comm),
+        || teams(&comm, p.max_bytes),
     ));
     checks.push(Check::timed(
         "one team's collectives on two streams, in the Comm's order",
@@ -246,9 +246,9 @@ fn device_api(comm: &Comm, stream: &Stream, passes: u32) -> Result<String, Strin
     ))
 }
 
-/// Five all-reduce algorithms run traced through the backend interface: outputs bit exact, the
-/// merged trace's op sequence per (rank, channel) equal to the simulator's. Rank 0 keeps the
-/// traces under `OUT`.
+/// Seven all-reduce algorithms (both low-latency line formats among them) run traced through the
+/// backend interface: outputs bit exact, the merged trace's op sequence per (rank, channel)
+/// equal to the simulator's. Rank 0 keeps the traces under `OUT`.
 fn trace_diff(comm: &mut Comm, p: &Params) -> Result<String, String> {
     let w = comm.world();
     let mut ops = 0;
@@ -259,11 +259,13 @@ fn trace_diff(comm: &mut Comm, p: &Params) -> Result<String, String> {
         Algorithm::TwoShot,
         Algorithm::Rhd,
         Algorithm::OneShotLl,
+        Algorithm::OneShotLl128,
     ]
     .into_iter()
     .enumerate()
     {
-        let bytes = if a.takes(1 << 20) { 1 << 20 } else { 64 << 10 };
+        // 1 MiB (64 KiB for the low-latency ones), within --max-bytes.
+        let bytes = if a.takes(1 << 20) { 1 << 20 } else { 64 << 10 }.min(p.max_bytes.max(1024));
         let req = Request::new(
             Collective::AllReduce,
             a,
@@ -291,14 +293,18 @@ fn trace_diff(comm: &mut Comm, p: &Params) -> Result<String, String> {
         ops += semantic_diff(&gpu, &sim.trace).map_err(|m| format!("{}: {m}", a.name()))?;
     }
     Ok(format!(
-        "6 algorithms, {ops} ops in the same order per (rank, channel) as the simulator"
+        "7 algorithms, {ops} ops in the same order per (rank, channel) as the simulator"
     ))
 }
 
 /// The matrix on teams (each rank alone, both ranks in reverse order, a strided team of every
 /// rank), then a job collective and a team collective in flight at the same time on two streams.
-fn teams(comm: &Comm) -> Result<String, String> {
-    let m = |world| hw_matrix(world, &[4, 1024, 65538, 1 << 20]);
+fn teams(comm: &Comm, max_bytes: u64) -> Result<String, String> {
+    let sizes: Vec<u64> = [4, 1024, 65538, 1 << 20]
+        .into_iter()
+        .filter(|&b| b <= max_bytes)
+        .collect();
+    let m = |world| hw_matrix(world, &sizes);
     let w = comm.world();
     let me = comm.rank();
     let mut notes = Vec::new();
@@ -318,6 +324,11 @@ fn teams(comm: &Comm) -> Result<String, String> {
         .ok_or_else(|| format!("{name}: rank {me} got no team"))?;
         let mut team = team;
         let matrix = m(team.size());
+        let reqs: Vec<Request> = symm_tests::matrix::groups(&matrix, team.size())
+            .into_iter()
+            .flat_map(|(_, cases)| cases)
+            .collect();
+        team.prepare_all(&reqs).map_err(e)?;
         let rep = symm_tests::matrix::run(&mut team, &matrix, &mut 7);
         if let Some(f) = rep.failures.first().or(rep.stopped.as_ref()) {
             return Err(format!("{name} team {:?}: {f}", team.team().members()));

@@ -60,17 +60,49 @@ pub(crate) struct Check {
     result: Result<String, String>,
 }
 
+/// This rank's report, to which every check appends its line as it ends (so a phase cut short
+/// still shows what passed), and which ends with [`DONE`] once every check ran.
+static REPORT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The last line of a report whose checks all ran.
+const DONE: &str = "#done";
+
 impl Check {
-    /// Runs `f` as the check `name` of `cases` cases, timed.
+    /// Runs `f` as the check `name` of `cases` cases, timed, and appends its line to the report.
     fn timed(name: &str, cases: usize, f: impl FnOnce() -> Result<String, String>) -> Check {
         let t = Instant::now();
         let result = f();
-        Check {
+        let c = Check {
             name: name.into(),
             cases,
             seconds: t.elapsed().as_secs_f64(),
             result,
+        };
+        let (ok, note) = match &c.result {
+            Ok(n) => ("ok", n.as_str()),
+            Err(m) => ("FAIL", m.as_str()),
+        };
+        let note = note.replace(['\t', '\n'], " ");
+        println!("{}: {ok}: {note}", c.name);
+        if let Some(path) = REPORT.get() {
+            append(
+                path,
+                &format!("{}\t{}\t{ok}\t{:.1}\t{note}\n", c.name, c.cases, c.seconds),
+            );
         }
+        c
+    }
+}
+
+/// Appends `line` to the report at `path` (a report that cannot be written shows as missing).
+fn append(path: &Path, line: &str) {
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+    {
+        let _ = f.write_all(line.as_bytes());
     }
 }
 
@@ -212,6 +244,15 @@ fn collect(w: u16, phase: &str, out: &Path) -> Vec<Row> {
             rows.push(row);
             continue;
         };
+        if !text.lines().any(|l| l == DONE) {
+            let mut row = Row::new(&format!("process per GPU: {phase}"), w);
+            row.cases = 1;
+            row.fail(format!(
+                "rank {r}'s report ends after {} check(s): the phase did not finish",
+                text.lines().count()
+            ));
+            rows.push(row);
+        }
         for line in text.lines() {
             let f: Vec<&str> = line.splitn(5, '\t').collect();
             let [name, cases, ok, secs, note] = f[..] else {
@@ -254,6 +295,9 @@ pub fn rank(a: &crate::RankArgs) -> Result<(), String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .ok_or("RANK is not set")?;
+    let report = report_path(&p.out, phase, rank);
+    std::fs::write(&report, "").map_err(|e| e.to_string())?;
+    let _ = REPORT.set(report.clone());
     let checks = match phase {
         "correct" => correct::run(&p)?,
         "leak" => vec![Check::timed("leak check across processes", 1, || {
@@ -271,24 +315,8 @@ pub fn rank(a: &crate::RankArgs) -> Result<(), String> {
         }
         other => return Err(format!("unknown phase {other:?}")),
     };
-    let mut text = String::new();
-    let mut failed = 0;
-    for c in &checks {
-        let (ok, note) = match &c.result {
-            Ok(n) => ("ok", n.as_str()),
-            Err(m) => {
-                failed += 1;
-                ("FAIL", m.as_str())
-            }
-        };
-        let note = note.replace(['\t', '\n'], " ");
-        println!("{}: {ok}: {note}", c.name);
-        text.push_str(&format!(
-            "{}\t{}\t{ok}\t{:.1}\t{note}\n",
-            c.name, c.cases, c.seconds
-        ));
-    }
-    std::fs::write(report_path(&p.out, phase, rank), text).map_err(|e| e.to_string())?;
+    append(&report, &format!("{DONE}\n"));
+    let failed = checks.iter().filter(|c| c.result.is_err()).count();
     if failed > 0 {
         return Err(format!("{failed} check(s) failed"));
     }

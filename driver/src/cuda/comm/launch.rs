@@ -155,43 +155,58 @@ impl Comm {
     /// plan, divided by the threads. Not collective.
     pub fn prepare_all(&self, reqs: &[Request]) -> Result<()> {
         let _ctx = device::keep_current()?;
-        if self.opts.plans == PlanPath::Compiled {
-            let todo: Vec<RankPlan> = reqs
-                .iter()
-                .filter(|r| r.world == self.world && !self.copy_engine().takes(r))
-                .filter_map(|r| {
-                    let p = RankPlan::schedule(r, self.rank).ok()?;
-                    // Only validated plans are compiled.
-                    p.validate(
-                        self.rank,
-                        self.world,
-                        &r.buffer_sizes(),
-                        self.pad_slots,
-                        false,
-                    )
-                    .ok()?;
-                    self.opts.plans.compiles(r.bytes, p.ops.len()).then_some(p)
-                })
-                .collect();
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let threads = (cores / self.sharing.ranks_on_device.max(1) as usize).clamp(1, 16);
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let arch = self.dev.arch();
-            std::thread::scope(|s| {
-                for _ in 0..threads.min(todo.len()) {
-                    s.spawn(|| loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(p) = todo.get(i) else { break };
-                        // A plan that fails here fails again, with its error, when prepared.
-                        let _ = crate::cuda::compiled::cubin(&self.compiler, arch, p, false);
-                    });
-                }
-            });
-        }
+        self.compile_ahead(reqs, |r| {
+            (r.world == self.world)
+                .then(|| RankPlan::schedule(r, self.rank).ok())
+                .flatten()
+        });
         for r in reqs {
             self.plan(r)?;
         }
         Ok(())
+    }
+
+    /// When this Comm compiles plans before their first launch (`PlanPath::Compiled`), compiles
+    /// the plans `build` makes of `reqs` into the kernel cache on several threads (the requests
+    /// of this world that run in kernels; only plans that validate are compiled).
+    pub(super) fn compile_ahead(
+        &self,
+        reqs: &[Request],
+        build: impl Fn(&Request) -> Option<RankPlan> + Sync,
+    ) {
+        if self.opts.plans != PlanPath::Compiled {
+            return;
+        }
+        let todo: Vec<RankPlan> = reqs
+            .iter()
+            .filter(|r| !self.copy_engine().takes(r))
+            .filter_map(|r| {
+                let p = build(r)?;
+                p.validate(
+                    self.rank,
+                    self.world,
+                    &r.buffer_sizes(),
+                    self.pad_slots,
+                    false,
+                )
+                .ok()?;
+                self.opts.plans.compiles(r.bytes, p.ops.len()).then_some(p)
+            })
+            .collect();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = (cores / self.sharing.ranks_on_device.max(1) as usize).clamp(1, 16);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let arch = self.dev.arch();
+        std::thread::scope(|s| {
+            for _ in 0..threads.min(todo.len()) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(p) = todo.get(i) else { break };
+                    // A plan that fails here fails again, with its error, when prepared.
+                    let _ = crate::cuda::compiled::cubin(&self.compiler, arch, p, false);
+                });
+            }
+        });
     }
 
     /// Enqueues this rank's part of collective `req` over buffers `b` on `stream` and returns at

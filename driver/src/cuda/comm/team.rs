@@ -305,14 +305,18 @@ impl<'c> CommTeam<'c> {
 
     /// This rank's plan of the team request `req` (mapped onto the job, validated, cached).
     fn plan(&self, req: &Request) -> Result<Arc<DevicePlan>> {
+        self.comm
+            .cached_plan((self.team.id(), *req), || self.host_plan(req))
+    }
+
+    /// This rank's plan of the team request `req`, mapped onto the job (not yet validated).
+    fn host_plan(&self, req: &Request) -> Result<RankPlan> {
         let outer = self.comm.team_layout()?;
         let map = TeamMap::new(&self.team, req, outer, [0; 3]).map_err(team_err)?;
-        self.comm.cached_plan((self.team.id(), *req), || {
-            RankPlan::collect(req.channels, |c| {
-                Schedule::new(*req, self.me, c)
-                    .map(|s| s.map(|op| map.op(op).map_err(team_err)))
-                    .map_err(CudaError::Sched)
-            })
+        RankPlan::collect(req.channels, |c| {
+            Schedule::new(*req, self.me, c)
+                .map(|s| s.map(|op| map.op(op).map_err(team_err)))
+                .map_err(CudaError::Sched)
         })
     }
 
@@ -320,6 +324,17 @@ impl<'c> CommTeam<'c> {
     pub fn prepare(&self, req: &Request) -> Result<()> {
         let _ctx = device::keep_current()?;
         self.plan(req).map(|_| ())
+    }
+
+    /// [`CommTeam::prepare`] for many requests, their kernels compiled on several threads first
+    /// when the Comm compiles plans before use ([`Comm::prepare_all`]). Not collective.
+    pub fn prepare_all(&self, reqs: &[Request]) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.comm.compile_ahead(reqs, |r| self.host_plan(r).ok());
+        for r in reqs {
+            self.plan(r)?;
+        }
+        Ok(())
     }
 
     /// Enqueues this rank's part of the team collective `req` over `b` (buffers of the team's
