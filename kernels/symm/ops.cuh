@@ -315,10 +315,9 @@ static __device__ int symm_ll_reduce_any(const symm_interp_params& p, int dtype,
 // lines at a time, a word a lane (lanes 15 and 31 hold the flags). The writer stores its lines'
 // data words, syncs the warp (bar.warp.sync orders the lanes' stores before what follows it),
 // and its flag lanes release the flags: one system fence for the warp, then the flag stores
-// (the PTX release pattern of signal::order::LL128_PUBLISH). The reader's flag lanes poll
-// their flags with relaxed loads until they carry the call's flag and then fence (the acquire
-// pattern of LL128_OBSERVE), the warp syncs, and only then do the lanes load the data words.
-// Data words past the data are neither written nor read.
+// (the PTX release pattern). The reader's flag lanes load the flags with acquire until they
+// carry the call's flag, sync the warp, and only then do the lanes load the data words. Data
+// words past the data are neither written nor read.
 // ---------------------------------------------------------------------------------------------
 
 #define SYMM_LL128_PUT_U 8
@@ -354,48 +353,17 @@ static __device__ void symm_ll128_put(char* dst, const char* src, symm_u64 bytes
   }
 }
 
-// Waits until the flag words of this lane's lines (line base + 2u + half for u < U, those below
-// `lines`) of `region` are `flag`: relaxed loads, all of them in flight at once, then one
-// system fence, which makes the loads an acquire (the PTX pattern). False when the launch stops.
-template <int U>
-static __device__ bool symm_ll128_wait(const symm_interp_params& p, const char* region, symm_u64 base, unsigned half,
-                                       symm_u64 lines, unsigned flag, symm_u32 slot, symm_u32 index,
-                                       volatile int* stop) {
-  unsigned pending = 0;
-#pragma unroll
-  for (int u = 0; u < U; u++) {
-    if (base + 2 * u + half < lines) pending |= 1u << u;
-  }
-  if (!pending) return true;
+// Waits until the flag word at `f` is `flag` (acquire loads); false when the launch stops.
+static __device__ bool symm_ll128_wait(const symm_interp_params& p, const char* f, unsigned flag, symm_u32 slot,
+                                       symm_u32 index, volatile int* stop) {
   unsigned spins = 0;
   symm_u64 start = 0;
   for (;;) {
-    symm_u64 v[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      if (pending & (1u << u)) {
-        asm volatile("ld.relaxed.sys.global.u64 %0, [%1];"
-                     : "=l"(v[u])
-                     : "l"(region + (base + 2 * u + half) * 128 + 120)
-                     : "memory");
-      }
-    }
-    unsigned found = flag;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      if (pending & (1u << u)) {
-        if (v[u] == (symm_u64)flag) {
-          pending &= ~(1u << u);
-        } else {
-          found = (unsigned)v[u];
-        }
-      }
-    }
-    if (!pending) break;
-    if (!symm_ll_keep_polling(p, spins, start, flag, found, slot, index, stop)) return false;
+    symm_u64 v;
+    asm volatile("ld." SYMM_SEM_LL128_OBSERVE ".sys.global.u64 %0, [%1];" : "=l"(v) : "l"(f) : "memory");
+    if (v == (symm_u64)flag) return true;
+    if (!symm_ll_keep_polling(p, spins, start, flag, (unsigned)v, slot, index, stop)) return false;
   }
-  asm volatile("fence.acq_rel.sys;" ::: "memory");
-  return true;
 }
 
 // Folds the k regions' 128-byte lines (region s at src + s * stride) into n elements at dst,
@@ -419,7 +387,11 @@ static __device__ void symm_ll128_reduce_t(const symm_interp_params& p, char* ds
       const char* region = src + (symm_u64)s * stride;
       bool ok = true;
       if (w == 15) {
-        ok = symm_ll128_wait<SYMM_LL128_RED_U>(p, region, base, lane >> 4, lines, flag, slot, index, stop);
+#pragma unroll
+        for (int u = 0; u < SYMM_LL128_RED_U; u++) {
+          const symm_u64 line = base + 2 * u + (lane >> 4);
+          if (ok && line < lines) ok = symm_ll128_wait(p, region + line * 128 + 120, flag, slot, index, stop);
+        }
       }
       // Every lane of the warp leaves together, so the warp's syncs stay matched.
       if (__any_sync(0xffffffffu, !ok)) return;

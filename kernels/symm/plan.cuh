@@ -104,6 +104,7 @@ static_assert(sizeof(symm_plan_op) == SYMM_OP_BYTES, "plan op size");
 #define SYMM_SEM_SIGNAL_ADD "release"
 #define SYMM_SEM_SIGNAL_SET "release"
 #define SYMM_SEM_WAIT "acquire"
+#define SYMM_SEM_LL128_OBSERVE "acquire"
 #define SYMM_CMP_EQ 0
 #define SYMM_CMP_NE 1
 #define SYMM_CMP_GT 2

@@ -186,6 +186,7 @@ pub fn generate() -> String {
         ("SIGNAL_ADD", order::SIGNAL_ADD),
         ("SIGNAL_SET", order::SIGNAL_SET),
         ("WAIT", order::WAIT),
+        ("LL128_OBSERVE", order::LL128_OBSERVE),
     ] {
         let _ = writeln!(w, "#define SYMM_SEM_{name} \"{}\"", order::ptx(o));
     }
