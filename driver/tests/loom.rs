@@ -417,17 +417,10 @@ fn ll_three_calls(
     });
 }
 
-/// The low-latency one-shot all-reduce: each call's output is that call's sum.
-#[test]
-fn ll_all_reduce_three_calls_without_barriers_2_ranks() {
-    let req = Request::new(
-        Collective::AllReduce,
-        Algorithm::OneShotLl,
-        2,
-        4,
-        DType::U8,
-        ReduceOp::Sum,
-    );
+/// Three calls of the low-latency one-shot all-reduce `a` (either line format): each call's
+/// output is that call's sum.
+fn ll_all_reduce(a: Algorithm) {
+    let req = Request::new(Collective::AllReduce, a, 2, 4, DType::U8, ReduceOp::Sum);
     ll_three_calls(
         req,
         [4, 4],
@@ -436,18 +429,11 @@ fn ll_all_reduce_three_calls_without_barriers_2_ranks() {
     );
 }
 
-/// The low-latency all-to-all (`direct_ll`, whose lines each go to one peer's region and come
-/// back out as a copy): rank r's block q of each call lands in rank q's block r of that call.
-#[test]
-fn ll_all_to_all_three_calls_without_barriers_2_ranks() {
-    let req = Request::new(
-        Collective::AllToAll,
-        Algorithm::DirectLl,
-        2,
-        4,
-        DType::U8,
-        ReduceOp::Sum,
-    );
+/// Three calls of the low-latency all-to-all `a` (either line format; its lines each go to one
+/// peer's region and come back out as a copy): rank r's block q of each call lands in rank q's
+/// block r of that call.
+fn ll_all_to_all(a: Algorithm) {
+    let req = Request::new(Collective::AllToAll, a, 2, 4, DType::U8, ReduceOp::Sum);
     // Block q of rank r in call c holds 100 * c + 10 * r + q + 1.
     ll_three_calls(
         req,
@@ -465,53 +451,28 @@ fn ll_all_to_all_three_calls_without_barriers_2_ranks() {
     );
 }
 
-/// The one-shot all-reduce over 128-byte lines: each call's output is that call's sum. The
-/// reader takes a line's data only after its flag word (acquire), which the writer stored after
-/// the data (release): without either, a rank reads the data of the call before, or none.
 #[test]
-fn ll128_all_reduce_three_calls_without_barriers_2_ranks() {
-    let req = Request::new(
-        Collective::AllReduce,
-        Algorithm::OneShotLl128,
-        2,
-        4,
-        DType::U8,
-        ReduceOp::Sum,
-    );
-    ll_three_calls(
-        req,
-        [4, 4],
-        |r, call| vec![10 * r as u8 + call + 1; 4],
-        |_, call| vec![2 * call + 2 + 10; 4],
-    );
+fn ll_all_reduce_three_calls_without_barriers_2_ranks() {
+    ll_all_reduce(Algorithm::OneShotLl);
 }
 
-/// The all-to-all over 128-byte lines (`direct_ll128`): rank r's block q of each call lands in
-/// rank q's block r of that call.
+#[test]
+fn ll_all_to_all_three_calls_without_barriers_2_ranks() {
+    ll_all_to_all(Algorithm::DirectLl);
+}
+
+/// Over 128-byte lines the reader takes a line's data only after its flag word (acquire), which
+/// the writer stored after the data (release): without either, a rank reads the data of the
+/// call before, or none.
+#[test]
+fn ll128_all_reduce_three_calls_without_barriers_2_ranks() {
+    ll_all_reduce(Algorithm::OneShotLl128);
+}
+
+/// The all-to-all over 128-byte lines (`direct_ll128`).
 #[test]
 fn ll128_all_to_all_three_calls_without_barriers_2_ranks() {
-    let req = Request::new(
-        Collective::AllToAll,
-        Algorithm::DirectLl128,
-        2,
-        4,
-        DType::U8,
-        ReduceOp::Sum,
-    );
-    ll_three_calls(
-        req,
-        [8, 8],
-        |r, call| {
-            (0..8)
-                .map(|i| 100 * call + 10 * r as u8 + (i / 4) as u8 + 1)
-                .collect()
-        },
-        |q, call| {
-            (0..8)
-                .map(|i| 100 * call + 10 * (i / 4) as u8 + q as u8 + 1)
-                .collect()
-        },
-    );
+    ll_all_to_all(Algorithm::DirectLl128);
 }
 
 /// The flag form (`symm_core::flag`, what the copy-engine path runs): three direct all-gathers,
