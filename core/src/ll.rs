@@ -97,6 +97,14 @@ pub enum LlOp {
 }
 
 impl LlOp {
+    /// The same fields in lines of `format`.
+    pub fn with_format(mut self, format: Format) -> LlOp {
+        match &mut self {
+            LlOp::Put { format: f, .. } | LlOp::Reduce { format: f, .. } => *f = format,
+        }
+        self
+    }
+
     /// The op of this format and fields.
     pub fn op(self) -> crate::op::Op {
         use crate::op::Op;
@@ -424,6 +432,35 @@ mod tests {
         for size in [1u64, 2, 4, 8] {
             assert_eq!(LINE128_DATA % size, 0);
         }
+    }
+
+    #[test]
+    fn the_op_view_round_trips_and_changes_format() {
+        use crate::op::{Buf, Loc, Op};
+        let put = Op::LlPut {
+            src: Loc::new(1, Buf::Input, 8),
+            dst: Loc::new(0, Buf::Scratch, 256),
+            bytes: 24,
+            slot: 3,
+            flip: 4096,
+        };
+        let view = put.as_ll().unwrap();
+        assert_eq!(view.op(), put);
+        let wide = view.with_format(Format::Ll128).op();
+        assert_eq!(
+            wide,
+            Op::Ll128Put {
+                src: Loc::new(1, Buf::Input, 8),
+                dst: Loc::new(0, Buf::Scratch, 256),
+                bytes: 24,
+                slot: 3,
+                flip: 4096,
+            }
+        );
+        assert_eq!(wide.as_ll().unwrap().with_format(Format::Ll).op(), put);
+        assert_eq!(wide.ll_slot(), Some(3));
+        assert_eq!(wide.bytes(), 128);
+        assert_eq!(Op::Wait { slot: 1, count: 1 }.as_ll(), None);
     }
 
     #[test]

@@ -90,51 +90,8 @@ pub(super) fn sample(kind: OpKind) -> Op {
 
 /// The 128-byte-line op with the fields of a 16-byte-line op.
 fn wide(op: Op) -> Op {
-    match op.as_ll() {
-        Some(crate::ll::LlOp::Put {
-            src,
-            dst,
-            bytes,
-            slot,
-            flip,
-            ..
-        }) => crate::ll::LlOp::Put {
-            format: crate::ll::Format::Ll128,
-            src,
-            dst,
-            bytes,
-            slot,
-            flip,
-        }
-        .op(),
-        Some(crate::ll::LlOp::Reduce {
-            src,
-            stride,
-            sources,
-            dst,
-            elems,
-            dtype,
-            op,
-            div,
-            slot,
-            flip,
-            ..
-        }) => crate::ll::LlOp::Reduce {
-            format: crate::ll::Format::Ll128,
-            src,
-            stride,
-            sources,
-            dst,
-            elems,
-            dtype,
-            op,
-            div,
-            slot,
-            flip,
-        }
-        .op(),
-        None => op,
-    }
+    op.as_ll()
+        .map_or(op, |l| l.with_format(crate::ll::Format::Ll128).op())
 }
 
 /// An event of `op` at time 300 on rank 1, channel 2, op index 7, ended, with contents 0b101.
