@@ -305,63 +305,31 @@ fn one_shot_k_way_reduce_2_ranks() {
 /// An op of a low-latency schedule with its scratch layout scaled down to one line per region
 /// (the layout's shape, halves and sources, unchanged), so loom tracks a few words.
 fn shrink(op: Op) -> Op {
-    match op.as_ll() {
-        Some(LlOp::Put {
-            format,
-            src,
-            dst,
-            bytes,
-            slot,
-            flip,
-        }) => {
+    let Some(mut v) = op.as_ll() else {
+        return op;
+    };
+    match &mut v {
+        LlOp::Put {
+            format, dst, flip, ..
+        } => {
             let s = |o: u64| o / format.region() * format.line();
-            LlOp::Put {
-                format,
-                src,
-                dst: Loc {
-                    offset: s(dst.offset),
-                    ..dst
-                },
-                bytes,
-                slot,
-                flip: s(flip),
-            }
-            .op()
+            dst.offset = s(dst.offset);
+            *flip = s(*flip);
         }
-        Some(LlOp::Reduce {
+        LlOp::Reduce {
             format,
             src,
             stride,
-            sources,
-            dst,
-            elems,
-            dtype,
-            op,
-            div,
-            slot,
             flip,
-        }) => {
+            ..
+        } => {
             let s = |o: u64| o / format.region() * format.line();
-            LlOp::Reduce {
-                format,
-                src: Loc {
-                    offset: s(src.offset),
-                    ..src
-                },
-                stride: s(stride),
-                sources,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-                slot,
-                flip: s(flip),
-            }
-            .op()
+            src.offset = s(src.offset);
+            *stride = s(*stride);
+            *flip = s(*flip);
         }
-        None => op,
     }
+    v.op()
 }
 
 /// Three calls of a low-latency schedule (core's), two ranks, back to back on the same memory

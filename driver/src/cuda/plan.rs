@@ -341,6 +341,36 @@ mod tests {
         assert!(t.elapsed() < std::time::Duration::from_secs(20));
     }
 
+    /// Changes a put's (dst, bytes, flip, slot) through `f`.
+    fn set_put(
+        v: &mut symm_core::ll::LlOp,
+        f: impl Fn(&mut symm_core::op::Loc, &mut u64, &mut u64, &mut u32),
+    ) {
+        if let symm_core::ll::LlOp::Put {
+            dst,
+            bytes,
+            flip,
+            slot,
+            ..
+        } = v
+        {
+            f(dst, bytes, flip, slot);
+        }
+    }
+
+    /// Changes a reduce's (stride, sources, flip) through `f`.
+    fn set_reduce(v: &mut symm_core::ll::LlOp, f: impl Fn(&mut u64, &mut u16, &mut u64)) {
+        if let symm_core::ll::LlOp::Reduce {
+            stride,
+            sources,
+            flip,
+            ..
+        } = v
+        {
+            f(stride, sources, flip);
+        }
+    }
+
     /// 128-byte-line ops are checked against the spans of their own format: a put or reduce
     /// whose 128-byte lines would reach past the scratch (more data, the half offset at its end,
     /// a huge stride), lines into a user buffer, misaligned lines, a slot past the pad or a peer
@@ -370,77 +400,29 @@ mod tests {
         assert!(views.len() >= 3, "two puts and a reduce: {views:?}");
         let mut refused = 0;
         for (i, v) in views {
+            // `v` with one thing changed by `f`.
+            let with = |f: &dyn Fn(&mut LlOp)| {
+                let mut b = v;
+                f(&mut b);
+                b
+            };
             let bad: Vec<LlOp> = match v {
-                LlOp::Put {
-                    format,
-                    src,
-                    dst,
-                    bytes,
-                    slot,
-                    flip,
-                } => {
-                    let put = |dst: Loc, bytes: u64, slot: u32, flip: u64| LlOp::Put {
-                        format,
-                        src,
-                        dst,
-                        bytes,
-                        slot,
-                        flip,
-                    };
-                    vec![
-                        put(dst, bytes, slot, sizes.scratch),
-                        put(dst, sizes.scratch, slot, flip),
-                        put(dst, u64::MAX, slot, flip),
-                        put(
-                            Loc {
-                                offset: dst.offset + 8,
-                                ..dst
-                            },
-                            bytes,
-                            slot,
-                            flip,
-                        ),
-                        put(Loc::new(1, Buf::Output, 0), bytes, slot, flip),
-                        put(Loc { rank: 2, ..dst }, bytes, slot, flip),
-                        put(dst, bytes, slots, flip),
-                    ]
-                }
-                LlOp::Reduce { .. } => {
-                    let with = |stride: u64, sources: u16, flip: Option<u64>| match v {
-                        LlOp::Reduce {
-                            format,
-                            src,
-                            dst,
-                            elems,
-                            dtype,
-                            op,
-                            div,
-                            slot,
-                            flip: f,
-                            ..
-                        } => LlOp::Reduce {
-                            format,
-                            src,
-                            stride,
-                            sources,
-                            dst,
-                            elems,
-                            dtype,
-                            op,
-                            div,
-                            slot,
-                            flip: flip.unwrap_or(f),
-                        },
-                        other => other,
-                    };
-                    vec![
-                        with(u64::MAX, 2, None),
-                        with(sizes.scratch, 2, None),
-                        with(128, u16::MAX, None),
-                        with(128, 0, None),
-                        with(128, 2, Some(sizes.scratch)),
-                    ]
-                }
+                LlOp::Put { .. } => vec![
+                    with(&|b| set_put(b, |_, _, flip, _| *flip = sizes.scratch)),
+                    with(&|b| set_put(b, |_, bytes, _, _| *bytes = sizes.scratch)),
+                    with(&|b| set_put(b, |_, bytes, _, _| *bytes = u64::MAX)),
+                    with(&|b| set_put(b, |dst, _, _, _| dst.offset += 8)),
+                    with(&|b| set_put(b, |dst, _, _, _| *dst = Loc::new(1, Buf::Output, 0))),
+                    with(&|b| set_put(b, |dst, _, _, _| dst.rank = 2)),
+                    with(&|b| set_put(b, |_, _, _, slot| *slot = slots)),
+                ],
+                LlOp::Reduce { .. } => vec![
+                    with(&|b| set_reduce(b, |stride, _, _| *stride = u64::MAX)),
+                    with(&|b| set_reduce(b, |stride, _, _| *stride = sizes.scratch)),
+                    with(&|b| set_reduce(b, |_, sources, _| *sources = u16::MAX)),
+                    with(&|b| set_reduce(b, |_, sources, _| *sources = 0)),
+                    with(&|b| set_reduce(b, |_, _, flip| *flip = sizes.scratch)),
+                ],
             };
             for b in bad {
                 let mut p = plan.clone();
