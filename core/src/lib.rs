@@ -9,6 +9,7 @@
 //! * [`op`] and [`dtype`]: the instruction set every executor runs.
 //! * [`sched`]: collective schedules as lazy, allocation-free state machines.
 //! * [`exec`]: a non-blocking executor generic over a [`exec::Fabric`].
+//! * [`moe`]: mixture-of-experts dispatch and combine: the layout, the routing, the bounds.
 //! * [`cost`]: the alpha-beta cost model and algorithm selection.
 //! * [`trace`]: the trace format shared by the simulator and the GPU.
 //! * [`plan`]: the fixed-size encoding of ops that the GPU interpreter reads.
@@ -29,6 +30,7 @@ pub mod exec;
 pub mod flag;
 pub mod heap;
 pub mod ll;
+pub mod moe;
 pub mod op;
 #[cfg(feature = "alloc")]
 pub mod perfetto;
