@@ -53,6 +53,11 @@
 
 use core::fmt;
 
+#[cfg(feature = "alloc")]
+pub mod check;
+#[cfg(test)]
+mod tests;
+
 /// Most ranks a dispatch spans (a destination set is a 64-bit mask).
 pub const MAX_WORLD: u16 = 64;
 /// Most tokens per rank in [`Mode::LowLatency`].
