@@ -1,6 +1,7 @@
 //! Lab 9, reference solution: pairwise all-to-all, and the all-to-allv of a mixture-of-experts
 //! layer's dispatch and combine.
 
+use symm_core::moe::{MoeConfig, NONE};
 use symm_core::op::{Buf, Op};
 use symm_core::signal::SlotKind::{Data, Ready};
 use symm_labs::kit::Kit;
@@ -63,4 +64,56 @@ pub fn combine(k: &Kit, counts: &[u64]) -> Vec<Op> {
     let w = k.world() as usize;
     let transposed: Vec<u64> = (0..w * w).map(|i| counts[(i % w) * w + i / w]).collect();
     dispatch(k, &transposed)
+}
+
+/// MoE dispatch placement, the sender's side: `slots[t * world + q]` is the number of earlier
+/// tokens that also go to q (one slot per token and rank, however many of its experts live
+/// there), `eslots[t * topk + k]` the number of earlier entries with the same expert.
+pub fn route(
+    cfg: &MoeConfig,
+    idx: &[i64],
+    slots: &mut [u32],
+    eslots: &mut [u32],
+    counts: &mut [u32],
+    ecounts: &mut [u32],
+) {
+    let (w, k) = (cfg.world as usize, cfg.topk as usize);
+    counts.fill(0);
+    ecounts.fill(0);
+    for (t, row) in idx.chunks_exact(k).enumerate() {
+        let mut goes = vec![false; w];
+        for (j, &e) in row.iter().enumerate() {
+            eslots[t * k + j] = match cfg.owner(e) {
+                Some((q, _)) => {
+                    goes[q as usize] = true;
+                    ecounts[e as usize] += 1;
+                    ecounts[e as usize] - 1
+                }
+                None => NONE,
+            };
+        }
+        for (q, &go) in goes.iter().enumerate() {
+            slots[t * w + q] = if go {
+                counts[q] += 1;
+                counts[q] - 1
+            } else {
+                NONE
+            };
+        }
+    }
+}
+
+/// MoE dispatch placement, the receiver's side: expert-major, then by sender, then in the
+/// sender's order. Expert j's rows start after every row of local experts 0 .. j (a prefix sum
+/// over the whole `world x L` column), its rows from `sender` after those from ranks 0 ..
+/// sender (a prefix sum down column j).
+pub fn expert_row(cfg: &MoeConfig, ecol: &[u32], sender: u16, j: u32, eslot: u32) -> Option<u32> {
+    let (w, l) = (cfg.world as usize, cfg.local_experts() as usize);
+    let n = |p: usize, jj: usize| u64::from(ecol[p * l + jj]);
+    let base: u64 = (0..j as usize)
+        .flat_map(|jj| (0..w).map(move |p| n(p, jj)))
+        .sum();
+    let before: u64 = (0..sender as usize).map(|p| n(p, j as usize)).sum();
+    let row = base + before + u64::from(eslot);
+    (row < u64::from(cfg.rows_max)).then_some(row as u32)
 }

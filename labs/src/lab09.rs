@@ -1,20 +1,26 @@
 //! Lab 9's checker: pairwise all-to-all, then a mixture-of-experts layer's dispatch and combine
-//! as all-to-allv with uneven, partly empty counts.
+//! as all-to-allv with uneven, partly empty counts, then the MoE dispatch placement with top-k
+//! routing ([`moe`]).
 //!
 //! Dispatch and combine are compared with `host::alltoallv_reference` (the symbolic check still
 //! looks for deadlocks, unwritten reads and unbalanced signals); then dispatch followed by
-//! combine must bring every token back to where it started.
+//! combine must bring every token back to where it started. The traces show the MoE dispatch at
+//! world 4 (`yours.trace`, `reference.trace`) and the all-to-allv dispatch
+//! (`alltoallv-yours.trace`, `alltoallv-reference.trace`).
 
 #[path = "../09-moe-all-to-all/skeleton.rs"]
 pub mod skeleton;
 #[path = "../09-moe-all-to-all/solution.rs"]
 pub mod solution;
 
+pub mod moe;
+
 use crate::grade::{Graded, Grader};
 use crate::kit::Kit;
 use crate::problem::Problem;
 use crate::run::{self, Case, Plan};
 use symm_core::dtype::{DType, ReduceOp};
+use symm_core::moe::sched::RowFn;
 use symm_core::op::Op;
 use symm_core::sched::{alltoallv_capacity, Algorithm, Collective, Request};
 use symm_driver::host::{alltoallv_reference, random_inputs};
@@ -137,9 +143,20 @@ pub fn check(g: &mut Grader) -> Graded {
     let a2a: Plan = g.pick(&skeleton::all_to_all, &solution::all_to_all);
     let dispatch: Routed = g.pick(&skeleton::dispatch, &solution::dispatch);
     let combine: Routed = g.pick(&skeleton::combine, &solution::combine);
+    let route: moe::RouteFn = g.pick(&skeleton::route, &solution::route);
+    let rows: RowFn = g.pick(&skeleton::expert_row, &solution::expert_row);
+    let b = moe::showcase();
+    g.traces(
+        &moe::dispatch_case(&b),
+        &|k: &Kit| moe::plan_ops(&b, route, rows, k, true),
+        &|k: &Kit| moe::plan_ops(&b, &solution::route, &solution::expert_row, k, true),
+    );
     let show = routing(4, 0);
     let show_case = routed("dispatch", 4, &show);
-    g.traces(&show_case, &|k: &Kit| dispatch(k, &show), &|k: &Kit| {
+    g.trace("alltoallv-yours.trace", &show_case, &|k: &Kit| {
+        dispatch(k, &show)
+    });
+    g.trace("alltoallv-reference.trace", &show_case, &|k: &Kit| {
         solution::dispatch(k, &show)
     });
     for (w, n) in [(4, 3), (2, 5), (3, 2), (5, 4), (6, 1)] {
@@ -160,5 +177,6 @@ pub fn check(g: &mut Grader) -> Graded {
         )?;
     }
     round_trip(g, 4, dispatch, combine)?;
-    round_trip(g, 5, dispatch, combine)
+    round_trip(g, 5, dispatch, combine)?;
+    moe::check(g, route, rows)
 }
