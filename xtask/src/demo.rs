@@ -1,8 +1,9 @@
 //! `cargo xtask demo` and `cargo xtask bench`.
 //!
 //! The demo runs every collective x algorithm on the host backend's simulator (world 4 and 8,
-//! 256 KiB of f32, two channels), checks each result against the sequential reference, writes one
-//! trace per run under `target/symm/traces/` (under `$CARGO_TARGET_DIR` when set), prints a
+//! 256 KiB of f32, two channels) and a mixture-of-experts dispatch at world 4
+//! (`symm_core::moe::sched`, checked against its layout), checks each result against the
+//! sequential reference, writes one trace per run under `target/symm/traces/` (under `$CARGO_TARGET_DIR` when set), prints a
 //! table, then builds the viz and serves it with those traces on 127.0.0.1 (skipped with
 //! `--no-serve`). Building the viz installs what is missing and says so first: the
 //! `wasm32-unknown-unknown` target (`rustup target add`) and `wasm-bindgen-cli` at the version of
@@ -51,6 +52,53 @@ fn alltoallv_run(world: u16) -> Result<(Request, Run, bool), String> {
     Ok((req, run, ok))
 }
 
+/// A mixture-of-experts dispatch at world 4 (`symm_core::moe::sched`): 8 experts, top-2, 24
+/// tokens of 512 f32 per rank, routed at random; the staging and expert rows are checked against
+/// the layout (each token in its staging row on every rank it goes to, and in the expert row of
+/// each of its entries there).
+fn moe_dispatch_run() -> Result<(Request, Run, bool), String> {
+    use symm_core::moe::sched::{expert_elem, stage_elem, token_elem, MoePlan, Routing};
+    use symm_core::moe::{MoeConfig, NONE};
+    let cfg = MoeConfig::new(4, 8, 2, 24, 512).map_err(|e| e.to_string())?;
+    let mut rng = symm_core::symbolic::Rng::new(7);
+    let routings = (0..cfg.world)
+        .map(|_| {
+            let idx: Vec<i64> = (0..24 * 2).map(|_| rng.below(8) as i64).collect();
+            Routing::new(&cfg, &idx).map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let plan = MoePlan::new(cfg, &routings).map_err(|e| e.to_string())?;
+    let req = plan.dispatch_request();
+    let inputs = random_inputs(&req, 7);
+    let opts = SimOptions {
+        contents: true,
+        ..Default::default()
+    };
+    let make = |r: u16, _| Ok::<_, HostError>(plan.dispatch(r).into_iter());
+    let run = simulate_streams(&req, &inputs, &opts, make).map_err(|e| format!("{req:?}: {e}"))?;
+    let row = |buf: &[u8], elem: u64| buf[elem as usize * 4..(elem + 512) as usize * 4].to_vec();
+    let mut ok = true;
+    for q in 0..cfg.world {
+        let out = &run.outputs[q as usize];
+        for (p, r) in routings.iter().enumerate() {
+            for t in 0..r.tokens(&cfg) {
+                let slot = r.slots[t as usize * 4 + q as usize];
+                if slot != NONE {
+                    let token = row(&inputs[p], token_elem(&cfg, t));
+                    ok &= row(out, stage_elem(&cfg, p as u16, slot)) == token;
+                }
+            }
+        }
+        for a in plan.arrivals(q) {
+            let token = row(&inputs[a.sender as usize], token_elem(&cfg, a.token));
+            ok &= a
+                .row
+                .is_some_and(|i| row(out, expert_elem(&cfg, i)) == token);
+        }
+    }
+    Ok((req, run, ok))
+}
+
 fn collectives(world: u16) -> Vec<Collective> {
     vec![
         Collective::AllReduce,
@@ -71,8 +119,8 @@ fn collectives(world: u16) -> Vec<Collective> {
 
 /// Usage of `cargo xtask demo`.
 pub const USAGE: &str = "usage: cargo xtask demo [--no-serve]
-  runs every collective x algorithm (world 4 and 8, 256 KiB f32, two channels) on the host
-  simulator, checks each against a sequential reference, writes one trace per run to
+  runs every collective x algorithm (world 4 and 8, 256 KiB f32, two channels) and an MoE
+  dispatch (world 4, top-2) on the host simulator, checks each against a sequential reference, writes one trace per run to
   <target>/symm/traces/ and prints a table; then builds the viz and serves it with those traces
   on http://127.0.0.1:8000/ (another free port, with a line saying so, when 8000 is taken) until
   interrupted.
@@ -148,6 +196,26 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
         }
     }
+    let (req, run, ok) = moe_dispatch_run()?;
+    if ok {
+        passed += 1;
+    } else {
+        failed += 1;
+    }
+    let name = "moe_dispatch-w4.trace";
+    std::fs::write(dir.join(name), &run.trace).map_err(|e| format!("{name}: {e}"))?;
+    let _ = writeln!(
+        table,
+        "{:<15} {:<12} {:>5} {:>9} {:>7} {:>11} {:>11.1}  {}",
+        "moe_dispatch",
+        "staging",
+        req.world,
+        req.bytes,
+        run.ops,
+        "-",
+        run.time_us - Link::NVLINK4.launch_us,
+        if ok { "pass" } else { "FAIL" }
+    );
     print!("{table}");
     println!(
         "{passed} passed, {failed} failed ({:.1?}); traces in {}",
