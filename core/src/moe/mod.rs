@@ -53,6 +53,8 @@
 
 use core::fmt;
 
+pub mod sched;
+
 #[cfg(feature = "alloc")]
 pub mod check;
 #[cfg(test)]
