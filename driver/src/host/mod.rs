@@ -16,6 +16,7 @@
 
 mod flags;
 mod mem;
+pub mod moe;
 pub mod pad;
 mod reference;
 mod sim;
