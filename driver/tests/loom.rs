@@ -537,3 +537,77 @@ fn abort_arm_never_raises_a_freed_word() {
         assert!(raised <= 1);
     });
 }
+
+/// MoE dispatch (and combine) over `symm_driver::host::moe`'s protocol: two ranks, one token
+/// each, hidden 1, one expert per rank, `calls` calls back to back with no barrier. In call c
+/// rank r's token (value 10c + r + 1) goes to expert (r + c) % 2, so the counts change every
+/// call: each rank must read exactly its call's counts and rows. With `combine`, each dispatch
+/// is followed by a combine of the identity expert, so a token comes back times its weight.
+/// Dispatches 1 and 3 share a half: a rank running ahead into call 3 must not disturb a peer
+/// still reading call 1's rows, and no header word of another call may pass for this one's.
+fn moe_calls(calls: u8, combine: bool) {
+    use std::time::Duration;
+    use symm_core::moe::MoeConfig;
+    use symm_driver::host::moe::{
+        moe_combine_reference, moe_reference, MoeDtype, MoeRank, MoeRankInput, MoeWorld,
+    };
+    let cfg = MoeConfig::new(2, 2, 1, 1, 1).unwrap();
+    let dtype = MoeDtype::Bf16;
+    let input = move |r: u16, c: u8| {
+        let mut x = vec![0u8; 2];
+        dtype.put(&mut x, 0, f32::from(10 * c + r as u8 + 1));
+        MoeRankInput {
+            x,
+            topk_idx: vec![i64::from((r + u16::from(c)) % 2)],
+            topk_weights: vec![0.5],
+        }
+    };
+    // The expected results, per call and rank: (dispatch, combined output).
+    let want: Vec<Vec<_>> = (0..calls)
+        .map(|c| {
+            let inputs: Vec<_> = (0..2).map(|r| input(r, c)).collect();
+            let d = moe_reference(&cfg, dtype, &inputs).unwrap();
+            let y: Vec<Vec<u8>> = d.iter().map(|d| d.expert_x.clone()).collect();
+            let out = moe_combine_reference(&cfg, dtype, &inputs, &y).unwrap();
+            d.into_iter().zip(out).collect()
+        })
+        .collect();
+    let want = std::sync::Arc::new(want);
+    model(move || {
+        let world = Arc::new(MoeWorld::new(cfg, dtype, Duration::from_secs(3600)).unwrap());
+        let handles: Vec<_> = (0..2u16)
+            .map(|r| {
+                let (world, want) = (world.clone(), want.clone());
+                thread::spawn(move || {
+                    let mut rank = MoeRank::new(r);
+                    for c in 0..calls {
+                        let (wd, wc) = &want[c as usize][r as usize];
+                        let d = rank.dispatch(&world, &input(r, c)).unwrap();
+                        assert_eq!(&d, wd, "rank {r} dispatch {c} read another call's data");
+                        if combine {
+                            let out = rank.combine(&world, &d.expert_x).unwrap();
+                            assert_eq!(&out, wc, "rank {r} combine {c} read another call's data");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}
+
+/// Three dispatches: the header's release and acquire order the rows, and the halves keep
+/// call 3's rows and headers off call 1's while a peer may still read them.
+#[test]
+fn moe_three_dispatches_without_barriers_2_ranks() {
+    moe_calls(3, false);
+}
+
+/// Dispatch, combine, dispatch, combine: the combine's partials and counts, each published the
+/// same way, in their own halves.
+#[test]
+fn moe_dispatch_combine_twice_without_barriers_2_ranks() {
+    moe_calls(2, true);
+}

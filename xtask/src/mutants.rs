@@ -5,7 +5,7 @@
 //! (`driver/src/host/pad.rs`) read them from there. This command copies the workspace's sources
 //! into a temporary folder and, one mutant at a time, weakens a single `Release`, `Acquire`,
 //! `AcqRel` or `SeqCst` of the protocol to `Relaxed` (in the `order` module, or anywhere in the
-//! host pad and memory code), builds the loom models against the copy and runs them. A mutant is
+//! host pad and memory code and the MoE protocol's threads), builds the loom models against the copy and runs them. A mutant is
 //! *killed* when a model fails, and *survives* when every model passes: a survivor means an
 //! ordering nothing checks. The unmutated copy runs first and must pass, so a kill is the
 //! mutation's doing. The command fails unless every mutant is killed.
@@ -16,10 +16,11 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// Files whose orderings are the protocol's, relative to the workspace root.
-const FILES: [&str; 3] = [
+const FILES: [&str; 4] = [
     "core/src/signal.rs",
     "driver/src/host/pad.rs",
     "driver/src/host/mem.rs",
+    "driver/src/host/moe/threads.rs",
 ];
 
 /// Orderings a mutant weakens.
@@ -179,8 +180,9 @@ impl Drop for TempDir {
 pub const USAGE: &str = "usage: cargo xtask mutants
   copies the sources to a temporary folder and, one at a time, weakens each Release, Acquire,
   AcqRel or SeqCst of the signal protocol (core/src/signal.rs's order module, the host pad and
-  memory code) to Relaxed, then runs the loom models (target directory <target>/loom, <target>
-  being $CARGO_TARGET_DIR when set, else target/); fails unless a model catches every mutant";
+  memory code, the MoE header words of driver/src/host/moe/threads.rs) to Relaxed, then runs
+  the loom models (target directory <target>/loom, <target> being $CARGO_TARGET_DIR when set,
+  else target/); fails unless a model catches every mutant";
 
 /// `cargo xtask mutants`.
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -280,6 +282,21 @@ mod tests {
         for x in &m {
             assert_eq!(&src[x.offset..x.offset + x.from.len()], x.from);
         }
+    }
+
+    #[test]
+    fn the_moe_protocol_has_exactly_its_two_header_orderings() {
+        let file = "driver/src/host/moe/threads.rs";
+        let src = std::fs::read_to_string(util::root().join(file)).unwrap();
+        let m = mutants_of(file, &src);
+        let sites: Vec<(&str, &str)> = m.iter().map(|m| (m.label.as_str(), m.from)).collect();
+        assert_eq!(
+            sites,
+            [
+                ("const HEADER_PUBLISH", "Ordering::Release"),
+                ("const HEADER_OBSERVE", "Ordering::Acquire")
+            ]
+        );
     }
 
     #[test]
