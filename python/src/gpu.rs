@@ -18,10 +18,13 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+use symm_core::moe::{Mode, MoeConfig};
 use symm_core::sched::{Collective, Request};
 use symm_driver::bootstrap::{JobEnv, SocketBootstrap};
 use symm_driver::cuda::compiled::PlanPath;
-use symm_driver::cuda::{Comm, CommOptions, CudaError, Span, Stream};
+use symm_driver::cuda::{
+    A2avLayer, Comm, CommOptions, CudaError, MoeLayer, Span, Stream, TokenType,
+};
 
 use crate::{algorithm, dtype, reduce_op};
 
@@ -60,7 +63,9 @@ pub(crate) fn py_err(py: Python<'_>, e: CudaError) -> PyErr {
             | CudaError::BadRank { .. }
             | CudaError::Sched(_)
             | CudaError::Misaligned { .. }
-            | CudaError::NotLive { .. } => return Ok(PyValueError::new_err(msg.clone())),
+            | CudaError::NotLive { .. }
+            | CudaError::Moe(_)
+            | CudaError::WrongOwner { .. } => return Ok(PyValueError::new_err(msg.clone())),
             _ => errors.getattr("SymmError")?.call1((msg.clone(),))?,
         };
         Ok(PyErr::from_value(obj))
@@ -123,6 +128,128 @@ fn stream(comm: &Comm, raw: u64) -> PyResult<Stream> {
     // default stream; it outlives this call and the work enqueued on it.
     unsafe { Stream::borrowed(raw as usize as *mut std::ffi::c_void, comm.device()) }
         .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// A MoE layer of a [`GpuComm`] (`symm.moe.Buffer`'s runtime side): the symmetric block of
+/// its staging rows, headers, expert rows and spans, given back to the heap (locally, as a
+/// [`Block`] is) when the last reference goes.
+#[pyclass(module = "symm._symm", name = "MoeLayer", frozen)]
+pub struct PyMoeLayer {
+    comm: Arc<Comm>,
+    layer: MoeLayer,
+    /// This rank's device address of the expert rows (`rows_max x hidden` elements).
+    #[pyo3(get)]
+    rows_ptr: u64,
+    /// This rank's device address of the spans (`local_experts` pairs of u32).
+    #[pyo3(get)]
+    spans_ptr: u64,
+}
+
+#[pymethods]
+impl PyMoeLayer {
+    /// Experts over all ranks.
+    #[getter]
+    fn experts(&self) -> u32 {
+        self.layer.config().experts
+    }
+
+    /// Experts per token.
+    #[getter]
+    fn topk(&self) -> u16 {
+        self.layer.config().topk
+    }
+
+    /// Most tokens a rank dispatches in one call.
+    #[getter]
+    fn tokens_max(&self) -> u32 {
+        self.layer.config().tokens_max
+    }
+
+    /// Elements per token.
+    #[getter]
+    fn hidden(&self) -> u32 {
+        self.layer.config().hidden
+    }
+
+    /// Expert rows this rank holds.
+    #[getter]
+    fn rows_max(&self) -> u32 {
+        self.layer.config().rows_max
+    }
+
+    /// Experts per rank.
+    #[getter]
+    fn local_experts(&self) -> u32 {
+        self.layer.config().local_experts()
+    }
+
+    /// "bf16" or "f32".
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        match self.layer.token_type() {
+            TokenType::Bf16 => "bf16",
+            _ => "f32",
+        }
+    }
+
+    /// Heap offset and bytes of the layer's block.
+    #[getter]
+    fn block(&self) -> (u64, u64) {
+        self.layer.block()
+    }
+
+    /// Tokens of the last dispatch enqueued.
+    #[getter]
+    fn tokens(&self) -> u32 {
+        self.layer.tokens()
+    }
+}
+
+impl Drop for PyMoeLayer {
+    fn drop(&mut self) {
+        // Local and non-blocking, as for a `Block`: the heap frees it once every rank released
+        // it, its device work is done and no captured graph names it.
+        let _ = self.comm.release_block(self.layer.block().0);
+    }
+}
+
+/// An all-to-allv layer of a [`GpuComm`]: its output region holds `out_max` elements of
+/// `elem` bytes.
+#[pyclass(module = "symm._symm", name = "A2avLayer", frozen)]
+pub struct PyA2avLayer {
+    layer: A2avLayer,
+    /// This rank's device address of the output.
+    #[pyo3(get)]
+    output_ptr: u64,
+    /// Bytes per element.
+    #[pyo3(get)]
+    elem: u64,
+}
+
+#[pymethods]
+impl PyA2avLayer {
+    /// Elements the output holds.
+    #[getter]
+    fn out_max(&self) -> u64 {
+        self.layer.out_max()
+    }
+}
+
+/// The mode named `name`.
+fn moe_mode(name: &str) -> PyResult<Mode> {
+    match name {
+        "normal" => Ok(Mode::Normal),
+        "low_latency" => Ok(Mode::LowLatency),
+        other => Err(PyValueError::new_err(format!(
+            "mode must be \"normal\" or \"low_latency\", got {:?}",
+            other.chars().take(32).collect::<String>()
+        ))),
+    }
+}
+
+/// A span from the Python layer's (address, bytes) pair.
+fn span(ptr: u64, len: u64) -> Span {
+    Span { ptr, len }
 }
 
 fn u16_arg(what: &str, v: i64) -> PyResult<u16> {
@@ -420,6 +547,204 @@ impl GpuComm {
                 .map_err(|e| py_err(py, e))?;
         }
         Ok(t0.elapsed().as_secs_f64() * 1e6 / f64::from(iters.max(1)))
+    }
+
+    /// Collective, not while capturing: a MoE layer of `experts` experts, `topk` per token, at
+    /// most `tokens_max` tokens of `hidden` elements of `dtype` ("bf16" or "f32") per rank and
+    /// `rows_max` expert rows (default: room for every entry).
+    #[pyo3(signature = (experts, topk, tokens_max, hidden, dtype, stream_handle, rows_max=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn moe_layer(
+        &self,
+        py: Python<'_>,
+        experts: u32,
+        topk: u16,
+        tokens_max: u32,
+        hidden: u32,
+        dtype: &str,
+        stream_handle: u64,
+        rows_max: Option<u32>,
+    ) -> PyResult<PyMoeLayer> {
+        let ty = match dtype {
+            "bf16" => TokenType::Bf16,
+            "f32" => TokenType::F32,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "MoE tokens are bf16 or f32, got {:?}",
+                    other.chars().take(32).collect::<String>()
+                )))
+            }
+        };
+        let shape_err = |e: symm_core::moe::MoeError| PyValueError::new_err(e.to_string());
+        let mut cfg = MoeConfig::new(self.comm.world(), experts, topk, tokens_max, hidden)
+            .map_err(shape_err)?;
+        if let Some(rows) = rows_max {
+            cfg = cfg.with_rows_max(rows).map_err(shape_err)?;
+        }
+        let s = stream(&self.comm, stream_handle)?;
+        let comm = &self.comm;
+        let (layer, rows_ptr, spans_ptr) = py
+            .allow_threads(|| {
+                let layer = comm.moe_layer(cfg, ty, &s)?;
+                let rows = comm.ptr(comm.rank(), layer.expert_rows());
+                let spans = comm.ptr(comm.rank(), layer.spans_ptr());
+                match (rows, spans) {
+                    (Ok(r), Ok(p)) => Ok((layer, r, p)),
+                    (Err(e), _) | (_, Err(e)) => {
+                        let _ = comm.release_block(layer.block().0);
+                        Err(e)
+                    }
+                }
+            })
+            .map_err(|e| py_err(py, e))?;
+        Ok(PyMoeLayer {
+            comm: self.comm.clone(),
+            layer,
+            rows_ptr,
+            spans_ptr,
+        })
+    }
+
+    /// Enqueues a dispatch of `tokens` tokens on the layer: `x`, `idx` (i64) and `weights`
+    /// (f32) as (address, bytes) pairs. Collective.
+    #[pyo3(signature = (layer, mode, tokens, x_ptr, x_len, idx_ptr, idx_len, weights_ptr, weights_len, stream_handle))]
+    #[allow(clippy::too_many_arguments)]
+    fn moe_dispatch(
+        &self,
+        py: Python<'_>,
+        layer: &PyMoeLayer,
+        mode: &str,
+        tokens: u32,
+        x_ptr: u64,
+        x_len: u64,
+        idx_ptr: u64,
+        idx_len: u64,
+        weights_ptr: u64,
+        weights_len: u64,
+        stream_handle: u64,
+    ) -> PyResult<()> {
+        let mode = moe_mode(mode)?;
+        let s = stream(&self.comm, stream_handle)?;
+        // SAFETY: the spans are live tensors' storage (the Python layer passes `data_ptr()` and
+        // their byte sizes and keeps the tensors alive until the stream reaches this work, as
+        // for `collective`); the runtime checks each lies in one device allocation of this
+        // rank's context with the bytes the shape needs.
+        unsafe {
+            self.comm.moe_dispatch(
+                &layer.layer,
+                mode,
+                tokens,
+                span(x_ptr, x_len),
+                span(idx_ptr, idx_len),
+                span(weights_ptr, weights_len),
+                &s,
+            )
+        }
+        .map_err(|e| py_err(py, e))
+    }
+
+    /// Enqueues the combine of the layer's last dispatch: `expert_out` (`rows_max x hidden`)
+    /// in, `out` (`tokens x hidden`) out, as (address, bytes) pairs. Collective.
+    #[pyo3(signature = (layer, mode, expert_out_ptr, expert_out_len, out_ptr, out_len, stream_handle))]
+    #[allow(clippy::too_many_arguments)]
+    fn moe_combine(
+        &self,
+        py: Python<'_>,
+        layer: &PyMoeLayer,
+        mode: &str,
+        expert_out_ptr: u64,
+        expert_out_len: u64,
+        out_ptr: u64,
+        out_len: u64,
+        stream_handle: u64,
+    ) -> PyResult<()> {
+        let mode = moe_mode(mode)?;
+        let s = stream(&self.comm, stream_handle)?;
+        // SAFETY: as in `moe_dispatch`.
+        unsafe {
+            self.comm.moe_combine(
+                &layer.layer,
+                mode,
+                span(expert_out_ptr, expert_out_len),
+                span(out_ptr, out_len),
+                &s,
+            )
+        }
+        .map_err(|e| py_err(py, e))
+    }
+
+    /// Reads and clears the layer's counters: (skipped invalid indices, dropped rows). Waits
+    /// for this rank's GPU.
+    fn moe_status(&self, py: Python<'_>, layer: &PyMoeLayer) -> PyResult<(u32, u32)> {
+        let comm = &self.comm;
+        let st = py
+            .allow_threads(|| comm.moe_status(&layer.layer))
+            .map_err(|e| py_err(py, e))?;
+        Ok((st.invalid, st.dropped))
+    }
+
+    /// Collective, not while capturing: an all-to-allv layer for elements of `elem` bytes
+    /// (1, 2, 4, 8 or 16) with room for `out_max` received elements.
+    fn a2av_layer(
+        &self,
+        py: Python<'_>,
+        elem: u64,
+        out_max: u64,
+        stream_handle: u64,
+    ) -> PyResult<PyA2avLayer> {
+        let s = stream(&self.comm, stream_handle)?;
+        let comm = &self.comm;
+        let (layer, output_ptr) = py
+            .allow_threads(|| {
+                let layer = comm.a2av_layer(elem, out_max, &s)?;
+                let out = comm.ptr(comm.rank(), layer.output())?;
+                Ok((layer, out))
+            })
+            .map_err(|e| py_err(py, e))?;
+        Ok(PyA2avLayer {
+            layer,
+            output_ptr,
+            elem,
+        })
+    }
+
+    /// Enqueues an all-to-allv whose counts stay on the device: `send_counts` and
+    /// `recv_counts` hold `world` i64 element counts, `input` the elements packed by
+    /// destination; the output is the layer's. Collective.
+    #[pyo3(signature = (layer, send_counts_ptr, send_counts_len, input_ptr, input_len, recv_counts_ptr, recv_counts_len, stream_handle))]
+    #[allow(clippy::too_many_arguments)]
+    fn all_to_allv_device(
+        &self,
+        py: Python<'_>,
+        layer: &PyA2avLayer,
+        send_counts_ptr: u64,
+        send_counts_len: u64,
+        input_ptr: u64,
+        input_len: u64,
+        recv_counts_ptr: u64,
+        recv_counts_len: u64,
+        stream_handle: u64,
+    ) -> PyResult<()> {
+        let s = stream(&self.comm, stream_handle)?;
+        // SAFETY: as in `moe_dispatch`.
+        unsafe {
+            self.comm.all_to_allv_device(
+                &layer.layer,
+                span(send_counts_ptr, send_counts_len),
+                span(input_ptr, input_len),
+                span(recv_counts_ptr, recv_counts_len),
+                &s,
+            )
+        }
+        .map_err(|e| py_err(py, e))
+    }
+
+    /// Reads and clears the all-to-allv layer's count of dropped elements (waits for this
+    /// rank's GPU).
+    fn a2av_dropped(&self, py: Python<'_>, layer: &PyA2avLayer) -> PyResult<u32> {
+        let comm = &self.comm;
+        py.allow_threads(|| comm.a2av_dropped(&layer.layer))
+            .map_err(|e| py_err(py, e))
     }
 }
 

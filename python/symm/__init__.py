@@ -4,7 +4,8 @@ On the GPU, from PyTorch (:func:`init` inside torchrun or symm-run): symmetric t
 (:func:`empty`, :func:`zeros`), collectives on torch's current stream
 (:func:`all_reduce`, :func:`all_gather_into_tensor`, :func:`reduce_scatter_tensor`,
 :func:`all_to_all_single`, :func:`broadcast`) that CUDA graphs can capture, and peer memory
-for users' own kernels (:func:`rendezvous`). torch is imported by :func:`init`, not before.
+for users' own kernels (:func:`rendezvous`), and MoE dispatch and combine (:mod:`symm.moe`).
+torch is imported by :func:`init`, not before.
 
 On the host, with no GPU: the deterministic simulator (:func:`simulate`) and its reference
 (:func:`reference`), trace decoding (:class:`Trace`) and the cost model (:mod:`symm.cost`).
@@ -21,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from . import _arrays, _symm, cost
+from . import _arrays, _symm, cost, moe
 from ._gpu import (
     SIGNAL_SLOTS,
     SymmHandle,
@@ -80,6 +81,7 @@ __all__ = [
     "Trace",
     "TraceError",
     "cost",
+    "moe",
     "names",
     "reference",
     "simulate",

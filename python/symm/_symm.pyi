@@ -52,6 +52,28 @@ class Block:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
+class MoeLayer:
+    """A MoE layer's symmetric block (released when dropped)."""
+
+    rows_ptr: int
+    spans_ptr: int
+    experts: int
+    topk: int
+    tokens_max: int
+    hidden: int
+    rows_max: int
+    local_experts: int
+    dtype: str
+    block: tuple[int, int]
+    tokens: int
+
+class A2avLayer:
+    """An all-to-allv layer whose output holds ``out_max`` elements of ``elem`` bytes."""
+
+    output_ptr: int
+    elem: int
+    out_max: int
+
 class GpuComm:
     """One rank of a GPU job (the runtime behind :mod:`symm`'s torch functions)."""
 
@@ -85,3 +107,16 @@ class GpuComm:
     def host_loop_us(self, collective: str, nbytes: int, dtype: str, op: str, in_ptr: int,
                      in_len: int, out_ptr: int, out_len: int, stream_handle: int, iters: int,
                      algorithm: Optional[str] = ..., channels: Optional[int] = ...) -> float: ...
+    def moe_layer(self, experts: int, topk: int, tokens_max: int, hidden: int, dtype: str,
+                  stream_handle: int, rows_max: Optional[int] = ...) -> MoeLayer: ...
+    def moe_dispatch(self, layer: MoeLayer, mode: str, tokens: int, x_ptr: int, x_len: int,
+                     idx_ptr: int, idx_len: int, weights_ptr: int, weights_len: int,
+                     stream_handle: int) -> None: ...
+    def moe_combine(self, layer: MoeLayer, mode: str, expert_out_ptr: int, expert_out_len: int,
+                    out_ptr: int, out_len: int, stream_handle: int) -> None: ...
+    def moe_status(self, layer: MoeLayer) -> tuple[int, int]: ...
+    def a2av_layer(self, elem: int, out_max: int, stream_handle: int) -> A2avLayer: ...
+    def all_to_allv_device(self, layer: A2avLayer, send_counts_ptr: int, send_counts_len: int,
+                           input_ptr: int, input_len: int, recv_counts_ptr: int,
+                           recv_counts_len: int, stream_handle: int) -> None: ...
+    def a2av_dropped(self, layer: A2avLayer) -> int: ...
