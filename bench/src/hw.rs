@@ -60,7 +60,8 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     let one_process = a.one_process;
     let bench_on = all || bench_flag;
     let selftest_on = all || selftest_flag;
-    let correctness = all || (!bench_flag && !selftest_flag);
+    let moe_only = a.moe && !all;
+    let correctness = all || (!bench_flag && !selftest_flag && !moe_only);
     let max_bytes = a.max_bytes.unwrap_or(u64::MAX);
     let cycles = a
         .leak_cycles
@@ -111,7 +112,9 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
         if !one_process {
             let mut phases = Vec::new();
             if correctness {
-                phases.extend(["correct", "leak", "death"]);
+                phases.extend(["correct", "moe", "leak", "death"]);
+            } else if moe_only {
+                phases.push("moe");
             }
             let p = comm::Params {
                 max_bytes,

@@ -72,6 +72,10 @@ pub(crate) struct CheckArgs {
     /// Only the selftest: a Wait with no Signal must fail within the deadline, naming the slot.
     #[arg(long)]
     pub selftest_timeout: bool,
+    /// Only the MoE phase: dispatch, combine and the device-count all-to-allv against the host
+    /// reference (graph replays included), and their latency.
+    #[arg(long)]
+    pub moe: bool,
     /// Correctness, the quick bench and the selftest in one run.
     #[arg(long)]
     pub all: bool,

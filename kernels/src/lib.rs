@@ -27,6 +27,8 @@ pub const INTERP_CU: &str = include_str!("../symm/interp.cu");
 pub const EXAMPLES_CU: &str = include_str!("../symm/examples.cu");
 /// Signals between ranks on the stream (`symm_user_signal`).
 pub const SIGNALS_CU: &str = include_str!("../symm/signals.cu");
+/// MoE dispatch and combine, and the all-to-allv with device counts.
+pub const MOE_CU: &str = include_str!("../symm/moe.cu");
 
 /// Element semantics and the reductions of the interpreter (binary and k-way).
 pub const REDUCE_CUH: &str = include_str!("../symm/reduce.cuh");
@@ -133,14 +135,36 @@ pub const SIGNALS: Variant = Variant {
     multicast: false,
 };
 
+/// The dispatch kernel's entry point.
+pub const MOE_DISPATCH_ENTRY: &str = "symm_moe_dispatch";
+/// The combine kernel's entry point.
+pub const MOE_COMBINE_ENTRY: &str = "symm_moe_combine";
+/// The all-to-allv kernel's entry point.
+pub const A2AV_ENTRY: &str = "symm_all_to_allv";
+/// Threads per block of the MoE kernels.
+pub const MOE_THREADS: u32 = 512;
+/// Tokens a dispatch block routes at a time (`SYMM_MOE_CHUNK`).
+pub const MOE_CHUNK: u32 = 32;
+
+/// MoE dispatch and combine (`symm_core::moe`) and the all-to-allv with device counts.
+pub const MOE: Variant = Variant {
+    name: "moe",
+    file: "symm/moe.cu",
+    source: MOE_CU,
+    defines: &[],
+    entries: &[MOE_DISPATCH_ENTRY, MOE_COMBINE_ENTRY, A2AV_ENTRY],
+    multicast: false,
+};
+
 /// Every variant (CI compiles them all for sm_90).
-pub const ALL: [Variant; 6] = [
+pub const ALL: [Variant; 7] = [
     INTERP,
     INTERP_TRACE,
     INTERP_MULTIMEM,
     INTERP_MULTIMEM_TRACE,
     EXAMPLES,
     SIGNALS,
+    MOE,
 ];
 
 /// The interpreter variant for a tracing choice (never a multicast one).

@@ -148,6 +148,8 @@ pub enum CudaError {
     Heap(HeapError),
     /// A request does not schedule.
     Sched(SchedError),
+    /// A mixture-of-experts shape or token count is refused.
+    Moe(symm_core::moe::MoeError),
     /// A team could not be formed, or a request does not map onto it.
     Team(TeamError),
     /// The signal-pad layout refused a key or size.

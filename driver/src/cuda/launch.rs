@@ -62,6 +62,24 @@ impl Kernel {
         unsafe { self.launch_args(stream, grid, block, &mut args) }
     }
 
+    /// Launches with one parameter block passed by value and `shared` bytes of dynamic shared
+    /// memory (context bound by the caller).
+    ///
+    /// # Safety
+    /// As [`Kernel::launch`]; `shared` must be what the kernel expects and at most 48 KiB.
+    pub unsafe fn launch_smem<P>(
+        &self,
+        stream: &Stream,
+        grid: u32,
+        block: u32,
+        shared: u32,
+        params: &P,
+    ) -> Result<()> {
+        let mut args = [params as *const P as *mut c_void];
+        // SAFETY: as in `launch`.
+        unsafe { self.launch_with(stream, grid, block, shared, &mut args) }
+    }
+
     /// Launches with an argument list of pointers to each parameter.
     ///
     /// # Safety
@@ -71,6 +89,22 @@ impl Kernel {
         stream: &Stream,
         grid: u32,
         block: u32,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_with(stream, grid, block, 0, args) }
+    }
+
+    /// Launches with an argument list and `shared` bytes of dynamic shared memory.
+    ///
+    /// # Safety
+    /// As [`Kernel::launch_args`].
+    unsafe fn launch_with(
+        &self,
+        stream: &Stream,
+        grid: u32,
+        block: u32,
+        shared: u32,
         args: &mut [*mut c_void],
     ) -> Result<()> {
         let api = driver()?;
@@ -84,7 +118,7 @@ impl Kernel {
                 block,
                 1,
                 1,
-                0,
+                shared,
                 stream.raw,
                 args.as_mut_ptr(),
                 core::ptr::null_mut(),

@@ -49,7 +49,10 @@ pub mod vmm;
 pub mod world;
 
 pub use bounds::{Buffers, MAX_HEAP_BYTES, MAX_WAIT};
-pub use comm::{Capture, Comm, CommGraph, CommOptions, CommTeam, Span};
+pub use comm::{
+    A2avLayer, Capture, Comm, CommGraph, CommOptions, CommTeam, MoeLayer, MoeStatus, Span,
+    TokenType, MAX_GPU_EXPERTS,
+};
 pub use copy_engine::CopyEngine;
 pub use device::Stream;
 pub use device_plan::DevicePlan;

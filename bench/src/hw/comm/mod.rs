@@ -20,6 +20,8 @@ mod correct;
 mod engines;
 mod fold;
 mod life;
+mod moe;
+mod moe_a2av;
 mod streams;
 
 use std::ffi::OsString;
@@ -300,6 +302,7 @@ pub fn rank(a: &crate::RankArgs) -> Result<(), String> {
     let _ = REPORT.set(report.clone());
     let checks = match phase {
         "correct" => correct::run(&p)?,
+        "moe" => moe::run(&p)?,
         "leak" => vec![Check::timed("leak check across processes", 1, || {
             life::leak(&p)
         })],

@@ -207,7 +207,7 @@ impl Comm {
     }
 
     /// Fails unless `s` lies inside one device allocation of this rank's context.
-    fn check_device_span(&self, s: Span) -> Result<()> {
+    pub(super) fn check_device_span(&self, s: Span) -> Result<()> {
         let bad = CudaError::NotDeviceMemory {
             ptr: s.ptr,
             len: s.len,

@@ -74,6 +74,7 @@ impl fmt::Display for CudaError {
             }
             CudaError::Heap(e) => write!(f, "heap: {e}"),
             CudaError::Sched(e) => write!(f, "request: {e}"),
+            CudaError::Moe(e) => write!(f, "MoE: {e}"),
             CudaError::Team(e) => write!(f, "team: {e}"),
             CudaError::Signal(e) => write!(f, "signal pad: {e}"),
             CudaError::FlagForm(e) => write!(f, "copy-engine path: {e}"),
@@ -232,6 +233,7 @@ impl std::error::Error for CudaError {
         match self {
             CudaError::Heap(e) => Some(e),
             CudaError::Sched(e) => Some(e),
+            CudaError::Moe(e) => Some(e),
             CudaError::Team(e) => Some(e),
             CudaError::Signal(e) => Some(e),
             CudaError::FlagForm(e) => Some(e),

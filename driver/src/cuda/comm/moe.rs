@@ -1,0 +1,727 @@
+//! MoE dispatch and combine on the GPU, and the all-to-allv whose counts stay on the device
+//! (`kernels/symm/moe.cu`; the layout and protocol are `symm_core::moe`'s).
+//!
+//! * **A layer** ([`Comm::moe_layer`], collective) holds one symmetric block sized from a
+//!   [`MoeConfig`]: two halves of staging rows and tagged header words for dispatch and for
+//!   combine, and this rank's local state (epochs, routing slots, combine metadata, the expert
+//!   rows and their spans). It is zeroed and the ranks meet before any kernel writes into it.
+//! * **No host synchronisation.** [`Comm::moe_dispatch`] and [`Comm::moe_combine`] read the
+//!   routing, the weights and the tokens where the user's kernels wrote them, exchange counts
+//!   through the tagged headers and compute every offset on the device. The epoch lives in the
+//!   layer's state, so a captured graph replays them as they are.
+//! * **Modes.** [`Mode::LowLatency`] is one kernel per call with a few blocks (at most
+//!   [`LL_MAX_TOKENS`] tokens); [`Mode::Normal`] a send kernel and a receive kernel with many
+//!   blocks. Results are the same.
+//! * **Bounds.** Token counts are checked on the host; expert indices and peers' counts on the
+//!   device, where invalid indices are skipped and rows past `rows_max` dropped, both counted
+//!   ([`Comm::moe_status`]). Every user span is checked to lie in one device allocation of
+//!   this rank's context, with exactly the bytes the shape needs.
+//! * **All-to-allv** ([`Comm::all_to_allv_device`]): counts in device memory, the received
+//!   counts written back to device memory, the output a fixed region of its own layer
+//!   ([`Comm::a2av_layer`]).
+
+use std::sync::Arc;
+
+use symm_core::moe::{Mode, MoeConfig, MoeError};
+use symm_core::sched::MAX_CHANNELS;
+
+use super::{Comm, ABORT_BYTES};
+use crate::cuda::compile::{self, Compiler};
+use crate::cuda::device::{self, Stream};
+use crate::cuda::error::{CudaError, Result};
+use crate::cuda::examples::SymmWorld;
+use crate::cuda::launch::{Kernel, RECORD_BYTES};
+use crate::cuda::Span;
+
+/// Most experts a layer may have on the GPU (routing counts live in shared memory).
+pub const MAX_GPU_EXPERTS: u32 = 4096;
+const STATE_WORDS: u64 = 16;
+const THREADS: u32 = symm_kernels::MOE_THREADS;
+/// State word indices (`SYMM_MOE_*` in moe.cu).
+const INVALID: u64 = 4;
+const DROPPED: u64 = 5;
+
+/// The element type of tokens and expert outputs: the host reference's
+/// ([`crate::host::moe::MoeDtype`]).
+pub type TokenType = crate::host::moe::MoeDtype;
+
+fn elem(ty: TokenType) -> u64 {
+    ty.bytes() as u64
+}
+
+/// What the device found since the last [`Comm::moe_status`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeStatus {
+    /// Expert indices at or past the number of experts (skipped).
+    pub invalid: u32,
+    /// Expert rows past `rows_max`, or all-to-allv elements past the output (dropped).
+    pub dropped: u32,
+}
+
+/// Heap offsets of a layer's regions (`symm_moe_params` in moe.cu).
+#[derive(Clone, Copy, Debug, Default)]
+struct Regions {
+    hdr: u64,
+    chdr: u64,
+    stage: u64,
+    cstage: u64,
+    state: u64,
+    slots: u64,
+    cin: u64,
+    cmeta: u64,
+    totals: u64,
+    xout: u64,
+    spans: u64,
+}
+
+/// One MoE layer's symmetric block on this rank (see the module doc).
+#[derive(Debug)]
+pub struct MoeLayer {
+    owner: u64,
+    cfg: MoeConfig,
+    ty: TokenType,
+    block: u64,
+    len: u64,
+    at: Regions,
+    kernels: Arc<MoeKernels>,
+    /// Tokens of the last dispatch (combine returns that many).
+    tokens: std::sync::atomic::AtomicU32,
+}
+
+/// The loaded kernels of `moe.cu`.
+pub(crate) struct MoeKernels {
+    dispatch: Kernel,
+    combine: Kernel,
+    a2av: Kernel,
+}
+
+impl std::fmt::Debug for MoeKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MoeKernels")
+    }
+}
+
+/// `symm_moe_params`, field for field.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Params {
+    w: SymmWorld,
+    at: [u64; 11],
+    x: u64,
+    idx: u64,
+    weights: u64,
+    expert_out: u64,
+    out: u64,
+    row_bytes: u64,
+    data_bytes: u64,
+    pbytes: u64,
+    deadline_ns: u64,
+    record: u64,
+    tokens: u32,
+    tokens_max: u32,
+    hidden: u32,
+    topk: u32,
+    experts: u32,
+    local: u32,
+    rows_max: u32,
+    elem: u32,
+    phase: u32,
+    pad: u32,
+}
+
+/// `symm_a2av_params`, field for field.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct A2avParams {
+    w: SymmWorld,
+    hdr: u64,
+    done: u64,
+    out: u64,
+    state: u64,
+    send_counts: u64,
+    input: u64,
+    recv_counts: u64,
+    in_max: u64,
+    out_max: u64,
+    deadline_ns: u64,
+    record: u64,
+    elem: u32,
+    pad: u32,
+}
+
+const SEND: u32 = 1;
+const RECV: u32 = 2;
+
+/// A region list laid out from `base`, each 256-byte aligned.
+struct Carve {
+    at: u64,
+}
+
+impl Carve {
+    fn take(&mut self, bytes: u64) -> Result<u64> {
+        let start = self.at.div_ceil(256) * 256;
+        self.at = start.checked_add(bytes).ok_or(CudaError::Overflow {
+            what: "MoE layer size",
+        })?;
+        Ok(start)
+    }
+}
+
+fn regions(cfg: &MoeConfig, ty: TokenType) -> Result<(Regions, u64)> {
+    let (w, l) = (u64::from(cfg.world), u64::from(cfg.local_experts()));
+    let rows = cfg.stage_rows();
+    let mut c = Carve { at: 0 };
+    let at = Regions {
+        hdr: c.take(2 * w * (1 + l) * 8)?,
+        chdr: c.take(2 * w * 8)?,
+        stage: c.take(2 * rows * cfg.row_bytes(elem(ty)))?,
+        cstage: c.take(2 * rows * cfg.partial_bytes())?,
+        state: c.take(STATE_WORDS * 4)?,
+        slots: c.take(u64::from(cfg.tokens_max) * w * 4)?,
+        cin: c.take(w * 4)?,
+        cmeta: c.take(rows * u64::from(cfg.topk) * 8)?,
+        totals: c.take((w + u64::from(cfg.experts)) * 4)?,
+        xout: c.take(u64::from(cfg.rows_max) * u64::from(cfg.hidden) * elem(ty))?,
+        spans: c.take(l * 8)?,
+    };
+    Ok((at, c.at))
+}
+
+impl Comm {
+    fn moe_kernels(&self) -> Result<Arc<MoeKernels>> {
+        let compiler = Compiler::load(self.opts.nvrtc.as_deref())?;
+        let drv = device::driver_version()?;
+        let (cubin, _) = compile::cubin(&compiler, &symm_kernels::MOE, self.dev.arch, drv)?;
+        Ok(Arc::new(MoeKernels {
+            dispatch: Kernel::load(&self.dev, &cubin, symm_kernels::MOE_DISPATCH_ENTRY)?,
+            combine: Kernel::load(&self.dev, &cubin, symm_kernels::MOE_COMBINE_ENTRY)?,
+            a2av: Kernel::load(&self.dev, &cubin, symm_kernels::A2AV_ENTRY)?,
+        }))
+    }
+
+    /// Collective, not while capturing: allocates and zeroes a block of `len` bytes on every
+    /// rank, and returns once every rank's block is zeroed (so no peer's first write is lost).
+    fn zeroed_block(&self, len: u64, stream: &Stream) -> Result<u64> {
+        let block = self.alloc_block(len, stream)?;
+        self.heap_fill(block, len, 0)?;
+        self.dev.synchronize()?;
+        self.exchange(b"moe layer zeroed")?;
+        Ok(block)
+    }
+
+    /// Collective: a layer for `cfg` with tokens of type `ty` (compiles the kernels on first
+    /// use; not while `stream` captures a graph).
+    pub fn moe_layer(&self, cfg: MoeConfig, ty: TokenType, stream: &Stream) -> Result<MoeLayer> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        let cfg = cfg.checked().map_err(CudaError::Moe)?;
+        if cfg.world != self.world {
+            return Err(CudaError::SizeMismatch {
+                what: "ranks in the MoE shape",
+                have: u64::from(cfg.world),
+                want: u64::from(self.world),
+            });
+        }
+        if cfg.experts > MAX_GPU_EXPERTS {
+            return Err(CudaError::TooLarge {
+                what: "experts of a GPU MoE layer",
+                size: u64::from(cfg.experts),
+                limit: u64::from(MAX_GPU_EXPERTS),
+            });
+        }
+        let (rel, len) = regions(&cfg, ty)?;
+        let kernels = self.moe_kernels()?;
+        let block = self.zeroed_block(len, stream)?;
+        let shift = |o: u64| block + o;
+        let at = Regions {
+            hdr: shift(rel.hdr),
+            chdr: shift(rel.chdr),
+            stage: shift(rel.stage),
+            cstage: shift(rel.cstage),
+            state: shift(rel.state),
+            slots: shift(rel.slots),
+            cin: shift(rel.cin),
+            cmeta: shift(rel.cmeta),
+            totals: shift(rel.totals),
+            xout: shift(rel.xout),
+            spans: shift(rel.spans),
+        };
+        Ok(MoeLayer {
+            owner: self.id,
+            cfg,
+            ty,
+            block,
+            len,
+            at,
+            kernels,
+            tokens: std::sync::atomic::AtomicU32::new(0),
+        })
+    }
+
+    fn own_layer(&self, layer: &MoeLayer) -> Result<()> {
+        if layer.owner != self.id {
+            return Err(CudaError::WrongOwner {
+                what: "the MoE layer",
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks a user span: exactly `want` bytes in this rank's buffer area or in one device
+    /// allocation of this context.
+    fn moe_span(&self, what: &'static str, s: Span, want: u64) -> Result<()> {
+        if s.len != want {
+            return Err(CudaError::SizeMismatch {
+                what,
+                have: s.len,
+                want,
+            });
+        }
+        if want > 0 && self.heap_offset(s).is_none() {
+            self.check_device_span(s)?;
+        }
+        Ok(())
+    }
+
+    fn record_addr(&self) -> u64 {
+        self.host.dev + (ABORT_BYTES + (MAX_CHANNELS as usize - 1) * RECORD_BYTES) as u64
+    }
+
+    fn deadline_ns(&self) -> u64 {
+        self.sharing
+            .deadline(self.opts.timeout)
+            .as_nanos()
+            .min(u64::MAX as u128) as u64
+    }
+
+    fn params(&self, layer: &MoeLayer, tokens: u32) -> Params {
+        let (c, a) = (&layer.cfg, &layer.at);
+        Params {
+            w: self.symm_world(),
+            at: [
+                a.hdr, a.chdr, a.stage, a.cstage, a.state, a.slots, a.cin, a.cmeta, a.totals,
+                a.xout, a.spans,
+            ],
+            x: 0,
+            idx: 0,
+            weights: 0,
+            expert_out: 0,
+            out: 0,
+            row_bytes: c.row_bytes(elem(layer.ty)),
+            data_bytes: c.data_bytes(elem(layer.ty)),
+            pbytes: c.partial_bytes(),
+            deadline_ns: self.deadline_ns(),
+            record: self.record_addr(),
+            tokens,
+            tokens_max: c.tokens_max,
+            hidden: c.hidden,
+            topk: u32::from(c.topk),
+            experts: c.experts,
+            local: c.local_experts(),
+            rows_max: c.rows_max,
+            elem: elem(layer.ty) as u32,
+            phase: 0,
+            pad: 0,
+        }
+    }
+
+    /// Launches `kernel` once per phase list entry: `(phase, blocks)`.
+    fn moe_launch(
+        &self,
+        kernel: &Kernel,
+        layer_block: (u64, u64),
+        mut p: Params,
+        launches: &[(u32, u32)],
+        smem: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        if stream.is_capturing()? {
+            self.pin_to_capture(stream, &[(layer_block.0, layer_block.1)])?;
+        }
+        self.dev.bind()?;
+        let _order = self.launch_lock()?;
+        for &(phase, blocks) in launches {
+            p.phase = phase;
+            // SAFETY: `Params` is `symm_moe_params` field for field; every heap offset lies in
+            // the layer's block (checked against the buffer area when the layer was made and
+            // owned by this Comm), the user spans were checked to lie in device allocations of
+            // this context with the bytes the shape needs, and the kernel bounds every index
+            // it reads from memory by the shape.
+            let r = unsafe { kernel.launch_smem(stream, blocks, THREADS, smem, &p) };
+            if let Err(e) = &r {
+                self.poison(e);
+                return r;
+            }
+        }
+        Ok(())
+    }
+
+    /// `(phase, blocks)` per launch. Blocks that wait for peers spin: on a GPU the ranks share,
+    /// every rank's waiting blocks together must leave room (the kernels are built for two
+    /// blocks of [`THREADS`] per SM), so they get at most 128 over the world there.
+    fn moe_grids(&self, mode: Mode, tokens: u32, cfg: &MoeConfig) -> Vec<(u32, u32)> {
+        let w = u32::from(cfg.world);
+        let shared = self.sharing.time_sliced() || self.topology_shared();
+        let waiting = if shared { (128 / w).clamp(2, 64) } else { 128 };
+        match mode {
+            Mode::LowLatency => vec![(SEND | RECV, waiting)],
+            _ => {
+                let send = tokens.div_ceil(4).clamp(1, if shared { 96 } else { 256 });
+                let rows = u32::try_from(cfg.stage_rows()).unwrap_or(u32::MAX);
+                vec![(SEND, send), (RECV, rows.div_ceil(4).clamp(1, waiting))]
+            }
+        }
+    }
+
+    fn topology_shared(&self) -> bool {
+        self.topology() == symm_core::cost::Topology::SharedDevice
+    }
+
+    /// Enqueues a dispatch of `tokens` tokens on `stream`: `x` holds `tokens x hidden`
+    /// elements, `idx` `tokens x topk` i64 expert indices, `weights` `tokens x topk` f32. The
+    /// expert rows land in the layer ([`MoeLayer::expert_rows`], spans at
+    /// [`MoeLayer::spans_ptr`]). Collective: every rank dispatches on the layer in the same
+    /// order; token counts may differ.
+    ///
+    /// # Safety
+    /// The spans must stay allocated and unchanged until the enqueued work has finished, as for
+    /// any copy the caller enqueues on `stream`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn moe_dispatch(
+        &self,
+        layer: &MoeLayer,
+        mode: Mode,
+        tokens: u32,
+        x: Span,
+        idx: Span,
+        weights: Span,
+        stream: &Stream,
+    ) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        self.own_stream(stream)?;
+        self.own_layer(layer)?;
+        let c = layer.cfg;
+        c.check_tokens(tokens, mode).map_err(CudaError::Moe)?;
+        let t = u64::from(tokens);
+        self.moe_span("token bytes", x, t * u64::from(c.hidden) * elem(layer.ty))?;
+        self.moe_span("expert index bytes", idx, t * u64::from(c.topk) * 8)?;
+        self.moe_span("weight bytes", weights, t * u64::from(c.topk) * 4)?;
+        let mut p = self.params(layer, tokens);
+        (p.x, p.idx, p.weights) = (x.ptr, idx.ptr, weights.ptr);
+        let w = u32::from(c.world);
+        let chunk = symm_kernels::MOE_CHUNK;
+        let send = (w + c.experts + chunk * w + chunk * u32::from(c.topk)) * 4;
+        let recv = (w + 2 * w * c.local_experts()) * 4;
+        let grids = self.moe_grids(mode, tokens, &c);
+        self.moe_launch(
+            &layer.kernels.dispatch,
+            layer.block(),
+            p,
+            &grids,
+            send.max(recv),
+            stream,
+        )?;
+        layer
+            .tokens
+            .store(tokens, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Enqueues the combine of the layer's last dispatch: `expert_out` holds `rows_max x
+    /// hidden` elements (the experts' outputs in the rows dispatch filled), `out` receives
+    /// `tokens x hidden` elements, each token's weighted sum in its original place.
+    ///
+    /// # Safety
+    /// As [`Comm::moe_dispatch`].
+    pub unsafe fn moe_combine(
+        &self,
+        layer: &MoeLayer,
+        mode: Mode,
+        expert_out: Span,
+        out: Span,
+        stream: &Stream,
+    ) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        self.own_stream(stream)?;
+        self.own_layer(layer)?;
+        let c = layer.cfg;
+        let tokens = layer.tokens.load(std::sync::atomic::Ordering::Relaxed);
+        c.check_tokens(tokens, mode).map_err(CudaError::Moe)?;
+        let es = elem(layer.ty);
+        let rows = u64::from(c.rows_max) * u64::from(c.hidden) * es;
+        self.moe_span("expert output bytes", expert_out, rows)?;
+        self.moe_span(
+            "combined bytes",
+            out,
+            u64::from(tokens) * u64::from(c.hidden) * es,
+        )?;
+        let mut p = self.params(layer, tokens);
+        (p.expert_out, p.out) = (expert_out.ptr, out.ptr);
+        let grids = match mode {
+            Mode::LowLatency => self.moe_grids(mode, tokens, &c),
+            _ => {
+                let g = self.moe_grids(mode, tokens, &c);
+                vec![(SEND, g[1].1), (RECV, g[1].1)]
+            }
+        };
+        self.moe_launch(&layer.kernels.combine, layer.block(), p, &grids, 0, stream)
+    }
+
+    /// Reads and clears the layer's counters of skipped indices and dropped rows (waits for
+    /// this rank's device).
+    pub fn moe_status(&self, layer: &MoeLayer) -> Result<MoeStatus> {
+        let _ctx = device::keep_current()?;
+        self.own_layer(layer)?;
+        self.dev.synchronize()?;
+        let read = |i: u64| -> Result<u32> {
+            let b = self.read(layer.at.state + 4 * i, 4)?;
+            Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let s = MoeStatus {
+            invalid: read(INVALID)?,
+            dropped: read(DROPPED)?,
+        };
+        for i in [INVALID, DROPPED] {
+            self.heap_write(layer.at.state + 4 * i, &[0; 4])?;
+        }
+        Ok(s)
+    }
+
+    /// Reads the spans `(first row, rows)` of every local expert from the last dispatch (waits
+    /// for this rank's device).
+    pub fn moe_spans(&self, layer: &MoeLayer) -> Result<Vec<(u32, u32)>> {
+        let _ctx = device::keep_current()?;
+        self.own_layer(layer)?;
+        self.dev.synchronize()?;
+        let l = u64::from(layer.cfg.local_experts());
+        let b = self.read(layer.at.spans, l * 8)?;
+        Ok(b.chunks_exact(8)
+            .map(|c| {
+                (
+                    u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                    u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+                )
+            })
+            .collect())
+    }
+
+    /// Reads `rows` expert rows from `first` (waits for this rank's device).
+    pub fn moe_read_rows(&self, layer: &MoeLayer, first: u32, rows: u32) -> Result<Vec<u8>> {
+        self.own_layer(layer)?;
+        let row = u64::from(layer.cfg.hidden) * elem(layer.ty);
+        let end = u64::from(first) + u64::from(rows);
+        if end > u64::from(layer.cfg.rows_max) {
+            return Err(CudaError::OutOfBounds {
+                what: "expert rows",
+                offset: u64::from(first),
+                len: u64::from(rows),
+                lo: 0,
+                hi: u64::from(layer.cfg.rows_max),
+            });
+        }
+        self.dev.synchronize()?;
+        self.read(
+            layer.at.xout + u64::from(first) * row,
+            u64::from(rows) * row,
+        )
+    }
+
+    /// Collective: returns the layer's block to the heap (after this rank's device finished
+    /// with it).
+    pub fn free_moe_layer(&self, layer: MoeLayer) -> Result<()> {
+        self.own_layer(&layer)?;
+        self.dev.synchronize()?;
+        self.release_block(layer.block)
+    }
+}
+
+impl MoeLayer {
+    /// The shape.
+    pub fn config(&self) -> MoeConfig {
+        self.cfg
+    }
+
+    /// The token type.
+    pub fn token_type(&self) -> TokenType {
+        self.ty
+    }
+
+    /// Heap offset and bytes of the layer's block.
+    pub fn block(&self) -> (u64, u64) {
+        (self.block, self.len)
+    }
+
+    /// Heap offset of the expert rows (`rows_max x hidden` elements, expert major).
+    pub fn expert_rows(&self) -> u64 {
+        self.at.xout
+    }
+
+    /// Heap offset of the spans, `local_experts` pairs of u32 (first row, rows).
+    pub fn spans_ptr(&self) -> u64 {
+        self.at.spans
+    }
+
+    /// Tokens of the last dispatch.
+    pub fn tokens(&self) -> u32 {
+        self.tokens.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The all-to-allv layer: header and done words, and an output of `out_max` elements.
+#[derive(Debug)]
+pub struct A2avLayer {
+    owner: u64,
+    world: u16,
+    elem: u64,
+    out_max: u64,
+    block: u64,
+    hdr: u64,
+    done: u64,
+    out: u64,
+    state: u64,
+    kernels: Arc<MoeKernels>,
+}
+
+impl A2avLayer {
+    /// Heap offset of the output (`out_max` elements, received blocks in sender order).
+    pub fn output(&self) -> u64 {
+        self.out
+    }
+
+    /// Elements the output holds.
+    pub fn out_max(&self) -> u64 {
+        self.out_max
+    }
+}
+
+impl Comm {
+    /// Collective: an all-to-allv layer for elements of `elem` bytes with room for `out_max`
+    /// received elements.
+    pub fn a2av_layer(&self, elem: u64, out_max: u64, stream: &Stream) -> Result<A2avLayer> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        if !matches!(elem, 1 | 2 | 4 | 8 | 16) {
+            return Err(CudaError::Invalid(format!(
+                "all-to-allv elements of {elem} bytes (1, 2, 4, 8 or 16)"
+            )));
+        }
+        let w = u64::from(self.world);
+        if w > u64::from(symm_core::moe::MAX_WORLD) {
+            return Err(CudaError::Moe(MoeError::BadWorld { world: self.world }));
+        }
+        let mut c = Carve { at: 0 };
+        let hdr = c.take(2 * w * w * 8)?;
+        let done = c.take(2 * w * 8)?;
+        let state = c.take(STATE_WORDS * 4)?;
+        let out_bytes = out_max.checked_mul(elem).ok_or(CudaError::Overflow {
+            what: "all-to-allv output",
+        })?;
+        let out = c.take(out_bytes)?;
+        let kernels = self.moe_kernels()?;
+        let block = self.zeroed_block(c.at, stream)?;
+        Ok(A2avLayer {
+            owner: self.id,
+            world: self.world,
+            elem,
+            out_max,
+            block,
+            hdr: block + hdr,
+            done: block + done,
+            out: block + out,
+            state: block + state,
+            kernels,
+        })
+    }
+
+    /// Enqueues an all-to-allv on `stream` whose counts stay on the device: `send_counts`
+    /// holds `world` i64 element counts (written by a kernel), `input` the elements packed by
+    /// destination (at most `input.len / elem` are read), `recv_counts` receives `world` i64
+    /// counts (what each sender's block holds in the output, clipped to it). The output is the
+    /// layer's ([`A2avLayer::output`]), blocks in sender order. Collective.
+    ///
+    /// # Safety
+    /// As [`Comm::moe_dispatch`].
+    pub unsafe fn all_to_allv_device(
+        &self,
+        layer: &A2avLayer,
+        send_counts: Span,
+        input: Span,
+        recv_counts: Span,
+        stream: &Stream,
+    ) -> Result<()> {
+        let _ctx = device::keep_current()?;
+        self.live()?;
+        self.own_stream(stream)?;
+        if layer.owner != self.id {
+            return Err(CudaError::WrongOwner {
+                what: "the all-to-allv layer",
+            });
+        }
+        let w = u64::from(layer.world);
+        self.moe_span("send count bytes", send_counts, w * 8)?;
+        self.moe_span("receive count bytes", recv_counts, w * 8)?;
+        if !input.len.is_multiple_of(layer.elem) {
+            return Err(CudaError::SizeMismatch {
+                what: "input bytes (a multiple of the element size)",
+                have: input.len,
+                want: input.len / layer.elem * layer.elem,
+            });
+        }
+        if input.len > 0 && self.heap_offset(input).is_none() {
+            self.check_device_span(input)?;
+        }
+        let in_max = input.len / layer.elem;
+        let blocks = (in_max * layer.elem).div_ceil(1 << 16).clamp(1, 32) as u32;
+        let p = A2avParams {
+            w: self.symm_world(),
+            hdr: layer.hdr,
+            done: layer.done,
+            out: layer.out,
+            state: layer.state,
+            send_counts: send_counts.ptr,
+            input: input.ptr,
+            recv_counts: recv_counts.ptr,
+            in_max,
+            out_max: layer.out_max,
+            deadline_ns: self.deadline_ns(),
+            record: self.record_addr(),
+            elem: layer.elem as u32,
+            pad: 0,
+        };
+        let smem = (w * w * 4) as u32;
+        if stream.is_capturing()? {
+            self.pin_to_capture(
+                stream,
+                &[(
+                    layer.block,
+                    layer.out - layer.block + layer.out_max * layer.elem,
+                )],
+            )?;
+        }
+        self.dev.bind()?;
+        let _order = self.launch_lock()?;
+        // SAFETY: `A2avParams` is `symm_a2av_params` field for field; the heap offsets lie in
+        // the layer's block, the spans were checked above, and the kernel clips every count it
+        // reads to the input and the output.
+        let r = unsafe {
+            layer
+                .kernels
+                .a2av
+                .launch_smem(stream, blocks, THREADS, smem, &p)
+        };
+        if let Err(e) = &r {
+            self.poison(e);
+        }
+        r
+    }
+
+    /// Reads and clears the all-to-allv layer's dropped-element count (waits for the device).
+    pub fn a2av_dropped(&self, layer: &A2avLayer) -> Result<u32> {
+        self.dev.synchronize()?;
+        let b = self.read(layer.state + 4 * DROPPED, 4)?;
+        self.heap_write(layer.state + 4 * DROPPED, &[0; 4])?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
