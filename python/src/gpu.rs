@@ -217,6 +217,7 @@ impl Drop for PyMoeLayer {
 /// `elem` bytes.
 #[pyclass(module = "symm._symm", name = "A2avLayer", frozen)]
 pub struct PyA2avLayer {
+    comm: Arc<Comm>,
     layer: A2avLayer,
     /// This rank's device address of the output.
     #[pyo3(get)]
@@ -232,6 +233,13 @@ impl PyA2avLayer {
     #[getter]
     fn out_max(&self) -> u64 {
         self.layer.out_max()
+    }
+}
+
+impl Drop for PyA2avLayer {
+    fn drop(&mut self) {
+        // Local and non-blocking, as for a `MoeLayer`.
+        let _ = self.comm.release_block(self.layer.block());
     }
 }
 
@@ -702,6 +710,7 @@ impl GpuComm {
             })
             .map_err(|e| py_err(py, e))?;
         Ok(PyA2avLayer {
+            comm: Arc::clone(&self.comm),
             layer,
             output_ptr,
             elem,

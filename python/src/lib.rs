@@ -563,5 +563,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_SIM_BYTES", MAX_SIM_BYTES)?;
     m.add_class::<gpu::GpuComm>()?;
     m.add_class::<gpu::Block>()?;
+    m.add_class::<gpu::PyMoeLayer>()?;
+    m.add_class::<gpu::PyA2avLayer>()?;
     Ok(())
 }

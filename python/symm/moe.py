@@ -451,8 +451,9 @@ _a2av_cache: dict[tuple[Any, Any, int], AllToAllv] = {}
 def all_to_allv(input: Any, send_counts: Any, out_max: int, *,
                 stream: Any = None) -> tuple[Any, Any]:
     """:class:`AllToAllv` as a function: the first call for a dtype and ``out_max`` makes
-    the layer (collective, not in a graph capture), later ones reuse it, so their outputs
-    share memory. Returns ``(output view [out_max], recv_counts)``.
+    the layer (collective, not in a graph capture: every rank passes the same ``out_max``),
+    later ones reuse it, so their outputs share memory. Returns
+    ``(output view [out_max], recv_counts)``.
     """
     j = _gpu._get()
     out_max = _check_out_max(out_max)

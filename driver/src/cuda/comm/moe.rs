@@ -594,6 +594,11 @@ impl A2avLayer {
     pub fn out_max(&self) -> u64 {
         self.out_max
     }
+
+    /// Heap offset of the layer's block (what [`Comm::release_block`] takes).
+    pub fn block(&self) -> u64 {
+        self.block
+    }
 }
 
 impl Comm {
