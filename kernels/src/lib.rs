@@ -27,8 +27,12 @@ pub const INTERP_CU: &str = include_str!("../symm/interp.cu");
 pub const EXAMPLES_CU: &str = include_str!("../symm/examples.cu");
 /// Signals between ranks on the stream (`symm_user_signal`).
 pub const SIGNALS_CU: &str = include_str!("../symm/signals.cu");
-/// MoE dispatch and combine, and the all-to-allv with device counts.
+/// MoE dispatch and combine.
 pub const MOE_CU: &str = include_str!("../symm/moe.cu");
+/// The all-to-allv with device counts.
+pub const A2AV_CU: &str = include_str!("../symm/a2av.cu");
+/// What the MoE kernels and the all-to-allv share: parameters, tagged words, bounded waits.
+pub const MOE_CUH: &str = include_str!("../symm/moe.cuh");
 
 /// Element semantics and the reductions of the interpreter (binary and k-way).
 pub const REDUCE_CUH: &str = include_str!("../symm/reduce.cuh");
@@ -37,11 +41,12 @@ pub const REDUCE_CUH: &str = include_str!("../symm/reduce.cuh");
 pub const OPS_CUH: &str = include_str!("../symm/ops.cuh");
 
 /// Headers by include name.
-pub const HEADERS: [(&str, &str); 4] = [
+pub const HEADERS: [(&str, &str); 5] = [
     ("symm/plan.cuh", PLAN_CUH),
     ("symm/device.cuh", DEVICE_CUH),
     ("symm/reduce.cuh", REDUCE_CUH),
     ("symm/ops.cuh", OPS_CUH),
+    ("symm/moe.cuh", MOE_CUH),
 ];
 
 /// The interpreter's entry point.
@@ -146,18 +151,28 @@ pub const MOE_THREADS: u32 = 512;
 /// Tokens a dispatch block routes at a time (`SYMM_MOE_CHUNK`).
 pub const MOE_CHUNK: u32 = 32;
 
-/// MoE dispatch and combine (`symm_core::moe`) and the all-to-allv with device counts.
+/// MoE dispatch and combine (`symm_core::moe`).
 pub const MOE: Variant = Variant {
     name: "moe",
     file: "symm/moe.cu",
     source: MOE_CU,
     defines: &[],
-    entries: &[MOE_DISPATCH_ENTRY, MOE_COMBINE_ENTRY, A2AV_ENTRY],
+    entries: &[MOE_DISPATCH_ENTRY, MOE_COMBINE_ENTRY],
+    multicast: false,
+};
+
+/// The all-to-allv with device counts.
+pub const A2AV: Variant = Variant {
+    name: "a2av",
+    file: "symm/a2av.cu",
+    source: A2AV_CU,
+    defines: &[],
+    entries: &[A2AV_ENTRY],
     multicast: false,
 };
 
 /// Every variant (CI compiles them all for sm_90).
-pub const ALL: [Variant; 7] = [
+pub const ALL: [Variant; 8] = [
     INTERP,
     INTERP_TRACE,
     INTERP_MULTIMEM,
@@ -165,6 +180,7 @@ pub const ALL: [Variant; 7] = [
     EXAMPLES,
     SIGNALS,
     MOE,
+    A2AV,
 ];
 
 /// The interpreter variant for a tracing choice (never a multicast one).

@@ -93,15 +93,20 @@ fn enqueue(comm: &Comm, l: &A2avLayer, b: &Bufs, stream: &Stream) -> Result<(), 
     unsafe { comm.all_to_allv_device(l, c, i, r, stream) }.map_err(e)
 }
 
-fn round(comm: &Comm, b: &Bufs, raw: &[i64]) -> Result<(), String> {
-    let (me, w) = (usize::from(comm.rank()), usize::from(comm.world()));
-    let inputs: Vec<Vec<f32>> = (0..w)
+/// Every rank's input: element i of rank r is r * 4096 + i, exact in f32.
+fn rank_inputs(world: usize) -> Vec<Vec<f32>> {
+    (0..world)
         .map(|r| {
             (0..IN_MAX)
                 .map(|i| (r as f32) * 4096.0 + i as f32)
                 .collect()
         })
-        .collect();
+        .collect()
+}
+
+fn round(comm: &Comm, b: &Bufs, raw: &[i64]) -> Result<(), String> {
+    let (me, w) = (usize::from(comm.rank()), usize::from(comm.world()));
+    let inputs = rank_inputs(w);
     let mine: Vec<u8> = raw[me * w..(me + 1) * w]
         .iter()
         .flat_map(|c| c.to_le_bytes())
@@ -113,13 +118,7 @@ fn round(comm: &Comm, b: &Bufs, raw: &[i64]) -> Result<(), String> {
 
 fn verify(comm: &Comm, l: &A2avLayer, b: &Bufs, raw: &[i64], what: &str) -> Result<u64, String> {
     let (me, w) = (usize::from(comm.rank()), usize::from(comm.world()));
-    let inputs: Vec<Vec<f32>> = (0..w)
-        .map(|r| {
-            (0..IN_MAX)
-                .map(|i| (r as f32) * 4096.0 + i as f32)
-                .collect()
-        })
-        .collect();
+    let inputs = rank_inputs(w);
     let (want, kept, dropped) = &model(comm.world(), raw, &inputs)[me];
     let rc: Vec<i64> = comm
         .read(b.recv, w as u64 * 8)

@@ -25,6 +25,7 @@
 //! Drop frees everything; [`Comm::finish`] first ends the job in order (a last barrier), so the
 //! peers do not see this rank's exit as a loss.
 
+mod a2av;
 mod agree;
 mod backend;
 mod blocks;
@@ -39,10 +40,11 @@ mod signals;
 mod spans;
 mod team;
 
+pub use a2av::A2avLayer;
 pub use backend::MAX_GATHER;
 pub use blocks::BLOCK_ALIGN;
 pub use capture::{Capture, CommGraph};
-pub use moe::{A2avLayer, MoeLayer, MoeStatus, TokenType, MAX_GPU_EXPERTS};
+pub use moe::{MoeLayer, MoeStatus, TokenType, MAX_GPU_EXPERTS};
 pub use sharing::Sharing;
 pub use spans::Span;
 pub use team::CommTeam;

@@ -16,13 +16,12 @@
 //!   device, where invalid indices are skipped and rows past `rows_max` dropped, both counted
 //!   ([`Comm::moe_status`]). Every user span is checked to lie in one device allocation of
 //!   this rank's context, with exactly the bytes the shape needs.
-//! * **All-to-allv** ([`Comm::all_to_allv_device`]): counts in device memory, the received
-//!   counts written back to device memory, the output a fixed region of its own layer
-//!   ([`Comm::a2av_layer`]).
+//! * The all-to-allv with device counts (`a2av.rs`) shares the regions' carving, the span
+//!   checks and the timeout record with these layers.
 
 use std::sync::Arc;
 
-use symm_core::moe::{Mode, MoeConfig, MoeError};
+use symm_core::moe::{Mode, MoeConfig};
 use symm_core::sched::MAX_CHANNELS;
 
 use super::{Comm, ABORT_BYTES};
@@ -35,11 +34,11 @@ use crate::cuda::Span;
 
 /// Most experts a layer may have on the GPU (routing counts live in shared memory).
 pub const MAX_GPU_EXPERTS: u32 = 4096;
-const STATE_WORDS: u64 = 16;
-const THREADS: u32 = symm_kernels::MOE_THREADS;
+pub(super) const STATE_WORDS: u64 = 16;
+pub(super) const THREADS: u32 = symm_kernels::MOE_THREADS;
 /// State word indices (`SYMM_MOE_*` in moe.cu).
 const INVALID: u64 = 4;
-const DROPPED: u64 = 5;
+pub(super) const DROPPED: u64 = 5;
 
 /// The element type of tokens and expert outputs: the host reference's
 /// ([`crate::host::moe::MoeDtype`]).
@@ -92,7 +91,6 @@ pub struct MoeLayer {
 pub(crate) struct MoeKernels {
     dispatch: Kernel,
     combine: Kernel,
-    a2av: Kernel,
 }
 
 impl std::fmt::Debug for MoeKernels {
@@ -129,36 +127,16 @@ struct Params {
     pad: u32,
 }
 
-/// `symm_a2av_params`, field for field.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct A2avParams {
-    w: SymmWorld,
-    hdr: u64,
-    done: u64,
-    out: u64,
-    state: u64,
-    send_counts: u64,
-    input: u64,
-    recv_counts: u64,
-    in_max: u64,
-    out_max: u64,
-    deadline_ns: u64,
-    record: u64,
-    elem: u32,
-    pad: u32,
-}
-
 const SEND: u32 = 1;
 const RECV: u32 = 2;
 
 /// A region list laid out from `base`, each 256-byte aligned.
-struct Carve {
-    at: u64,
+pub(super) struct Carve {
+    pub(super) at: u64,
 }
 
 impl Carve {
-    fn take(&mut self, bytes: u64) -> Result<u64> {
+    pub(super) fn take(&mut self, bytes: u64) -> Result<u64> {
         let start = self.at.div_ceil(256) * 256;
         self.at = start.checked_add(bytes).ok_or(CudaError::Overflow {
             what: "MoE layer size",
@@ -188,6 +166,7 @@ fn regions(cfg: &MoeConfig, ty: TokenType) -> Result<(Regions, u64)> {
 }
 
 impl Comm {
+    /// Compiles (or finds in the cache) and loads `moe.cu`.
     fn moe_kernels(&self) -> Result<Arc<MoeKernels>> {
         let compiler = Compiler::load(self.opts.nvrtc.as_deref())?;
         let drv = device::driver_version()?;
@@ -195,13 +174,12 @@ impl Comm {
         Ok(Arc::new(MoeKernels {
             dispatch: Kernel::load(&self.dev, &cubin, symm_kernels::MOE_DISPATCH_ENTRY)?,
             combine: Kernel::load(&self.dev, &cubin, symm_kernels::MOE_COMBINE_ENTRY)?,
-            a2av: Kernel::load(&self.dev, &cubin, symm_kernels::A2AV_ENTRY)?,
         }))
     }
 
     /// Collective, not while capturing: allocates and zeroes a block of `len` bytes on every
     /// rank, and returns once every rank's block is zeroed (so no peer's first write is lost).
-    fn zeroed_block(&self, len: u64, stream: &Stream) -> Result<u64> {
+    pub(super) fn zeroed_block(&self, len: u64, stream: &Stream) -> Result<u64> {
         let block = self.alloc_block(len, stream)?;
         self.heap_fill(block, len, 0)?;
         self.dev.synchronize()?;
@@ -258,6 +236,24 @@ impl Comm {
         })
     }
 
+    /// The checks every dispatch and combine makes first; returns the layer's shape.
+    fn moe_call(
+        &self,
+        layer: &MoeLayer,
+        mode: Mode,
+        tokens: u32,
+        stream: &Stream,
+    ) -> Result<MoeConfig> {
+        self.live()?;
+        self.own_stream(stream)?;
+        self.own_layer(layer)?;
+        layer
+            .cfg
+            .check_tokens(tokens, mode)
+            .map_err(CudaError::Moe)?;
+        Ok(layer.cfg)
+    }
+
     fn own_layer(&self, layer: &MoeLayer) -> Result<()> {
         if layer.owner != self.id {
             return Err(CudaError::WrongOwner {
@@ -269,7 +265,7 @@ impl Comm {
 
     /// Checks a user span: exactly `want` bytes in this rank's buffer area or in one device
     /// allocation of this context.
-    fn moe_span(&self, what: &'static str, s: Span, want: u64) -> Result<()> {
+    pub(super) fn moe_span(&self, what: &'static str, s: Span, want: u64) -> Result<()> {
         if s.len != want {
             return Err(CudaError::SizeMismatch {
                 what,
@@ -283,11 +279,11 @@ impl Comm {
         Ok(())
     }
 
-    fn record_addr(&self) -> u64 {
+    pub(super) fn record_addr(&self) -> u64 {
         self.host.dev + (ABORT_BYTES + (MAX_CHANNELS as usize - 1) * RECORD_BYTES) as u64
     }
 
-    fn deadline_ns(&self) -> u64 {
+    pub(super) fn deadline_ns(&self) -> u64 {
         self.sharing
             .deadline(self.opts.timeout)
             .as_nanos()
@@ -398,11 +394,7 @@ impl Comm {
         stream: &Stream,
     ) -> Result<()> {
         let _ctx = device::keep_current()?;
-        self.live()?;
-        self.own_stream(stream)?;
-        self.own_layer(layer)?;
-        let c = layer.cfg;
-        c.check_tokens(tokens, mode).map_err(CudaError::Moe)?;
+        let c = self.moe_call(layer, mode, tokens, stream)?;
         let t = u64::from(tokens);
         self.moe_span("token bytes", x, t * u64::from(c.hidden) * elem(layer.ty))?;
         self.moe_span("expert index bytes", idx, t * u64::from(c.topk) * 8)?;
@@ -443,12 +435,8 @@ impl Comm {
         stream: &Stream,
     ) -> Result<()> {
         let _ctx = device::keep_current()?;
-        self.live()?;
-        self.own_stream(stream)?;
-        self.own_layer(layer)?;
-        let c = layer.cfg;
         let tokens = layer.tokens.load(std::sync::atomic::Ordering::Relaxed);
-        c.check_tokens(tokens, mode).map_err(CudaError::Moe)?;
+        let c = self.moe_call(layer, mode, tokens, stream)?;
         let es = elem(layer.ty);
         let rows = u64::from(c.rows_max) * u64::from(c.hidden) * es;
         self.moe_span("expert output bytes", expert_out, rows)?;
@@ -566,167 +554,5 @@ impl MoeLayer {
     /// Tokens of the last dispatch.
     pub fn tokens(&self) -> u32 {
         self.tokens.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-/// The all-to-allv layer: header and done words, and an output of `out_max` elements.
-#[derive(Debug)]
-pub struct A2avLayer {
-    owner: u64,
-    world: u16,
-    elem: u64,
-    out_max: u64,
-    block: u64,
-    hdr: u64,
-    done: u64,
-    out: u64,
-    state: u64,
-    kernels: Arc<MoeKernels>,
-}
-
-impl A2avLayer {
-    /// Heap offset of the output (`out_max` elements, received blocks in sender order).
-    pub fn output(&self) -> u64 {
-        self.out
-    }
-
-    /// Elements the output holds.
-    pub fn out_max(&self) -> u64 {
-        self.out_max
-    }
-
-    /// Heap offset of the layer's block (what [`Comm::release_block`] takes).
-    pub fn block(&self) -> u64 {
-        self.block
-    }
-}
-
-impl Comm {
-    /// Collective: an all-to-allv layer for elements of `elem` bytes with room for `out_max`
-    /// received elements.
-    pub fn a2av_layer(&self, elem: u64, out_max: u64, stream: &Stream) -> Result<A2avLayer> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
-        if !matches!(elem, 1 | 2 | 4 | 8 | 16) {
-            return Err(CudaError::Invalid(format!(
-                "all-to-allv elements of {elem} bytes (1, 2, 4, 8 or 16)"
-            )));
-        }
-        let w = u64::from(self.world);
-        if w > u64::from(symm_core::moe::MAX_WORLD) {
-            return Err(CudaError::Moe(MoeError::BadWorld { world: self.world }));
-        }
-        let mut c = Carve { at: 0 };
-        let hdr = c.take(2 * w * w * 8)?;
-        let done = c.take(2 * w * 8)?;
-        let state = c.take(STATE_WORDS * 4)?;
-        let out_bytes = out_max.checked_mul(elem).ok_or(CudaError::Overflow {
-            what: "all-to-allv output",
-        })?;
-        let out = c.take(out_bytes)?;
-        let kernels = self.moe_kernels()?;
-        let block = self.zeroed_block(c.at, stream)?;
-        Ok(A2avLayer {
-            owner: self.id,
-            world: self.world,
-            elem,
-            out_max,
-            block,
-            hdr: block + hdr,
-            done: block + done,
-            out: block + out,
-            state: block + state,
-            kernels,
-        })
-    }
-
-    /// Enqueues an all-to-allv on `stream` whose counts stay on the device: `send_counts`
-    /// holds `world` i64 element counts (written by a kernel), `input` the elements packed by
-    /// destination (at most `input.len / elem` are read), `recv_counts` receives `world` i64
-    /// counts (what each sender's block holds in the output, clipped to it). The output is the
-    /// layer's ([`A2avLayer::output`]), blocks in sender order. Collective.
-    ///
-    /// # Safety
-    /// As [`Comm::moe_dispatch`].
-    pub unsafe fn all_to_allv_device(
-        &self,
-        layer: &A2avLayer,
-        send_counts: Span,
-        input: Span,
-        recv_counts: Span,
-        stream: &Stream,
-    ) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
-        self.own_stream(stream)?;
-        if layer.owner != self.id {
-            return Err(CudaError::WrongOwner {
-                what: "the all-to-allv layer",
-            });
-        }
-        let w = u64::from(layer.world);
-        self.moe_span("send count bytes", send_counts, w * 8)?;
-        self.moe_span("receive count bytes", recv_counts, w * 8)?;
-        if !input.len.is_multiple_of(layer.elem) {
-            return Err(CudaError::SizeMismatch {
-                what: "input bytes (a multiple of the element size)",
-                have: input.len,
-                want: input.len / layer.elem * layer.elem,
-            });
-        }
-        if input.len > 0 && self.heap_offset(input).is_none() {
-            self.check_device_span(input)?;
-        }
-        let in_max = input.len / layer.elem;
-        let blocks = (in_max * layer.elem).div_ceil(1 << 16).clamp(1, 32) as u32;
-        let p = A2avParams {
-            w: self.symm_world(),
-            hdr: layer.hdr,
-            done: layer.done,
-            out: layer.out,
-            state: layer.state,
-            send_counts: send_counts.ptr,
-            input: input.ptr,
-            recv_counts: recv_counts.ptr,
-            in_max,
-            out_max: layer.out_max,
-            deadline_ns: self.deadline_ns(),
-            record: self.record_addr(),
-            elem: layer.elem as u32,
-            pad: 0,
-        };
-        let smem = (w * w * 4) as u32;
-        if stream.is_capturing()? {
-            self.pin_to_capture(
-                stream,
-                &[(
-                    layer.block,
-                    layer.out - layer.block + layer.out_max * layer.elem,
-                )],
-            )?;
-        }
-        self.dev.bind()?;
-        let _order = self.launch_lock()?;
-        // SAFETY: `A2avParams` is `symm_a2av_params` field for field; the heap offsets lie in
-        // the layer's block, the spans were checked above, and the kernel clips every count it
-        // reads to the input and the output.
-        let r = unsafe {
-            layer
-                .kernels
-                .a2av
-                .launch_smem(stream, blocks, THREADS, smem, &p)
-        };
-        if let Err(e) = &r {
-            self.poison(e);
-        }
-        r
-    }
-
-    /// Reads and clears the all-to-allv layer's dropped-element count (waits for the device).
-    pub fn a2av_dropped(&self, layer: &A2avLayer) -> Result<u32> {
-        self.dev.synchronize()?;
-        let b = self.read(layer.state + 4 * DROPPED, 4)?;
-        self.heap_write(layer.state + 4 * DROPPED, &[0; 4])?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 }
