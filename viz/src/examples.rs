@@ -55,6 +55,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "hang-all_reduce-ring-w4.trace",
         "a hang: ring all-reduce, rank 2 dies",
     ),
+    ("moe_dispatch-w4.trace", "MoE dispatch, top-2, 4 ranks"),
 ];
 
 /// Where the examples are served, relative to the app.

@@ -56,7 +56,7 @@ fn alltoallv_run(world: u16) -> Result<(Request, Run, bool), String> {
 /// tokens of 512 f32 per rank, routed at random; the staging and expert rows are checked against
 /// the layout (each token in its staging row on every rank it goes to, and in the expert row of
 /// each of its entries there).
-fn moe_dispatch_run() -> Result<(Request, Run, bool), String> {
+pub(crate) fn moe_dispatch_run() -> Result<(Request, Run, bool), String> {
     use symm_core::moe::sched::{expert_elem, stage_elem, token_elem, MoePlan, Routing};
     use symm_core::moe::{MoeConfig, NONE};
     let cfg = MoeConfig::new(4, 8, 2, 24, 512).map_err(|e| e.to_string())?;

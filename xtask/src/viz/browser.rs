@@ -332,6 +332,7 @@ pub fn run_all(
         "all_reduce-tree-w8.trace",
         "all_reduce-multicast-w8.trace",
         "all_to_all-pairwise-w8.trace",
+        "moe_dispatch-w4.trace",
     ] {
         select(&b, "example", ex)?;
         b.wait_for(

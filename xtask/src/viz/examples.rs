@@ -22,6 +22,9 @@ const SCHEDULES: &[(Collective, Algorithm)] = &[
     (Collective::AllToAll, Algorithm::Pairwise),
 ];
 
+/// The MoE dispatch example's file name.
+pub const MOE: &str = "moe_dispatch-w4.trace";
+
 /// The request behind an example.
 pub fn request(c: Collective, a: Algorithm, world: u16) -> Request {
     let bytes = match c {
@@ -70,6 +73,14 @@ pub fn write_all(dir: &Path) -> Result<Vec<String>, String> {
     let hang = kill_rank(&ring4, 2, 0.3)?;
     let name = "hang-all_reduce-ring-w4.trace".to_string();
     std::fs::write(dir.join(&name), hang).map_err(|e| format!("{name}: {e}"))?;
+    names.push(name);
+    // The demo's MoE dispatch: each token once per destination rank, then the fan-out.
+    let (_, moe, ok) = crate::demo::moe_dispatch_run()?;
+    if !ok {
+        return Err("the MoE dispatch example does not match its layout".into());
+    }
+    let name = MOE.to_string();
+    std::fs::write(dir.join(&name), &moe.trace).map_err(|e| format!("{name}: {e}"))?;
     names.push(name);
     Ok(names)
 }
