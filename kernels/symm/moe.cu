@@ -29,18 +29,21 @@ struct symm_moe_route_smem {
   symm_u32* eslot;   // SYMM_MOE_CHUNK x topk
 };
 
-// Counts tokens [0, t0) into pre_q (once per destination) and pre_e (every valid entry), then
-// assigns slots and eslots to tokens [t0, t1) in order with one warp, leaving totals over
+// With `fresh`, counts tokens [0, t0) into pre_q (once per destination) and pre_e (every valid
+// entry); otherwise pre_q / pre_e already hold those counts (the previous chunk's totals).
+// Then assigns slots and eslots to tokens [t0, t1) in order with one warp, leaving totals over
 // [0, t1) in pre_q / pre_e. Returns the invalid entries of [t0, t1).
 static __device__ symm_u32 symm_moe_route(const symm_moe_params& p, symm_moe_route_smem s, symm_u32 t0,
-                                          symm_u32 t1) {
+                                          symm_u32 t1, bool fresh) {
   const symm_u32 W = p.w.world, K = p.topk;
-  for (symm_u32 i = threadIdx.x; i < W; i += blockDim.x) s.pre_q[i] = 0;
-  for (symm_u32 i = threadIdx.x; i < p.experts; i += blockDim.x) s.pre_e[i] = 0;
+  if (fresh) {
+    for (symm_u32 i = threadIdx.x; i < W; i += blockDim.x) s.pre_q[i] = 0;
+    for (symm_u32 i = threadIdx.x; i < p.experts; i += blockDim.x) s.pre_e[i] = 0;
+  }
   __syncthreads();
   const symm_u32 lane = threadIdx.x & 31u;
   // Counting pass, entries flattened, warp-aggregated so one hot expert costs little.
-  const symm_u64 entries = (symm_u64)t0 * K;
+  const symm_u64 entries = fresh ? (symm_u64)t0 * K : 0;
   for (symm_u64 base = (threadIdx.x & ~31u); base < entries; base += blockDim.x) {
     const symm_u64 i = base + lane;
     long long e = i < entries ? p.idx[i] : -1;
@@ -48,7 +51,7 @@ static __device__ symm_u32 symm_moe_route(const symm_moe_params& p, symm_moe_rou
     const unsigned m = __match_any_sync(0xffffffffu, e);
     if (e >= 0 && lane == (symm_u32)(__ffs(m) - 1)) atomicAdd(&s.pre_e[e], (symm_u32)__popc(m));
   }
-  for (symm_u32 base = (threadIdx.x & ~31u); base < t0; base += blockDim.x) {
+  for (symm_u32 base = (threadIdx.x & ~31u); fresh && base < t0; base += blockDim.x) {
     const symm_u32 t = base + lane;
     const unsigned long long mask = t < t0 ? symm_moe_mask(p, t) : 0;
     for (symm_u32 q = 0; q < W; q++) {
@@ -102,7 +105,7 @@ static __device__ void symm_moe_dispatch_send(const symm_moe_params& p, symm_u32
   symm_u32 lo = b0;
   do {
     const symm_u32 hi = min(b1, lo + SYMM_MOE_CHUNK);
-    const symm_u32 invalid = symm_moe_route(p, s, lo, hi);
+    const symm_u32 invalid = symm_moe_route(p, s, lo, hi, lo == b0);
     if (threadIdx.x < 32) {
       const symm_u32 all = __reduce_add_sync(0xffffffffu, invalid);
       if (threadIdx.x == 0 && all) atomicAdd(&state[SYMM_MOE_INVALID], all);

@@ -64,6 +64,8 @@ mod tests;
 pub const MAX_WORLD: u16 = 64;
 /// Most tokens per rank in [`Mode::LowLatency`].
 pub const LL_MAX_TOKENS: u32 = 128;
+/// Most tokens a rank may be sized for (`tokens_max`).
+pub const MAX_TOKENS: u32 = 1 << 31;
 /// Most experts a token picks.
 pub const MAX_TOPK: u16 = 32;
 /// Bytes of one entry of a staging row's metadata: local expert (i32), eslot (u32), weight (f32).
@@ -252,6 +254,12 @@ impl MoeConfig {
         }
         if self.hidden == 0 {
             return Err(MoeError::ZeroHidden);
+        }
+        if self.tokens_max > MAX_TOKENS {
+            return Err(MoeError::TooManyTokens {
+                tokens: self.tokens_max,
+                bound: MAX_TOKENS,
+            });
         }
         for bytes in [
             2 * self.stage_rows() * self.row_bytes(4),

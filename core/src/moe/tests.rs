@@ -293,3 +293,16 @@ fn errors_display_what_failed() {
         .to_string()
         .contains("world 0"));
 }
+
+#[test]
+fn a_token_bound_past_two_to_the_31_is_refused() {
+    use super::{MoeConfig, MoeError, MAX_TOKENS};
+    assert_eq!(
+        MoeConfig::new(1, 1, 1, MAX_TOKENS + 1, 1),
+        Err(MoeError::TooManyTokens {
+            tokens: MAX_TOKENS + 1,
+            bound: MAX_TOKENS
+        })
+    );
+    assert!(MoeConfig::new(1, 1, 1, 4096, 1).is_ok());
+}

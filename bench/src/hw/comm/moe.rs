@@ -62,6 +62,8 @@ pub(super) struct Case {
     /// Elements per token (250 takes the kernels' paths for rows that are not whole 16-byte
     /// vectors).
     pub(super) hidden: u32,
+    /// Tokens per rank (`tokens_max`; rank r dispatches 3r fewer).
+    pub(super) tokens: u32,
 }
 
 const HIDDEN: u32 = 256;
@@ -77,6 +79,7 @@ fn cases() -> Vec<Case> {
         rows_max: None,
         empty_rank: false,
         hidden: HIDDEN,
+        tokens: TOKENS,
     };
     vec![
         c("uniform top-8", 8, Route::Uniform, Mode::Normal),
@@ -155,12 +158,22 @@ fn cases() -> Vec<Case> {
                 Mode::LowLatency,
             )
         },
+        Case {
+            hidden: 64,
+            tokens: 4000,
+            ..c(
+                "4000 tokens, top-2: several routing chunks per block",
+                2,
+                Route::Uniform,
+                Mode::Normal,
+            )
+        },
     ]
 }
 
 fn config(world: u16, case: &Case) -> Result<MoeConfig, String> {
     let experts = 4 * u32::from(world).max(2);
-    let cfg = MoeConfig::new(world, experts, case.topk, TOKENS, case.hidden)
+    let cfg = MoeConfig::new(world, experts, case.topk, case.tokens, case.hidden)
         .map_err(|e| e.to_string())?;
     match case.rows_max {
         Some(r) => cfg.with_rows_max(r).map_err(|e| e.to_string()),
@@ -390,6 +403,7 @@ fn graph(comm: &Comm, stream: &Stream, mode: Mode, replays: u64) -> Result<Strin
         rows_max: None,
         empty_rank: false,
         hidden: HIDDEN,
+        tokens: TOKENS,
     };
     let cfg = config(comm.world(), &c)?;
     let layer = comm.moe_layer(cfg, c.dtype, stream).map_err(e)?;

@@ -215,6 +215,7 @@ pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String
             rows_max: None,
             empty_rank: false,
             hidden: 7168,
+            tokens,
         };
         let experts = 8 * u32::from(world);
         let cfg = symm_core::moe::MoeConfig::new(world, experts, 8, tokens, 7168)

@@ -151,8 +151,9 @@ impl Comm {
             });
         }
         let w = u64::from(layer.world);
-        self.moe_span("send count bytes", send_counts, w * 8)?;
-        self.moe_span("receive count bytes", recv_counts, w * 8)?;
+        self.block_in_use(layer.block)?;
+        self.moe_span("send count bytes", send_counts, w * 8, 8)?;
+        self.moe_span("receive count bytes", recv_counts, w * 8, 8)?;
         if !input.len.is_multiple_of(layer.elem) {
             return Err(CudaError::SizeMismatch {
                 what: "input bytes (a multiple of the element size)",
@@ -162,6 +163,14 @@ impl Comm {
         }
         if input.len > 0 && self.heap_offset(input).is_none() {
             self.check_device_span(input)?;
+        }
+        // Peers write the output while this rank still reads its input: they must not meet.
+        let out = self.ptr(self.rank, layer.out)?;
+        let out_end = out.saturating_add(layer.out_max.saturating_mul(layer.elem));
+        if input.len > 0 && input.ptr < out_end && out < input.ptr.saturating_add(input.len) {
+            return Err(CudaError::Invalid(
+                "the all-to-allv's input overlaps its layer's output".into(),
+            ));
         }
         let in_max = input.len / layer.elem;
         let blocks = (in_max * layer.elem).div_ceil(1 << 16).clamp(1, 32) as u32;
@@ -205,6 +214,12 @@ impl Comm {
 
     /// Reads and clears the all-to-allv layer's dropped-element count (waits for the device).
     pub fn a2av_dropped(&self, layer: &A2avLayer) -> Result<u32> {
+        let _ctx = device::keep_current()?;
+        if layer.owner != self.id {
+            return Err(CudaError::WrongOwner {
+                what: "the all-to-allv layer",
+            });
+        }
         self.dev.synchronize()?;
         let b = self.read(layer.state + 4 * DROPPED, 4)?;
         self.heap_write(layer.state + 4 * DROPPED, &[0; 4])?;

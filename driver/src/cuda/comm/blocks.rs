@@ -136,6 +136,16 @@ impl Comm {
         Ok(())
     }
 
+    /// Fails unless `off` starts a live block this rank has not released (a layer's block must
+    /// be, or peers would write into memory the heap may hand out again).
+    pub(crate) fn block_in_use(&self, off: u64) -> Result<()> {
+        let b = self.blocks_lock()?;
+        if !b.live.contains_key(&off) || b.released.contains(&off) {
+            return Err(CudaError::NotLive { offset: off });
+        }
+        Ok(())
+    }
+
     /// Collective: waits for this rank's device, then frees every block that every rank
     /// released and no live graph pins. Returns how many blocks went back to the heap.
     pub fn collect_blocks(&self) -> Result<usize> {

@@ -247,6 +247,7 @@ impl Comm {
         self.live()?;
         self.own_stream(stream)?;
         self.own_layer(layer)?;
+        self.block_in_use(layer.block)?;
         layer
             .cfg
             .check_tokens(tokens, mode)
@@ -263,9 +264,22 @@ impl Comm {
         Ok(())
     }
 
-    /// Checks a user span: exactly `want` bytes in this rank's buffer area or in one device
-    /// allocation of this context.
-    pub(super) fn moe_span(&self, what: &'static str, s: Span, want: u64) -> Result<()> {
+    /// Checks a user span: exactly `want` bytes, aligned to `align` (its elements), in this
+    /// rank's buffer area or in one device allocation of this context.
+    pub(super) fn moe_span(
+        &self,
+        what: &'static str,
+        s: Span,
+        want: u64,
+        align: u64,
+    ) -> Result<()> {
+        if !s.ptr.is_multiple_of(align) {
+            return Err(CudaError::Misaligned {
+                what,
+                offset: s.ptr,
+                align,
+            });
+        }
         if s.len != want {
             return Err(CudaError::SizeMismatch {
                 what,
@@ -352,13 +366,20 @@ impl Comm {
         Ok(())
     }
 
-    /// `(phase, blocks)` per launch. Blocks that wait for peers spin: on a GPU the ranks share,
-    /// every rank's waiting blocks together must leave room (the kernels are built for two
-    /// blocks of [`THREADS`] per SM), so they get at most 128 over the world there.
+    /// `(phase, blocks)` per launch. Blocks that wait for peers spin, so they must all be
+    /// resident: at most one per SM (the kernels are built for two blocks of [`THREADS`] per
+    /// SM), shared by the ranks of a shared GPU.
     fn moe_grids(&self, mode: Mode, tokens: u32, cfg: &MoeConfig) -> Vec<(u32, u32)> {
         let w = u32::from(cfg.world);
         let shared = self.sharing.time_sliced() || self.topology_shared();
-        let waiting = if shared { (128 / w).clamp(2, 64) } else { 128 };
+        // One waiting block per SM at most (two of these blocks fit on an SM), shared by the
+        // ranks on a shared GPU.
+        let sms = self
+            .dev
+            .attribute(crate::cuda::ffi::driver::ATTR_SM_COUNT)
+            .map_or(64, |n| u32::try_from(n).unwrap_or(1))
+            .clamp(1, 128);
+        let waiting = if shared { (sms / w).clamp(1, 64) } else { sms };
         match mode {
             Mode::LowLatency => vec![(SEND | RECV, waiting)],
             _ => {
@@ -396,9 +417,10 @@ impl Comm {
         let _ctx = device::keep_current()?;
         let c = self.moe_call(layer, mode, tokens, stream)?;
         let t = u64::from(tokens);
-        self.moe_span("token bytes", x, t * u64::from(c.hidden) * elem(layer.ty))?;
-        self.moe_span("expert index bytes", idx, t * u64::from(c.topk) * 8)?;
-        self.moe_span("weight bytes", weights, t * u64::from(c.topk) * 4)?;
+        let es = elem(layer.ty);
+        self.moe_span("token bytes", x, t * u64::from(c.hidden) * es, 1)?;
+        self.moe_span("expert index bytes", idx, t * u64::from(c.topk) * 8, 8)?;
+        self.moe_span("weight bytes", weights, t * u64::from(c.topk) * 4, 4)?;
         let mut p = self.params(layer, tokens);
         (p.x, p.idx, p.weights) = (x.ptr, idx.ptr, weights.ptr);
         let w = u32::from(c.world);
@@ -439,11 +461,12 @@ impl Comm {
         let c = self.moe_call(layer, mode, tokens, stream)?;
         let es = elem(layer.ty);
         let rows = u64::from(c.rows_max) * u64::from(c.hidden) * es;
-        self.moe_span("expert output bytes", expert_out, rows)?;
+        self.moe_span("expert output bytes", expert_out, rows, es)?;
         self.moe_span(
             "combined bytes",
             out,
             u64::from(tokens) * u64::from(c.hidden) * es,
+            es,
         )?;
         let mut p = self.params(layer, tokens);
         (p.expert_out, p.out) = (expert_out.ptr, out.ptr);
@@ -497,6 +520,7 @@ impl Comm {
 
     /// Reads `rows` expert rows from `first` (waits for this rank's device).
     pub fn moe_read_rows(&self, layer: &MoeLayer, first: u32, rows: u32) -> Result<Vec<u8>> {
+        let _ctx = device::keep_current()?;
         self.own_layer(layer)?;
         let row = u64::from(layer.cfg.hidden) * elem(layer.ty);
         let end = u64::from(first) + u64::from(rows);
