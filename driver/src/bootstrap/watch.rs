@@ -5,8 +5,11 @@
 //! handled here:
 //!
 //! * EOF, a reset or a protocol violation on a connection marks its peer dead. Unless the job is
-//!   closing (`Shared::closing`), that peer is *lost*: the lost word takes its rank (the first
-//!   loss only), the callbacks run once, and the root sends `Lost { rank }` to every other rank.
+//!   closing (`Shared::closing`), that peer is *lost*: the root first sends `Lost { rank }` to
+//!   every other rank, then the lost word takes its rank (the first loss only) and the callbacks
+//!   run once. Telling the others first matters: a root whose own calls fail on the loss may
+//!   exit at once, and its EOF must not reach a rank before the notice does (that rank would
+//!   take the root for the lost one).
 //! * A rank other than the root treats `Lost { rank }` the same way, and EOF from the root as the
 //!   loss of rank 0.
 //!
@@ -201,14 +204,15 @@ impl Shared {
     }
 
     /// Marks link `i` dead (`what`: the protocol violation, if that was the cause). Outside
-    /// closing, the loss is raised (word, callbacks) before any waiting call can see the link
-    /// dead, then the root tells the other ranks.
+    /// closing, the root tells the other ranks first, then the loss is raised (word, callbacks)
+    /// before any waiting call can see the link dead.
     fn dead(&self, i: usize, what: Option<&'static str>) {
         let Some(link) = self.links.get(i) else {
             return;
         };
         let lost = !self.closing.load(Ordering::Acquire);
         if lost {
+            self.tell_lost(link.peer);
             self.raise_lost(link.peer);
         }
         {
@@ -218,9 +222,6 @@ impl Shared {
             }
         }
         self.cv.notify_all();
-        if lost {
-            self.tell_lost(link.peer);
-        }
     }
 
     /// At the root: tells every other rank that `rank` was lost.
