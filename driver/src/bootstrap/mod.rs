@@ -30,10 +30,10 @@
 //! * **Collectives** ([`SocketBootstrap::barrier`], [`SocketBootstrap::all_gather`],
 //!   [`SocketBootstrap::all_gather_fds`]): rounds through the root, each with a deadline.
 //! * **Lost peers** ([`watch`]): connections stay open for the job. A watcher thread per process
-//!   sees a peer's socket close (EOF or reset: its process died, however it died), records the
-//!   rank in the lost word ([`SocketBootstrap::lost_word`]), runs the callbacks
-//!   ([`SocketBootstrap::on_lost`]) and, at the root, tells every other rank; a rank that loses
-//!   the root loses rank 0. Every collective then fails with [`BootstrapError::PeerLost`].
+//!   sees a peer's socket close (EOF or reset: its process died, however it died); the root first
+//!   tells every other rank, then the watcher records the rank in the lost word
+//!   ([`SocketBootstrap::lost_word`]) and runs the callbacks ([`SocketBootstrap::on_lost`]); a
+//!   rank that loses the root loses rank 0. Every collective then fails with [`BootstrapError::PeerLost`].
 //!   [`SocketBootstrap::finish`] ends a job in order, so that its closing is not a loss.
 //!
 //! `sys` holds every libc call. The launcher that sets the environment is
