@@ -69,18 +69,26 @@ pub(super) struct Case {
 const HIDDEN: u32 = 256;
 const TOKENS: u32 = 96;
 
+impl Case {
+    /// A bf16 case of `TOKENS` tokens of `HIDDEN` elements, every rank with tokens, room for
+    /// every entry.
+    pub(super) fn new(name: &'static str, topk: u16, route: Route, mode: Mode) -> Case {
+        Case {
+            name,
+            topk,
+            route,
+            mode,
+            dtype: MoeDtype::Bf16,
+            rows_max: None,
+            empty_rank: false,
+            hidden: HIDDEN,
+            tokens: TOKENS,
+        }
+    }
+}
+
 fn cases() -> Vec<Case> {
-    let c = |name, topk, route, mode| Case {
-        name,
-        topk,
-        route,
-        mode,
-        dtype: MoeDtype::Bf16,
-        rows_max: None,
-        empty_rank: false,
-        hidden: HIDDEN,
-        tokens: TOKENS,
-    };
+    let c = Case::new;
     vec![
         c("uniform top-8", 8, Route::Uniform, Mode::Normal),
         c(
@@ -171,7 +179,7 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn config(world: u16, case: &Case) -> Result<MoeConfig, String> {
+pub(super) fn config(world: u16, case: &Case) -> Result<MoeConfig, String> {
     let experts = 4 * u32::from(world).max(2);
     let cfg = MoeConfig::new(world, experts, case.topk, case.tokens, case.hidden)
         .map_err(|e| e.to_string())?;
@@ -225,7 +233,7 @@ pub(super) fn inputs(
         .collect()
 }
 
-fn expert_out(cfg: &MoeConfig, dtype: MoeDtype, round: u64) -> Vec<Vec<u8>> {
+pub(super) fn expert_out(cfg: &MoeConfig, dtype: MoeDtype, round: u64) -> Vec<Vec<u8>> {
     (0..cfg.world)
         .map(|q| {
             let mut g = Rng(0x51_7cc1_b727 ^ (u64::from(q) << 40) ^ round);
@@ -270,7 +278,7 @@ pub(super) fn tensors(
     })
 }
 
-fn span(comm: &Comm, off: u64, len: u64) -> Result<Span, String> {
+pub(super) fn span(comm: &Comm, off: u64, len: u64) -> Result<Span, String> {
     Ok(Span {
         ptr: comm.ptr(comm.rank(), off).map_err(e)?,
         len,
@@ -317,7 +325,7 @@ pub(super) fn enqueue(
 }
 
 /// Compares this rank's dispatch and combine with the reference of `ins`.
-fn compare(
+pub(super) fn compare(
     comm: &Comm,
     layer: &MoeLayer,
     t: &Tensors,
@@ -366,7 +374,7 @@ fn compare(
     Ok((used, status.dropped))
 }
 
-fn free(comm: &Comm, layer: MoeLayer, t: Tensors) -> Result<(), String> {
+pub(super) fn free(comm: &Comm, layer: MoeLayer, t: Tensors) -> Result<(), String> {
     comm.free_moe_layer(layer).map_err(e)?;
     for b in [t.x, t.idx, t.w, t.eout, t.out] {
         comm.release_block(b).map_err(e)?;
@@ -394,17 +402,7 @@ fn case(comm: &Comm, stream: &Stream, c: &Case) -> Result<String, String> {
 
 /// A graph of dispatch + combine, replayed with a new routing and new tokens each time.
 fn graph(comm: &Comm, stream: &Stream, mode: Mode, replays: u64) -> Result<String, String> {
-    let c = Case {
-        name: "graph",
-        topk: 8,
-        route: Route::Uniform,
-        mode,
-        dtype: MoeDtype::Bf16,
-        rows_max: None,
-        empty_rank: false,
-        hidden: HIDDEN,
-        tokens: TOKENS,
-    };
+    let c = Case::new("graph", 8, Route::Uniform, mode);
     let cfg = config(comm.world(), &c)?;
     let layer = comm.moe_layer(cfg, c.dtype, stream).map_err(e)?;
     let t = tensors(comm, &cfg, c.dtype, stream)?;
@@ -463,6 +461,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
             }
             Ok(notes.join("; "))
         },
+    ));
+    checks.push(Check::timed(
+        "MoE and all-to-allv hostile calls refused, nothing lost",
+        14,
+        || super::moe_a2av::hostile(&comm, &stream),
     ));
     checks.push(Check::timed("MoE graph replay, normal mode", 10, || {
         graph(&comm, &stream, Mode::Normal, 10)

@@ -8,6 +8,7 @@ use symm_core::moe::Mode;
 use symm_driver::cuda::device::Stream;
 use symm_driver::cuda::{A2avLayer, Comm, Span};
 
+use super::moe::{compare, config, expert_out, free, span};
 use super::moe::{enqueue as moe_enqueue, inputs as moe_inputs, per_call, tensors as moe_tensors};
 use super::moe::{upload as moe_upload, Case as MoeCase, Route as MoeRoute};
 use super::{e, Params};
@@ -67,13 +68,6 @@ fn model(world: u16, raw: &[i64], inputs: &[Vec<f32>]) -> Vec<(Vec<f32>, Vec<i64
             (out, kept, dropped)
         })
         .collect()
-}
-
-fn span(comm: &Comm, off: u64, len: u64) -> Result<Span, String> {
-    Ok(Span {
-        ptr: comm.ptr(comm.rank(), off).map_err(e)?,
-        len,
-    })
 }
 
 struct Bufs {
@@ -207,15 +201,9 @@ pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String
         (Mode::Normal, 1024),
     ] {
         let case = MoeCase {
-            name: "latency",
-            topk: 8,
-            route: MoeRoute::Uniform,
-            mode,
-            dtype: MoeDtype::Bf16,
-            rows_max: None,
-            empty_rank: false,
             hidden: 7168,
             tokens,
+            ..MoeCase::new("latency", 8, MoeRoute::Uniform, mode)
         };
         let experts = 8 * u32::from(world);
         let cfg = symm_core::moe::MoeConfig::new(world, experts, 8, tokens, 7168)
@@ -292,4 +280,165 @@ pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String
         comm.release_block(b).map_err(e)?;
     }
     Ok(notes.join("; "))
+}
+
+/// Hostile calls on a MoE layer and an all-to-allv layer: each is refused with its typed error
+/// before anything is enqueued; then a good dispatch and combine on the same layer still match
+/// the host reference, and the layer, once released, is refused too.
+pub(super) fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
+    use symm_core::moe::MoeConfig;
+    use symm_driver::cuda::{CudaError, MAX_GPU_EXPERTS};
+    let mut refused = Vec::new();
+    let mut expect = |what: &'static str,
+                      r: symm_driver::cuda::Result<()>,
+                      ok: fn(&CudaError) -> bool|
+     -> Result<(), String> {
+        match r {
+            Err(err) if ok(&err) => {
+                refused.push(what);
+                Ok(())
+            }
+            Err(err) => Err(format!("{what}: refused with the wrong error: {err}")),
+            Ok(()) => Err(format!("{what}: accepted")),
+        }
+    };
+    let (w, bf16) = (comm.world(), MoeDtype::Bf16);
+    let other =
+        MoeConfig::new(w + 1, 4 * (u32::from(w) + 1), 2, 8, 64).map_err(|e| e.to_string())?;
+    expect(
+        "a shape for another world",
+        comm.moe_layer(other, bf16, stream).map(drop),
+        |e| matches!(e, CudaError::SizeMismatch { .. }),
+    )?;
+    let many = (MAX_GPU_EXPERTS / u32::from(w) + 1) * u32::from(w);
+    let wide = MoeConfig::new(w, many, 2, 8, 64).map_err(|e| e.to_string())?;
+    expect(
+        "more experts than the GPU layer holds",
+        comm.moe_layer(wide, bf16, stream).map(drop),
+        |e| matches!(e, CudaError::TooLarge { .. }),
+    )?;
+    expect(
+        "all-to-allv elements of 3 bytes",
+        comm.a2av_layer(3, 16, stream).map(drop),
+        |e| matches!(e, CudaError::Invalid(_)),
+    )?;
+    let c = MoeCase::new("hostile", 4, MoeRoute::Hostile, Mode::Normal);
+    let cfg = config(w, &c)?;
+    let layer = comm.moe_layer(cfg, bf16, stream).map_err(e)?;
+    let t = moe_tensors(comm, &cfg, bf16, stream)?;
+    let (tm, h, k) = (
+        u64::from(cfg.tokens_max),
+        u64::from(cfg.hidden),
+        u64::from(cfg.topk),
+    );
+    let x = span(comm, t.x, tm * h * 2)?;
+    let idx = span(comm, t.idx, tm * k * 8)?;
+    let wt = span(comm, t.w, tm * k * 4)?;
+    let eout = span(comm, t.eout, u64::from(cfg.rows_max) * h * 2)?;
+    let out = span(comm, t.out, tm * h * 2)?;
+    let short = |s: Span| Span {
+        len: s.len - 2,
+        ..s
+    };
+    let n = cfg.tokens_max;
+    let nm = Mode::Normal;
+    // SAFETY: every span is a block of this rank's heap that lives until `free` below, after a
+    // synchronisation; the calls are meant to be refused before anything is enqueued.
+    unsafe {
+        expect(
+            "more tokens than tokens_max",
+            comm.moe_dispatch(&layer, nm, n + 1, x, idx, wt, stream),
+            |e| matches!(e, CudaError::Moe(_)),
+        )?;
+        expect(
+            "a token buffer one element short",
+            comm.moe_dispatch(&layer, nm, n, short(x), idx, wt, stream),
+            |e| matches!(e, CudaError::SizeMismatch { .. }),
+        )?;
+        let odd = Span {
+            ptr: idx.ptr + 4,
+            ..idx
+        };
+        expect(
+            "expert indices not 8-byte aligned",
+            comm.moe_dispatch(&layer, nm, n, x, odd, wt, stream),
+            |e| matches!(e, CudaError::Misaligned { .. }),
+        )?;
+        let nowhere = Span { ptr: 1 << 20, ..wt };
+        expect(
+            "weights at an address that is no device memory",
+            comm.moe_dispatch(&layer, nm, n, x, idx, nowhere, stream),
+            |e| matches!(e, CudaError::NotDeviceMemory { .. }),
+        )?;
+        expect(
+            "expert outputs one element short",
+            comm.moe_combine(&layer, nm, short(eout), out, stream),
+            |e| matches!(e, CudaError::SizeMismatch { .. }),
+        )?;
+        let odd = Span {
+            ptr: out.ptr + 1,
+            ..out
+        };
+        expect(
+            "an output not aligned to its elements",
+            comm.moe_combine(&layer, nm, eout, odd, stream),
+            |e| matches!(e, CudaError::Misaligned { .. }),
+        )?;
+    }
+    // Nothing was lost: a good call on the same layer matches the reference.
+    let ins = moe_inputs(&cfg, &c, bf16, 0);
+    let eouts = expert_out(&cfg, bf16, 0);
+    let me = usize::from(comm.rank());
+    moe_upload(comm, &t, &ins[me])?;
+    comm.write(t.eout, &eouts[me]).map_err(e)?;
+    let tokens = (ins[me].topk_idx.len() / c.topk as usize) as u32;
+    moe_enqueue(comm, &layer, &t, nm, tokens, stream)?;
+    comm.synchronize(stream).map_err(e)?;
+    compare(comm, &layer, &t, &ins, &eouts, bf16)
+        .map_err(|m| format!("after the refusals: {m}"))?;
+    comm.release_block(layer.block().0).map_err(e)?;
+    // SAFETY: as above.
+    expect(
+        "a layer whose block was released",
+        unsafe { comm.moe_dispatch(&layer, nm, tokens, x, idx, wt, stream) }.map(drop),
+        |e| matches!(e, CudaError::NotLive { .. }),
+    )?;
+    free(comm, layer, t)?;
+    let l = comm.a2av_layer(4, OUT_MAX, stream).map_err(e)?;
+    let cb = comm.alloc_block(u64::from(w) * 8, stream).map_err(e)?;
+    let counts = span(comm, cb, u64::from(w) * 8)?;
+    let inside = span(comm, l.output(), 64)?;
+    let odd = Span {
+        ptr: counts.ptr + 4,
+        len: counts.len,
+    };
+    let short = Span {
+        len: counts.len - 8,
+        ..counts
+    };
+    // SAFETY: heap blocks of this rank; the calls are refused before anything is enqueued.
+    unsafe {
+        expect(
+            "an all-to-allv input inside its own output",
+            comm.all_to_allv_device(&l, counts, inside, counts, stream),
+            |e| matches!(e, CudaError::Invalid(_)),
+        )?;
+        expect(
+            "all-to-allv counts not 8-byte aligned",
+            comm.all_to_allv_device(&l, odd, inside, counts, stream),
+            |e| matches!(e, CudaError::Misaligned { .. }),
+        )?;
+        expect(
+            "all-to-allv counts one rank short",
+            comm.all_to_allv_device(&l, short, inside, counts, stream),
+            |e| matches!(e, CudaError::SizeMismatch { .. }),
+        )?;
+    }
+    comm.release_block(cb).map_err(e)?;
+    comm.release_block(l.block()).map_err(e)?;
+    Ok(format!(
+        "{} refused ({}); a good dispatch + combine after them bit exact",
+        refused.len(),
+        refused.join(", ")
+    ))
 }
