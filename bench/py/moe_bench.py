@@ -14,8 +14,9 @@ For each token count (default 4096 and 128; 128 also in symm's low-latency mode)
 * ``torch.ops.symm_mem.all_to_all_vdev`` (counts on the device) for the token exchange there and
   back, where the torch build has NVSHMEM; otherwise the reason it is missing is printed.
 
-Prints one tab-separated line per measurement on rank 0: tokens, system, mode, microseconds
-(slowest rank, mean over the timed iterations). Multicast stays off.
+Prints one tab-separated line per measurement on rank 0: tokens, system, mode, then the median,
+the fastest and the slowest of ``MOE_BENCH_REPEATS`` (default 5) timings in microseconds, each
+the slowest rank's mean over the timed iterations. Multicast stays off.
 """
 import os
 import sys
@@ -35,6 +36,7 @@ TOPK = 8
 PER_RANK = 8
 ITERS = 50
 WARMUP = 5
+REPEATS = max(1, int(os.environ.get("MOE_BENCH_REPEATS", "5")))
 
 rank = int(os.environ["RANK"])
 world = int(os.environ["WORLD_SIZE"])
@@ -66,9 +68,15 @@ def timed(fn, iters=ITERS):
     return slowest(start.elapsed_time(end) * 1000.0 / iters)
 
 
-def report(tokens, system, mode, us):
+def repeated(fn):
+    """``REPEATS`` timings of ``fn``, each after its own warm-up."""
+    return sorted(timed(fn) for _ in range(REPEATS))
+
+
+def report(tokens, system, mode, runs):
     if rank == 0:
-        print(f"{tokens}\t{system}\t{mode}\t{us:.1f}", flush=True)
+        med = runs[len(runs) // 2]
+        print(f"{tokens}\t{system}\t{mode}\t{med:.1f}\t{runs[0]:.1f}\t{runs[-1]:.1f}", flush=True)
 
 
 def inputs(tokens):
@@ -87,7 +95,7 @@ def symm_layer(tokens, x, idx, w):
             expert_x, _spans, h = buf.dispatch(x, idx, w, mode=mode)
             buf.combine(expert_x, h)
 
-        report(tokens, "symm", f"{mode} eager", timed(step))
+        report(tokens, "symm", f"{mode} eager", repeated(step))
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
@@ -96,7 +104,7 @@ def symm_layer(tokens, x, idx, w):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             step()
-        report(tokens, "symm", f"{mode} graph", timed(graph.replay))
+        report(tokens, "symm", f"{mode} graph", repeated(graph.replay))
         del graph
     invalid, dropped = buf.status()
     if invalid or dropped:
@@ -130,7 +138,7 @@ def nccl_layer(tokens, x, idx, w):
         out.index_add_(0, t, back.float() * wsum[t, q].unsqueeze(1))
         return out.to(x.dtype)
 
-    report(tokens, "nccl host-synced counts", "eager", timed(step))
+    report(tokens, "nccl host-synced counts", "eager", repeated(step))
 
 
 def vdev_layer(tokens, x, idx, w):
@@ -152,7 +160,7 @@ def vdev_layer(tokens, x, idx, w):
         for t in (inp, out, back, sent, got, sent2, got2):
             symm_mem.rendezvous(t, group)
     except Exception as e:  # noqa: BLE001 - the reason is the result
-        report(tokens, "torch all_to_all_vdev", f"unavailable: {type(e).__name__}: {e}"[:200], 0.0)
+        report(tokens, "torch all_to_all_vdev", f"unavailable: {type(e).__name__}: {e}"[:200], [0.0])
         return
 
     # Pairs sorted by destination with static shapes (no host wait): a pair's key is
@@ -168,9 +176,11 @@ def vdev_layer(tokens, x, idx, w):
         sent2.copy_(got[0])
         op(out, back, sent2, got2, group)
 
-    report(tokens, "torch all_to_all_vdev (exchange only)", "eager", timed(step))
+    report(tokens, "torch all_to_all_vdev (exchange only)", "eager", repeated(step))
 
 
+if rank == 0:
+    print("tokens\tsystem\tmode\tmedian_us\tmin_us\tmax_us", flush=True)
 for tokens in [int(v) for v in (sys.argv[1].split(",") if len(sys.argv) > 1 else ["128", "4096"])]:
     x, idx, w = inputs(tokens)
     symm_layer(tokens, x, idx, w)
