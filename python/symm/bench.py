@@ -171,7 +171,9 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     if not dist.is_initialized():
         dist.init_process_group("gloo")
-    _gpu.init(heap_bytes=max(1 << 30, 4 * a.max_bytes), plans=a.plans)
+    # `big` holds max-bytes elements (2 x max-bytes bytes); collectives on it take scratch and
+    # workspaces of up to max-bytes more each.
+    _gpu.init(heap_bytes=max(1 << 30, 6 * a.max_bytes), plans=a.plans)
     plans = a.plans or os.environ.get("SYMM_PLANS", "auto")
     torch.cuda.set_device(_gpu.device())
     rank, world = _gpu.rank(), _gpu.world_size()

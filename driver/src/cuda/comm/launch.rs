@@ -141,18 +141,23 @@ impl Comm {
         }
     }
 
-    /// Builds and uploads this rank's plan of `req` now. The first [`Comm::enqueue`] of a request
-    /// does it otherwise, and it allocates device memory, which stream capture forbids: call this
-    /// before capturing a request's first launch in a CUDA graph.
+    /// Builds and uploads this rank's plan of `req` now, and when the plan runs compiled (auto:
+    /// requests of at most [`crate::cuda::compiled::AUTO_COMPILED_BYTES`]), compiles its kernel
+    /// now too (about a second of NVRTC the first time, then the disk cache). The first
+    /// [`Comm::enqueue`] of a request builds the plan otherwise, with the interpreter running it
+    /// until a background compile ends. Building allocates device memory, which stream capture
+    /// forbids: call this before capturing a request's first launch in a CUDA graph, and the
+    /// graph holds the compiled kernel, not the interpreter.
     pub fn prepare(&self, req: &Request) -> Result<()> {
         let _ctx = device::keep_current()?;
-        self.plan(req).map(|_| ())
+        let p = self.plan(req)?;
+        self.compile_prepared(&p, req.bytes);
+        Ok(())
     }
 
-    /// [`Comm::prepare`] for many requests. When this Comm compiles plans before their first
-    /// launch (`PlanPath::Compiled`), their kernels are compiled on several threads first (into
-    /// the kernel cache, from which the preparation then loads them): a second of NVRTC per
-    /// plan, divided by the threads. Not collective.
+    /// [`Comm::prepare`] for many requests, the kernels of those that run compiled compiled on
+    /// several threads first (into the kernel cache, from which the preparation then loads
+    /// them): a second of NVRTC per plan, divided by the threads. Not collective.
     pub fn prepare_all(&self, reqs: &[Request]) -> Result<()> {
         let _ctx = device::keep_current()?;
         self.compile_ahead(reqs, |r| {
@@ -161,20 +166,33 @@ impl Comm {
                 .flatten()
         });
         for r in reqs {
-            self.plan(r)?;
+            let p = self.plan(r)?;
+            self.compile_prepared(&p, r.bytes);
         }
         Ok(())
     }
 
-    /// When this Comm compiles plans before their first launch (`PlanPath::Compiled`), compiles
-    /// the plans `build` makes of `reqs` into the kernel cache on several threads (the requests
-    /// of this world that run in kernels; only plans that validate are compiled).
+    /// In auto mode, compiles a prepared plan that auto runs compiled, now rather than in the
+    /// background (forced mode compiled it when it was built; a plan that does not compile
+    /// stays interpreted, as in the background).
+    pub(super) fn compile_prepared(&self, p: &DevicePlan, bytes: u64) {
+        if self.opts.plans == PlanPath::Auto
+            && p.flags().is_none()
+            && self.opts.plans.compiles(bytes, p.host().ops.len())
+        {
+            let _ = p.compile(&self.compiler, &self.dev, false);
+        }
+    }
+
+    /// Unless this Comm only interprets, compiles the plans `build` makes of `reqs` that run
+    /// compiled into the kernel cache on several threads (the requests of this world that run
+    /// in kernels; only plans that validate are compiled).
     pub(super) fn compile_ahead(
         &self,
         reqs: &[Request],
         build: impl Fn(&Request) -> Option<RankPlan> + Sync,
     ) {
-        if self.opts.plans != PlanPath::Compiled {
+        if self.opts.plans == PlanPath::Interpreted {
             return;
         }
         let todo: Vec<RankPlan> = reqs

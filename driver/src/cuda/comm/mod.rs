@@ -357,6 +357,17 @@ impl Comm {
         Ok(self.plan(req)?.host.channels() as u32)
     }
 
+    /// Whether the next launch of `req` runs its plan's compiled kernel (else the interpreter,
+    /// or copy engines); builds the plan like [`Comm::prepare`] when it has none yet, without
+    /// compiling it.
+    pub fn runs_compiled(&self, req: &Request) -> Result<bool> {
+        if self.on_copy_engines(req) {
+            return Ok(false);
+        }
+        let _ctx = device::keep_current()?;
+        Ok(self.plan(req)?.compiled(false).is_some())
+    }
+
     /// The heap offsets where buffers live, `[lo, hi)` (the signal pad is below `lo`).
     pub fn buffer_area(&self) -> (u64, u64) {
         (self.data_off, self.stride())

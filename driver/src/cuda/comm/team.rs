@@ -323,16 +323,19 @@ impl<'c> CommTeam<'c> {
     /// Builds and uploads this rank's plan of `req` now (before capturing it in a graph).
     pub fn prepare(&self, req: &Request) -> Result<()> {
         let _ctx = device::keep_current()?;
-        self.plan(req).map(|_| ())
+        let p = self.plan(req)?;
+        self.comm.compile_prepared(&p, req.bytes);
+        Ok(())
     }
 
-    /// [`CommTeam::prepare`] for many requests, their kernels compiled on several threads first
-    /// when the Comm compiles plans before use ([`Comm::prepare_all`]). Not collective.
+    /// [`CommTeam::prepare`] for many requests, the kernels of those that run compiled compiled
+    /// on several threads first ([`Comm::prepare_all`]). Not collective.
     pub fn prepare_all(&self, reqs: &[Request]) -> Result<()> {
         let _ctx = device::keep_current()?;
         self.comm.compile_ahead(reqs, |r| self.host_plan(r).ok());
         for r in reqs {
-            self.plan(r)?;
+            let p = self.plan(r)?;
+            self.comm.compile_prepared(&p, r.bytes);
         }
         Ok(())
     }
