@@ -141,6 +141,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
                     out: dir.clone(),
                     no_torch: true,
                     calibrate: None,
+                    collectives: Vec::new(),
                 };
                 match perf::run(&args) {
                     Ok(()) => r.note = format!("tables and plots in {}", dir.display()),

@@ -115,6 +115,12 @@ pub(crate) struct BenchArgs {
     /// Skip the PyTorch script.
     #[arg(long)]
     pub no_torch: bool,
+    /// Only these collectives (all_reduce, all_gather, reduce_scatter, alltoall, broadcast;
+    /// default every one). The samples of the others are kept from the last run into the same
+    /// --out (its samples-wN.tsv), so a long run splits into calls whose tables, plots and
+    /// calibration hold every collective measured.
+    #[arg(long, value_delimiter = ',')]
+    pub collectives: Vec<String>,
     /// Also try a quarter and four times the default channels, and write the fastest
     /// (algorithm, channels) per collective and size as symm-core's calibration table of this
     /// (topology, world) into DIR (core/src/cost/calibration: `<topology>_w<world>.rs`, and
@@ -160,6 +166,9 @@ pub(crate) struct RankArgs {
     pub iters: u32,
     #[arg(long, default_value_t = 1)]
     pub warmup: u32,
+    /// The bench's collectives (default every one).
+    #[arg(long, value_delimiter = ',')]
+    pub collectives: Vec<String>,
 }
 
 /// A byte count: digits with an optional K, M or G (powers of 1024).

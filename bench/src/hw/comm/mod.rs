@@ -52,6 +52,8 @@ pub struct Params {
     pub iters: u32,
     /// The bench's warm-up iterations before each measurement.
     pub warmup: u32,
+    /// The bench's collectives by name (empty: every one).
+    pub collectives: Vec<String>,
 }
 
 /// One check as a rank reports it.
@@ -168,6 +170,9 @@ fn rank_args(phase: &str, p: &Params) -> Vec<OsString> {
     if !p.sizes.is_empty() {
         let s: Vec<String> = p.sizes.iter().map(u64::to_string).collect();
         v.extend(["--sizes".into(), s.join(",").into()]);
+    }
+    if !p.collectives.is_empty() {
+        v.extend(["--collectives".into(), p.collectives.join(",").into()]);
     }
     v
 }
@@ -292,6 +297,7 @@ pub fn rank(a: &crate::RankArgs) -> Result<(), String> {
         sizes: a.sizes.clone(),
         iters: a.iters,
         warmup: a.warmup,
+        collectives: a.collectives.clone(),
     };
     let rank: u16 = std::env::var("RANK")
         .ok()

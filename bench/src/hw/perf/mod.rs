@@ -9,7 +9,10 @@
 //! same machine call. [`report`] prints the nccl-tests columns (size count type redop root time
 //! algbw busbw #wrong) per system, writes a JSON record and SVG plots of time and bus bandwidth
 //! against size (one line per system) and symm's ratio to the best peer to `--out` (default
-//! `docs/perf`).
+//! `docs/perf`). Every sample, the calibration's candidates included, also goes to
+//! `samples-wN.tsv` there: a run with `--collectives` measures only those and keeps the others'
+//! samples from that file, so a run too long for one machine call splits into several whose
+//! last writes tables, plots and calibration of every collective.
 
 mod fit;
 mod plot;
@@ -159,6 +162,41 @@ impl Sample {
     }
 }
 
+/// The collectives named (every one when none is), or which name is unknown.
+pub(super) fn selected(names: &[String]) -> Result<Vec<Kind>, String> {
+    if names.is_empty() {
+        return Ok(COLLECTIVES.to_vec());
+    }
+    let mut kinds = Vec::new();
+    for n in names {
+        match Kind::parse(n.trim()).filter(|k| COLLECTIVES.contains(k)) {
+            Some(k) if !kinds.contains(&k) => kinds.push(k),
+            Some(_) => {}
+            None => {
+                let known: Vec<&str> = COLLECTIVES.iter().map(|k| k.name()).collect();
+                return Err(format!(
+                    "unknown collective {n:?}: choose from {}",
+                    known.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(kinds)
+}
+
+/// The samples of an earlier run into the same directory (`samples-wN.tsv`) that this run
+/// does not measure again: those of the collectives not in `kinds` (the device API's are
+/// measured by every run). Lines that do not parse are skipped.
+fn earlier(path: &Path, kinds: &[Kind]) -> Vec<Sample> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(Sample::parse)
+        .filter(|s| COLLECTIVES.contains(&s.kind) && !kinds.contains(&s.kind))
+        .collect()
+}
+
 /// `symm-bench bench ...`.
 pub fn run(a: &BenchArgs) -> Result<(), String> {
     let out = a.out.clone();
@@ -169,6 +207,8 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             a.minbytes, a.maxbytes
         ));
     }
+    let kinds = selected(&a.collectives)?;
+    let names: Vec<String> = kinds.iter().map(|k| k.name().to_string()).collect();
     let cal = a.calibrate.clone();
     let count = symm_driver::cuda::device::device_count().map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
@@ -190,6 +230,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             sizes: sizes.clone(),
             iters: a.iters,
             warmup: a.warmup_iters,
+            collectives: names.clone(),
         };
         let phase = if cal.is_some() { "perf-cal" } else { "perf" };
         let code = super::comm::launch(w, phase, &p)?;
@@ -204,7 +245,8 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             samples.len(),
             t.elapsed().as_secs_f64()
         ));
-        if !a.no_torch {
+        // PyTorch's script measures all-reduce only.
+        if !a.no_torch && kinds.contains(&Kind::AllReduce) {
             bar.set_message(format!("world {w}: PyTorch"));
             match torch(w, &sizes, &out) {
                 Ok(s) => samples.extend(s),
@@ -212,6 +254,20 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             }
         }
         bar.inc(1);
+        // Every sample of this run and the earlier ones it did not measure again: the input
+        // of a later run with --collectives.
+        let record = out.join(format!("samples-w{w}.tsv"));
+        if kinds.len() < COLLECTIVES.len() {
+            let kept = earlier(&record, &kinds);
+            bar.println(format!(
+                "bench: {} samples of other collectives kept from {}",
+                kept.len(),
+                record.display()
+            ));
+            samples.extend(kept);
+        }
+        let text: String = samples.iter().map(|s| s.line() + "\n").collect();
+        std::fs::write(&record, text).map_err(|e| format!("{}: {e}", record.display()))?;
         let shown: Vec<Sample> = samples
             .iter()
             .filter(|s| s.system != CANDIDATE)
@@ -266,7 +322,8 @@ pub(super) fn rank_main(phase: &str, p: &Params) -> Result<String, String> {
         iters: p.iters,
         warmup: p.warmup,
     };
-    let (samples, profile) = rank::run(&p.sizes, phase.contains("cal"), timing)?;
+    let kinds = selected(&p.collectives)?;
+    let (samples, profile) = rank::run(&p.sizes, &kinds, phase.contains("cal"), timing)?;
     let rank0 = std::env::var("RANK").as_deref() == Ok("0");
     if rank0 {
         let text: String = samples.iter().map(|s| s.line() + "\n").collect();
@@ -316,3 +373,68 @@ fn torch(world: u16, sizes: &[u64], out: &Path) -> Result<Vec<Sample>, String> {
 
 /// The project's PyTorch script.
 const TORCH_SCRIPT: &str = include_str!("../../../py/torch_bench.py");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collectives_are_named_once_and_unknown_names_refused() {
+        assert_eq!(selected(&[]).unwrap(), COLLECTIVES.to_vec());
+        let two = [
+            "broadcast".to_string(),
+            " all_reduce".into(),
+            "broadcast".into(),
+        ];
+        assert_eq!(
+            selected(&two).unwrap(),
+            vec![Kind::Broadcast, Kind::AllReduce]
+        );
+        for bad in ["put", "signal", "all-reduce", ""] {
+            let e = selected(&[bad.to_string()]).unwrap_err();
+            assert!(
+                e.contains("unknown collective") && e.contains("alltoall"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_split_run_keeps_the_collectives_it_did_not_measure() {
+        let dir = std::env::temp_dir().join(format!("symm-bench-split-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("samples-w2.tsv");
+        let old = [
+            Sample::new(
+                Kind::AllReduce,
+                1024,
+                "symm",
+                "eager",
+                4.0,
+                0,
+                "one_shot_ll/1ch",
+            ),
+            Sample::new(
+                Kind::AllReduce,
+                1024,
+                "torch-two-shot",
+                "graph",
+                6.0,
+                0,
+                "t",
+            ),
+            Sample::new(Kind::Broadcast, 1024, "nccl", "eager", 9.0, 0, "nccl"),
+            Sample::new(Kind::Put, 1 << 20, "copy-engine", "eager", 5.0, 0, "ce"),
+        ];
+        let mut text: String = old.iter().map(|s| s.line() + "\n").collect();
+        text.push_str("not a sample\nall_reduce\tx\tsymm\teager\t1\t0\tbad size\n");
+        std::fs::write(&path, text).unwrap();
+        // Broadcast measured again: the all-reduce samples (symm's and torch's) stay; the old
+        // broadcast, the device API's and the lines that do not parse go.
+        let kept = earlier(&path, &[Kind::Broadcast]);
+        assert_eq!(kept, old[..2].to_vec());
+        // Nothing there yet: nothing kept.
+        assert!(earlier(&dir.join("none.tsv"), &[Kind::Broadcast]).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

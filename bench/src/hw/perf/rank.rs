@@ -21,7 +21,7 @@ use symm_driver::cuda::{Buffers, Capture, Comm, CommOptions, CopyEngine, CudaErr
 use symm_driver::host;
 
 use super::super::data;
-use super::{Kind, Sample, COLLECTIVES};
+use super::{Kind, Sample};
 
 fn e(e: CudaError) -> String {
     e.to_string()
@@ -222,6 +222,7 @@ fn wrong(found: &[u8], want: &[u8]) -> u64 {
 /// profile of the small all-reduce (`profile.rs`).
 pub(super) fn run(
     sizes: &[u64],
+    kinds: &[Kind],
     wide: bool,
     timing: Timing,
 ) -> Result<(Vec<Sample>, String), String> {
@@ -241,7 +242,7 @@ pub(super) fn run(
     };
     let w = comm.world();
     let mut out = Vec::new();
-    for &kind in &COLLECTIVES {
+    for &kind in kinds {
         for &size in sizes {
             let mut best: Option<(f64, Algorithm, u16, u32, u64)> = None;
             let tried = candidates(kind, size, w, wide);
