@@ -77,6 +77,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         || super::fold::ll_back_to_back(&comm, &stream),
     ));
     checks.push(Check::timed(
+        "prepare compiles what the plan path runs compiled",
+        2,
+        || super::plans::prepared(&comm),
+    ));
+    checks.push(Check::timed(
         "CUDA graph replay on the caller's stream",
         200,
         || graph(&comm, &stream),

@@ -22,6 +22,7 @@ mod fold;
 mod life;
 mod moe;
 mod moe_a2av;
+mod plans;
 mod streams;
 
 use std::ffi::OsString;
