@@ -36,7 +36,12 @@ TOPK = 8
 PER_RANK = 8
 ITERS = 50
 WARMUP = 5
-REPEATS = max(1, int(os.environ.get("MOE_BENCH_REPEATS", "5")))
+try:
+    REPEATS = int(os.environ.get("MOE_BENCH_REPEATS", "5"))
+except ValueError:
+    raise SystemExit(f"MOE_BENCH_REPEATS={os.environ['MOE_BENCH_REPEATS']!r}: a count") from None
+if not 1 <= REPEATS <= 100:
+    raise SystemExit(f"MOE_BENCH_REPEATS={REPEATS}: between 1 and 100")
 
 rank = int(os.environ["RANK"])
 world = int(os.environ["WORLD_SIZE"])

@@ -244,25 +244,20 @@ pub(super) fn run(
     let mut out = Vec::new();
     for &kind in kinds {
         for &size in sizes {
-            let mut best: Option<(f64, Algorithm, u16, u32, u64)> = None;
-            let tried = candidates(kind, size, w, wide);
-            // Every candidate's kernel compiled first, on several threads: each is then timed
-            // as it runs once prepared, not on the interpreter while a background compile runs.
-            let reqs: Vec<Request> = tried
-                .iter()
-                .filter_map(|&(a, ch)| request(kind, size, w, a, ch))
+            let mut best: Option<(f64, Request, u32, u64)> = None;
+            let reqs: Vec<Request> = candidates(kind, size, w, wide)
+                .into_iter()
+                .filter_map(|(a, ch)| request(kind, size, w, a, ch))
                 .filter(|r| r.validate().is_ok())
                 .collect();
+            // Every candidate's kernel compiled first, on several threads: each is then timed
+            // as it runs once prepared, not on the interpreter while a background compile runs.
             comm.prepare_all(&reqs).map_err(e)?;
-            for (a, ch) in tried {
-                let Some(req) = request(kind, size, w, a, ch).filter(|r| r.validate().is_ok())
-                else {
-                    continue;
-                };
+            for req in reqs {
+                let (a, ch) = (req.algorithm, req.channels);
                 let b = comm.alloc(&req).map_err(e)?;
                 let r = (|| -> Result<(f64, u32, u64), String> {
                     let want = fill(&comm, &req, &b, size ^ a as u64)?;
-                    comm.prepare(&req).map_err(e)?;
                     let call = || comm.enqueue(&req, &b, &stream);
                     let n = count(&comm, &stream, &call)?;
                     let us = timed(&comm, &stream, n, &call)?;
@@ -291,25 +286,20 @@ pub(super) fn run(
                     ));
                 }
                 if best.is_none_or(|x| us < x.0) {
-                    best = Some((us, a, ch, n, bad));
+                    best = Some((us, req, n, bad));
                 }
             }
-            let Some((us, a, ch, n, bad)) = best else {
+            let Some((us, req, n, bad)) = best else {
                 continue;
             };
-            let Some(best_req) = request(kind, size, w, a, ch) else {
-                continue;
-            };
-            let sms = comm.sms(&best_req).map_err(e)?;
-            let path = match comm.runs_compiled(&best_req).map_err(e)? {
+            let (a, ch) = (req.algorithm, req.channels);
+            let sms = comm.sms(&req).map_err(e)?;
+            let path = match comm.runs_compiled(&req).map_err(e)? {
                 true => " compiled",
                 false => "",
             };
             let label = format!("{}/{ch}ch {sms}sm{path}", a.name());
             out.push(Sample::new(kind, size, "symm", "eager", us, bad, &label));
-            let Some(req) = request(kind, size, w, a, ch) else {
-                continue;
-            };
             let b = comm.alloc(&req).map_err(e)?;
             let r = (|| -> Result<(), String> {
                 fill(&comm, &req, &b, 7)?;

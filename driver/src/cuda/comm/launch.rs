@@ -54,6 +54,12 @@ impl Comm {
     /// This rank's plan of `req` (scheduled, validated against the buffers' sizes and the pad,
     /// uploaded once, then cached).
     pub(super) fn plan(&self, req: &Request) -> Result<Arc<DevicePlan>> {
+        self.plan_at(req, false)
+    }
+
+    /// [`Comm::plan`]; with `now`, a plan that runs compiled is compiled before this returns
+    /// (what [`Comm::prepare`] does) rather than in the background.
+    fn plan_at(&self, req: &Request, now: bool) -> Result<Arc<DevicePlan>> {
         if req.world != self.world {
             return Err(CudaError::SizeMismatch {
                 what: "ranks in the request",
@@ -61,15 +67,18 @@ impl Comm {
                 want: self.world as u64,
             });
         }
-        self.cached_plan((0, *req), || RankPlan::schedule(req, self.rank))
+        self.cached_plan((0, *req), now, || RankPlan::schedule(req, self.rank))
     }
 
     /// The plan cached under `key` (team id, request), else `build`'s, validated against this
     /// job, the pad and the request's buffer sizes, uploaded and cached. Every plan stays in the
-    /// cache as long as the `Comm`, so none goes while a launch may still read it.
+    /// cache as long as the `Comm`, so none goes while a launch may still read it. A plan that
+    /// runs compiled is compiled at once when forced or when `now` (a preparation), else in the
+    /// background while the interpreter runs it.
     pub(super) fn cached_plan(
         &self,
         key: (u16, Request),
+        now: bool,
         build: impl FnOnce() -> Result<RankPlan>,
     ) -> Result<Arc<DevicePlan>> {
         // A lock poisoned by another thread's panic still holds good plans: keep using it.
@@ -77,6 +86,9 @@ impl Comm {
         let engines = self.copy_engine().takes(&key.1);
         let full = (key.0, key.1, engines);
         if let Some(p) = cache().get(&full).cloned() {
+            if now {
+                self.compile_prepared(&p, key.1.bytes);
+            }
             return Ok(p);
         }
         let host = build()?;
@@ -92,6 +104,9 @@ impl Comm {
             if self.opts.plans == PlanPath::Compiled {
                 // Forced: compiled now, and a plan that does not compile is an error.
                 p.compile(&self.compiler, &self.dev, false)?;
+            } else if now {
+                // Auto, prepared: compiled now; a plan that does not compile stays interpreted.
+                let _ = p.compile(&self.compiler, &self.dev, false);
             } else {
                 // Auto: the interpreter runs it until the compiled kernel is ready (compiling
                 // takes about a second; a plan that does not compile stays interpreted).
@@ -150,9 +165,7 @@ impl Comm {
     /// graph holds the compiled kernel, not the interpreter.
     pub fn prepare(&self, req: &Request) -> Result<()> {
         let _ctx = device::keep_current()?;
-        let p = self.plan(req)?;
-        self.compile_prepared(&p, req.bytes);
-        Ok(())
+        self.plan_at(req, true).map(|_| ())
     }
 
     /// [`Comm::prepare`] for many requests, the kernels of those that run compiled compiled on
@@ -166,16 +179,15 @@ impl Comm {
                 .flatten()
         });
         for r in reqs {
-            let p = self.plan(r)?;
-            self.compile_prepared(&p, r.bytes);
+            self.plan_at(r, true)?;
         }
         Ok(())
     }
 
-    /// In auto mode, compiles a prepared plan that auto runs compiled, now rather than in the
-    /// background (forced mode compiled it when it was built; a plan that does not compile
-    /// stays interpreted, as in the background).
-    pub(super) fn compile_prepared(&self, p: &DevicePlan, bytes: u64) {
+    /// In auto mode, compiles a cached plan that auto runs compiled and that the background
+    /// compiler has not finished yet (forced mode compiled it when it was built; a plan that
+    /// does not compile stays interpreted, as in the background).
+    fn compile_prepared(&self, p: &DevicePlan, bytes: u64) {
         if self.opts.plans == PlanPath::Auto
             && p.flags().is_none()
             && self.opts.plans.compiles(bytes, p.host().ops.len())

@@ -305,8 +305,13 @@ impl<'c> CommTeam<'c> {
 
     /// This rank's plan of the team request `req` (mapped onto the job, validated, cached).
     fn plan(&self, req: &Request) -> Result<Arc<DevicePlan>> {
+        self.plan_at(req, false)
+    }
+
+    /// [`CommTeam::plan`]; with `now`, compiled before it returns when it runs compiled.
+    fn plan_at(&self, req: &Request, now: bool) -> Result<Arc<DevicePlan>> {
         self.comm
-            .cached_plan((self.team.id(), *req), || self.host_plan(req))
+            .cached_plan((self.team.id(), *req), now, || self.host_plan(req))
     }
 
     /// This rank's plan of the team request `req`, mapped onto the job (not yet validated).
@@ -323,9 +328,7 @@ impl<'c> CommTeam<'c> {
     /// Builds and uploads this rank's plan of `req` now (before capturing it in a graph).
     pub fn prepare(&self, req: &Request) -> Result<()> {
         let _ctx = device::keep_current()?;
-        let p = self.plan(req)?;
-        self.comm.compile_prepared(&p, req.bytes);
-        Ok(())
+        self.plan_at(req, true).map(|_| ())
     }
 
     /// [`CommTeam::prepare`] for many requests, the kernels of those that run compiled compiled
@@ -334,8 +337,7 @@ impl<'c> CommTeam<'c> {
         let _ctx = device::keep_current()?;
         self.comm.compile_ahead(reqs, |r| self.host_plan(r).ok());
         for r in reqs {
-            let p = self.plan(r)?;
-            self.comm.compile_prepared(&p, r.bytes);
+            self.plan_at(r, true)?;
         }
         Ok(())
     }
