@@ -16,7 +16,9 @@
 //! Reductions always combine contributions in rank order 0, 1, ..., world-1, so every rank of a
 //! one-shot all-reduce computes the same bits. Up to [`MAX_FANIN`] ranks they are one fused
 //! k-way reduce ([`Op::ReduceN`]: one pass, one accumulator, one rounding); beyond, a chain of
-//! binary reduces.
+//! binary reduces. The `binary-reduce` feature builds every direct reduction as that chain (the
+//! schedules as they were before the k-way reduce): a measurement build, which `symm-bench`
+//! runs beside the default one to measure what the k-way reduce gains at a world.
 
 use super::part::{part, Part};
 use super::table::{no_scratch, no_streams, one_slot, serves, Desc};
@@ -288,10 +290,18 @@ impl Direct {
     }
 }
 
-/// Ops of a direct reduction's combining part: one k-way reduce up to [`MAX_FANIN`] ranks, a
+/// The most ranks one direct reduction combines in one k-way reduce: [`MAX_FANIN`], or 1 in the
+/// `binary-reduce` measurement build (every reduction a chain of binary reduces).
+const FUSED_FANIN: usize = if cfg!(feature = "binary-reduce") {
+    1
+} else {
+    MAX_FANIN
+};
+
+/// Ops of a direct reduction's combining part: one k-way reduce up to [`FUSED_FANIN`] ranks, a
 /// chain of binary reduces beyond.
 fn reduce_steps(w: u64) -> u64 {
-    if w as usize <= MAX_FANIN {
+    if w as usize <= FUSED_FANIN {
         1
     } else {
         w - 1
@@ -350,7 +360,7 @@ impl Direct {
                 let steps = reduce_steps(w);
                 let own = ctx.loc(me, Buf::Output, dst);
                 if u < steps {
-                    let fused = Ranks::first(w as u16).filter(|_| w > 1);
+                    let fused = Ranks::first(w as u16).filter(|_| w > 1 && w as usize <= FUSED_FANIN);
                     let op = if let Some(ranks) = fused {
                         Op::ReduceN {
                             buf: Buf::Input,
@@ -472,7 +482,7 @@ macro_rules! unserved {
 // * A copy into the rank's own buffers uses its memory port.
 
 /// The combining body of a direct reduction of `b` bytes of every rank's input, as every rank
-/// (`all`) or only the root runs it. Up to [`MAX_FANIN`] ranks it is one k-way read: the
+/// (`all`) or only the root runs it. Up to [`FUSED_FANIN`] ranks it is one k-way read: the
 /// reader's ingress carries `(p-1) b` (every source's egress too, when every rank reads), then
 /// one hop for the loads to come back. Beyond, a chain of `p - 1` binary reads, a hop each;
 /// when every rank runs the chain they all read the same source at each step, so the first
@@ -480,7 +490,7 @@ macro_rules! unserved {
 /// `p - 2` sources after that: `2p - 3` transfers of `b`.
 fn combine(s: &Shape, b: f64, all: bool) -> Path {
     let p = s.pf;
-    if s.p as usize <= MAX_FANIN {
+    if s.p as usize <= FUSED_FANIN {
         Path::new(1.0, (p - 1.0) * b)
     } else if all {
         Path::new(p - 1.0, (2.0 * p - 3.0) * b)

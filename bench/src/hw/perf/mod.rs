@@ -213,6 +213,12 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     let count = symm_driver::cuda::device::device_count().map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let bar = progress::bar(a.worlds.len() as u64, "bench");
+    if cfg!(feature = "binary-reduce") {
+        bar.println(
+            "bench: a binary-reduce build: every direct reduction is a chain of binary reduces, \
+             not one k-way reduce (the measurement of what the k-way reduce gains)",
+        );
+    }
     for &w in &a.worlds {
         // More ranks than GPUs only where the ranks are placed on shared GPUs.
         let shared_ok = std::env::var("SYMM_DEVICES").as_deref() == Ok("mod") && count > 0;
