@@ -1,8 +1,11 @@
 //! Compiled plans: one rank's plan as straight-line CUDA, for small messages.
 //!
 //! The interpreter (`symm/interp.cu`) reads each op from memory and dispatches on its kind.
-//! A compiled plan is a kernel generated for one validated [`RankPlan`]: block `c` runs channel
-//! `c`'s ops in order, each one a call of the interpreter's own `symm_run_op` (`symm/ops.cuh`)
+//! A compiled plan is a kernel generated for one validated [`RankPlan`]: block `c` calls channel
+//! `c`'s function (not inlined: NVRTC then optimises each channel on its own, and its time grows
+//! with the ops instead of faster; a 64-channel plan of 1024 ops compiled in 33 s instead of
+//! 124 on one core), which runs the channel's ops in order, each a call of the interpreter's
+//! own `symm_run_op` (`symm/ops.cuh`)
 //! with the op's encoded words as constants, so NVRTC folds the dispatch, the offsets, sizes,
 //! peers, slots and counts into the code. The kernel takes the interpreter's parameter block
 //! (heap, buffers, counters, records, trace), so the same buffer checks, timeouts, records and
@@ -31,7 +34,8 @@ pub const MAX_COMPILED_OPS: usize = 4096;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PlanPath {
-    /// Compiled plans for requests of at most [`AUTO_COMPILED_BYTES`], else the interpreter.
+    /// Compiled plans for requests of at most [`AUTO_COMPILED_BYTES`] whose plan holds at most
+    /// [`AUTO_COMPILED_OPS`] ops, else the interpreter.
     #[default]
     Auto,
     /// Always the interpreter.
@@ -43,6 +47,13 @@ pub enum PlanPath {
 /// The largest request `PlanPath::Auto` compiles (bytes as the request counts them): compiled
 /// plans ran 1.3 to 1.8 times faster than interpreted ones from 1 KiB to 1 MiB (docs/perf.md).
 pub const AUTO_COMPILED_BYTES: u64 = 1 << 20;
+
+/// The longest plan (ops of all its channels) `PlanPath::Auto` compiles. NVRTC takes 20 to
+/// 90 ms per op on one core (the low-latency ops the most), so a plan of this many ops compiles
+/// in seconds; a 1 MiB two-shot of 64 channels at world 4 holds 1024 ops and took over a minute.
+/// Every small-message winner of the world-2 benchmark fits (the 16-channel low-latency
+/// all-reduce: 80 ops at world 2, 112 at world 4).
+pub const AUTO_COMPILED_OPS: usize = 128;
 
 impl PlanPath {
     /// Parses `auto`, `interpreted` or `compiled` (what `SYMM_PLANS` takes).
@@ -59,7 +70,7 @@ impl PlanPath {
     pub fn compiles(self, bytes: u64, ops: usize) -> bool {
         ops <= MAX_COMPILED_OPS
             && match self {
-                PlanPath::Auto => bytes <= AUTO_COMPILED_BYTES,
+                PlanPath::Auto => bytes <= AUTO_COMPILED_BYTES && ops <= AUTO_COMPILED_OPS,
                 PlanPath::Interpreted => false,
                 PlanPath::Compiled => true,
             }
@@ -84,10 +95,29 @@ pub fn source(plan: &RankPlan) -> Result<String> {
         "#include \"symm/ops.cuh\"\n\
          #define SYMM_OP(i, ...) { const symm_u64 w_[SYMM_OP_BYTES / 8] = {__VA_ARGS__}; \
          symm_plan_op op_; memcpy(&op_, w_, sizeof op_); \
-         symm_run_op(p, op_, i, stop, trace_len); if (stop) goto done; }\n\
+         symm_run_op(p, op_, i, stop, trace_len); if (stop) return; }\n\
          #define SYMM_FUSED(i, k, call, ...) { const symm_u64 w_[(k) * (SYMM_OP_BYTES / 8)] = {__VA_ARGS__}; \
-         symm_plan_op o_[k]; memcpy(o_, w_, sizeof o_); call; if (stop) goto done; }\n\
-         extern \"C\" __global__ void __launch_bounds__(SYMM_THREADS) symm_compiled(const symm_interp_params p) {\n\
+         symm_plan_op o_[k]; memcpy(o_, w_, sizeof o_); call; if (stop) return; }\n",
+    );
+    // One function per channel, not inlined into the kernel: NVRTC optimises each channel's
+    // straight-line code on its own, so the compile time grows with the ops, not faster.
+    for c in 0..plan.channels() {
+        let (a, b) = (plan.chan_start[c] as usize, plan.chan_start[c + 1] as usize);
+        let ops = &plan.ops[a..b];
+        let _ = writeln!(
+            s,
+            "static __device__ __noinline__ void symm_channel_{c}(const symm_interp_params& p, \
+             int& stop, symm_u32& trace_len) {{\n#if SYMM_TRACE"
+        );
+        for (i, op) in ops.iter().enumerate() {
+            op_line(&mut s, i, op);
+        }
+        s.push_str("#else\n");
+        fused_lines(&mut s, ops);
+        s.push_str("#endif\n}\n");
+    }
+    s.push_str(
+        "extern \"C\" __global__ void __launch_bounds__(SYMM_THREADS) symm_compiled(const symm_interp_params p) {\n\
          \x20 __shared__ int stop;\n\
          \x20 symm_u32 trace_len = 0;\n\
          \x20 if (blockIdx.x >= p.channels || blockIdx.x >= SYMM_MAX_CHANNELS) return;\n\
@@ -96,23 +126,16 @@ pub fn source(plan: &RankPlan) -> Result<String> {
          \x20 switch (blockIdx.x) {\n",
     );
     for c in 0..plan.channels() {
-        let (a, b) = (plan.chan_start[c] as usize, plan.chan_start[c + 1] as usize);
-        let ops = &plan.ops[a..b];
-        let _ = writeln!(s, "  case {c}: {{\n#if SYMM_TRACE");
-        for (i, op) in ops.iter().enumerate() {
-            op_line(&mut s, i, op);
-        }
-        s.push_str("#else\n");
-        fused_lines(&mut s, ops);
-        s.push_str("#endif\n  } break;\n");
+        let _ = writeln!(
+            s,
+            "  case {c}: symm_channel_{c}(p, stop, trace_len); break;"
+        );
     }
     s.push_str(
         "  default: break;\n  }\n\
-         done:\n\
          #if SYMM_TRACE\n\
          \x20 if (threadIdx.x == 0 && p.trace_len) p.trace_len[blockIdx.x] = trace_len;\n\
-         #endif\n\
-         \x20 return;\n}\n",
+         #endif\n}\n",
     );
     Ok(s)
 }
@@ -285,6 +308,11 @@ mod tests {
         let traced: String = sections(&src, "#if SYMM_TRACE", "#else");
         assert_eq!(traced.matches("SYMM_OP(").count(), plan.ops.len());
         assert_eq!(src.matches("  case ").count(), plan.channels());
+        // Each channel is a function of its own, so NVRTC's time grows with the ops.
+        assert_eq!(
+            src.matches("__noinline__ void symm_channel_").count(),
+            plan.channels()
+        );
         assert_eq!(ops_in(&sections(&src, "#else", "#endif")), plan.ops.len());
         // Only numbers come from the plan: every op line is SYMM_OP(i, 0x..ull x 8).
         for line in src
@@ -448,6 +476,10 @@ mod tests {
         assert!(!PlanPath::Interpreted.compiles(16, 1));
         assert!(PlanPath::Compiled.compiles(1 << 30, 100));
         assert!(!PlanPath::Compiled.compiles(16, MAX_COMPILED_OPS + 1));
+        // Auto compiles short plans only: NVRTC's time grows with the ops.
+        assert!(PlanPath::Auto.compiles(1 << 20, AUTO_COMPILED_OPS));
+        assert!(!PlanPath::Auto.compiles(1024, AUTO_COMPILED_OPS + 1));
+        assert!(PlanPath::Compiled.compiles(1024, AUTO_COMPILED_OPS + 1));
         assert_eq!(PlanPath::parse("compiled"), Some(PlanPath::Compiled));
         assert_eq!(PlanPath::parse("Compiled"), None);
     }
