@@ -159,7 +159,44 @@ pub trait Backend {
         inputs: &[Vec<u8>],
         trace: bool,
     ) -> Result<Outcome, BackendError>;
+
+    /// Runs `req` over `inputs` untraced and checks every rank's output against `want` (one
+    /// buffer per rank) with `check`, called as `check(rank, output, wanted)`. Returns the
+    /// verdict: `Ok(())`, or the error of the lowest rank whose output `check` refused.
+    ///
+    /// The default runs [`Backend::run`] and checks every output here. A backend whose ranks
+    /// are other processes checks each output in the process that wrote it and exchanges only
+    /// the verdicts, so no output crosses between processes (a matrix case of 256 MiB at
+    /// world 4 would otherwise move every rank's output to every rank).
+    fn run_checked(
+        &mut self,
+        req: &Request,
+        inputs: &[Vec<u8>],
+        want: &[Vec<u8>],
+        check: &RankCheck<'_>,
+    ) -> Result<Verdict, BackendError> {
+        let out = self.run(req, inputs, false)?;
+        if out.outputs.len() != want.len() {
+            return Ok(Err(format!(
+                "{} outputs, want {}",
+                out.outputs.len(),
+                want.len()
+            )));
+        }
+        for (rank, (f, w)) in out.outputs.iter().zip(want).enumerate() {
+            if let Err(e) = check(rank, f, w) {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(()))
+    }
 }
+
+/// Checks one rank's output: `(rank, output, wanted)`, an error describing the first difference.
+pub type RankCheck<'a> = dyn Fn(usize, &[u8], &[u8]) -> Verdict + 'a;
+
+/// The outcome of checking outputs: `Err` describes the first difference found.
+pub type Verdict = std::result::Result<(), String>;
 
 /// The deterministic simulator as a [`Backend`].
 #[derive(Clone, Copy, Debug, Default)]

@@ -57,33 +57,49 @@ pub struct Report {
 
 /// The first element that differs, as text.
 pub fn exact(req: &Request, found: &[Vec<u8>], want: &[Vec<u8>]) -> Result<(), String> {
-    let es = req.dtype.size() as usize;
     if found.len() != want.len() {
         return Err(format!("{} outputs, want {}", found.len(), want.len()));
     }
     for (rank, (f, w)) in found.iter().zip(want).enumerate() {
-        if f.len() != w.len() {
-            return Err(format!("rank {rank}: {} bytes, want {}", f.len(), w.len()));
-        }
-        if f == w {
-            continue;
-        }
-        for (i, (x, y)) in f.chunks(es).zip(w.chunks(es)).enumerate() {
-            if x != y {
-                let undefined = if y.iter().all(|&c| c == host::POISON) {
-                    " (undefined output)"
-                } else {
-                    ""
-                };
-                return Err(format!(
-                    "rank {rank} element {i}: found {} want {}{undefined}",
-                    decode_f64(req.dtype, x),
-                    decode_f64(req.dtype, y)
-                ));
-            }
+        exact_rank(req, rank, f, w)?;
+    }
+    Ok(())
+}
+
+/// The first element of rank `rank`'s output `f` that differs from `w`, as text.
+pub fn exact_rank(req: &Request, rank: usize, f: &[u8], w: &[u8]) -> Result<(), String> {
+    let es = req.dtype.size() as usize;
+    if f.len() != w.len() {
+        return Err(format!("rank {rank}: {} bytes, want {}", f.len(), w.len()));
+    }
+    if f == w {
+        return Ok(());
+    }
+    for (i, (x, y)) in f.chunks(es).zip(w.chunks(es)).enumerate() {
+        if x != y {
+            let undefined = if y.iter().all(|&c| c == host::POISON) {
+                " (undefined output)"
+            } else {
+                ""
+            };
+            return Err(format!(
+                "rank {rank} element {i}: found {} want {}{undefined}",
+                decode_f64(req.dtype, x),
+                decode_f64(req.dtype, y)
+            ));
         }
     }
     Ok(())
+}
+
+/// Rank `rank`'s output `f` against `w` within `host::compare`'s tolerance, as text.
+fn tolerant_rank(req: &Request, rank: usize, f: &[u8], w: &[u8]) -> Result<(), String> {
+    host::compare(req, &[f.to_vec()], &[w.to_vec()]).map_err(|m| {
+        format!(
+            "rank {rank} element {}: found {} want {}",
+            m.elem, m.found, m.want
+        )
+    })
 }
 
 /// The matrix's cases at `world`, grouped by input set: the group's base request (whose inputs
@@ -150,13 +166,12 @@ pub fn run<B: Backend + ?Sized>(backend: &mut B, m: &Matrix, seed: &mut u64) -> 
                     req.op.name(),
                     req.channels
                 );
-                match backend.run(&req, &inputs, false) {
-                    Ok(out) => {
-                        let verdict = match m.compare {
-                            Compare::Exact => exact(&req, &out.outputs, &want),
-                            Compare::Tolerant => host::compare(&req, &out.outputs, &want)
-                                .map_err(|e| format!("{e:?}")),
-                        };
+                let check = |rank: usize, f: &[u8], w: &[u8]| match m.compare {
+                    Compare::Exact => exact_rank(&req, rank, f, w),
+                    Compare::Tolerant => tolerant_rank(&req, rank, f, w),
+                };
+                match backend.run_checked(&req, &inputs, &want, &check) {
+                    Ok(verdict) => {
                         if let Err(e) = verdict {
                             rep.failures.push(format!("{name}: {e}"));
                         }

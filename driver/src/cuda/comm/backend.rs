@@ -1,11 +1,13 @@
 //! A [`Comm`] as a [`Backend`](crate::backend::Backend): every process of the job runs the same
-//! requests with the same inputs (each writes its own rank's), and every process gets every
-//! rank's output back through the bootstrap, so the shared conformance matrix checks the whole
-//! job from each rank. With a trace asked for, the run uses the traced interpreter and every
+//! requests with the same inputs (each writes its own rank's). `run` gives every process every
+//! rank's output through the bootstrap, so the shared conformance matrix checks the whole job
+//! from each rank; `run_checked` (what the matrix calls) checks each rank's output in its own
+//! process against the reference and gathers only the verdicts, so large cases move no output
+//! between processes. With a trace asked for, the run uses the traced interpreter and every
 //! process gets the ranks' parts merged into one trace ([`trace::merge`]).
 
 use super::{Comm, CommTeam};
-use crate::backend::{check_inputs, Backend, BackendError, Outcome};
+use crate::backend::{check_inputs, Backend, BackendError, Outcome, RankCheck, Verdict};
 use crate::cuda::device::Stream;
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::rendezvous::Bootstrap;
@@ -133,6 +135,63 @@ impl Comm {
     }
 }
 
+/// Most bytes of one rank's verdict text that reach the other ranks.
+const MAX_VERDICT: usize = 1024;
+
+impl Comm {
+    /// Runs `req` on this rank's `input` and checks the output here with `check` against
+    /// `want`; every rank then gathers the verdicts (empty: passed), also after a failed run,
+    /// so the job stays in step.
+    fn run_verdict(
+        &self,
+        req: &Request,
+        input: &[u8],
+        want: Option<&Vec<u8>>,
+        check: &RankCheck<'_>,
+    ) -> Result<Verdict> {
+        let me = self.rank as usize;
+        let stream = Stream::new(&self.dev)?;
+        let b = self.alloc(req)?;
+        let run = (|| -> Result<Vec<u8>> {
+            self.write(b.input, input)?;
+            self.fill(b.output, b.sizes.output, POISON)?;
+            self.run(req, &b, &stream)?;
+            self.read(b.output, b.sizes.output)
+        })();
+        let freed = self.free(&b);
+        let found = match run.and_then(|x| freed.map(|_| x)) {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = self.gather(&[]);
+                return Err(e);
+            }
+        };
+        let mine = match want {
+            Some(w) => check(me, &found, w),
+            None => Err(format!("rank {me}: no reference output")),
+        };
+        let text = match &mine {
+            Ok(()) => Vec::new(),
+            Err(m) => {
+                let mut t = m.as_bytes()[..m.len().min(MAX_VERDICT)].to_vec();
+                if t.is_empty() {
+                    t.push(b'?');
+                }
+                t
+            }
+        };
+        let all = self.gather(&text)?;
+        Ok(match all.iter().position(|t| !t.is_empty()) {
+            None => Ok(()),
+            Some(r) if r == me => mine,
+            Some(r) => Err(format!(
+                "(seen from rank {me}) {}",
+                String::from_utf8_lossy(&all[r][..all[r].len().min(MAX_VERDICT)])
+            )),
+        })
+    }
+}
+
 impl Backend for Comm {
     fn name(&self) -> String {
         format!("comm rank {} of {}", self.rank, self.world)
@@ -156,6 +215,28 @@ impl Backend for Comm {
             .run_gathered(req, mine, trace)
             .map_err(BackendError::Cuda)?;
         Ok(Outcome { outputs, trace })
+    }
+
+    /// Collective, as `run`: each rank checks its own output and only the verdicts are
+    /// gathered.
+    fn run_checked(
+        &mut self,
+        req: &Request,
+        inputs: &[Vec<u8>],
+        want: &[Vec<u8>],
+        check: &RankCheck<'_>,
+    ) -> std::result::Result<Verdict, BackendError> {
+        check_inputs(Some(self.world), req, inputs)?;
+        if want.len() != self.world as usize {
+            return Ok(Err(format!(
+                "{} reference outputs, want {}",
+                want.len(),
+                self.world
+            )));
+        }
+        let me = self.rank as usize;
+        self.run_verdict(req, &inputs[me], want.get(me), check)
+            .map_err(BackendError::Cuda)
     }
 }
 
