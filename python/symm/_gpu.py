@@ -118,8 +118,9 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
     sets them. ``heap_bytes`` is each rank's symmetric heap, ``timeout`` the deadline (seconds)
     of every device wait, ``bootstrap_timeout`` that of joining and host exchanges. ``plans``
     picks the kernel that runs collectives: ``"auto"`` (plans compiled to their own kernels for
-    messages up to 1 MiB, at the first call of each shape: about half a second of NVRTC the
-    first time on a machine, then a disk cache; the interpreter above 1 MiB), ``"interpreted"``
+    messages up to 1 MiB whose plan holds at most 128 ops, at the first call of each shape: a
+    fraction of a second to seconds of NVRTC the first time on a machine, then a disk cache;
+    the interpreter otherwise), ``"interpreted"``
     or ``"compiled"``; default ``SYMM_PLANS``, else auto. Collective.
     Calling it again while joined does nothing; :func:`finalize` (also run at exit) ends it.
     """

@@ -157,8 +157,9 @@ impl Comm {
     }
 
     /// Builds and uploads this rank's plan of `req` now, and when the plan runs compiled (auto:
-    /// requests of at most [`crate::cuda::compiled::AUTO_COMPILED_BYTES`]), compiles its kernel
-    /// now too (about a second of NVRTC the first time, then the disk cache). The first
+    /// requests of at most [`crate::cuda::compiled::AUTO_COMPILED_BYTES`] whose plan holds at
+    /// most [`crate::cuda::compiled::AUTO_COMPILED_OPS`] ops), compiles its kernel now too (a
+    /// fraction of a second to seconds of NVRTC the first time, then the disk cache). The first
     /// [`Comm::enqueue`] of a request builds the plan otherwise, with the interpreter running it
     /// until a background compile ends. Building allocates device memory, which stream capture
     /// forbids: call this before capturing a request's first launch in a CUDA graph, and the
