@@ -196,7 +196,7 @@ mod tests {
     use symm_core::sched::Collective;
     use symm_driver::backend::{BackendError, Outcome};
 
-    /// A backend that adds one to the first output byte of every all-reduce.
+    /// A backend that adds one to the first output byte of the last rank's every all-reduce.
     struct OffByOne;
 
     impl Backend for OffByOne {
@@ -211,7 +211,7 @@ mod tests {
         ) -> Result<Outcome, BackendError> {
             let mut outputs = host::reference(req, inputs);
             if req.collective == Collective::AllReduce {
-                if let Some(b) = outputs.get_mut(0).and_then(|o| o.first_mut()) {
+                if let Some(b) = outputs.last_mut().and_then(|o| o.first_mut()) {
                     *b = b.wrapping_add(1);
                 }
             }
@@ -235,11 +235,28 @@ mod tests {
             inputs: host::random_inputs,
             compare: Compare::Exact,
         };
-        let rep = run(&mut OffByOne, &m, &mut 0);
-        // Every all-reduce algorithm at both worlds fails; nothing else does.
-        let all_reduce = algorithms(Collective::AllReduce).len() * 2;
-        assert_eq!(rep.failures.len(), all_reduce, "{:#?}", rep.failures);
-        assert!(rep.failures.iter().all(|f| f.starts_with("all_reduce")));
-        assert!(rep.cases > all_reduce);
+        for compare in [Compare::Exact, Compare::Tolerant] {
+            let rep = run(
+                &mut OffByOne,
+                &Matrix {
+                    compare,
+                    ..m.clone()
+                },
+                &mut 0,
+            );
+            // Every all-reduce algorithm at both worlds fails; nothing else does.
+            let all_reduce = algorithms(Collective::AllReduce).len() * 2;
+            assert_eq!(rep.failures.len(), all_reduce, "{:#?}", rep.failures);
+            assert!(rep.failures.iter().all(|f| f.starts_with("all_reduce")));
+            assert!(rep.cases > all_reduce);
+            // The verdict names the rank whose output differs, and where.
+            for f in &rep.failures {
+                let last = if f.contains(" w2 ") { 1 } else { 2 };
+                assert!(
+                    f.contains(&format!(": rank {last} element 0: found ")),
+                    "{f}"
+                );
+            }
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! * the shared conformance matrix (`symm_tests::matrix`, the one `tests/` runs on the host
 //!   backends) with the `Comm` as its backend: every collective x algorithm (multicast never) x
 //!   the hw sizes up to `--max-bytes` x {f32, bf16, i32} x {sum, max}, on fresh collective
-//!   allocations, every rank's output gathered and bit exact against the reference;
+//!   allocations, every rank's output bit exact against the reference (checked in its own
+//!   process; only the verdicts are gathered);
 //! * the fused reductions' rounding: fractional floats bit exact against the host executor
 //!   (`fold.rs`);
 //! * 64 low-latency all-reduces enqueued back to back on one scratch buffer (`fold.rs`);
