@@ -100,7 +100,15 @@ impl Comm {
         Ok(all)
     }
 
-    fn run_gathered(&self, req: &Request, input: &[u8], traced: bool) -> Result<Gathered> {
+    /// Runs `req` on this rank's `input` (traced when asked) and returns its output and trace
+    /// part. On a failure this rank still joins one gather, as the others do after their run,
+    /// so the job stays in step.
+    fn run_mine(
+        &self,
+        req: &Request,
+        input: &[u8],
+        traced: bool,
+    ) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
         let stream = Stream::new(&self.dev)?;
         let b = self.alloc(req)?;
         let run = (|| -> Result<(Vec<u8>, Option<Vec<u8>>)> {
@@ -117,15 +125,13 @@ impl Comm {
             Ok((self.read(b.output, b.sizes.output)?, part))
         })();
         let freed = self.free(&b);
-        let run = run.and_then(|x| freed.map(|_| x));
-        // Every rank gathers, also after a failure, so the job stays in step.
-        let (mine, part) = match run {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = self.gather(&[]);
-                return Err(e);
-            }
-        };
+        run.and_then(|x| freed.map(|_| x)).inspect_err(|_| {
+            let _ = self.gather(&[]);
+        })
+    }
+
+    fn run_gathered(&self, req: &Request, input: &[u8], traced: bool) -> Result<Gathered> {
+        let (mine, part) = self.run_mine(req, input, traced)?;
         let outputs = self.gather(&mine)?;
         let trace = match part {
             Some(p) => Some(trace::merge(&self.gather(&p)?)?),
@@ -140,8 +146,7 @@ const MAX_VERDICT: usize = 1024;
 
 impl Comm {
     /// Runs `req` on this rank's `input` and checks the output here with `check` against
-    /// `want`; every rank then gathers the verdicts (empty: passed), also after a failed run,
-    /// so the job stays in step.
+    /// `want`; every rank then gathers the verdicts (empty: passed).
     fn run_verdict(
         &self,
         req: &Request,
@@ -150,22 +155,7 @@ impl Comm {
         check: &RankCheck<'_>,
     ) -> Result<Verdict> {
         let me = self.rank as usize;
-        let stream = Stream::new(&self.dev)?;
-        let b = self.alloc(req)?;
-        let run = (|| -> Result<Vec<u8>> {
-            self.write(b.input, input)?;
-            self.fill(b.output, b.sizes.output, POISON)?;
-            self.run(req, &b, &stream)?;
-            self.read(b.output, b.sizes.output)
-        })();
-        let freed = self.free(&b);
-        let found = match run.and_then(|x| freed.map(|_| x)) {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = self.gather(&[]);
-                return Err(e);
-            }
-        };
+        let (found, _) = self.run_mine(req, input, false)?;
         let mine = match want {
             Some(w) => check(me, &found, w),
             None => Err(format!("rank {me}: no reference output")),
