@@ -195,11 +195,18 @@ pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String
     let iters = if p.iters > 0 { p.iters } else { 200 };
     let world = comm.world();
     let mut notes = Vec::new();
-    for (mode, tokens) in [
-        (Mode::LowLatency, 128u32),
-        (Mode::Normal, 128),
-        (Mode::Normal, 1024),
+    // The default grids (every SM), then fewer blocks (`Comm::set_moe_sms`): whether the
+    // waiting blocks' polling costs more than their copies gain.
+    for (mode, tokens, sms) in [
+        (Mode::LowLatency, 128u32, 0u32),
+        (Mode::LowLatency, 128, 32),
+        (Mode::LowLatency, 128, 8),
+        (Mode::Normal, 128, 0),
+        (Mode::Normal, 128, 32),
+        (Mode::Normal, 1024, 0),
+        (Mode::Normal, 1024, 32),
     ] {
+        comm.set_moe_sms(sms);
         let case = MoeCase {
             hidden: 7168,
             tokens,
@@ -231,11 +238,16 @@ pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String
         let graph = per_call(comm, stream, 5, iters, || g.launch(stream).map_err(e))?;
         drop(g);
         let status = comm.moe_status(&layer).map_err(e)?;
+        let grid = match sms {
+            0 => String::new(),
+            n => format!(" at {n} SMs"),
+        };
         notes.push(format!(
-            "{} {n} tokens x 7168 bf16 top-8 dispatch+combine: {eager:.1} us eager, {graph:.1} us graph ({} dropped)",
+            "{} {n} tokens x 7168 bf16 top-8 dispatch+combine{grid}: {eager:.1} us eager, {graph:.1} us graph ({} dropped)",
             if mode == Mode::LowLatency { "low-latency" } else { "normal" },
             status.dropped
         ));
+        comm.set_moe_sms(0);
         comm.free_moe_layer(layer).map_err(e)?;
         for b in [t.x, t.idx, t.w, t.eout, t.out] {
             comm.release_block(b).map_err(e)?;

@@ -130,6 +130,8 @@ pub struct Comm {
     plans: Mutex<HashMap<(u16, Request, bool), Arc<DevicePlan>>>,
     /// The copy-engine option in force ([`CopyEngine::code`]; [`Comm::set_copy_engine`]).
     engines: std::sync::atomic::AtomicU8,
+    /// Most blocks of one MoE kernel of this rank ([`Comm::set_moe_sms`]; 0: the default).
+    moe_sms: std::sync::atomic::AtomicU32,
     tracing: Mutex<Option<launch::Tracing>>,
     /// The stream signals kernel ([`Comm::put_signal`]), loaded on first use.
     signals: Mutex<Option<Kernel>>,
@@ -624,6 +626,7 @@ impl Parts {
         Comm {
             plans: Mutex::new(HashMap::new()),
             engines: std::sync::atomic::AtomicU8::new(opts.copy_engine.code()),
+            moe_sms: std::sync::atomic::AtomicU32::new(0),
             tracing: Mutex::new(None),
             signals: Mutex::new(None),
             armed: self.armed,

@@ -369,6 +369,15 @@ impl Comm {
     /// `(phase, blocks)` per launch. Blocks that wait for peers spin, so they must all be
     /// resident: at most one per SM (the kernels are built for two blocks of [`THREADS`] per
     /// SM), shared by the ranks of a shared GPU.
+    /// Caps the blocks (one per SM) of this rank's later MoE kernels at `sms`, as DeepEP's
+    /// `num_sms` does, leaving the other SMs to overlapping work; 0 restores the default (every
+    /// SM of its own GPU, the GPU's share when ranks share it). Local to this rank: the
+    /// kernels work with any grid. Calls already enqueued or captured keep their grids.
+    pub fn set_moe_sms(&self, sms: u32) {
+        self.moe_sms
+            .store(sms, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn moe_grids(&self, mode: Mode, tokens: u32, cfg: &MoeConfig) -> Vec<(u32, u32)> {
         let w = u32::from(cfg.world);
         let shared = self.sharing.time_sliced() || self.topology_shared();
@@ -379,11 +388,18 @@ impl Comm {
             .attribute(crate::cuda::ffi::driver::ATTR_SM_COUNT)
             .map_or(64, |n| u32::try_from(n).unwrap_or(1))
             .clamp(1, 128);
-        let waiting = if shared { (sms / w).clamp(1, 64) } else { sms };
+        let cap = match self.moe_sms.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => u32::MAX,
+            n => n,
+        };
+        let waiting = if shared { (sms / w).clamp(1, 64) } else { sms }.min(cap);
         match mode {
             Mode::LowLatency => vec![(SEND | RECV, waiting)],
             _ => {
-                let send = tokens.div_ceil(4).clamp(1, if shared { 96 } else { 256 });
+                let send = tokens
+                    .div_ceil(4)
+                    .clamp(1, if shared { 96 } else { 256 })
+                    .min(cap);
                 let rows = u32::try_from(cfg.stage_rows()).unwrap_or(u32::MAX);
                 vec![(SEND, send), (RECV, rows.div_ceil(4).clamp(1, waiting))]
             }
