@@ -366,9 +366,6 @@ impl Comm {
         Ok(())
     }
 
-    /// `(phase, blocks)` per launch. Blocks that wait for peers spin, so they must all be
-    /// resident: at most one per SM (the kernels are built for two blocks of [`THREADS`] per
-    /// SM), shared by the ranks of a shared GPU.
     /// Caps the blocks (one per SM) of this rank's later MoE kernels at `sms`, as DeepEP's
     /// `num_sms` does, leaving the other SMs to overlapping work; 0 restores the default (every
     /// SM of its own GPU, the GPU's share when ranks share it). Local to this rank: the
@@ -378,6 +375,9 @@ impl Comm {
             .store(sms, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// `(phase, blocks)` per launch. Blocks that wait for peers spin, so they must all be
+    /// resident: at most one per SM (the kernels are built for two blocks of [`THREADS`] per
+    /// SM), shared by the ranks of a shared GPU.
     fn moe_grids(&self, mode: Mode, tokens: u32, cfg: &MoeConfig) -> Vec<(u32, u32)> {
         let w = u32::from(cfg.world);
         let shared = self.sharing.time_sliced() || self.topology_shared();
