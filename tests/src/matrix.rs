@@ -94,7 +94,7 @@ pub fn exact_rank(req: &Request, rank: usize, f: &[u8], w: &[u8]) -> Result<(), 
 
 /// Rank `rank`'s output `f` against `w` within `host::compare`'s tolerance, as text.
 fn tolerant_rank(req: &Request, rank: usize, f: &[u8], w: &[u8]) -> Result<(), String> {
-    host::compare(req, &[f.to_vec()], &[w.to_vec()]).map_err(|m| {
+    host::compare(req, &[f], &[w]).map_err(|m| {
         format!(
             "rank {rank} element {}: found {} want {}",
             m.elem, m.found, m.want

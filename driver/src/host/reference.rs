@@ -161,13 +161,18 @@ pub struct Mismatch {
 
 /// Compares outputs: integers exactly, floats within a relative 1e-2 (f16, bf16) or 1e-5
 /// (f32, f64) of the wanted value, at least that much absolute. Poison must match exactly.
-pub fn compare(req: &Request, found: &[Vec<u8>], want: &[Vec<u8>]) -> Result<(), Mismatch> {
+pub fn compare<F: AsRef<[u8]>, W: AsRef<[u8]>>(
+    req: &Request,
+    found: &[F],
+    want: &[W],
+) -> Result<(), Mismatch> {
     let es = req.dtype.size() as usize;
     let tol = match req.dtype {
         DType::F16 | DType::Bf16 => 1e-2,
         _ => 1e-5,
     };
     for (rank, (f, w)) in found.iter().zip(want).enumerate() {
+        let (f, w) = (f.as_ref(), w.as_ref());
         for (elem, (x, y)) in f.chunks_exact(es).zip(w.chunks_exact(es)).enumerate() {
             if x == y {
                 continue;

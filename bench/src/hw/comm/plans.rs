@@ -1,5 +1,6 @@
 //! Which kernel a prepared request runs: `Comm::prepare` compiles what the Comm's plan path
-//! (`SYMM_PLANS`; `auto` by default: requests up to `AUTO_COMPILED_BYTES`) runs compiled, so
+//! (`SYMM_PLANS`; `auto` by default: requests up to `AUTO_COMPILED_BYTES` whose plan holds at
+//! most `AUTO_COMPILED_OPS` ops) runs compiled, so
 //! the launches after it, and a CUDA graph captured after it, run the compiled kernel from the
 //! first call instead of the interpreter while a background compile runs.
 
@@ -41,7 +42,8 @@ pub(super) fn prepared(comm: &Comm) -> Result<String, String> {
     for req in reqs {
         comm.prepare(&req).map_err(e)?;
         let got = comm.runs_compiled(&req).map_err(e)?;
-        // Both plans are far below the compiled plans' op limit.
+        // The small plan is far below both op limits (`AUTO_COMPILED_OPS`, `MAX_COMPILED_OPS`);
+        // the large one is past `AUTO_COMPILED_BYTES`, whatever its ops.
         let want = !comm.on_copy_engines(&req) && path.compiles(req.bytes, 0);
         if got != want {
             return Err(format!(
