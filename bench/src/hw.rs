@@ -141,6 +141,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
                     out: dir.clone(),
                     no_torch: true,
                     calibrate: None,
+                    from_samples: false,
                     collectives: Vec::new(),
                 };
                 match perf::run(&args) {

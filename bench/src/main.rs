@@ -127,6 +127,11 @@ pub(crate) struct BenchArgs {
     /// the index `calibration.rs` beside DIR, which lists every table there).
     #[arg(long, value_name = "DIR")]
     pub calibrate: Option<PathBuf>,
+    /// Measure nothing: redo the tables, plots, simulator fit and (with --calibrate) the
+    /// calibration table of each world from --out's samples-wN.tsv, written by an earlier run
+    /// (on any machine, no GPU needed; SYMM_DEVICES=mod for samples of ranks sharing a GPU).
+    #[arg(long)]
+    pub from_samples: bool,
 }
 
 impl BenchArgs {

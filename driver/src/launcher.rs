@@ -335,7 +335,7 @@ pub fn run(o: &Options) -> Result<i32, LaunchError> {
         // The name is public (it names the socket): its random part is not the token's.
         None => format!("j{}-{}", std::process::id(), &random()?.to_hex()[..12]),
     };
-    sys::catch_signals(&[sys::SIGINT, sys::SIGTERM])
+    let _caught = sys::catch_signals(&[sys::SIGINT, sys::SIGTERM])
         .map_err(|e| LaunchError::Signals(e.to_string()))?;
     let watchdog =
         sys::Watchdog::start(o.grace).map_err(|e| LaunchError::Watchdog(e.to_string()))?;

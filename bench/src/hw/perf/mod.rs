@@ -199,6 +199,9 @@ fn earlier(path: &Path, kinds: &[Kind]) -> Vec<Sample> {
 
 /// `symm-bench bench ...`.
 pub fn run(a: &BenchArgs) -> Result<(), String> {
+    if a.from_samples {
+        return from_samples(a);
+    }
     let out = a.out.clone();
     let sizes = a.sizes();
     if sizes.is_empty() {
@@ -274,12 +277,6 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         }
         let text: String = samples.iter().map(|s| s.line() + "\n").collect();
         std::fs::write(&record, text).map_err(|e| format!("{}: {e}", record.display()))?;
-        let shown: Vec<Sample> = samples
-            .iter()
-            .filter(|s| s.system != CANDIDATE)
-            .cloned()
-            .collect();
-        report::write(w, &shown, &out)?;
         let _ = std::fs::remove_file(out.join("perf-samples.tsv"));
         for r in 0..w {
             let _ = std::fs::remove_file(out.join(format!("{phase}-rank{r}.tsv")));
@@ -297,27 +294,74 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         } else {
             symm_core::cost::Topology::Nvlink
         };
-        // The simulator's link fitted to these samples, and its worst ratio to the GPU.
-        let fitted = match fit::fit(w, topology, &samples) {
-            Ok((f, md)) => {
-                print!("\n{md}");
-                let p = out.join(format!("sim-fit-w{w}.md"));
-                std::fs::write(&p, &md).map_err(|e| format!("{}: {e}", p.display()))?;
-                println!("bench: {}; written to {}", fit::summary(&f), p.display());
-                Some(f)
-            }
-            Err(m) => {
-                println!("bench: no simulator link fitted: {m}");
-                None
-            }
-        };
-        if let Some(dir) = &cal {
-            let text = report::calibration(w, topology, &shown, fitted.as_ref());
-            let path = report::write_calibration(dir, w, topology, &text)?;
-            println!("bench: calibration table written to {}", path.display());
-        }
+        finish(w, topology, &samples, &out, cal.as_deref())?;
     }
     bar.finish_and_clear();
+    Ok(())
+}
+
+/// Tables, plots, the simulator's link fit and (with `cal`) the calibration table of world
+/// `w` from `samples` (every sample of the run, candidates included), written to `out`.
+fn finish(
+    w: u16,
+    topology: symm_core::cost::Topology,
+    samples: &[Sample],
+    out: &Path,
+    cal: Option<&Path>,
+) -> Result<(), String> {
+    let shown: Vec<Sample> = samples
+        .iter()
+        .filter(|s| s.system != CANDIDATE)
+        .cloned()
+        .collect();
+    report::write(w, &shown, out)?;
+    // The simulator's link fitted to these samples, and its worst ratio to the GPU.
+    let t = Instant::now();
+    let fitted = match fit::fit(w, topology, samples) {
+        Ok((f, md)) => {
+            print!("\n{md}");
+            let p = out.join(format!("sim-fit-w{w}.md"));
+            std::fs::write(&p, &md).map_err(|e| format!("{}: {e}", p.display()))?;
+            println!(
+                "bench: {}; written to {} ({:.1} s)",
+                fit::summary(&f),
+                p.display(),
+                t.elapsed().as_secs_f64()
+            );
+            Some(f)
+        }
+        Err(m) => {
+            println!("bench: no simulator link fitted: {m}");
+            None
+        }
+    };
+    if let Some(dir) = cal {
+        let text = report::calibration(w, topology, &shown, fitted.as_ref());
+        let path = report::write_calibration(dir, w, topology, &text)?;
+        println!("bench: calibration table written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// `symm-bench bench --from-samples`: [`finish`] for each world from `--out`'s
+/// `samples-wN.tsv` of an earlier run, on any machine (no GPU): NVLink, or a shared GPU when
+/// `SYMM_DEVICES=mod` (as in the run that measured them).
+fn from_samples(a: &BenchArgs) -> Result<(), String> {
+    let topology = match std::env::var("SYMM_DEVICES").as_deref() {
+        Ok("mod") => symm_core::cost::Topology::SharedDevice,
+        _ => symm_core::cost::Topology::Nvlink,
+    };
+    for &w in &a.worlds {
+        let record = a.out.join(format!("samples-w{w}.tsv"));
+        let text = std::fs::read_to_string(&record)
+            .map_err(|e| format!("{}: {e} (no samples of world {w} there)", record.display()))?;
+        let samples: Vec<Sample> = text.lines().filter_map(Sample::parse).collect();
+        if samples.is_empty() {
+            return Err(format!("{}: no sample parses", record.display()));
+        }
+        println!("bench: {} samples of world {w} from {}", samples.len(), record.display());
+        finish(w, topology, &samples, &a.out, a.calibrate.as_deref())?;
+    }
     Ok(())
 }
 

@@ -40,8 +40,12 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
-/// Installs a handler for each of `signals` that only records it (see [`take_caught`]).
-pub(crate) fn catch_signals(signals: &[i32]) -> io::Result<()> {
+/// Installs a handler for each of `signals` that only records it (see [`take_caught`]), until
+/// the returned guard drops: then each signal's earlier action is back, and a signal recorded
+/// but not taken is raised again, so a process that goes on after the launcher (symm-bench's
+/// report, a test) still dies of SIGTERM as it would have without the launcher.
+pub(crate) fn catch_signals(signals: &[i32]) -> io::Result<CaughtSignals> {
+    let mut guard = CaughtSignals { old: Vec::new() };
     for &sig in signals {
         // SAFETY: sigaction is plain data; all-zero is a valid starting value.
         let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -50,10 +54,35 @@ pub(crate) fn catch_signals(signals: &[i32]) -> io::Result<()> {
         // SAFETY: `act.sa_mask` is a valid sigset to initialise; `act` outlives the call, and the
         // handler only touches an atomic (async-signal-safe).
         cvt(unsafe { libc::sigemptyset(&mut act.sa_mask) })?;
-        // SAFETY: as above; the old action is not wanted.
-        cvt(unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) })?;
+        // SAFETY: as above; all-zero is a valid sigaction for the old action to be written to.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: `act` and `old` are valid for the call; the handler is async-signal-safe.
+        cvt(unsafe { libc::sigaction(sig, &act, &mut old) })?;
+        guard.old.push((sig, old));
     }
-    Ok(())
+    Ok(guard)
+}
+
+/// The handlers of [`catch_signals`], in place until this drops.
+pub(crate) struct CaughtSignals {
+    old: Vec<(i32, libc::sigaction)>,
+}
+
+impl Drop for CaughtSignals {
+    fn drop(&mut self) {
+        for (sig, old) in &self.old {
+            // SAFETY: `old` is the action sigaction returned for `sig`; restoring it is a plain
+            // system call (an error leaves the recording handler, which is harmless).
+            unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
+        }
+        let left = take_caught();
+        for (sig, _) in &self.old {
+            if left & (1 << sig) != 0 {
+                // SAFETY: plain system call; the signal's own earlier action handles it.
+                unsafe { libc::raise(*sig) };
+            }
+        }
+    }
 }
 
 /// The signals caught since the last call, as a bit set by signal number.
@@ -279,5 +308,38 @@ pub(crate) fn group_alive(pgid: u32) -> bool {
         // SAFETY: signal 0 only checks that the group exists; `pgid` > 1 names a group.
         Ok(p) if p > 1 => unsafe { libc::kill(-p, 0) == 0 },
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The disposition of `sig` now (handler address, SIG_DFL or SIG_IGN).
+    fn action(sig: i32) -> libc::sighandler_t {
+        // SAFETY: all-zero is a valid sigaction to be written to; a null new action only reads.
+        let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        cvt(unsafe { libc::sigaction(sig, std::ptr::null(), &mut now) }).unwrap();
+        now.sa_sigaction
+    }
+
+    #[test]
+    fn the_launchers_handlers_go_when_it_returns_and_a_pending_signal_is_raised_again() {
+        let sig = libc::SIGUSR2;
+        // Ignored before: the raise on drop then goes to the restored SIG_IGN, not the test.
+        // SAFETY: plain system call with a valid disposition.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+        let guard = catch_signals(&[sig]).unwrap();
+        assert_eq!(
+            action(sig),
+            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t
+        );
+        // SAFETY: plain system call; the recording handler is installed.
+        unsafe { libc::raise(sig) };
+        drop(guard);
+        assert_eq!(action(sig), libc::SIG_IGN, "the earlier action is back");
+        // SAFETY: plain system call with a valid disposition.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
     }
 }

@@ -259,9 +259,8 @@ fn descend(
     let (mut steps, mut stalls) = (0, 0);
     while steps < STEPS && stalls < STALLS {
         steps += 1;
-        let times: Vec<f64> = usable
-            .iter()
-            .map(|s| sim(&s.req, theta, mc))
+        let times: Vec<f64> = par_map(usable, |s| sim(&s.req, theta, mc))
+            .into_iter()
             .collect::<Result<_, _>>()?;
         let err = residual(usable, &times);
         let improved = best.as_ref().is_none_or(|b| err < b.1);
@@ -293,6 +292,27 @@ fn descend(
     }
 }
 
+/// `f` of every item, in order, spread over the machine's cores (each sample's simulations are
+/// independent; a fit of a few hundred samples runs thousands of them).
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = items.len().div_ceil(threads.max(1)).max(1);
+    if threads <= 1 || items.len() < 2 {
+        return items.iter().map(&f).collect();
+    }
+    std::thread::scope(|sc| {
+        let f = &f;
+        let parts: Vec<_> = items
+            .chunks(chunk)
+            .map(|c| sc.spawn(move || c.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
 /// Sum of squared relative errors.
 fn residual(samples: &[FitSample], times: &[f64]) -> f64 {
     samples
@@ -305,8 +325,8 @@ fn residual(samples: &[FitSample], times: &[f64]) -> f64 {
 /// One Gauss-Newton step from `theta` (where the samples simulate to `times`).
 fn step(samples: &[FitSample], times: &[f64], theta: Theta, mc: f64) -> Result<Theta, FitError> {
     // Rows of the linearised problem, each divided by its measurement: x . theta' ~ y.
-    let mut rows = Vec::with_capacity(samples.len());
-    for (s, &t) in samples.iter().zip(times) {
+    let pairs: Vec<(&FitSample, f64)> = samples.iter().zip(times.iter().copied()).collect();
+    let rows = par_map(&pairs, |&(s, t)| {
         let mut slope = [0.0; N];
         slope[0] = 1.0;
         for (i, d) in slope.iter_mut().enumerate().skip(1) {
@@ -318,8 +338,10 @@ fn step(samples: &[FitSample], times: &[f64], theta: Theta, mc: f64) -> Result<T
         // What the slopes do not explain at theta (0 where the time is exactly homogeneous).
         let rest = t - (0..N).map(|i| slope[i] * theta[i]).sum::<f64>();
         let m = s.measured_us;
-        rows.push((slope.map(|v| v / m), (m - rest) / m));
-    }
+        Ok((slope.map(|v| v / m), (m - rest) / m))
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, FitError>>()?;
     Ok(constrained_least_squares(&rows).unwrap_or(theta))
 }
 
