@@ -5,11 +5,13 @@
 use super::Calibrated;
 
 mod nvlink_w2;
+mod nvlink_w4;
 mod shared_device_w2;
 
 /// Every table: where it was measured, and its entries.
 #[rustfmt::skip]
 pub const TABLES: &[(&str, &[Calibrated])] = &[
     (nvlink_w2::SOURCE, nvlink_w2::TABLE),
+    (nvlink_w4::SOURCE, nvlink_w4::TABLE),
     (shared_device_w2::SOURCE, shared_device_w2::TABLE),
 ];

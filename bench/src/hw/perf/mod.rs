@@ -359,7 +359,11 @@ fn from_samples(a: &BenchArgs) -> Result<(), String> {
         if samples.is_empty() {
             return Err(format!("{}: no sample parses", record.display()));
         }
-        println!("bench: {} samples of world {w} from {}", samples.len(), record.display());
+        println!(
+            "bench: {} samples of world {w} from {}",
+            samples.len(),
+            record.display()
+        );
         finish(w, topology, &samples, &a.out, a.calibrate.as_deref())?;
     }
     Ok(())

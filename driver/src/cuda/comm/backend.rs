@@ -281,6 +281,69 @@ impl Backend for CommTeam<'_> {
             trace: None,
         })
     }
+
+    /// Collective over the whole job, as `run`: each rank checks its own output here and the
+    /// job gathers only the verdicts; a rank reports the first refused output of its team.
+    fn run_checked(
+        &mut self,
+        req: &Request,
+        inputs: &[Vec<u8>],
+        want: &[Vec<u8>],
+        check: &RankCheck<'_>,
+    ) -> std::result::Result<Verdict, BackendError> {
+        check_inputs(Some(self.size()), req, inputs)?;
+        let me = self.rank() as usize;
+        let comm = self.comm();
+        let mine = (|| -> Result<Vec<u8>> {
+            let stream = Stream::new(comm.device())?;
+            let b = self.alloc(req)?;
+            let run = (|| {
+                comm.write(b.input, &inputs[me])?;
+                comm.fill(b.output, b.sizes.output, POISON)?;
+                // No scratch fill: a peer's low-latency lines may already be there.
+                CommTeam::run(self, req, &b, &stream)?;
+                comm.read(b.output, b.sizes.output)
+            })();
+            self.free(&b)?;
+            run
+        })();
+        let verdict: Verdict = match (&mine, want.get(me)) {
+            (Ok(found), Some(w)) => check(me, found, w),
+            (Ok(_), None) => Err(format!(
+                "{} reference outputs, want {}",
+                want.len(),
+                self.size()
+            )),
+            (Err(_), _) => Ok(()),
+        };
+        let text = match &verdict {
+            Ok(()) => Vec::new(),
+            Err(m) => {
+                let mut t = m.as_bytes()[..m.len().min(MAX_VERDICT)].to_vec();
+                if t.is_empty() {
+                    t.push(b'?');
+                }
+                t
+            }
+        };
+        // Every rank gathers, also after a failure, so the job stays in step.
+        let all = comm.gather(&text);
+        mine.map_err(BackendError::Cuda)?;
+        let all = all.map_err(BackendError::Cuda)?;
+        let members = self.team().members();
+        let first = members
+            .iter()
+            .enumerate()
+            .find(|(_, &r)| all.get(r as usize).is_some_and(|t| !t.is_empty()));
+        Ok(match first {
+            None => Ok(()),
+            Some((local, _)) if local == me => verdict,
+            Some((_, &r)) => Err(format!(
+                "(seen from local rank {me}) {}",
+                String::from_utf8_lossy(&all[r as usize][..all[r as usize].len().min(MAX_VERDICT)])
+            )),
+        })
+    }
 }
 
 #[cfg(test)]
