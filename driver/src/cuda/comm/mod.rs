@@ -34,6 +34,7 @@ pub(crate) mod epoch;
 mod launch;
 mod memory;
 mod moe;
+mod moe_grid;
 mod order;
 mod sharing;
 mod signals;

@@ -127,8 +127,7 @@ struct Params {
     pad: u32,
 }
 
-const SEND: u32 = 1;
-const RECV: u32 = 2;
+use super::moe_grid::{self, RECV, SEND};
 
 /// A region list laid out from `base`, each 256-byte aligned.
 pub(super) struct Carve {
@@ -367,43 +366,28 @@ impl Comm {
     }
 
     /// Caps the blocks (one per SM) of this rank's later MoE kernels at `sms`, as DeepEP's
-    /// `num_sms` does, leaving the other SMs to overlapping work; 0 restores the default (every
-    /// SM of its own GPU, the GPU's share when ranks share it). Local to this rank: the
+    /// `num_sms` does, leaving the other SMs to overlapping work; 0 restores the default (a
+    /// waiting block per four tokens of the call, at least 16, at most one per SM of its own
+    /// GPU or of its share when ranks share it: see `moe_grid`). Local to this rank: the
     /// kernels work with any grid. Calls already enqueued or captured keep their grids.
     pub fn set_moe_sms(&self, sms: u32) {
         self.moe_sms
             .store(sms, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// `(phase, blocks)` per launch. Blocks that wait for peers spin, so they must all be
-    /// resident: at most one per SM (the kernels are built for two blocks of [`THREADS`] per
-    /// SM), shared by the ranks of a shared GPU.
+    /// `(phase, blocks)` per launch (see [`moe_grid`]).
     fn moe_grids(&self, mode: Mode, tokens: u32, cfg: &MoeConfig) -> Vec<(u32, u32)> {
-        let w = u32::from(cfg.world);
-        let shared = self.sharing.time_sliced() || self.topology_shared();
-        // One waiting block per SM at most (two of these blocks fit on an SM), shared by the
-        // ranks on a shared GPU.
-        let sms = self
-            .dev
-            .attribute(crate::cuda::ffi::driver::ATTR_SM_COUNT)
-            .map_or(64, |n| u32::try_from(n).unwrap_or(1))
-            .clamp(1, 128);
-        let cap = match self.moe_sms.load(std::sync::atomic::Ordering::Relaxed) {
-            0 => u32::MAX,
-            n => n,
+        let gpu = moe_grid::Gpu {
+            sms: self
+                .dev
+                .attribute(crate::cuda::ffi::driver::ATTR_SM_COUNT)
+                .map_or(64, |n| u32::try_from(n).unwrap_or(1)),
+            shared: self.sharing.time_sliced() || self.topology_shared(),
+            world: u32::from(cfg.world),
         };
-        let waiting = if shared { (sms / w).clamp(1, 64) } else { sms }.min(cap);
-        match mode {
-            Mode::LowLatency => vec![(SEND | RECV, waiting)],
-            _ => {
-                let send = tokens
-                    .div_ceil(4)
-                    .clamp(1, if shared { 96 } else { 256 })
-                    .min(cap);
-                let rows = u32::try_from(cfg.stage_rows()).unwrap_or(u32::MAX);
-                vec![(SEND, send), (RECV, rows.div_ceil(4).clamp(1, waiting))]
-            }
-        }
+        let rows = u32::try_from(cfg.stage_rows()).unwrap_or(u32::MAX);
+        let cap = self.moe_sms.load(std::sync::atomic::Ordering::Relaxed);
+        moe_grid::grids(mode, tokens, rows, gpu, cap)
     }
 
     fn topology_shared(&self) -> bool {
