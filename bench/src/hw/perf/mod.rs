@@ -454,6 +454,79 @@ mod tests {
     }
 
     #[test]
+    fn tables_fit_and_calibration_are_redone_from_a_runs_samples_without_gpus() {
+        let dir = std::env::temp_dir().join(format!("symm-bench-from-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cal = dir.join("calibration");
+        std::fs::create_dir_all(&cal).unwrap();
+        let args = |out: &Path| {
+            let cli = <crate::Cli as clap::Parser>::try_parse_from([
+                "symm-bench",
+                "bench",
+                "--worlds",
+                "2",
+                "--from-samples",
+                "--out",
+                out.to_str().unwrap(),
+                "--calibrate",
+                cal.to_str().unwrap(),
+            ])
+            .unwrap();
+            match cli.cmd {
+                crate::Cmd::Bench(a) => a,
+                other => panic!("{other:?}"),
+            }
+        };
+        // No samples there: a clear error naming the file, nothing written.
+        let e = run(&args(&dir)).unwrap_err();
+        assert!(e.contains("samples-w2.tsv"), "{e}");
+        assert!(!dir.join("bench-w2.md").exists());
+        // Two-shot and ring at 1, 4 and 16 MiB (candidates and the winner), and NCCL.
+        let mut samples = Vec::new();
+        for (i, size) in [1u64 << 20, 4 << 20, 16 << 20].into_iter().enumerate() {
+            let us = 10.0 * (i + 1) as f64;
+            for (label, t) in [("two_shot/16ch", us), ("ring/16ch", us * 1.5)] {
+                samples.push(Sample::new(
+                    Kind::AllReduce,
+                    size,
+                    CANDIDATE,
+                    "eager",
+                    t,
+                    0,
+                    label,
+                ));
+            }
+            samples.push(Sample::new(
+                Kind::AllReduce,
+                size,
+                "symm",
+                "eager",
+                us,
+                0,
+                "two_shot/16ch",
+            ));
+            samples.push(Sample::new(
+                Kind::AllReduce,
+                size,
+                "nccl",
+                "eager",
+                us * 1.2,
+                0,
+                "nccl",
+            ));
+        }
+        let text: String = samples.iter().map(|s| s.line() + "\n").collect();
+        std::fs::write(dir.join("samples-w2.tsv"), text).unwrap();
+        run(&args(&dir)).unwrap();
+        let md = std::fs::read_to_string(dir.join("bench-w2.md")).unwrap();
+        assert!(md.contains("| 4M |") && md.contains("0.83"), "{md}");
+        assert!(dir.join("sim-fit-w2.md").exists());
+        let table = std::fs::read_to_string(cal.join("nvlink_w2.rs")).unwrap();
+        assert!(table.contains("collective: \"all_reduce\", world: 2, bytes: 4194304, algorithm: TwoShot, channels: 16"), "{table}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_split_run_keeps_the_collectives_it_did_not_measure() {
         let dir = std::env::temp_dir().join(format!("symm-bench-split-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
