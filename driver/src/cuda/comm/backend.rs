@@ -144,6 +144,16 @@ impl Comm {
 /// Most bytes of one rank's verdict text that reach the other ranks.
 const MAX_VERDICT: usize = 1024;
 
+/// What a rank sends of its verdict: nothing when it passed, else the first [`MAX_VERDICT`]
+/// bytes of the difference (never empty).
+fn verdict_text(v: &Verdict) -> Vec<u8> {
+    match v {
+        Ok(()) => Vec::new(),
+        Err(m) if m.is_empty() => b"?".to_vec(),
+        Err(m) => m.as_bytes()[..m.len().min(MAX_VERDICT)].to_vec(),
+    }
+}
+
 impl Comm {
     /// Runs `req` on this rank's `input` and checks the output here with `check` against
     /// `want`; every rank then gathers the verdicts (empty: passed).
@@ -157,17 +167,7 @@ impl Comm {
         let me = self.rank as usize;
         let (found, _) = self.run_mine(req, input, false)?;
         let mine = check(me, &found, want);
-        let text = match &mine {
-            Ok(()) => Vec::new(),
-            Err(m) => {
-                let mut t = m.as_bytes()[..m.len().min(MAX_VERDICT)].to_vec();
-                if t.is_empty() {
-                    t.push(b'?');
-                }
-                t
-            }
-        };
-        let all = self.gather(&text)?;
+        let all = self.gather(&verdict_text(&mine))?;
         Ok(match all.iter().position(|t| !t.is_empty()) {
             None => Ok(()),
             Some(r) if r == me => mine,
@@ -316,18 +316,8 @@ impl Backend for CommTeam<'_> {
             )),
             (Err(_), _) => Ok(()),
         };
-        let text = match &verdict {
-            Ok(()) => Vec::new(),
-            Err(m) => {
-                let mut t = m.as_bytes()[..m.len().min(MAX_VERDICT)].to_vec();
-                if t.is_empty() {
-                    t.push(b'?');
-                }
-                t
-            }
-        };
         // Every rank gathers, also after a failure, so the job stays in step.
-        let all = comm.gather(&text);
+        let all = comm.gather(&verdict_text(&verdict));
         mine.map_err(BackendError::Cuda)?;
         let all = all.map_err(BackendError::Cuda)?;
         let members = self.team().members();
@@ -349,6 +339,17 @@ impl Backend for CommTeam<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_verdict_crosses_as_empty_when_passed_and_bounded_text_when_not() {
+        assert!(verdict_text(&Ok(())).is_empty());
+        assert_eq!(verdict_text(&Err(String::new())), b"?");
+        assert_eq!(
+            verdict_text(&Err("rank 3 element 7".into())),
+            b"rank 3 element 7"
+        );
+        assert_eq!(verdict_text(&Err("x".repeat(5000))).len(), MAX_VERDICT);
+    }
 
     #[test]
     fn hostile_gather_lengths_are_refused_before_allocation() {
