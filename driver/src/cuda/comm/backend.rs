@@ -227,6 +227,22 @@ impl Backend for Comm {
     }
 }
 
+/// Runs `req` on this rank's `input` in `team` and returns its output (buffers freed).
+fn team_run_mine(team: &CommTeam<'_>, req: &Request, input: &[u8]) -> Result<Vec<u8>> {
+    let comm = team.comm();
+    let stream = Stream::new(comm.device())?;
+    let b = team.alloc(req)?;
+    let run = (|| {
+        comm.write(b.input, input)?;
+        comm.fill(b.output, b.sizes.output, POISON)?;
+        // No scratch fill: a peer's low-latency lines may already be there.
+        CommTeam::run(team, req, &b, &stream)?;
+        comm.read(b.output, b.sizes.output)
+    })();
+    team.free(&b)?;
+    run
+}
+
 impl Backend for CommTeam<'_> {
     fn name(&self) -> String {
         format!(
@@ -252,19 +268,7 @@ impl Backend for CommTeam<'_> {
     ) -> std::result::Result<Outcome, BackendError> {
         check_inputs(Some(self.size()), req, inputs)?;
         let comm = self.comm();
-        let mine = (|| -> Result<Vec<u8>> {
-            let stream = Stream::new(comm.device())?;
-            let b = self.alloc(req)?;
-            let run = (|| {
-                comm.write(b.input, &inputs[self.rank() as usize])?;
-                comm.fill(b.output, b.sizes.output, POISON)?;
-                // No scratch fill: a peer's low-latency lines may already be there.
-                CommTeam::run(self, req, &b, &stream)?;
-                comm.read(b.output, b.sizes.output)
-            })();
-            self.free(&b)?;
-            run
-        })();
+        let mine = team_run_mine(self, req, &inputs[self.rank() as usize]);
         // Every rank gathers, also after a failure, so the job stays in step.
         let all = comm.gather(mine.as_deref().unwrap_or(&[]));
         let mine = mine.map_err(BackendError::Cuda)?;
@@ -294,19 +298,7 @@ impl Backend for CommTeam<'_> {
         check_inputs(Some(self.size()), req, inputs)?;
         let me = self.rank() as usize;
         let comm = self.comm();
-        let mine = (|| -> Result<Vec<u8>> {
-            let stream = Stream::new(comm.device())?;
-            let b = self.alloc(req)?;
-            let run = (|| {
-                comm.write(b.input, &inputs[me])?;
-                comm.fill(b.output, b.sizes.output, POISON)?;
-                // No scratch fill: a peer's low-latency lines may already be there.
-                CommTeam::run(self, req, &b, &stream)?;
-                comm.read(b.output, b.sizes.output)
-            })();
-            self.free(&b)?;
-            run
-        })();
+        let mine = team_run_mine(self, req, &inputs[me]);
         let verdict: Verdict = match (&mine, want.get(me)) {
             (Ok(found), Some(w)) => check(me, found, w),
             (Ok(_), None) => Err(format!(
