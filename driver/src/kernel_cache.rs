@@ -14,6 +14,7 @@
 //! * [`KernelCache::store`] writes a 0600 temporary file and renames it into place.
 //!
 //! [`fetch`] ties it together for a builder closure, so the policy is tested without a GPU.
+//! [`bundled`] holds the read-only kernels a package ships, consulted before compiling.
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{Read, Write};
@@ -349,6 +350,8 @@ pub fn fetch<E>(
     };
     Ok((kernel, origin))
 }
+
+pub mod bundled;
 
 #[cfg(test)]
 mod tests;

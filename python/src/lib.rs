@@ -549,6 +549,13 @@ fn decode_trace<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict
 }
 
 /// The extension module.
+/// Names the folder of the kernels this package ships (the first call wins: the package's
+/// own `symm/kernels`); returns whether `path` is the folder in use.
+#[pyfunction]
+fn set_bundled_kernels(path: std::path::PathBuf) -> bool {
+    symm_driver::kernel_cache::bundled::set_dir(path)
+}
+
 #[pymodule]
 fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(names, m)?)?;
@@ -560,6 +567,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(select, m)?)?;
     m.add_function(wrap_pyfunction!(tune, m)?)?;
     m.add_function(wrap_pyfunction!(decode_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(set_bundled_kernels, m)?)?;
     m.add("MAX_SIM_BYTES", MAX_SIM_BYTES)?;
     m.add_class::<gpu::GpuComm>()?;
     m.add_class::<gpu::Block>()?;

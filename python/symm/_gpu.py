@@ -41,6 +41,9 @@ from .errors import SymmError  # noqa: E402
 #: Signal slots per rank and peer in a rendezvous handle's signal pad.
 SIGNAL_SLOTS = 64
 
+#: The kernels compiled when the wheel was built (sm_90), loaded instead of compiling them.
+BUNDLED_KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+
 _lock = threading.RLock()
 _job: Optional[_Job] = None
 _generation = 0
@@ -151,6 +154,8 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
             raise SymmError("symm.init needs a CUDA GPU, and torch sees none")
         job, token = _job_and_token(rank, torch)
         plans = os.environ.get("SYMM_PLANS", "auto") if plans is None else plans
+        # The kernels built with the wheel: no NVRTC wait on a machine's first Comm.
+        _symm.set_bundled_kernels(BUNDLED_KERNELS)
         comm = _symm.GpuComm.open(rank, world, local, job, token, heap_bytes,
                                   int(timeout * 1000), int(bootstrap_timeout * 1000), plans)
         _generation += 1

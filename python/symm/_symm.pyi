@@ -43,6 +43,9 @@ def tune(collective: str, world: int, nbytes: int, dtype: str = ..., op: str = .
 def decode_trace(data: bytes) -> dict[str, Any]:
     """A decoded trace: version, layout, header, count, packed event columns, warning."""
 
+def set_bundled_kernels(path: str) -> bool:
+    """Names the folder of the kernels the package ships (first call wins); True if in use."""
+
 class Block:
     """A block of the symmetric heap a tensor's storage lives in (released when dropped)."""
 

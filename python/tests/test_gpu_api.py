@@ -70,3 +70,23 @@ def test_bench_refuses_an_unknown_collective_before_touching_a_gpu(capsys):
         bench.main(["--collectives", "all_reduce,all_gathr"])
     assert e.value.code == 2
     assert "unknown collectives ['all_gathr']" in capsys.readouterr().err
+
+
+def test_the_package_ships_its_kernels_for_sm90():
+    from symm import _gpu
+
+    names = sorted(os.listdir(_gpu.BUNDLED_KERNELS))
+    assert any(n.startswith("interp-sm90-") and n.endswith(".cubin") for n in names), names
+    assert any(n.startswith("moe-sm90-") for n in names), names
+    assert not any("multimem" in n for n in names), names
+    for n in names:
+        with open(os.path.join(_gpu.BUNDLED_KERNELS, n), "rb") as f:
+            assert f.read(8) == b"SYMMKC01", n
+
+
+def test_the_kernel_folder_is_named_once():
+    from symm import _gpu
+
+    assert _symm.set_bundled_kernels(_gpu.BUNDLED_KERNELS)
+    assert not _symm.set_bundled_kernels(os.path.join(_gpu.BUNDLED_KERNELS, "elsewhere"))
+    assert _symm.set_bundled_kernels(_gpu.BUNDLED_KERNELS)

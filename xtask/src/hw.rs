@@ -11,6 +11,7 @@ use symm_driver::cuda::plan::RankPlan;
 
 use crate::{codegen, util};
 
+pub mod bundle;
 mod wheel;
 
 const USAGE: &str = "usage: cargo xtask hw [ARGS]
@@ -34,6 +35,9 @@ pub fn ci_checks() -> Result<(), String> {
         let cubin = compiler.compile(&v, 90).map_err(|e| e.to_string())?;
         if cubin.len() < 16 || &cubin[..4] != b"\x7fELF" {
             return Err(format!("{}: NVRTC returned no ELF cubin", v.name));
+        }
+        if bundle::shipped(&v) {
+            bundle::store(&v, &cubin)?;
         }
         n += 1;
     }

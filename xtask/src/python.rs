@@ -1,7 +1,8 @@
 //! `cargo xtask python`: the Python package's host side, as CI checks it.
 //!
 //! In a virtual environment under `<target>/py-venv` (created with `python3 -m venv` when
-//! missing, then given the pinned maturin and ruff, pytest and numpy from PyPI), builds the
+//! missing, then given the pinned maturin and ruff, pytest and numpy from PyPI), puts the kernels
+//! it ships into `python/symm/kernels` (compiled for sm_90, see [`crate::hw::bundle`]), builds the
 //! abi3 wheel of `python/` with maturin (linked by zig against glibc 2.28) into
 //! `<target>/wheels`, checks its tags are `cp39-abi3-manylinux_2_28_x86_64`, installs it, and runs `ruff check python` and `pytest python/tests`: about a
 //! minute from nothing (the venv and the release build of the extension), seconds when both are
@@ -23,8 +24,9 @@ pub const MANYLINUX: &str = "manylinux_2_28";
 /// Usage of `cargo xtask python`.
 pub const USAGE: &str = "usage: cargo xtask python
   the Python package's host side: in <target>/py-venv (python3 -m venv; pip installs the pinned
-  maturin, ruff and ziglang, pytest and numpy from PyPI), build the abi3 manylinux_2_28 wheel of
-  python/ with maturin into <target>/wheels, check its tags, install it, then ruff check python and
+  maturin, ruff and ziglang, pytest and numpy from PyPI), compile the kernels the wheel ships for
+  sm_90 with the pinned NVRTC wheel (kept under <target>/bundled-kernels) into python/symm/kernels,
+  build the abi3 manylinux_2_28 wheel of python/ with maturin into <target>/wheels, check its tags, install it, then ruff check python and
   pytest python/tests. <target> is $CARGO_TARGET_DIR when set, else target/.";
 
 /// Runs the checks (the `python` step of `cargo xtask test`).
@@ -111,6 +113,14 @@ pub fn ci_checks() -> Result<(), String> {
         "pytest",
         "numpy",
     ]))?;
+    let kernels = Path::new("python/symm/kernels");
+    let (n, bytes) = crate::hw::bundle::install(kernels)?;
+    eprintln!(
+        "python: {n} kernels for sm_{} ({:.1} MiB) into {} for the wheel",
+        crate::hw::bundle::ARCH,
+        bytes as f64 / (1 << 20) as f64,
+        kernels.display()
+    );
     let wheels = target.join("wheels");
     if wheels.exists() {
         std::fs::remove_dir_all(&wheels).map_err(|e| format!("{}: {e}", wheels.display()))?;

@@ -198,11 +198,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
         &mut times,
         crate::lab::grade,
     )?;
+    // Before the wheel: the kernels it ships are the ones this check compiled.
+    step("kernels", &mut times, crate::hw::ci_checks)?;
     step("python", &mut times, crate::python::ci_checks)?;
     step("bench (plan building)", &mut times, || {
         crate::demo::bench(&[])
     })?;
-    step("kernels", &mut times, crate::hw::ci_checks)?;
     step("doc (warnings denied)", &mut times, || {
         sh(cargo()
             .args(["doc", "--workspace", "--no-deps"])

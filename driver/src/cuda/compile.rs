@@ -182,7 +182,24 @@ pub fn source_key(
     nvrtc: (i32, i32),
     driver: i32,
 ) -> String {
-    let v_name = name;
+    let hash = source_hash(source, defines, arch, Some(nvrtc));
+    format!("{name}-sm{arch}-drv{driver}-{hash}.cubin")
+}
+
+/// The oldest driver (CUDA 12.0) that loads the shipped kernels: they are built by a CUDA 12
+/// NVRTC, whose cubins load on any CUDA 12 driver or later; an older driver compiles its own.
+pub const BUNDLED_MIN_DRIVER: i32 = 12000;
+
+/// The name of a variant's kernel among those a package ships (see
+/// [`crate::kernel_cache::bundled`]): name, architecture and the hash of source, headers and
+/// options, whichever NVRTC built it (the cubin runs on any driver of its CUDA major or later).
+pub fn bundled_key(v: &Variant, arch: u32) -> String {
+    let hash = source_hash(v.source, v.defines, arch, None);
+    format!("{}-sm{arch}-{hash}.cubin", v.name)
+}
+
+/// A SHA-256 prefix of the source, the headers, the options and (when given) NVRTC's version.
+fn source_hash(source: &str, defines: &[&str], arch: u32, nvrtc: Option<(i32, i32)>) -> String {
     let mut h = Sha256::new();
     let mut field = |bytes: &[u8]| {
         h.update((bytes.len() as u64).to_le_bytes());
@@ -196,17 +213,19 @@ pub fn source_key(
     for o in Compiler::options_with(defines, arch) {
         field(o.as_bytes());
     }
-    field(&nvrtc.0.to_le_bytes());
-    field(&nvrtc.1.to_le_bytes());
-    let hash: String = h.finalize()[..8]
+    if let Some((major, minor)) = nvrtc {
+        field(&major.to_le_bytes());
+        field(&minor.to_le_bytes());
+    }
+    h.finalize()[..8]
         .iter()
         .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("{v_name}-sm{arch}-drv{driver}-{hash}.cubin")
+        .collect()
 }
 
 /// A cubin for the variant: from the private disk cache (see [`crate::kernel_cache`]) when it
-/// holds one whose hash matches, else compiled and stored. The [`Origin`] says which, or why the
+/// holds one whose hash matches, else from the kernels the package ships
+/// ([`crate::kernel_cache::bundled`]) or compiled, and stored. The [`Origin`] says which, or why the
 /// cache was not used (then the cubin is compiled every time).
 pub fn cubin(
     compiler: &Compiler,
@@ -216,7 +235,15 @@ pub fn cubin(
 ) -> Result<(Vec<u8>, Origin)> {
     let key = cache_key(v, arch, compiler.version(), driver);
     let cache = KernelCache::open_default();
-    kernel_cache::fetch(cache.as_ref(), &key, || compiler.compile(v, arch))
+    kernel_cache::fetch(cache.as_ref(), &key, || {
+        let shipped = (driver >= BUNDLED_MIN_DRIVER)
+            .then(|| kernel_cache::bundled::load(&bundled_key(v, arch)))
+            .flatten();
+        match shipped {
+            Some(kernel) if kernel.starts_with(b"\x7fELF") => Ok(kernel),
+            _ => compiler.compile(v, arch),
+        }
+    })
 }
 
 /// A cubin for a generated source (see [`cubin`]), cached under [`source_key`].
@@ -250,6 +277,24 @@ mod tests {
         assert_ne!(base, cache_key(&symm_kernels::INTERP, 90, (13, 0), 13000));
         assert_ne!(base, cache_key(&symm_kernels::INTERP, 90, (12, 9), 13010));
         assert_eq!(base, cache_key(&symm_kernels::INTERP, 90, (12, 9), 13000));
+    }
+
+    #[test]
+    fn a_bundled_key_names_variant_and_architecture_and_no_compiler_or_driver() {
+        let k = bundled_key(&symm_kernels::INTERP, 90);
+        assert!(
+            k.starts_with("interp-sm90-") && k.ends_with(".cubin"),
+            "{k}"
+        );
+        assert_ne!(k, bundled_key(&symm_kernels::INTERP_TRACE, 90));
+        assert_ne!(k, bundled_key(&symm_kernels::INTERP, 100));
+        assert!(!k.contains("drv"));
+        // A plain file name the bundled folder accepts.
+        let dir = std::env::temp_dir();
+        assert_eq!(kernel_cache::bundled::load_from(&dir, &k, 0), None);
+        // The disk cache's key still names the driver.
+        assert!(cache_key(&symm_kernels::INTERP, 90, (12, 9), 13000)
+            .starts_with("interp-sm90-drv13000-"));
     }
 
     #[test]
