@@ -155,7 +155,10 @@ impl Sample {
             size: size.parse().ok()?,
             system: system.into(),
             mode: mode.into(),
-            us: us.parse().ok()?,
+            us: us
+                .parse()
+                .ok()
+                .filter(|u: &f64| u.is_finite() && *u >= 0.0)?,
             wrong: wrong.parse().ok()?,
             label: label.into(),
         })
@@ -515,7 +518,21 @@ mod tests {
                 "nccl",
             ));
         }
-        let text: String = samples.iter().map(|s| s.line() + "\n").collect();
+        let mut text: String = samples.iter().map(|s| s.line() + "\n").collect();
+        // Hostile lines: times that are no time, a plan symm would refuse (0 channels, more
+        // channels than a plan holds), sizes at the edges. None reaches the table.
+        for l in [
+            "all_reduce\t1024\tsymm\teager\tNaN\t0\tring/1ch",
+            "all_reduce\t2048\tsymm\teager\t-5\t0\ttwo_shot/1ch",
+            "all_reduce\t8192\tsymm\teager\tinf\t0\ttwo_shot/1ch",
+            "all_reduce\t16384\tsymm\teager\t3\t0\ttwo_shot/0ch",
+            "all_reduce\t32768\tsymm\teager\t3\t0\tring/65535ch",
+            "all_reduce\t0\tsymm\teager\t3\t0\tring/1ch",
+            "all_reduce\t18446744073709551615\tsymm\teager\t3\t0\tring/1ch",
+        ] {
+            text.push_str(l);
+            text.push('\n');
+        }
         std::fs::write(dir.join("samples-w2.tsv"), text).unwrap();
         run(&args(&dir)).unwrap();
         let md = std::fs::read_to_string(dir.join("bench-w2.md")).unwrap();
@@ -523,6 +540,7 @@ mod tests {
         assert!(dir.join("sim-fit-w2.md").exists());
         let table = std::fs::read_to_string(cal.join("nvlink_w2.rs")).unwrap();
         assert!(table.contains("collective: \"all_reduce\", world: 2, bytes: 4194304, algorithm: TwoShot, channels: 16"), "{table}");
+        assert_eq!(table.matches("Calibrated {").count(), 3, "{table}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -256,6 +256,10 @@ pub(super) fn calibration(
         let Some(req) = super::rank::request(s.kind, s.size, world, a, ch) else {
             continue;
         };
+        // Only requests symm would run, with a real time (the samples may come from a file).
+        if req.bytes == 0 || req.validate().is_err() || !(s.us.is_finite() && s.us > 0.0) {
+            continue;
+        }
         rows.push((
             req.collective.name(),
             world,
