@@ -339,9 +339,15 @@ fn finish(
         }
     };
     if let Some(dir) = cal {
-        let text = report::calibration(w, topology, &shown, fitted.as_ref());
-        let path = report::write_calibration(dir, w, topology, &text)?;
-        println!("bench: calibration table written to {}", path.display());
+        match report::calibration(w, topology, &shown, fitted.as_ref()) {
+            Some(text) => {
+                let path = report::write_calibration(dir, w, topology, &text)?;
+                println!("bench: calibration table written to {}", path.display());
+            }
+            None => println!(
+                "bench: no calibration table written: no symm eager sample names a plan symm runs"
+            ),
+        }
     }
     Ok(())
 }
@@ -541,6 +547,17 @@ mod tests {
         let table = std::fs::read_to_string(cal.join("nvlink_w2.rs")).unwrap();
         assert!(table.contains("collective: \"all_reduce\", world: 2, bytes: 4194304, algorithm: TwoShot, channels: 16"), "{table}");
         assert_eq!(table.matches("Calibrated {").count(), 3, "{table}");
+        // Samples that give no entry leave the table as it was.
+        std::fs::write(
+            dir.join("samples-w2.tsv"),
+            "all_reduce\t16384\tsymm\teager\t3\t0\ttwo_shot/0ch\n",
+        )
+        .unwrap();
+        run(&args(&dir)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(cal.join("nvlink_w2.rs")).unwrap(),
+            table
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -238,13 +238,14 @@ fn markdown(world: u16, samples: &[Sample]) -> String {
 }
 
 /// symm-core's calibration table from the best symm eager samples (label `algorithm/Nch`),
-/// with the simulator's fitted link in its header when there is one.
+/// with the simulator's fitted link in its header when there is one; `None` when no sample
+/// gives an entry (a table is never emptied).
 pub(super) fn calibration(
     world: u16,
     topology: symm_core::cost::Topology,
     samples: &[Sample],
     fit: Option<&symm_driver::host::LinkFit>,
-) -> String {
+) -> Option<String> {
     let mut rows = Vec::new();
     for s in samples
         .iter()
@@ -268,6 +269,9 @@ pub(super) fn calibration(
             ch,
             s.us,
         ));
+    }
+    if rows.is_empty() {
+        return None;
     }
     rows.sort_by(|x, y| (x.0, x.1, x.2).cmp(&(y.0, y.1, y.2)));
     let mut t = String::from(
@@ -305,7 +309,7 @@ pub(super) fn calibration(
         );
     }
     t.push_str("];\n");
-    t
+    Some(t)
 }
 
 /// Writes `table` (from [`calibration`]) as `dir/<topology>_w<world>.rs` and rewrites the index
