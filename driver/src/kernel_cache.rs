@@ -155,6 +155,26 @@ pub fn encode(key: &str, kernel: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Largest kernel file read (cache or bundled).
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+
+/// The bytes of `path` when it is a regular file of an owner `owner_ok` accepts, that neither
+/// group nor others can write, of at most [`MAX_FILE_BYTES`].
+fn read_safe(path: &Path, owner_ok: impl Fn(u32) -> bool) -> Option<Vec<u8>> {
+    let f = File::open(path).ok()?;
+    let m = f.metadata().ok()?;
+    if !m.is_file()
+        || !owner_ok(m.uid())
+        || m.mode() & GROUP_OTHER_WRITE != 0
+        || m.len() > MAX_FILE_BYTES
+    {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
 /// The kernel in a cache file's bytes, when the magic and the hash for `key` match.
 pub fn decode<'a>(key: &str, file: &'a [u8]) -> Option<&'a [u8]> {
     if file.len() <= HEADER || &file[..MAGIC.len()] != MAGIC {
@@ -266,13 +286,7 @@ impl KernelCache {
     pub fn load(&self, key: &str) -> Option<Vec<u8>> {
         check_key(key).ok()?;
         let path = self.dir.join(key);
-        let mut f = File::open(&path).ok()?;
-        let m = f.metadata().ok()?;
-        if !m.is_file() || m.uid() != self.uid || m.mode() & GROUP_OTHER_WRITE != 0 {
-            return None;
-        }
-        let mut bytes = Vec::with_capacity(m.len() as usize);
-        f.read_to_end(&mut bytes).ok()?;
+        let bytes = read_safe(&path, |owner| owner == self.uid)?;
         match decode(key, &bytes) {
             Some(kernel) => Some(kernel.to_vec()),
             None => {

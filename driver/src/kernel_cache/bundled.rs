@@ -4,21 +4,15 @@
 //!
 //! The package names the folder once ([`set_dir`]); nothing from the environment does. A file
 //! there is used only when it is a regular file owned by the user or root that neither group
-//! nor others can write, at most [`MAX_BYTES`] long, and when its SHA-256 header matches its
+//! nor others can write, at most [`super::MAX_FILE_BYTES`] long, and when its SHA-256 header matches its
 //! key: the key holds a hash of the variant's source, headers and compile options, so a
 //! kernel of another source is never loaded. Anything else is skipped and the kernel is
 //! compiled as before.
 
-use std::fs::File;
-use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use super::{check_key, decode, GROUP_OTHER_WRITE};
-
-/// Largest bundled file read.
-pub const MAX_BYTES: u64 = 256 << 20;
+use super::{check_key, decode, read_safe};
 
 static DIR: OnceLock<PathBuf> = OnceLock::new();
 
@@ -37,14 +31,7 @@ pub fn load(key: &str) -> Option<Vec<u8>> {
 /// [`load`] from `dir` for user `uid`.
 pub fn load_from(dir: &Path, key: &str, uid: u32) -> Option<Vec<u8>> {
     check_key(key).ok()?;
-    let f = File::open(dir.join(key)).ok()?;
-    let m = f.metadata().ok()?;
-    let owner_ok = m.uid() == uid || m.uid() == 0;
-    if !m.is_file() || !owner_ok || m.mode() & GROUP_OTHER_WRITE != 0 || m.len() > MAX_BYTES {
-        return None;
-    }
-    let mut bytes = Vec::with_capacity(m.len() as usize);
-    f.take(MAX_BYTES + 1).read_to_end(&mut bytes).ok()?;
+    let bytes = read_safe(&dir.join(key), |owner| owner == uid || owner == 0)?;
     decode(key, &bytes).map(<[u8]>::to_vec)
 }
 

@@ -154,6 +154,30 @@ fn verdict_text(v: &Verdict) -> Vec<u8> {
     }
 }
 
+/// The verdict rank `me` reports from the gathered verdict texts `all`: the first refused one
+/// among `ranks` (indices into `all`, in the order `me` counts them), `mine` when that one is
+/// `me`'s own, else the other's text as `who` `me` saw it.
+fn first_refused(
+    all: &[Vec<u8>],
+    ranks: impl IntoIterator<Item = usize>,
+    me: usize,
+    mine: Verdict,
+    who: &str,
+) -> Verdict {
+    let first = ranks
+        .into_iter()
+        .enumerate()
+        .find(|&(_, r)| all.get(r).is_some_and(|t| !t.is_empty()));
+    match first {
+        None => Ok(()),
+        Some((local, _)) if local == me => mine,
+        Some((_, r)) => Err(format!(
+            "(seen from {who} {me}) {}",
+            String::from_utf8_lossy(&all[r][..all[r].len().min(MAX_VERDICT)])
+        )),
+    }
+}
+
 impl Comm {
     /// Runs `req` on this rank's `input` and checks the output here with `check` against
     /// `want`; every rank then gathers the verdicts (empty: passed).
@@ -168,14 +192,7 @@ impl Comm {
         let (found, _) = self.run_mine(req, input, false)?;
         let mine = check(me, &found, want);
         let all = self.gather(&verdict_text(&mine))?;
-        Ok(match all.iter().position(|t| !t.is_empty()) {
-            None => Ok(()),
-            Some(r) if r == me => mine,
-            Some(r) => Err(format!(
-                "(seen from rank {me}) {}",
-                String::from_utf8_lossy(&all[r][..all[r].len().min(MAX_VERDICT)])
-            )),
-        })
+        Ok(first_refused(&all, 0..all.len(), me, mine, "rank"))
     }
 }
 
@@ -296,41 +313,49 @@ impl Backend for CommTeam<'_> {
         check: &RankCheck<'_>,
     ) -> std::result::Result<Verdict, BackendError> {
         check_inputs(Some(self.size()), req, inputs)?;
-        let me = self.rank() as usize;
-        let comm = self.comm();
-        let mine = team_run_mine(self, req, &inputs[me]);
-        let verdict: Verdict = match (&mine, want.get(me)) {
-            (Ok(found), Some(w)) => check(me, found, w),
-            (Ok(_), None) => Err(format!(
+        if want.len() != usize::from(self.size()) {
+            return Ok(Err(format!(
                 "{} reference outputs, want {}",
                 want.len(),
                 self.size()
-            )),
-            (Err(_), _) => Ok(()),
+            )));
+        }
+        let me = self.rank() as usize;
+        let comm = self.comm();
+        let mine = team_run_mine(self, req, &inputs[me]);
+        let verdict: Verdict = match &mine {
+            Ok(found) => check(me, found, &want[me]),
+            Err(_) => Ok(()),
         };
         // Every rank gathers, also after a failure, so the job stays in step.
         let all = comm.gather(&verdict_text(&verdict));
         mine.map_err(BackendError::Cuda)?;
         let all = all.map_err(BackendError::Cuda)?;
-        let members = self.team().members();
-        let first = members
-            .iter()
-            .enumerate()
-            .find(|(_, &r)| all.get(r as usize).is_some_and(|t| !t.is_empty()));
-        Ok(match first {
-            None => Ok(()),
-            Some((local, _)) if local == me => verdict,
-            Some((_, &r)) => Err(format!(
-                "(seen from local rank {me}) {}",
-                String::from_utf8_lossy(&all[r as usize][..all[r as usize].len().min(MAX_VERDICT)])
-            )),
-        })
+        let members = self.team().members().iter().map(|&r| r as usize);
+        Ok(first_refused(&all, members, me, verdict, "local rank"))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rank_reports_the_first_refused_verdict_of_its_ranks() {
+        let all = vec![Vec::new(), b"rank 1 element 3".to_vec(), vec![b'x'; 5000]];
+        // Rank 1 refused: rank 0 reports its text, rank 1 its own verdict.
+        let seen = first_refused(&all, 0..3, 0, Ok(()), "rank").unwrap_err();
+        assert_eq!(seen, "(seen from rank 0) rank 1 element 3");
+        let own = first_refused(&all, 0..3, 1, Err("mine".into()), "rank");
+        assert_eq!(own, Err("mine".into()));
+        // A team of global ranks [2, 0]: rank 2's refusal, bounded; none among [0] passes.
+        let long = first_refused(&all, [2, 0], 1, Ok(()), "local rank").unwrap_err();
+        assert!(long.starts_with("(seen from local rank 1) xxx"));
+        assert_eq!(long.len(), "(seen from local rank 1) ".len() + MAX_VERDICT);
+        assert_eq!(first_refused(&all, [0], 0, Ok(()), "local rank"), Ok(()));
+        // Hostile: a rank index past the gathered texts counts as passed.
+        assert_eq!(first_refused(&all, [7], 0, Ok(()), "rank"), Ok(()));
+    }
 
     #[test]
     fn a_verdict_crosses_as_empty_when_passed_and_bounded_text_when_not() {
