@@ -154,6 +154,14 @@ fn verdict_text(v: &Verdict) -> Vec<u8> {
     }
 }
 
+/// Whether there is one reference output per rank of a world of `n`.
+fn reference_count(want: &[Vec<u8>], n: u16) -> Verdict {
+    match want.len() == usize::from(n) {
+        true => Ok(()),
+        false => Err(format!("{} reference outputs, want {n}", want.len())),
+    }
+}
+
 /// The verdict rank `me` reports from the gathered verdict texts `all`: the first refused one
 /// among `ranks` (indices into `all`, in the order `me` counts them), `mine` when that one is
 /// `me`'s own, else the other's text as `who` `me` saw it.
@@ -231,12 +239,8 @@ impl Backend for Comm {
         check: &RankCheck<'_>,
     ) -> std::result::Result<Verdict, BackendError> {
         check_inputs(Some(self.world), req, inputs)?;
-        if want.len() != self.world as usize {
-            return Ok(Err(format!(
-                "{} reference outputs, want {}",
-                want.len(),
-                self.world
-            )));
+        if let Err(e) = reference_count(want, self.world) {
+            return Ok(Err(e));
         }
         let me = self.rank as usize;
         self.run_verdict(req, &inputs[me], &want[me], check)
@@ -313,12 +317,8 @@ impl Backend for CommTeam<'_> {
         check: &RankCheck<'_>,
     ) -> std::result::Result<Verdict, BackendError> {
         check_inputs(Some(self.size()), req, inputs)?;
-        if want.len() != usize::from(self.size()) {
-            return Ok(Err(format!(
-                "{} reference outputs, want {}",
-                want.len(),
-                self.size()
-            )));
+        if let Err(e) = reference_count(want, self.size()) {
+            return Ok(Err(e));
         }
         let me = self.rank() as usize;
         let comm = self.comm();
