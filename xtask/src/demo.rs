@@ -1,13 +1,5 @@
-//! `cargo xtask demo` and `cargo xtask bench`.
-//!
-//! The demo runs every collective x algorithm on the host backend's simulator (world 4 and 8,
-//! 256 KiB of f32, two channels) and a mixture-of-experts dispatch at world 4
-//! (`symm_core::moe::sched`, checked against its layout), checks each result against the
-//! sequential reference, writes one trace per run under `target/symm/traces/` (under `$CARGO_TARGET_DIR` when set), prints a
-//! table, then builds the viz and serves it with those traces on 127.0.0.1 (skipped with
-//! `--no-serve`). Building the viz installs what is missing and says so first: the
-//! `wasm32-unknown-unknown` target (`rustup target add`) and `wasm-bindgen-cli` at the version of
-//! `Cargo.lock` (`cargo install`, into `~/.cargo/bin`).
+//! `cargo xtask demo` and `cargo xtask bench`: what each does is its usage text ([`USAGE`],
+//! [`BENCH_USAGE`]).
 
 use crate::util;
 use std::fmt::Write as _;
@@ -148,7 +140,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "{:<15} {:<12} {:>5} {:>9} {:>7} {:>11} {:>11}  check",
         "collective", "algorithm", "world", "bytes", "ops", "model us", "sim us"
     );
-    let (mut passed, mut failed) = (0, 0);
+    let (mut passed, mut failed) = (0u32, 0u32);
     for world in [4u16, 8] {
         for c in collectives(world) {
             for &a in algorithms(c) {
@@ -174,11 +166,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     let ok = compare(&req, &run.outputs, &reference(&req, &inputs)).is_ok();
                     (req, run, ok)
                 };
-                if ok {
-                    passed += 1;
-                } else {
-                    failed += 1;
-                }
+                (passed, failed) = (passed + u32::from(ok), failed + u32::from(!ok));
                 let name = format!("{}-{}-w{world}.trace", c.name(), a.name());
                 std::fs::write(dir.join(&name), &run.trace).map_err(|e| format!("{name}: {e}"))?;
                 let _ = writeln!(
@@ -197,11 +185,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     let (req, run, ok) = moe_dispatch_run()?;
-    if ok {
-        passed += 1;
-    } else {
-        failed += 1;
-    }
+    (passed, failed) = (passed + u32::from(ok), failed + u32::from(!ok));
     let name = "moe_dispatch-w4.trace";
     std::fs::write(dir.join(name), &run.trace).map_err(|e| format!("{name}: {e}"))?;
     let _ = writeln!(
@@ -234,7 +218,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Ok(());
     }
     let dist = crate::viz::build()?;
-    crate::viz::serve(&dist, &dir)
+    crate::viz::serve(&dist, &dir, None)
 }
 
 /// `cargo xtask bench`: schedule-building cost per op and host-backend throughput, side by side.

@@ -1,14 +1,8 @@
-//! `cargo xtask fuzz [--seconds N] [--runs N] [--target NAME] [--jobs N]`: fuzz campaigns.
-//!
-//! Runs every cargo-fuzz target (or one, with `--target`) for N seconds each (default 10), or
-//! until `--runs` executions, and prints a table: target, seconds, executions, executions per
-//! second, crashes. Installs `cargo-fuzz` from crates.io when it is missing and runs with `-s none`
-//! (no sanitizer), which works on a stable toolchain. Each campaign fuzzes a scratch copy of the
-//! committed corpus (`target/fuzz-corpus/`, under `$CARGO_TARGET_DIR` when set), so runs never rewrite the seeds; a crash, timeout or
-//! out-of-memory input lands in `fuzz/artifacts/<target>/` and counts as a crash. The command fails
-//! when any target crashed. The committed seed corpora in `fuzz/corpus/` are replayed by
-//! `cargo xtask test` (tests/tests/fuzz_corpus.rs); `--merge` adds the scratch corpus's new
-//! coverage to them, minimised by libFuzzer's merge.
+//! `cargo xtask fuzz`: fuzz campaigns (see [`USAGE`]), with `-s none` (no sanitizer), which
+//! works on a stable toolchain. Each campaign fuzzes a scratch copy of the committed corpus
+//! (`<target>/fuzz-corpus/`), so runs never rewrite the seeds; a crash, timeout or out-of-memory
+//! input lands in `fuzz/artifacts/<target>/` and counts as a crash. `cargo xtask test` replays
+//! the committed seeds (`tests/tests/fuzz_corpus.rs`).
 
 use crate::util::{self, cargo, run as sh};
 use std::path::Path;
@@ -82,16 +76,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
             ));
         }
     }
-    let have =
-        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["fuzz", "--version"])
-            .output()
-            .is_ok_and(|o| o.status.success());
+    let have = util::cargo_with("fuzz --version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !have {
         eprintln!(
             "fuzz: installing cargo-fuzz from crates.io with `cargo install` (into ~/.cargo/bin)"
         );
-        sh(cargo().args(["install", "cargo-fuzz", "--locked"]))?;
+        sh(&mut util::cargo_with("install cargo-fuzz --locked"))?;
     }
     let root = util::root();
     let mut rows = Vec::new();

@@ -4,15 +4,8 @@
 //! student edits and a `solution.rs`. The checker is the `symm-labs` binary (run with
 //! `cargo run --release -p symm-labs`, so a student's compile error never breaks xtask itself);
 //! lab 4's memory-ordering half is a loom model (`labs/tests/lab04_loom.rs`), built with
-//! `--cfg loom` in `<target>/loom` beside the library's own loom models.
-//!
-//! * `cargo xtask lab`: the labs, read from their READMEs (nothing is built).
-//! * `cargo xtask lab N`: lab N's introduction and the file to edit.
-//! * `cargo xtask lab check N [--solution]`: grade the student's file (or the reference).
-//! * `cargo xtask lab view N`: build the viz and serve lab N's traces, the student's beside the
-//!   reference solution's.
-//! * `cargo xtask lab grade`: every solution must pass and every untouched skeleton must fail
-//!   (a step of `cargo xtask test`).
+//! `--cfg loom` in `<target>/loom` beside the library's own loom models. The commands are
+//! those of [`USAGE`].
 
 use crate::util::{self, cargo};
 use std::path::{Path, PathBuf};
@@ -183,17 +176,7 @@ fn loom(n: u8, args: &[&str]) -> Option<Result<(), String>> {
     let dir = util::target_dir().join("loom");
     eprintln!("lab {n}: the memory orderings, under loom (built with --cfg loom in <target>/loom)");
     let ran = util::run(
-        cargo()
-            .args([
-                "test",
-                "-q",
-                "--release",
-                "-p",
-                "symm-labs",
-                "--test",
-                test,
-                "--",
-            ])
+        util::cargo_with(&format!("test -q --release -p symm-labs --test {test} --"))
             .args(args)
             .env("RUSTFLAGS", "--cfg loom")
             .env("CARGO_TARGET_DIR", &dir),
@@ -291,10 +274,10 @@ fn view_gpu(l: &Lab) -> Result<(), String> {
          the compare view",
         l.number
     );
-    crate::viz::serve_query(
+    crate::viz::serve(
         &dist,
         &out,
-        "?trace=traces/gpu.trace&compare=traces/simulated.trace",
+        Some("?trace=traces/gpu.trace&compare=traces/simulated.trace"),
     )
 }
 
@@ -309,24 +292,18 @@ fn view(l: &Lab) -> Result<(), String> {
         "lab {}: the link below opens the reference solution, with yours in the compare view",
         l.number
     );
-    crate::viz::serve_query(
+    crate::viz::serve(
         &dist,
         &out,
-        "?trace=traces/reference.trace&compare=traces/yours.trace",
+        Some("?trace=traces/reference.trace&compare=traces/yours.trace"),
     )
 }
 
 /// Every solution passes and every untouched skeleton fails, loom halves included.
 pub fn grade() -> Result<(), String> {
-    util::run(cargo().args([
-        "run",
-        "-q",
-        "--release",
-        "-p",
-        "symm-labs",
-        "--",
-        "grade-all",
-    ]))?;
+    util::run(&mut util::cargo_with(
+        "run -q --release -p symm-labs -- grade-all",
+    ))?;
     for (n, _) in LOOM {
         if labs()?.iter().any(|l| l.number == *n) {
             if let Some(r) = loom(*n, &["--grade"]) {

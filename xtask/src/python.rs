@@ -1,12 +1,6 @@
-//! `cargo xtask python`: the Python package's host side, as CI checks it.
-//!
-//! In a virtual environment under `<target>/py-venv` (created with `python3 -m venv` when
-//! missing, then given the pinned maturin and ruff, pytest and numpy from PyPI), puts the kernels
-//! it ships into `python/symm/kernels` (compiled for sm_90, see [`crate::hw::bundle`]), builds the
-//! abi3 wheel of `python/` with maturin (linked by zig against glibc 2.28) into
-//! `<target>/wheels`, checks its tags are `cp39-abi3-manylinux_2_28_x86_64`, installs it, and runs `ruff check python` and `pytest python/tests`: about a
-//! minute from nothing (the venv and the release build of the extension), seconds when both are
-//! there.
+//! `cargo xtask python`: the Python package's host side, as CI checks it (see [`USAGE`]; the
+//! shipped kernels come from [`crate::hw::bundle`]). About a minute from nothing (the venv and
+//! the release build of the extension), seconds when both are there.
 
 use crate::util::{self, run as sh};
 use std::path::{Path, PathBuf};

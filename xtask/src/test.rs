@@ -1,25 +1,7 @@
-//! `cargo xtask test`: everything CI runs, in order, failing on the first failure.
-//!
-//! 1. `cargo fmt --check` and `cargo clippy --all-targets -D warnings`;
-//! 2. every workspace test in release mode (unit, doctests, conformance, symbolic, fuzz-corpus
-//!    replay, the multicast entry points confined to their module), then symm-driver's
-//!    multicast tests with the `multicast` feature, against the fake driver (this binary itself
-//!    must have no multicast; `symm-bench` refuses to run with it);
-//! 3. the loom models (`--cfg loom`, release, own target directory), then `cargo xtask mutants`:
-//!    each ordering of the signal protocol weakened to relaxed must fail a model;
-//! 4. symm-core for `thumbv7em-none-eabihf` with no default features (installs the target);
-//!    then the examples: `host-allreduce`, `foreign-runtime` and `no-std-schedule` run (each
-//!    exits non-zero when a result differs from the reference) and `symm-example-no-std` builds
-//!    for `thumbv7em-none-eabihf`; then the labs (`cargo xtask lab grade`): every solution
-//!    passes and every untouched skeleton fails; then the Python package (`cargo xtask python`):
-//!    its abi3 wheel built with maturin and installed in `<target>/py-venv`, `ruff check python`
-//!    and `pytest python/tests` (about a minute from nothing, seconds with the venv and build there);
-//! 5. the schedule-building benchmark;
-//! 6. the kernels' generated-header check and NVRTC compile of every kernel variant;
-//! 7. `cargo doc --workspace --no-deps` with warnings denied;
-//! 8. the declared minimum Rust version (`rust-version` of the workspace): `cargo +MSRV xtask
-//!    demo --no-serve` in its own target directory (installs that toolchain, minimal profile);
-//! 9. the viz in headless Chromium (skipped with `--no-browser`).
+//! `cargo xtask test`: everything CI runs, in order, failing on the first failure; [`USAGE`]
+//! lists the steps. The workspace tests run in release mode; symm-driver's multicast tests run
+//! against the fake driver with the `multicast` feature, which this binary itself must not have
+//! (`symm-bench` refuses to run with it).
 
 use crate::util::{self, cargo, run as sh};
 use std::time::Instant;

@@ -91,8 +91,9 @@ impl<W: Write> std::fmt::Write for FmtIo<W> {
 mod tests {
     use super::run;
     use symm_core::dtype::{DType, ReduceOp};
+    use symm_core::perfetto;
     use symm_core::sched::{Algorithm, Collective, Request};
-    use symm_core::trace::{Header, Source, Writer};
+    use symm_core::trace::{Header, Reader, Source, Writer};
     use symm_driver::host::{random_inputs, simulate, SimOptions};
 
     fn export(dir: &std::path::Path, name: &str, bytes: &[u8]) -> Result<String, String> {
@@ -106,6 +107,59 @@ mod tests {
             .collect();
         run(&args)?;
         Ok(std::fs::read_to_string(&out).unwrap())
+    }
+
+    /// The export of a world-4 ring all-reduce on two channels: one process per rank, a thread
+    /// per channel, and one flow (a `flow_out` and a `flow_in` with the same integer `bind_id`)
+    /// for every Signal -> Wait pair.
+    #[test]
+    fn export_has_a_process_per_rank_and_a_flow_per_signal_wait_pair() {
+        use serde_json::Value as Json;
+        use std::collections::{BTreeMap, BTreeSet};
+        let dir = std::env::temp_dir().join(format!("symm-trace-flows-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            4,
+            32 << 10,
+            DType::F32,
+            ReduceOp::Sum,
+        )
+        .with_channels(2);
+        let trace = simulate(&req, &random_inputs(&req, 7), &SimOptions::default())
+            .unwrap()
+            .trace;
+        let doc: Json = serde_json::from_str(&export(&dir, "ring.trace", &trace).unwrap()).unwrap();
+        let events: Vec<_> = Reader::new(&trace).unwrap().map(Result::unwrap).collect();
+        let pairs = perfetto::pairs(&perfetto::spans(&events)).len();
+        let (mut procs, mut threads) = (BTreeSet::new(), BTreeSet::new());
+        let mut flows: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
+        let int = |v: Option<&Json>| v.and_then(Json::as_f64).filter(|v| v.fract() == 0.0);
+        for e in doc["traceEvents"].as_array().unwrap() {
+            let pid = int(e.get("pid")).expect("every event has a pid") as u64;
+            match (e["ph"].as_str().unwrap(), e["name"].as_str().unwrap_or("")) {
+                ("M", "process_name") => _ = procs.insert(pid),
+                ("M", "thread_name") => {
+                    _ = threads.insert((pid, int(e.get("tid")).unwrap() as u64))
+                }
+                ("X", _) if e.get("bind_id").is_some() => {
+                    let id = int(e.get("bind_id")).expect("integer bind_id") as u64;
+                    let f = flows.entry(id).or_default();
+                    f.0 += u32::from(e.get("flow_out") == Some(&Json::Bool(true)));
+                    f.1 += u32::from(e.get("flow_in") == Some(&Json::Bool(true)));
+                }
+                _ => {}
+            }
+        }
+        assert_eq!((procs.len(), threads.len()), (4, 8));
+        assert!(
+            pairs > 0 && flows.len() == pairs,
+            "{} flows, {pairs} pairs",
+            flows.len()
+        );
+        assert!(flows.values().all(|f| *f == (1, 1)), "{flows:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -32,6 +32,13 @@ pub fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
+/// `cargo` with the whitespace-separated arguments of `line`.
+pub fn cargo_with(line: &str) -> Command {
+    let mut c = cargo();
+    c.args(line.split_whitespace());
+    c
+}
+
 /// Whether `flag` is among the arguments.
 pub fn flag(args: &[String], flag: &str) -> bool {
     args.iter().any(|a| a == flag)

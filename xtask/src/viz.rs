@@ -12,7 +12,6 @@
 
 mod browser;
 mod examples;
-mod export_check;
 mod webdriver;
 
 use crate::util;
@@ -106,14 +105,8 @@ fn wasm_bindgen(version: &str) -> Result<PathBuf, String> {
              with `cargo install` into {}",
             bin.display()
         );
-        util::run(util::cargo().args([
-            "install",
-            "wasm-bindgen-cli",
-            "--version",
-            version,
-            "--locked",
-            "--force",
-        ]))?;
+        let install = format!("install wasm-bindgen-cli --version {version} --locked --force");
+        util::run(&mut util::cargo_with(&install))?;
     }
     Ok(bin)
 }
@@ -139,14 +132,9 @@ pub fn build() -> Result<PathBuf, String> {
     ensure_wasm_target()?;
     let version = locked_version("wasm-bindgen")?;
     let bindgen = wasm_bindgen(&version)?;
-    util::run(util::cargo().args([
-        "build",
-        "-p",
-        "symm-viz",
-        "--target",
-        "wasm32-unknown-unknown",
-        "--release",
-    ]))?;
+    util::run(&mut util::cargo_with(
+        "build -p symm-viz --target wasm32-unknown-unknown --release",
+    ))?;
     let wasm = util::target_dir().join("wasm32-unknown-unknown/release/symm_viz.wasm");
     let dist = util::root().join("viz/dist");
     std::fs::create_dir_all(&dist).map_err(|e| format!("{}: {e}", dist.display()))?;
@@ -164,19 +152,10 @@ pub fn build() -> Result<PathBuf, String> {
     Ok(dist)
 }
 
-/// Serves the app in `dist` and the traces in `traces` on 127.0.0.1 until interrupted.
-pub fn serve(dist: &Path, traces: &Path) -> Result<(), String> {
-    serve_on(dist, traces, http::Port::Default(http::DEFAULT_PORT), None)
-}
-
-/// [`serve`], printing one link: the app at `query` (`?trace=...&compare=...`).
-pub fn serve_query(dist: &Path, traces: &Path, query: &str) -> Result<(), String> {
-    serve_on(
-        dist,
-        traces,
-        http::Port::Default(http::DEFAULT_PORT),
-        Some(query),
-    )
+/// Serves the app in `dist` and the traces in `traces` on 127.0.0.1 until interrupted, printing
+/// one link: the app at `query` (`?trace=...&compare=...`), else at the first trace.
+pub fn serve(dist: &Path, traces: &Path, query: Option<&str>) -> Result<(), String> {
+    serve_on(dist, traces, http::Port::Default(http::DEFAULT_PORT), query)
 }
 
 /// The link a server prints: the app at `query`, else at the first trace in `traces`.
@@ -226,14 +205,13 @@ pub fn ci_checks() -> Result<(), String> {
 
 fn checks(screenshots: Option<&Path>) -> Result<(), String> {
     // The viewer's model (decoding, pairing, buffers, hang analysis, words) natively first.
-    util::run(util::cargo().args(["test", "-q", "-p", "symm-viz", "--lib"]))?;
+    util::run(&mut util::cargo_with("test -q -p symm-viz --lib"))?;
     let dist = build()?;
     let (chromium, driver) = browser::install()?;
     let scratch = util::target_dir().join("viz-test");
     std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
-    let cli = export_check::check(&dist.join("examples/all_reduce-ring-w4.trace"), &scratch)?;
     let summary = browser::run_all(&dist, &scratch, &chromium, &driver, screenshots)?;
-    println!("{summary}; {cli}");
+    println!("{summary}");
     Ok(())
 }
 

@@ -1,6 +1,8 @@
 //! A minimal W3C WebDriver client for chromedriver driving headless Chromium.
 
 use super::http;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use serde_json::Value as Json;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -160,7 +162,10 @@ impl Browser {
     pub fn screenshot(&self, css: &str) -> Result<Vec<u8>, String> {
         let e = self.find(css)?;
         let v = self.call("GET", &self.s(&format!("/element/{e}/screenshot")), None)?;
-        base64(v.as_str().ok_or("screenshot is not a string")?)
+        let text = v.as_str().ok_or("screenshot is not a string")?;
+        STANDARD
+            .decode(text)
+            .map_err(|e| format!("screenshot: {e}"))
     }
 
     /// Polls a script until it returns `true` or `timeout` passes.
@@ -189,34 +194,6 @@ impl Drop for Browser {
     }
 }
 
-/// Decodes standard base64.
-pub fn base64(text: &str) -> Result<Vec<u8>, String> {
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let clean: Vec<u8> = text
-        .bytes()
-        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
-        .collect();
-    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
-    for chunk in clean.chunks(4) {
-        let mut acc = 0u32;
-        for (i, c) in chunk.iter().enumerate() {
-            acc |= val(*c).ok_or("bad base64")? << (18 - 6 * i);
-        }
-        let bytes = acc.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    Ok(out)
-}
-
 /// `s` as a JSON string literal.
 fn quote(s: &str) -> String {
     Json::from(s).to_string()
@@ -224,12 +201,6 @@ fn quote(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn base64_decodes() {
-        assert_eq!(super::base64("aGVsbG8=").unwrap(), b"hello");
-        assert_eq!(super::base64("aGk=").unwrap(), b"hi");
-    }
-
     #[test]
     fn strings_are_quoted_for_the_wire() {
         assert_eq!(super::quote("a\"b\n"), r#""a\"b\n""#);
