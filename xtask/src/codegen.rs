@@ -83,63 +83,47 @@ pub fn generate() -> String {
     }
     let _ = writeln!(w, "#define SYMM_OP_BYTES {}", plan::OP_BYTES);
 
-    let _ = writeln!(w, "\n// Field offsets of an encoded op (bytes).");
-    let fields: [(&str, usize); 18] = [
-        ("KIND", offset_of!(PlanOp, kind)),
-        ("DTYPE", offset_of!(PlanOp, dtype)),
-        ("REDOP", offset_of!(PlanOp, redop)),
-        ("SIGOP", offset_of!(PlanOp, sigop)),
-        ("A_BUF", offset_of!(PlanOp, a_buf)),
-        ("B_BUF", offset_of!(PlanOp, b_buf)),
-        ("DST_BUF", offset_of!(PlanOp, dst_buf)),
-        ("PAD0", offset_of!(PlanOp, pad0)),
-        ("A_RANK", offset_of!(PlanOp, a_rank)),
-        ("B_RANK", offset_of!(PlanOp, b_rank)),
-        ("DST_RANK", offset_of!(PlanOp, dst_rank)),
-        ("PAD1", offset_of!(PlanOp, pad1)),
-        ("SLOT", offset_of!(PlanOp, slot)),
-        ("DIV", offset_of!(PlanOp, div)),
-        ("A_OFF", offset_of!(PlanOp, a_off)),
-        ("B_OFF", offset_of!(PlanOp, b_off)),
-        ("DST_OFF", offset_of!(PlanOp, dst_off)),
-        ("COUNT", offset_of!(PlanOp, count)),
+    // Every field of an encoded op: its name, C type and byte offset.
+    let fields: [(&str, &str, usize); 19] = [
+        ("kind", "unsigned char", offset_of!(PlanOp, kind)),
+        ("dtype", "unsigned char", offset_of!(PlanOp, dtype)),
+        ("redop", "unsigned char", offset_of!(PlanOp, redop)),
+        ("sigop", "unsigned char", offset_of!(PlanOp, sigop)),
+        ("a_buf", "unsigned char", offset_of!(PlanOp, a_buf)),
+        ("b_buf", "unsigned char", offset_of!(PlanOp, b_buf)),
+        ("dst_buf", "unsigned char", offset_of!(PlanOp, dst_buf)),
+        ("pad0", "unsigned char", offset_of!(PlanOp, pad0)),
+        ("a_rank", "unsigned short", offset_of!(PlanOp, a_rank)),
+        ("b_rank", "unsigned short", offset_of!(PlanOp, b_rank)),
+        ("dst_rank", "unsigned short", offset_of!(PlanOp, dst_rank)),
+        ("pad1", "unsigned short", offset_of!(PlanOp, pad1)),
+        ("slot", "unsigned int", offset_of!(PlanOp, slot)),
+        ("div", "unsigned int", offset_of!(PlanOp, div)),
+        ("a_off", "unsigned long long", offset_of!(PlanOp, a_off)),
+        ("b_off", "unsigned long long", offset_of!(PlanOp, b_off)),
+        ("dst_off", "unsigned long long", offset_of!(PlanOp, dst_off)),
+        ("count", "unsigned long long", offset_of!(PlanOp, count)),
+        (
+            "reserved",
+            "unsigned long long",
+            offset_of!(PlanOp, reserved),
+        ),
     ];
-    for (name, off) in fields {
-        let _ = writeln!(w, "#define SYMM_PLANOP_{name}_OFFSET {off}");
+    let _ = writeln!(w, "\n// Field offsets of an encoded op (bytes).");
+    for (name, _, off) in fields {
+        let _ = writeln!(
+            w,
+            "#define SYMM_PLANOP_{}_OFFSET {off}",
+            name.to_uppercase()
+        );
     }
-    let _ = writeln!(
-        w,
-        "#define SYMM_PLANOP_RESERVED_OFFSET {}",
-        offset_of!(PlanOp, reserved)
-    );
-
     let _ = writeln!(
         w,
         "\n// One encoded op, field for field as symm_core::plan::PlanOp."
     );
     let _ = writeln!(w, "struct __align__(16) symm_plan_op {{");
-    for line in [
-        "unsigned char kind;",
-        "unsigned char dtype;",
-        "unsigned char redop;",
-        "unsigned char sigop;",
-        "unsigned char a_buf;",
-        "unsigned char b_buf;",
-        "unsigned char dst_buf;",
-        "unsigned char pad0;",
-        "unsigned short a_rank;",
-        "unsigned short b_rank;",
-        "unsigned short dst_rank;",
-        "unsigned short pad1;",
-        "unsigned int slot;",
-        "unsigned int div;",
-        "unsigned long long a_off;",
-        "unsigned long long b_off;",
-        "unsigned long long dst_off;",
-        "unsigned long long count;",
-        "unsigned long long reserved;",
-    ] {
-        let _ = writeln!(w, "  {line}");
+    for (name, c_type, _) in fields {
+        let _ = writeln!(w, "  {c_type} {name};");
     }
     let _ = writeln!(w, "}};");
     let _ = writeln!(

@@ -33,9 +33,7 @@ pub fn ci_checks() -> Result<(), String> {
     let mut n = 0;
     for v in symm_kernels::ALL {
         let cubin = compiler.compile(&v, 90).map_err(|e| e.to_string())?;
-        if cubin.len() < 16 || &cubin[..4] != b"\x7fELF" {
-            return Err(format!("{}: NVRTC returned no ELF cubin", v.name));
-        }
+        elf(&cubin, v.name)?;
         if bundle::shipped(&v) {
             bundle::store(&v, &cubin)?;
         }
@@ -76,9 +74,7 @@ pub fn ci_checks() -> Result<(), String> {
             let cubin = compiler
                 .compile_source("plan", "symm/compiled_plan.cu", &src, &defines, 90)
                 .map_err(|e| format!("compiled {} {}: {e}", coll.name(), alg.name()))?;
-            if cubin.len() < 16 || &cubin[..4] != b"\x7fELF" {
-                return Err(format!("compiled plan {}: no ELF cubin", alg.name()));
-            }
+            elf(&cubin, alg.name())?;
             plans += 1;
         }
     }
@@ -89,6 +85,14 @@ pub fn ci_checks() -> Result<(), String> {
         plans_s / plans.max(1) as f64
     );
     Ok(())
+}
+
+/// Fails unless NVRTC gave `what` an ELF cubin.
+fn elf(cubin: &[u8], what: &str) -> Result<(), String> {
+    match cubin.get(..4) {
+        Some(b"\x7fELF") if cubin.len() >= 16 => Ok(()),
+        _ => Err(format!("{what}: NVRTC returned no ELF cubin")),
+    }
 }
 
 /// The `symm-bench` command line for `cargo xtask hw ARGS`.
