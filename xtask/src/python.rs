@@ -82,6 +82,13 @@ fn with_venv_path(venv: &Path) -> std::ffi::OsString {
     std::env::join_paths(paths).unwrap_or_default()
 }
 
+/// `python -m pip install`, quietly.
+fn pip_install(py: &Path) -> std::process::Command {
+    let mut c = safety_env::command(py);
+    c.args(["-m", "pip", "install", "-q", "--disable-pip-version-check"]);
+    c
+}
+
 /// Builds, installs and tests the package.
 pub fn ci_checks() -> Result<(), String> {
     let target = util::target_dir();
@@ -95,18 +102,7 @@ pub fn ci_checks() -> Result<(), String> {
             .arg(&venv))?;
     }
     eprintln!("python: installing {MATURIN}, {RUFF}, pytest and numpy from PyPI into the venv");
-    sh(safety_env::command(&py).args([
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "--disable-pip-version-check",
-        MATURIN,
-        RUFF,
-        ZIG,
-        "pytest",
-        "numpy",
-    ]))?;
+    sh(pip_install(&py).args([MATURIN, RUFF, ZIG, "pytest", "numpy"]))?;
     let kernels = Path::new("python/symm/kernels");
     let (n, bytes) = crate::hw::bundle::install(kernels)?;
     eprintln!(
@@ -120,13 +116,8 @@ pub fn ci_checks() -> Result<(), String> {
         std::fs::remove_dir_all(&wheels).map_err(|e| format!("{}: {e}", wheels.display()))?;
     }
     sh(safety_env::command(&py)
+        .args(["-m", "maturin", "build", "--release", "--strip", "--zig"])
         .args([
-            "-m",
-            "maturin",
-            "build",
-            "--release",
-            "--strip",
-            "--zig",
             "--compatibility",
             MANYLINUX,
             "-m",
@@ -138,16 +129,8 @@ pub fn ci_checks() -> Result<(), String> {
         // maturin finds zig as `python -m ziglang` with the first python on PATH: the venv's.
         .env("PATH", with_venv_path(&venv)))?;
     let wheel = abi3_wheel(&wheels)?;
-    sh(safety_env::command(&py)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            "--force-reinstall",
-            "--no-deps",
-        ])
+    sh(pip_install(&py)
+        .args(["--force-reinstall", "--no-deps"])
         .arg(&wheel))?;
     sh(safety_env::command(&py).args(["-m", "ruff", "check", "python"]))?;
     sh(safety_env::command(&py).args(["-m", "pytest", "python/tests", "-q"]))
