@@ -263,6 +263,24 @@ pub const RECORD: [Field; 8] = [
     ),
 ];
 
+/// `symm_world` of `symm/device.cuh`: the device API's view of the heap, passed by value to a
+/// user's kernel (and to the signal, MoE and all-to-allv kernels).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SymmWorld {
+    /// This rank's device address of rank 0's heap; peer `p` at `base + p * stride`.
+    pub base: u64,
+    /// Bytes between two peers' heaps.
+    pub stride: u64,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks.
+    pub world: u32,
+    /// Device address of this rank's abort word (every device-API wait stops when it is
+    /// raised), or 0 for none.
+    pub abort: u64,
+}
+
 /// Trace event kinds ([`TraceEvent::kind`]): an op began.
 pub const EV_BEGIN: u32 = 0;
 /// An op ended.

@@ -18,9 +18,9 @@ use super::Comm;
 use crate::cuda::compile::{self, Compiler};
 use crate::cuda::device::{self, Stream};
 use crate::cuda::error::{CudaError, Result};
-use crate::cuda::examples::SymmWorld;
 use crate::cuda::launch::Kernel;
 use crate::cuda::Span;
+use symm_kernels::abi::SymmWorld;
 
 /// `symm_a2av_params`, field for field.
 #[repr(C)]

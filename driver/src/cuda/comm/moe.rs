@@ -28,9 +28,9 @@ use super::{Comm, ABORT_BYTES};
 use crate::cuda::compile::{self, Compiler};
 use crate::cuda::device::{self, Stream};
 use crate::cuda::error::{CudaError, Result};
-use crate::cuda::examples::SymmWorld;
 use crate::cuda::launch::{Kernel, RECORD_BYTES};
 use crate::cuda::Span;
+use symm_kernels::abi::SymmWorld;
 
 /// Most experts a layer may have on the GPU (routing counts live in shared memory).
 pub const MAX_GPU_EXPERTS: u32 = 4096;
