@@ -36,7 +36,7 @@ pub fn next_owner() -> u64 {
 }
 
 impl DevicePlan {
-    /// [`DevicePlan::upload`] for an owner outside this crate (the test harness's `World`).
+    /// `DevicePlan::upload` for an owner outside this crate (the test harness's `World`).
     ///
     /// # Safety
     ///

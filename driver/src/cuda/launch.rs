@@ -190,7 +190,7 @@ impl Graph {
         Ok(Graph { graph, exec, ctx })
     }
 
-    /// [`Graph::launch`] for an owner outside this crate (the test harness's `World`).
+    /// `Graph::launch` for an owner outside this crate (the test harness's `World`).
     ///
     /// # Safety
     ///

@@ -4,8 +4,8 @@
 //! from the counter of the rank's own `Epoch` slot, so epochs that started again at zero would
 //! repeat flags that lines left in scratch buffers before the reset still carry, and a later
 //! call could take such a line for new data. So before the pad is zeroed the ranks agree on the
-//! highest epoch any of them reached per (team, channel) ([`highest`]), and after it both the
-//! pad slot and the counter resume one past it ([`resume`]): every later flag is new.
+//! highest epoch any of them reached per (team, channel) (`highest`), and after it both the
+//! pad slot and the counter resume one past it (`resume`): every later flag is new.
 
 use symm_core::sched::MAX_CHANNELS;
 use symm_core::signal::{SlotKey, SlotKind, SlotLayout};

@@ -377,7 +377,7 @@ impl Comm {
     }
 
     /// The heap as `symm/device.cuh` sees it (`symm_world`), to pass by value to a user's kernel
-    /// that calls the device API on this communicator's heap (see [`crate::cuda::examples`]).
+    /// that calls the device API on this communicator's heap (see symm-harness's `examples`).
     pub fn symm_world(&self) -> symm_kernels::abi::SymmWorld {
         symm_kernels::abi::SymmWorld {
             base: self.heap.base(),
