@@ -1,7 +1,7 @@
 //! All-reduce with one process per GPU: the shape of a program that embeds symm.
 //!
 //! ```sh
-//! cargo build --release -p symm-examples -p symm-driver --bin comm-allreduce --bin symm-run
+//! cargo build --release -p symm-examples -p symm-bootstrap --bin comm-allreduce --bin symm-run
 //! target/release/symm-run -n 2 -- target/release/comm-allreduce [BYTES] [ITERS]
 //! ```
 //!

@@ -164,11 +164,11 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
                 heap = heap.max((512 << 20) + (64 << 20));
             }
             let t = Instant::now();
-            let opts = symm_driver::cuda::Options {
+            let opts = symm_harness::Options {
                 heap_bytes: heap,
                 ..Default::default()
             };
-            let world = match symm_driver::cuda::World::open(&devices, opts) {
+            let world = match symm_harness::World::open(&devices, opts) {
                 Ok(x) => x,
                 Err(e) => {
                     let mut r = Row::new("open world", w);

@@ -2,7 +2,7 @@
 //!
 //! Every prediction has the published Hockney form, `launch + hops * alpha + bytes * beta`
 //! (Hockney, "The communication challenge for MPP", Parallel Computing 20, 1994), with the terms
-//! the host simulator charges (`driver/src/host/sim.rs`): `alpha` is one hop (a signal landing,
+//! the host simulator charges (`host/src/sim.rs`): `alpha` is one hop (a signal landing,
 //! a read's loads coming back, a put landing), a signal costs its sender only its issue
 //! ([`Link::issue_us`]), puts are posted (the stream goes on when the bytes left), `1/beta` is
 //! the bandwidth of one rank's link port and local passes run at [`Link::memory_bytes_per_us`].

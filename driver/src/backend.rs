@@ -2,7 +2,8 @@
 //!
 //! A backend takes a request and one input buffer per rank and returns one output buffer per
 //! rank (and, when asked, a trace). The simulator ([`Simulator`]), real host threads
-//! ([`Threads`]) and the CUDA world (`cuda::World`, feature `cuda`) implement it, so one
+//! ([`Threads`]), the CUDA runtime (`cuda::Comm`, feature `cuda`) and the test harness's
+//! one-process `World` (symm-harness) implement it, so one
 //! conformance matrix (`symm-tests`' `matrix`) checks any of them against the one sequential
 //! reference (`host::reference`): a new backend gets every check by implementing [`Backend`].
 //!

@@ -1,13 +1,15 @@
-//! The plan interpreter's ABI, defined once: the parameter block a launch passes, the timeout
-//! record a stopped block writes to host-mapped memory, and the trace event the traced variant
-//! appends.
+//! The kernels' ABI, defined once: the interpreter's parameter block, the timeout record a
+//! stopped block writes to host-mapped memory, the trace event the traced variant appends, the
+//! device API's world (`symm_world`), and the parameter blocks of the MoE kernels and the
+//! all-to-allv with device counts ([`moe`]).
 //!
 //! Each struct is `#[repr(C)]` here and described field by field ([`Field`]: C name, C type,
 //! byte offset taken with `offset_of!` from the Rust struct, a comment). `cargo xtask codegen`
 //! writes the C++ structs into `symm/plan.cuh` from these tables, with `static_assert`s on
 //! every offset and size, and its `--check` (run by `cargo xtask test`) fails when the header
-//! is stale; the driver fills [`InterpParams`] and reads records and events through the same
-//! offsets. Neither side can drift from the other.
+//! is stale; the driver fills [`InterpParams`] (and the other blocks) and reads records and
+//! events through the same offsets. Neither side can drift from the other: no kernel source
+//! defines a parameter block by hand.
 
 use core::mem::{offset_of, size_of};
 
@@ -74,6 +76,9 @@ macro_rules! field {
         }
     };
 }
+
+pub mod moe;
+pub use moe::{A2avParams, MoeParams};
 
 /// `symm_interp_params`, field by field.
 pub const PARAMS: [Field; 17] = [
@@ -184,6 +189,33 @@ pub const PARAMS: [Field; 17] = [
         "unsigned int",
         "trace events per channel"
     ),
+];
+
+/// `symm_world`, the device API's view of the heap (`symm/device.cuh` uses it), passed by value
+/// to a user's kernel and to the signal, MoE and all-to-allv kernels.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SymmWorld {
+    /// This rank's device address of rank 0's heap; peer `p` at `base + p * stride`.
+    pub base: u64,
+    /// Bytes between two peers' heaps.
+    pub stride: u64,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks.
+    pub world: u32,
+    /// Device address of this rank's abort word (every device-API wait stops when it is
+    /// raised), or 0 for none.
+    pub abort: u64,
+}
+
+/// `symm_world`, field by field.
+pub const WORLD: [Field; 5] = [
+    field!(SymmWorld, base, "base", "char*", "this rank's view of the heap range; peer p at base + p * stride"),
+    field!(SymmWorld, stride, "stride", "unsigned long long", "bytes between two peers' heaps"),
+    field!(SymmWorld, rank, "rank", "unsigned int", "this rank"),
+    field!(SymmWorld, world, "world", "unsigned int", "ranks"),
+    field!(SymmWorld, abort, "abort", "const volatile unsigned int*", "this rank's abort word (host-mapped); every wait stops when it is set; null: deadlines only"),
 ];
 
 /// Why a block stopped early ([`TimeoutRecord::reason`]): a wait passed its deadline.
@@ -307,12 +339,26 @@ pub const PARAMS_BYTES: usize = size_of::<InterpParams>();
 pub const RECORD_BYTES: usize = size_of::<TimeoutRecord>();
 /// Bytes of one trace event.
 pub const EVENT_BYTES: usize = size_of::<TraceEvent>();
+/// Bytes of `symm_world`.
+pub const WORLD_BYTES: usize = size_of::<SymmWorld>();
 
-/// The structs in the order the header defines them: (C name, Rust size, fields).
-pub const STRUCTS: [(&str, usize, &[Field]); 3] = [
+// The sizes the kernels were written for; a change here is a change of every kernel's ABI.
+const _: () = assert!(PARAMS_BYTES == 136 && RECORD_BYTES == 40 && EVENT_BYTES == 16);
+const _: () = assert!(WORLD_BYTES == 32);
+
+/// The structs in the order the header defines them (a struct before any that holds it):
+/// (C name, Rust size, fields).
+pub const STRUCTS: [(&str, usize, &[Field]); 6] = [
     ("symm_timeout_record", RECORD_BYTES, &RECORD),
     ("symm_trace_event", EVENT_BYTES, &EVENT),
     ("symm_interp_params", PARAMS_BYTES, &PARAMS),
+    ("symm_world", WORLD_BYTES, &WORLD),
+    ("symm_moe_params", moe::MOE_PARAMS_BYTES, &moe::MOE_PARAMS),
+    (
+        "symm_a2av_params",
+        moe::A2AV_PARAMS_BYTES,
+        &moe::A2AV_PARAMS,
+    ),
 ];
 
 /// The stop reasons and event kinds, as (C name, value).
@@ -336,20 +382,43 @@ mod tests {
         for (name, size, fields) in STRUCTS {
             let mut end: usize = 0;
             for f in fields {
+                // A struct field (`symm_world w`) takes its struct's size, aligned to 8.
+                let inner = STRUCTS.iter().find(|s| s.0 == f.c_type).map(|s| s.1);
                 let elem: usize = if f.c_type.contains('*') || f.c_type.contains("long long") {
                     8
                 } else {
-                    4
+                    inner.unwrap_or(4)
                 };
                 let n =
                     f.name
                         .find('[')
                         .map_or(1, |_| if f.name.contains("SYMM_BUFS") { 3 } else { 1 });
-                assert_eq!(f.offset, end.next_multiple_of(elem), "{name}.{}", f.name);
+                let align = if inner.is_some() { 8 } else { elem };
+                assert_eq!(f.offset, end.next_multiple_of(align), "{name}.{}", f.name);
                 end = f.offset + elem * n;
             }
             assert_eq!(end.next_multiple_of(8), size, "{name}");
         }
         assert_eq!((PARAMS_BYTES, RECORD_BYTES, EVENT_BYTES), (136, 40, 16));
+        assert_eq!(
+            (WORLD_BYTES, moe::MOE_PARAMS_BYTES, moe::A2AV_PARAMS_BYTES),
+            (32, 240, 128)
+        );
+    }
+
+    /// Every struct a table names as a field's type is defined before the struct that holds it
+    /// (the header defines them in [`STRUCTS`]' order), and no C name repeats in a struct.
+    #[test]
+    fn structs_come_before_their_users_and_names_are_unique() {
+        for (i, (name, _, fields)) in STRUCTS.iter().enumerate() {
+            for f in fields.iter() {
+                let base = f.c_type.trim_start_matches("const ").trim_end_matches('*');
+                if let Some(j) = STRUCTS.iter().position(|s| s.0 == base) {
+                    assert!(j < i, "{name}.{} uses {base} before it is defined", f.name);
+                }
+                let n = fields.iter().filter(|g| g.name == f.name).count();
+                assert_eq!(n, 1, "{name}.{} repeats", f.name);
+            }
+        }
     }
 }

@@ -15,22 +15,7 @@
 // tagged done word to every rank and waits for everyone's before the kernel ends.
 // ---------------------------------------------------------------------------------------------
 
-struct symm_a2av_params {
-  symm_world w;
-  symm_u64 hdr;    // 2 halves x world senders x world words
-  symm_u64 done;   // 2 halves x world words
-  symm_u64 out;    // out_max elements, written by peers
-  symm_u64 state;  // SYMM_MOE_STATE_WORDS u32, local
-  const long long* send_counts;  // world, elements
-  const void* input;             // in_max elements, packed by destination
-  long long* recv_counts;        // world, elements (clipped to the output), may be null
-  symm_u64 in_max;
-  symm_u64 out_max;
-  symm_u64 deadline_ns;
-  symm_timeout_record* record;
-  symm_u32 elem;
-  symm_u32 pad_;
-};
+// `symm_a2av_params` is generated into symm/plan.cuh from symm_kernels::abi::A2avParams.
 
 static __device__ bool symm_a2av_wait(const symm_a2av_params& a, symm_u64 off, symm_u32 epoch, symm_u32 peer,
                                       symm_u32* value) {

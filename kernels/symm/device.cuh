@@ -24,15 +24,11 @@ typedef unsigned int symm_u32;
 // The world as a kernel sees it.
 // ---------------------------------------------------------------------------------------------
 
-struct symm_world {
-  char* base;          // this rank's view of the heap range; peer p at base + p * stride
-  symm_u64 stride;     // bytes between two peers' heaps
-  symm_u32 rank;       // this rank
-  symm_u32 world;      // ranks
-  // This rank's abort word (host-mapped): symm raises it when a peer's process is lost or a
-  // collective timed out, and every wait below stops when it is set. Null: deadlines only.
-  const volatile symm_u32* abort;
-};
+// `symm_world` (symm/plan.cuh, generated from symm_kernels::abi::SymmWorld, which the host
+// fills): `base`, this rank's view of the heap range, peer p at base + p * stride; `stride`;
+// `rank`; `world`; `abort`, this rank's abort word (host-mapped): symm raises it when a peer's
+// process is lost or a collective timed out, and every wait below stops when it is set. Null:
+// deadlines only.
 
 // Every wait is bounded: a deadline of 0 means this default, and none is longer than the
 // maximum (the same bounds as the host side's options).

@@ -22,40 +22,7 @@
 #define SYMM_MOE_EPOCH_A 7
 #define SYMM_MOE_STATE_WORDS 16
 
-struct symm_moe_params {
-  symm_world w;
-  symm_u64 hdr;      // dispatch headers: 2 halves x world senders x (1 + L) words
-  symm_u64 chdr;     // combine headers: 2 halves x world words
-  symm_u64 stage;    // dispatch staging: 2 halves x stage_rows x row_bytes
-  symm_u64 cstage;   // combine staging: 2 halves x stage_rows x pbytes
-  symm_u64 state;    // SYMM_MOE_STATE_WORDS u32, local
-  symm_u64 slots;    // tokens_max x world u32, local: this rank's slot(t, q)
-  symm_u64 cin;      // world u32, local: rows received from each sender
-  symm_u64 cmeta;    // stage_rows x topk x 2 u32 (expert row, weight bits), local
-  symm_u64 totals;   // world + experts u32, local: the last chunk's totals
-  symm_u64 xout;     // rows_max x hidden elements, local: the expert rows
-  symm_u64 spans;    // L x 2 u32, local: (first row, rows) per local expert
-  const void* x;                  // tokens x hidden elements
-  const long long* idx;           // tokens x topk
-  const float* weights;           // tokens x topk
-  const void* expert_out;         // rows_max x hidden elements
-  void* out;                      // tokens x hidden elements
-  symm_u64 row_bytes;
-  symm_u64 data_bytes;
-  symm_u64 pbytes;
-  symm_u64 deadline_ns;
-  symm_timeout_record* record;
-  symm_u32 tokens;
-  symm_u32 tokens_max;
-  symm_u32 hidden;
-  symm_u32 topk;
-  symm_u32 experts;
-  symm_u32 local;
-  symm_u32 rows_max;
-  symm_u32 elem;   // 2: bf16, 4: f32
-  symm_u32 phase;  // SYMM_MOE_SEND | SYMM_MOE_RECV
-  symm_u32 pad_;
-};
+// `symm_moe_params` is generated into symm/plan.cuh from symm_kernels::abi::MoeParams.
 
 static __device__ __forceinline__ symm_u32* symm_moe_u32(const symm_moe_params& p, symm_u64 off) {
   return (symm_u32*)symm_local(p.w, off);

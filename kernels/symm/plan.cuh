@@ -129,7 +129,8 @@ static __device__ __forceinline__ unsigned int symm_slot_index(unsigned int team
   return ((team * channels + channel) * SYMM_SLOT_KINDS + kind) * world + peer;
 }
 
-// The plan interpreter's ABI (symm_kernels::abi): why a block stopped, trace event kinds.
+// The kernels' ABI (symm_kernels::abi): why a block stopped, trace event kinds, the
+// parameter blocks.
 #define SYMM_STOP_TIMEOUT 1
 #define SYMM_STOP_ABORTED 2
 #define SYMM_STOP_BAD_OP 3
@@ -176,3 +177,66 @@ struct symm_interp_params {
   unsigned int trace_cap;  // trace events per channel
 };
 static_assert(sizeof(symm_interp_params) == 136, "symm_interp_params: size");
+
+struct symm_world {
+  char* base;  // this rank's view of the heap range; peer p at base + p * stride
+  unsigned long long stride;  // bytes between two peers' heaps
+  unsigned int rank;  // this rank
+  unsigned int world;  // ranks
+  const volatile unsigned int* abort;  // this rank's abort word (host-mapped); every wait stops when it is set; null: deadlines only
+};
+static_assert(sizeof(symm_world) == 32, "symm_world: size");
+
+struct symm_moe_params {
+  symm_world w;  // the device API's world
+  unsigned long long hdr;  // dispatch headers: 2 halves x world senders x (1 + L) words
+  unsigned long long chdr;  // combine headers: 2 halves x world words
+  unsigned long long stage;  // dispatch staging: 2 halves x stage_rows x row_bytes
+  unsigned long long cstage;  // combine staging: 2 halves x stage_rows x pbytes
+  unsigned long long state;  // SYMM_MOE_STATE_WORDS u32, local
+  unsigned long long slots;  // tokens_max x world u32, local: this rank's slot(t, q)
+  unsigned long long cin;  // world u32, local: rows received from each sender
+  unsigned long long cmeta;  // stage_rows x topk x 2 u32 (expert row, weight bits), local
+  unsigned long long totals;  // world + experts u32, local: the last chunk's totals
+  unsigned long long xout;  // rows_max x hidden elements, local: the expert rows
+  unsigned long long spans;  // L x 2 u32, local: (first row, rows) per local expert
+  const void* x;  // tokens x hidden elements
+  const long long* idx;  // tokens x topk
+  const float* weights;  // tokens x topk
+  const void* expert_out;  // rows_max x hidden elements
+  void* out;  // tokens x hidden elements
+  unsigned long long row_bytes;  // dispatch staging row
+  unsigned long long data_bytes;  // a token's data
+  unsigned long long pbytes;  // combine staging row
+  unsigned long long deadline_ns;  // every wait's
+  symm_timeout_record* record;  // host-mapped
+  unsigned int tokens;  // tokens of the call
+  unsigned int tokens_max;  // most tokens of any call
+  unsigned int hidden;  // elements per token
+  unsigned int topk;  // experts per token
+  unsigned int experts;  // experts in the world
+  unsigned int local;  // experts per rank
+  unsigned int rows_max;  // most expert rows a rank receives
+  unsigned int elem;  // 2: bf16, 4: f32
+  unsigned int phase;  // SYMM_MOE_SEND | SYMM_MOE_RECV
+  unsigned int pad_;  // padding
+};
+static_assert(sizeof(symm_moe_params) == 240, "symm_moe_params: size");
+
+struct symm_a2av_params {
+  symm_world w;  // the device API's world
+  unsigned long long hdr;  // 2 halves x world senders x world words
+  unsigned long long done;  // 2 halves x world words
+  unsigned long long out;  // out_max elements, written by peers
+  unsigned long long state;  // SYMM_MOE_STATE_WORDS u32, local
+  const long long* send_counts;  // world, elements
+  const void* input;  // in_max elements, packed by destination
+  long long* recv_counts;  // world, elements (clipped to the output), may be null
+  unsigned long long in_max;  // elements of the input
+  unsigned long long out_max;  // elements of the output
+  unsigned long long deadline_ns;  // every wait's
+  symm_timeout_record* record;  // host-mapped
+  unsigned int elem;  // bytes per element
+  unsigned int pad_;  // padding
+};
+static_assert(sizeof(symm_a2av_params) == 128, "symm_a2av_params: size");

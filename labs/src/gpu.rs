@@ -13,8 +13,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use symm_driver::cuda::plan::RankPlan;
-use symm_driver::cuda::{self, CudaError, Options, World};
+use symm_driver::cuda::{self, CudaError};
 use symm_driver::host;
+use symm_harness::{Options, World};
 
 use crate::run::{self, Case, Plan};
 
@@ -78,7 +79,7 @@ pub fn run_case(case: &Case, plan: Plan, out: &Path) -> Result<String, String> {
     world
         .wait()
         .map_err(|err| format!("the schedule did not finish on the GPU: {err}"))?;
-    let gpu = cuda::trace::read(&world, req, &plans).map_err(e)?;
+    let gpu = symm_harness::trace::read(&world, req, &plans).map_err(e)?;
     let outputs: Vec<Vec<u8>> = (0..req.world)
         .map(|r| world.read(r, b.output, sizes.output))
         .collect::<Result<_, _>>()

@@ -203,7 +203,7 @@ fn abi(w: &mut String) {
     use symm_kernels::abi;
     let _ = writeln!(
         w,
-        "\n// The plan interpreter's ABI (symm_kernels::abi): why a block stopped, trace event kinds."
+        "\n// The kernels' ABI (symm_kernels::abi): why a block stopped, trace event kinds, the\n// parameter blocks."
     );
     for (name, v) in abi::CONSTANTS {
         let _ = writeln!(w, "#define {name} {v}");
@@ -240,6 +240,9 @@ mod tests {
             "struct symm_interp_params {",
             "static_assert(sizeof(symm_interp_params) == 136,",
             "#define SYMM_STOP_TIMEOUT 1",
+            "struct symm_world {",
+            "static_assert(sizeof(symm_moe_params) == 240,",
+            "static_assert(sizeof(symm_a2av_params) == 128,",
         ] {
             assert!(h.contains(needle), "missing {needle}");
         }

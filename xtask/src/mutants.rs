@@ -2,7 +2,7 @@
 //! prove it.
 //!
 //! The protocol's orderings are defined once, in `symm_core::signal::order`, and the host pads
-//! (`driver/src/host/pad.rs`) read them from there. This command copies the workspace's sources
+//! (`host/src/pad.rs`) read them from there. This command copies the workspace's sources
 //! into a temporary folder and, one mutant at a time, weakens a single `Release`, `Acquire`,
 //! `AcqRel` or `SeqCst` of the protocol to `Relaxed` (in the `order` module, or anywhere in the
 //! host pad and memory code and the MoE protocol's threads), builds the loom models against the copy and runs them. A mutant is
@@ -18,9 +18,9 @@ use std::time::Instant;
 /// Files whose orderings are the protocol's, relative to the workspace root.
 const FILES: [&str; 4] = [
     "core/src/signal.rs",
-    "driver/src/host/pad.rs",
-    "driver/src/host/mem.rs",
-    "driver/src/host/moe/threads.rs",
+    "host/src/pad.rs",
+    "host/src/mem.rs",
+    "host/src/moe/threads.rs",
 ];
 
 /// Orderings a mutant weakens.
@@ -180,7 +180,7 @@ impl Drop for TempDir {
 pub const USAGE: &str = "usage: cargo xtask mutants
   copies the sources to a temporary folder and, one at a time, weakens each Release, Acquire,
   AcqRel or SeqCst of the signal protocol (core/src/signal.rs's order module, the host pad and
-  memory code, the MoE header words of driver/src/host/moe/threads.rs) to Relaxed, then runs
+  memory code, the MoE header words of host/src/moe/threads.rs) to Relaxed, then runs
   the loom models (target directory <target>/loom, <target> being $CARGO_TARGET_DIR when set,
   else target/); fails unless a model catches every mutant";
 
@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn the_moe_protocol_has_exactly_its_two_header_orderings() {
-        let file = "driver/src/host/moe/threads.rs";
+        let file = "host/src/moe/threads.rs";
         let src = std::fs::read_to_string(util::root().join(file)).unwrap();
         let m = mutants_of(file, &src);
         let sites: Vec<(&str, &str)> = m.iter().map(|m| (m.label.as_str(), m.from)).collect();
@@ -302,7 +302,7 @@ mod tests {
     #[test]
     fn host_code_outside_comments_is_in_scope() {
         let src = "// Ordering::Release in a comment\nx.load(Ordering::Acquire);\n";
-        let m = mutants_of("driver/src/host/mem.rs", src);
+        let m = mutants_of("host/src/mem.rs", src);
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].line, 2);
         assert_eq!(m[0].from, "Ordering::Acquire");

@@ -6,9 +6,10 @@
 
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, Collective, Request};
-use symm_driver::cuda::nccl::Nccl;
-use symm_driver::cuda::{CudaError, World};
+use symm_driver::cuda::CudaError;
 use symm_driver::host;
+use symm_harness::nccl::Nccl;
+use symm_harness::World;
 
 use super::data;
 

@@ -10,8 +10,9 @@ use symm_core::signal::SlotKind;
 use symm_driver::cuda::device::Device;
 use symm_driver::cuda::plan::RankPlan;
 use symm_driver::cuda::rendezvous::ThreadBootstrap;
-use symm_driver::cuda::{self, vmm, Buffers, CudaError, Options, World};
+use symm_driver::cuda::{self, vmm, Buffers, CudaError};
 use symm_driver::host;
+use symm_harness::{Options, World};
 
 use super::data;
 use super::Row;
@@ -267,7 +268,7 @@ pub fn trace_diff(world: &World, out: &Path, seed: &mut u64) -> Row {
             let plans = world.plans(&req).map_err(e)?;
             world.launch(&plans, &b, true).map_err(e)?;
             world.wait().map_err(e)?;
-            let gpu = cuda::trace::read(world, &req, &plans).map_err(e)?;
+            let gpu = symm_harness::trace::read(world, &req, &plans).map_err(e)?;
             let found: Vec<Vec<u8>> = (0..w)
                 .map(|r| world.read(r, b.output, b.sizes.output))
                 .collect::<Result<_, _>>()
@@ -345,9 +346,7 @@ pub fn selftest_timeout(devices: &[i32], deadline: Duration) -> Row {
 
 /// Buffers and plans in which rank 0 waits for a signal rank 1 never sends (every other rank
 /// runs nothing): launched, rank 0 times out.
-pub fn hang(
-    world: &World,
-) -> Result<(Vec<symm_driver::cuda::world::DevicePlan>, Buffers), CudaError> {
+pub fn hang(world: &World) -> Result<(Vec<symm_driver::cuda::DevicePlan>, Buffers), CudaError> {
     let layout = symm_core::signal::SlotLayout {
         teams: 1,
         channels: 1,
@@ -462,7 +461,7 @@ pub fn device_api(world: &World, passes: u32, seed: &mut u64) -> Row {
         for r in 0..w {
             world.fill(r, b.scratch, 4096, 0).map_err(e)?;
         }
-        let mut ex = cuda::examples::RingPass::new(world).map_err(e)?;
+        let mut ex = symm_harness::examples::RingPass::new(world).map_err(e)?;
         for p in 0..passes {
             row.cases += 1;
             *seed += 1;
@@ -474,7 +473,7 @@ pub fn device_api(world: &World, passes: u32, seed: &mut u64) -> Row {
                 world.write(r, b.input, &data[r as usize]).map_err(e)?;
                 world.fill(r, b.output, bytes, host::POISON).map_err(e)?;
             }
-            let a = cuda::examples::PassArgs {
+            let a = symm_harness::examples::PassArgs {
                 pad: b.scratch,
                 src: b.input,
                 dst: b.output,

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{algorithms, Algorithm, BufferSizes, Collective, Request};
-use symm_driver::cuda::{CudaError, Options, World};
+use symm_driver::cuda::CudaError;
 use symm_driver::host;
+use symm_harness::{Options, World};
 use symm_tests::matrix::exact;
 
 use super::{data, Row};

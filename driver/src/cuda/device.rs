@@ -174,6 +174,11 @@ unsafe impl Send for DevBuf {}
 unsafe impl Sync for DevBuf {}
 
 impl DevBuf {
+    /// The buffer's device address.
+    pub fn ptr(&self) -> DevPtr {
+        self.ptr
+    }
+
     /// Allocates `len` bytes (at least 1) on `dev`, zeroed.
     pub fn zeroed(dev: &Device, len: usize) -> Result<DevBuf> {
         let _ctx = keep_current()?;
@@ -214,7 +219,7 @@ impl Drop for DevBuf {
 ///
 /// `dst .. dst + src.len()` must be device memory of the bound context (or mapped into it) that
 /// nothing else owns for the duration of the copy.
-pub(crate) unsafe fn htod(dst: DevPtr, src: &[u8]) -> Result<()> {
+pub unsafe fn htod(dst: DevPtr, src: &[u8]) -> Result<()> {
     if src.is_empty() {
         return Ok(());
     }
@@ -242,7 +247,7 @@ fn legacy_sync(api: &ffi::DriverApi) -> Result<()> {
 ///
 /// `src .. src + dst.len()` must be readable device memory of the bound context (or mapped
 /// into it).
-pub(crate) unsafe fn dtoh(dst: &mut [u8], src: DevPtr) -> Result<()> {
+pub unsafe fn dtoh(dst: &mut [u8], src: DevPtr) -> Result<()> {
     if dst.is_empty() {
         return Ok(());
     }
@@ -259,7 +264,7 @@ pub(crate) unsafe fn dtoh(dst: &mut [u8], src: DevPtr) -> Result<()> {
 ///
 /// `dst .. dst + len` must be device memory of the bound context (or mapped into it) that
 /// nothing else owns for the duration of the fill.
-pub(crate) unsafe fn memset(dst: DevPtr, value: u8, len: usize) -> Result<()> {
+pub unsafe fn memset(dst: DevPtr, value: u8, len: usize) -> Result<()> {
     if len == 0 {
         return Ok(());
     }
@@ -271,7 +276,7 @@ pub(crate) unsafe fn memset(dst: DevPtr, value: u8, len: usize) -> Result<()> {
 
 impl DevBuf {
     /// Copies `bytes` to the start of the buffer.
-    pub(crate) fn upload(&self, bytes: &[u8]) -> Result<()> {
+    pub fn upload(&self, bytes: &[u8]) -> Result<()> {
         self.check(0, bytes.len())?;
         let _ctx = keep_current()?;
         self.ctx.bind()?;
@@ -280,12 +285,12 @@ impl DevBuf {
     }
 
     /// Reads the whole buffer.
-    pub(crate) fn download(&self) -> Result<Vec<u8>> {
+    pub fn download(&self) -> Result<Vec<u8>> {
         self.read_at(0, self.len)
     }
 
     /// Reads `len` bytes at byte `off` of the buffer.
-    pub(crate) fn read_at(&self, off: usize, len: usize) -> Result<Vec<u8>> {
+    pub fn read_at(&self, off: usize, len: usize) -> Result<Vec<u8>> {
         self.check(off, len)?;
         let mut v = vec![0u8; len];
         let _ctx = keep_current()?;
@@ -296,7 +301,7 @@ impl DevBuf {
     }
 
     /// Writes `bytes` at byte `off` of the buffer.
-    pub(crate) fn write_at(&self, off: usize, bytes: &[u8]) -> Result<()> {
+    pub fn write_at(&self, off: usize, bytes: &[u8]) -> Result<()> {
         self.check(off, bytes.len())?;
         let _ctx = keep_current()?;
         self.ctx.bind()?;
@@ -305,7 +310,7 @@ impl DevBuf {
     }
 
     /// Fills the whole buffer with `value`.
-    pub(crate) fn fill(&self, value: u8) -> Result<()> {
+    pub fn fill(&self, value: u8) -> Result<()> {
         let _ctx = keep_current()?;
         self.ctx.bind()?;
         // SAFETY: the buffer owns `len` bytes of its context, bound above.
@@ -397,7 +402,7 @@ impl Stream {
     }
 
     /// The context the stream belongs to.
-    pub(crate) fn context(&self) -> Handle {
+    pub fn context(&self) -> Handle {
         self.ctx.raw()
     }
 

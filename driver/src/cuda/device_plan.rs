@@ -29,13 +29,29 @@ pub struct DevicePlan {
 }
 
 /// A number no other `World` or `Comm` of this process has: what ties a plan to its owner.
-pub(crate) fn next_owner() -> u64 {
+pub fn next_owner() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl DevicePlan {
+    /// `DevicePlan::upload` for an owner outside this crate (the test harness's `World`).
+    ///
+    /// # Safety
+    ///
+    /// `plan` must have passed [`RankPlan::validate`] for `rank` of the owner's world, against
+    /// `sizes` and the owner's pad, and `owner` must come from [`next_owner`] for the caller's
+    /// own world: a launch trusts what a `DevicePlan` holds.
+    pub unsafe fn upload_validated(
+        dev: &Device,
+        plan: RankPlan,
+        sizes: BufferSizes,
+        owner: (u64, u16),
+    ) -> Result<DevicePlan> {
+        Self::upload(dev, plan, sizes, owner)
+    }
+
     /// Uploads `plan`, validated against `sizes` for `rank` of the owner `owner`, to `dev`.
     pub(crate) fn upload(
         dev: &Device,
@@ -101,13 +117,19 @@ impl DevicePlan {
         &self.host
     }
 
+    /// The device addresses of the encoded ops and of the channel starts, as the interpreter's
+    /// parameter block takes them (`plan`, `chan_start`).
+    pub fn device_ops(&self) -> (u64, u64) {
+        (self.ops.ptr, self.chan.ptr)
+    }
+
     /// The buffer sizes the plan was validated against.
     pub fn sizes(&self) -> BufferSizes {
         self.sizes
     }
 
     /// Fails unless the plan was validated by `owner` for `rank`.
-    pub(crate) fn check_owner(&self, owner: u64, rank: u16) -> Result<()> {
+    pub fn check_owner(&self, owner: u64, rank: u16) -> Result<()> {
         if self.owner != owner {
             return Err(CudaError::ForeignPlan(
                 "the plan was validated by another World or Comm".into(),

@@ -27,6 +27,11 @@ unsafe impl Send for HostMapped {}
 unsafe impl Sync for HostMapped {}
 
 impl HostMapped {
+    /// The device address of the memory.
+    pub fn dev(&self) -> DevPtr {
+        self.dev
+    }
+
     /// Allocates `len` bytes (rounded up to 8) with a context of `dev` bound.
     pub fn new(dev: &Device, len: usize) -> Result<HostMapped> {
         let len = len

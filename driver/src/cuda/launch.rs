@@ -148,8 +148,8 @@ pub use symm_kernels::abi::RECORD_BYTES;
 
 /// A captured and instantiated graph of one rank. Crate-private: a graph replays raw device
 /// addresses, so only a capture that pins what it uses and borrows its owner
-/// ([`super::world::Captured`], [`super::comm::CommGraph`]) may hold one.
-pub(crate) struct Graph {
+/// ([`super::comm::CommGraph`], the test harness's `Captured`) may hold one.
+pub struct Graph {
     graph: Handle,
     exec: Handle,
     ctx: Ctx,
@@ -160,7 +160,7 @@ unsafe impl Send for Graph {}
 
 impl Graph {
     /// Captures what `body` enqueues on `stream` (context of `dev` bound) into a graph.
-    pub(crate) fn capture(
+    pub fn capture(
         dev: &Device,
         stream: &Stream,
         body: impl FnOnce() -> Result<()>,
@@ -188,6 +188,17 @@ impl Graph {
             check("cuGraphInstantiate", rc)?;
         }
         Ok(Graph { graph, exec, ctx })
+    }
+
+    /// `Graph::launch` for an owner outside this crate (the test harness's `World`).
+    ///
+    /// # Safety
+    ///
+    /// Every buffer, plan and pad the captured work names must still be alive and unchanged in
+    /// place, as when it was captured (the owner pins them while the graph lives), and `stream`
+    /// must be a stream of the graph's device.
+    pub unsafe fn replay(&self, stream: &Stream) -> Result<()> {
+        self.launch(stream)
     }
 
     /// Launches the graph on `stream`.

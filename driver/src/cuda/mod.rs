@@ -17,14 +17,13 @@
 //! * [`plan`]: encoded plans from schedules (or user ops), checked before upload.
 //! * [`copy_engine`]: plans in flag form as stream copies, writes and waits (no SM).
 //! * [`launch`]: modules, the interpreter's parameter block, launches and CUDA graphs.
-//! * [`examples`]: runs the device-API examples (a check of `symm/device.cuh` on GPUs).
-//! * [`world`]: a world of GPUs: heap, plan cache, runs, graph replay, timing, timeout records.
 //! * [`trace`]: GPU trace readback into symm-core's trace format.
-//! * [`nccl`]: NCCL on the same streams and buffers, for side-by-side timing.
 //! * [`multicast`]: NVLink multicast: the guard that refuses it unless explicitly allowed, and
 //!   (feature `multicast`) the budget and the binding, the one place of its driver calls.
+//!
+//! The test harness (the one-process `World`, NCCL beside symm, the device-API examples) is the
+//! crate symm-harness, built on this module's public items; nothing here names it.
 
-mod backend;
 pub mod bounds;
 pub mod comm;
 pub mod compile;
@@ -34,19 +33,16 @@ pub mod ctx;
 pub mod device;
 pub mod device_plan;
 pub mod error;
-pub mod examples;
 pub mod ffi;
 mod hostmap;
 pub mod launch;
 pub mod multicast;
-pub mod nccl;
 pub mod placement;
 pub mod plan;
 pub mod records;
 pub mod rendezvous;
 pub mod trace;
 pub mod vmm;
-pub mod world;
 
 pub use bounds::{Buffers, MAX_HEAP_BYTES, MAX_WAIT};
 pub use comm::{
@@ -57,4 +53,4 @@ pub use copy_engine::CopyEngine;
 pub use device::Stream;
 pub use device_plan::DevicePlan;
 pub use error::{CudaError, HeapCall, Result};
-pub use world::{Options, World};
+pub use symm_kernels::abi::SymmWorld;

@@ -11,10 +11,7 @@ use super::error::CudaError;
 /// The error the timeout records at byte offsets `ats` of `host` report: the first timeout, or
 /// else the first op the interpreter refused; `None` when every record is empty (records of
 /// waits stopped by the abort word are the consequence of another failure and report nothing).
-pub(crate) fn first_failure(
-    host: &HostMapped,
-    ats: impl Iterator<Item = usize>,
-) -> Option<CudaError> {
+pub fn first_failure(host: &HostMapped, ats: impl Iterator<Item = usize>) -> Option<CudaError> {
     let mut bad = None;
     for at in ats {
         // Field offsets of `symm_timeout_record`, from the one definition of the ABI.

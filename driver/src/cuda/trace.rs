@@ -5,7 +5,7 @@
 //! from the host copy of the plan (the GPU never writes ops back), and the header says the source
 //! is the GPUs by name.
 //!
-//! A one-process [`World`] reads every rank and makes times relative to the earliest event. A
+//! The test harness's one-process `World` (symm-harness) reads every rank and makes times relative to the earliest event. A
 //! [`Comm`](super::Comm) traces its own rank only, keeping the GPU's absolute timer values, so
 //! that [`merge`] can put every process's part on one time axis (the GPUs of one host share the
 //! global timer's epoch closely enough for a replay, not for sub-microsecond comparisons).
@@ -17,18 +17,16 @@ use symm_core::trace::{Event, EventKind, Header, Source, TraceError, MAX_DEVICES
 use symm_kernels::abi::{self, TraceEvent};
 
 use super::device::DevBuf;
-use super::device_plan::DevicePlan;
 use super::error::{CudaError, Result};
 use super::launch::EVENT_BYTES;
 use super::plan::RankPlan;
-use super::world::World;
 
 /// One raw GPU event: (globaltimer ns, op index, kind 0 begin / 1 end / 2 stall).
 pub type RawEvent = (u64, u32, u32);
 
 /// One rank's raw events per channel, read from its trace buffer (`cap` events per channel) and
 /// per-channel lengths; `true` when a channel overflowed its buffer.
-pub(crate) fn read_rank(
+pub fn read_rank(
     trace: &DevBuf,
     lens: &DevBuf,
     cap: usize,
@@ -62,23 +60,9 @@ pub(crate) fn read_rank(
     Ok((per, overflow))
 }
 
-/// Raw events per rank, per channel, and whether any buffer overflowed.
-pub fn events(world: &World, plans: &[DevicePlan]) -> Result<(Vec<Vec<Vec<RawEvent>>>, bool)> {
-    let cap = world.options().trace_cap as usize;
-    let mut out = Vec::with_capacity(plans.len());
-    let mut overflow = false;
-    for (r, p) in plans.iter().enumerate() {
-        let (trace, lens) = world.trace_buffers(r as u16)?;
-        let (per, o) = read_rank(trace, lens, cap, p.host.channels())?;
-        overflow |= o;
-        out.push(per);
-    }
-    Ok((out, overflow))
-}
-
 /// Rank `rank`'s raw events as trace events (absolute times), appended to `all`. Records that
 /// name no op of their channel are skipped.
-pub(crate) fn to_events(rank: u16, plan: &RankPlan, per: &[Vec<RawEvent>], all: &mut Vec<Event>) {
+pub fn to_events(rank: u16, plan: &RankPlan, per: &[Vec<RawEvent>], all: &mut Vec<Event>) {
     for (c, evs) in per.iter().enumerate() {
         let (Some(&start), Some(&end)) = (plan.chan_start.get(c), plan.chan_start.get(c + 1))
         else {
@@ -117,7 +101,7 @@ pub(crate) fn to_events(rank: u16, plan: &RankPlan, per: &[Vec<RawEvent>], all: 
 
 /// The header of a GPU trace of `req` on the named devices (names cut to 64 bytes, at most
 /// [`MAX_DEVICES`] of them).
-pub(crate) fn header(req: &Request, names: &[String]) -> Header {
+pub fn header(req: &Request, names: &[String]) -> Header {
     let mut devices = heapless::Vec::<heapless::String<64>, MAX_DEVICES>::new();
     for n in names {
         let mut s = heapless::String::<64>::new();
@@ -138,25 +122,9 @@ pub(crate) fn header(req: &Request, names: &[String]) -> Header {
     }
 }
 
-pub(crate) fn encode(header: &Header, events: &mut [Event]) -> Result<Vec<u8>> {
+/// Encodes `events` under `header` as a symm-core trace.
+pub fn encode(header: &Header, events: &mut [Event]) -> Result<Vec<u8>> {
     symm_core::trace::encode(header, events).map_err(CudaError::Trace)
-}
-
-/// Reads the last traced launch of `plans` and encodes it (with the end record).
-pub fn read(world: &World, req: &Request, plans: &[DevicePlan]) -> Result<Vec<u8>> {
-    let (events, overflow) = events(world, plans)?;
-    if overflow {
-        return Err(CudaError::TraceOverflow);
-    }
-    let mut all = Vec::new();
-    for (r, per) in events.iter().enumerate() {
-        to_events(r as u16, &plans[r].host, per, &mut all);
-    }
-    let t0 = all.iter().map(|e| e.time).min().unwrap_or(0);
-    for e in &mut all {
-        e.time -= t0;
-    }
-    encode(&header(req, &world.device_names()), &mut all)
 }
 
 /// One trace from the per-rank traces of one collective (one per process, as

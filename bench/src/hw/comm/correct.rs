@@ -26,9 +26,9 @@ use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
 use symm_driver::backend::Backend;
 use symm_driver::cuda::device::{self, Device, Stream};
-use symm_driver::cuda::examples::{PassArgs, RankRingPass};
 use symm_driver::cuda::{Buffers, Comm, CudaError};
 use symm_driver::host;
+use symm_harness::examples::{PassArgs, RankRingPass};
 use symm_tests::matrix::exact;
 
 use super::super::checks::{hw_matrix, semantic_diff};

@@ -15,10 +15,10 @@ use std::time::Duration;
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
 use symm_driver::cuda::device::{Event, Stream};
-use symm_driver::cuda::examples::DeviceBench;
-use symm_driver::cuda::nccl::{NcclOp, NcclRank};
 use symm_driver::cuda::{Buffers, Capture, Comm, CommOptions, CopyEngine, CudaError};
 use symm_driver::host;
+use symm_harness::examples::DeviceBench;
+use symm_harness::nccl::{NcclOp, NcclRank};
 
 use super::super::data;
 use super::{Kind, Sample};

@@ -18,29 +18,9 @@ use super::Comm;
 use crate::cuda::compile::{self, Compiler};
 use crate::cuda::device::{self, Stream};
 use crate::cuda::error::{CudaError, Result};
-use crate::cuda::examples::SymmWorld;
 use crate::cuda::launch::Kernel;
 use crate::cuda::Span;
-
-/// `symm_a2av_params`, field for field.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct A2avParams {
-    w: SymmWorld,
-    hdr: u64,
-    done: u64,
-    out: u64,
-    state: u64,
-    send_counts: u64,
-    input: u64,
-    recv_counts: u64,
-    in_max: u64,
-    out_max: u64,
-    deadline_ns: u64,
-    record: u64,
-    elem: u32,
-    pad: u32,
-}
+use symm_kernels::abi::A2avParams;
 
 /// The all-to-allv layer: header and done words, and an output of `out_max` elements.
 pub struct A2avLayer {

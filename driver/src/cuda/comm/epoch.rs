@@ -4,8 +4,8 @@
 //! from the counter of the rank's own `Epoch` slot, so epochs that started again at zero would
 //! repeat flags that lines left in scratch buffers before the reset still carry, and a later
 //! call could take such a line for new data. So before the pad is zeroed the ranks agree on the
-//! highest epoch any of them reached per (team, channel) ([`highest`]), and after it both the
-//! pad slot and the counter resume one past it ([`resume`]): every later flag is new.
+//! highest epoch any of them reached per (team, channel) (`highest`), and after it both the
+//! pad slot and the counter resume one past it (`resume`): every later flag is new.
 
 use symm_core::sched::MAX_CHANNELS;
 use symm_core::signal::{SlotKey, SlotKind, SlotLayout};
@@ -16,7 +16,7 @@ use crate::cuda::error::{CudaError, Result};
 
 /// Pad indices of `rank`'s own `Epoch` slots, one per (team, channel), in a pad of `teams`
 /// team ids (the one-process `World` has one, a `Comm` `MAX_TEAMS`).
-pub(crate) fn slots(teams: u16, world: u16, rank: u16) -> Result<Vec<u32>> {
+pub fn slots(teams: u16, world: u16, rank: u16) -> Result<Vec<u32>> {
     let layout = SlotLayout::new(teams, MAX_CHANNELS, world).map_err(CudaError::Signal)?;
     let mut v = Vec::with_capacity(teams as usize * MAX_CHANNELS as usize);
     for team in 0..teams {
@@ -34,7 +34,7 @@ pub(crate) fn slots(teams: u16, world: u16, rank: u16) -> Result<Vec<u32>> {
 }
 
 /// Counter `i` of an array of little-endian `u64`s (0 past its end).
-pub(crate) fn counter(bytes: &[u8], i: u32) -> u64 {
+pub fn counter(bytes: &[u8], i: u32) -> u64 {
     let i = i as usize * 8;
     bytes
         .get(i..i + 8)

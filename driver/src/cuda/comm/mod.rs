@@ -30,7 +30,7 @@ mod agree;
 mod backend;
 mod blocks;
 mod capture;
-pub(crate) mod epoch;
+pub mod epoch;
 mod launch;
 mod memory;
 mod moe;
@@ -377,9 +377,9 @@ impl Comm {
     }
 
     /// The heap as `symm/device.cuh` sees it (`symm_world`), to pass by value to a user's kernel
-    /// that calls the device API on this communicator's heap (see [`crate::cuda::examples`]).
-    pub fn symm_world(&self) -> crate::cuda::examples::SymmWorld {
-        crate::cuda::examples::SymmWorld {
+    /// that calls the device API on this communicator's heap (see symm-harness's `examples`).
+    pub fn symm_world(&self) -> symm_kernels::abi::SymmWorld {
+        symm_kernels::abi::SymmWorld {
             base: self.heap.base(),
             stride: self.heap.stride,
             rank: self.rank as u32,

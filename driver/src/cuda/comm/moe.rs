@@ -28,9 +28,10 @@ use super::{Comm, ABORT_BYTES};
 use crate::cuda::compile::{self, Compiler};
 use crate::cuda::device::{self, Stream};
 use crate::cuda::error::{CudaError, Result};
-use crate::cuda::examples::SymmWorld;
 use crate::cuda::launch::{Kernel, RECORD_BYTES};
 use crate::cuda::Span;
+// `symm_moe_params`, defined once in the kernels' ABI.
+use symm_kernels::abi::MoeParams as Params;
 
 /// Most experts a layer may have on the GPU (routing counts live in shared memory).
 pub const MAX_GPU_EXPERTS: u32 = 4096;
@@ -97,34 +98,6 @@ impl std::fmt::Debug for MoeKernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("MoeKernels")
     }
-}
-
-/// `symm_moe_params`, field for field.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Params {
-    w: SymmWorld,
-    at: [u64; 11],
-    x: u64,
-    idx: u64,
-    weights: u64,
-    expert_out: u64,
-    out: u64,
-    row_bytes: u64,
-    data_bytes: u64,
-    pbytes: u64,
-    deadline_ns: u64,
-    record: u64,
-    tokens: u32,
-    tokens_max: u32,
-    hidden: u32,
-    topk: u32,
-    experts: u32,
-    local: u32,
-    rows_max: u32,
-    elem: u32,
-    phase: u32,
-    pad: u32,
 }
 
 use super::moe_grid::{self, RECV, SEND};

@@ -108,7 +108,7 @@ impl Comm {
         let mut record =
             self.host.dev + (ABORT_BYTES + (MAX_CHANNELS as usize - 1) * RECORD_BYTES) as u64;
         let mut args = [
-            (&mut w as *mut crate::cuda::examples::SymmWorld).cast(),
+            (&mut w as *mut symm_kernels::abi::SymmWorld).cast(),
             (&mut pad as *mut u64).cast(),
             (&mut peer as *mut u32).cast(),
             (&mut slot as *mut u32).cast(),

@@ -74,7 +74,7 @@ static API: OnceLock<Result<Loaded, &'static str>> = OnceLock::new();
 
 /// The table when NCCL was loaded before (to destroy what was made with it), whatever the
 /// environment holds now.
-pub(crate) fn loaded() -> Option<&'static NcclApi> {
+pub fn loaded() -> Option<&'static NcclApi> {
     API.get().and_then(|r| r.as_ref().ok()).map(|l| &l.api)
 }
 

@@ -33,8 +33,8 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::bootstrap::env::{self, Token, MAX_WORLD};
-use crate::bootstrap::sys;
+use crate::job::env::{self, Token, MAX_WORLD};
+use crate::job::sys;
 
 mod gpus;
 use gpus::{dev_nodes, share_gpus, visible_gpus};

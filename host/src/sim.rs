@@ -153,7 +153,7 @@ impl History {
 /// use symm_core::dtype::{DType, ReduceOp};
 /// use symm_core::sched::{Algorithm, Collective, Request};
 /// use symm_core::trace;
-/// use symm_driver::host::{self, SimOptions};
+/// use symm_host::{self as host, SimOptions};
 ///
 /// let (c, a) = (Collective::AllReduce, Algorithm::Rhd);
 /// let req = Request::new(c, a, 6, 4096, DType::F32, ReduceOp::Sum);

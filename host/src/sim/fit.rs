@@ -22,7 +22,7 @@ use symm_core::cost::Link;
 use symm_core::sched::Request;
 
 use super::{simulate, Block, SimOptions};
-use crate::host::HostError;
+use crate::HostError;
 
 /// One measurement: a request and its measured time per op in microseconds, launch included.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -169,7 +169,7 @@ fn sim(req: &Request, t: Theta, multicast: f64) -> Result<f64, FitError> {
 /// use symm_core::cost::Link;
 /// use symm_core::dtype::{DType, ReduceOp};
 /// use symm_core::sched::{Algorithm, Collective, Request};
-/// use symm_driver::host::{fit_link, FitSample};
+/// use symm_host::{fit_link, FitSample};
 ///
 /// let req = |a, bytes| Request::new(Collective::AllReduce, a, 2, bytes, DType::Bf16, ReduceOp::Sum);
 /// // Two-shot and one-shot at three sizes, measured as 10 us plus 200 GB/s of their bytes.

@@ -216,7 +216,7 @@ fn every_process_keeps_multicast_off() {
         }
     }
     assert_eq!(
-        symm_driver::launcher::SAFETY_ENV,
+        symm_bootstrap::launcher::SAFETY_ENV,
         [
             ("NCCL_NVLS_ENABLE", "0"),
             ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),

@@ -14,14 +14,14 @@
 //!
 //! * **In this process**, every entry point that loads one of those libraries calls [`check`]
 //!   first and refuses with [`MulticastEnvError`] unless all three variables hold their values
-//!   (NCCL's loader, `cuda::ffi::nccl::api`, is the one such entry point in this crate). A
+//!   (NCCL's loader, symm-driver's `cuda::ffi::nccl::api`, is the one such entry point). A
 //!   program that wants them set for itself calls [`set_for_process`] at the top of `main`,
 //!   before any thread starts.
 //! * **In a child**, every program symm starts that may load one of them (a rank, a Python
 //!   script, torchrun) is built by [`command`] or passed through [`apply`], which set the three
 //!   variables whatever the parent's environment says.
 //!
-//! `driver/tests/multicast_env.rs` fails when a source file of the workspace starts such a
+//! `bootstrap/tests/multicast_env.rs` fails when a source file of the workspace starts such a
 //! program or names such a library without going through this module.
 
 use std::ffi::{OsStr, OsString};

@@ -76,7 +76,7 @@ impl World {
         }
         for (r, p) in plans.iter().enumerate() {
             p.check_owner(self.id, r as u16)?;
-            check_buffers(b, &p.sizes, self.data_off, self.stride())?;
+            check_buffers(b, &p.sizes(), self.data_off, self.stride())?;
         }
         Ok(())
     }

@@ -121,7 +121,7 @@ fn stream<I: Iterator<Item = Op>>(
 /// use std::time::Duration;
 /// use symm_core::dtype::{DType, ReduceOp};
 /// use symm_core::sched::{Algorithm, Collective, Request};
-/// use symm_driver::host::{self, HostError, ThreadOptions};
+/// use symm_host::{self as host, HostError, ThreadOptions};
 ///
 /// let (c, a) = (Collective::ReduceScatter, Algorithm::Ring);
 /// let req = Request::new(c, a, 4, 1024, DType::I32, ReduceOp::Max).with_channels(2);

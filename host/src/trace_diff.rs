@@ -116,7 +116,8 @@ pub fn first_difference(first: &[u8], second: &[u8]) -> Result<usize, Box<TraceD
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::{self, SimOptions};
+    use crate as host;
+    use crate::SimOptions;
     use symm_core::dtype::{DType, ReduceOp};
     use symm_core::sched::{Algorithm, Collective, Request};
 

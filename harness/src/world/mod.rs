@@ -162,19 +162,20 @@ impl World {
             if d.attribute(ffi::ATTR_VMM)? == 0 || d.attribute(ffi::ATTR_POSIX_FD)? == 0 {
                 return Err(CudaError::Unsupported(format!(
                     "device {} lacks VMM or POSIX-fd handles",
-                    d.ordinal
+                    d.ordinal()
                 )));
             }
-            if d.arch != devs[0].arch {
+            if d.arch() != devs[0].arch() {
                 return Err(CudaError::Unsupported(
                     "devices of different architectures".into(),
                 ));
             }
             for o in &devs {
-                if o.ordinal != d.ordinal && !d.can_access_peer(o)? {
+                if o.ordinal() != d.ordinal() && !d.can_access_peer(o)? {
                     return Err(CudaError::Unsupported(format!(
                         "device {} cannot access device {}",
-                        d.ordinal, o.ordinal
+                        d.ordinal(),
+                        o.ordinal()
                     )));
                 }
             }
@@ -182,7 +183,7 @@ impl World {
         let t = std::time::Instant::now();
         let compiler = Compiler::load(opts.nvrtc.as_deref())?;
         let drv = device::driver_version()?;
-        let arch = devs[0].arch;
+        let arch = devs[0].arch();
         let (plain, o1) = compile::cubin(&compiler, &symm_kernels::INTERP, arch, drv)?;
         let (traced, o2) = compile::cubin(&compiler, &symm_kernels::INTERP_TRACE, arch, drv)?;
         let origins = [o1, o2];
@@ -259,7 +260,10 @@ impl World {
 
     /// Device names in rank order.
     pub fn device_names(&self) -> Vec<String> {
-        self.ranks.iter().map(|r| r.dev.name.clone()).collect()
+        self.ranks
+            .iter()
+            .map(|r| r.dev.name().to_string())
+            .collect()
     }
 
     /// The options the world was opened with.
@@ -279,7 +283,7 @@ impl World {
 
     /// Device address of the abort word the world's kernels poll.
     pub(crate) fn abort_word(&self) -> u64 {
-        self.host.dev
+        self.host.dev()
     }
 
     /// Signal-pad slots per rank.
@@ -433,7 +437,9 @@ impl World {
     }
 
     fn upload(&self, r: u16, plan: RankPlan, sizes: BufferSizes) -> Result<DevicePlan> {
-        DevicePlan::upload(&self.rank(r)?.dev, plan, sizes, (self.id, r))
+        // SAFETY: `plans` and `user_plans`, the only callers, validated `plan` for rank `r` of
+        // this world against `sizes` and its pad; `self.id` came from `next_owner`.
+        unsafe { DevicePlan::upload_validated(&self.rank(r)?.dev, plan, sizes, (self.id, r)) }
     }
 
     /// The uploaded plans of a collective request (built from its schedules once, then cached).

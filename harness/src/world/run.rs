@@ -7,23 +7,23 @@ impl World {
     fn params(&self, r: u16, p: &DevicePlan, b: &Buffers, trace: bool) -> Result<InterpParams> {
         let k = self.rank(r)?;
         Ok(InterpParams {
-            plan: p.ops.ptr,
-            chan_start: p.chan.ptr,
+            plan: p.device_ops().0,
+            chan_start: p.device_ops().1,
             base: k.heap.base(),
             stride: k.heap.stride,
             buf_off: [b.input, b.output, b.scratch],
             pad_off: 0,
-            expected: k.expected.ptr,
+            expected: k.expected.ptr(),
             mc_base: 0,
-            records: self.host.dev
+            records: self.host.dev()
                 + (ABORT_BYTES + r as usize * MAX_CHANNELS as usize * RECORD_BYTES) as u64,
-            abort_word: self.host.dev,
-            trace: if trace { k.trace.ptr } else { 0 },
-            trace_len: if trace { k.trace_len.ptr } else { 0 },
+            abort_word: self.host.dev(),
+            trace: if trace { k.trace.ptr() } else { 0 },
+            trace_len: if trace { k.trace_len.ptr() } else { 0 },
             timeout_ns: self.opts.timeout.as_nanos().min(u64::MAX as u128) as u64,
             rank: r as u32,
             world: self.world as u32,
-            channels: p.host.channels() as u32,
+            channels: p.host().channels() as u32,
             trace_cap: self.opts.trace_cap,
         })
     }
@@ -34,7 +34,7 @@ impl World {
 
     fn enqueue(&self, r: u16, p: &DevicePlan, b: &Buffers, trace: bool) -> Result<()> {
         let k = self.rank(r)?;
-        let channels = p.host.channels() as u32;
+        let channels = p.host().channels() as u32;
         if channels == 0 {
             return Ok(());
         }
@@ -167,7 +167,9 @@ impl World {
             let _g = self.launch_lock()?;
             self.reset_records();
             for (g, k) in captured.graphs.iter().zip(&self.ranks) {
-                g.launch(&k.stream)?;
+                // SAFETY: `captured` borrows this world and pins its buffers (`free` refuses
+                // them), its plans are held by the plan cache, and `k.stream` is its rank's.
+                unsafe { g.replay(&k.stream)? };
             }
         }
         self.wait()

@@ -23,23 +23,7 @@ use super::device::{self, DevBuf, Device, Stream};
 use super::error::{CudaError, Result};
 use super::launch::Kernel;
 use super::world::World;
-
-/// `symm_world` of device.cuh, passed by value to a kernel.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SymmWorld {
-    /// This rank's device address of rank 0's heap; peer `p` at `base + p * stride`.
-    pub base: u64,
-    /// Bytes between two peers' heaps.
-    pub stride: u64,
-    /// This rank.
-    pub rank: u32,
-    /// Ranks.
-    pub world: u32,
-    /// Device address of this rank's abort word (every device-API wait stops when it is
-    /// raised), or 0 for none.
-    pub abort: u64,
-}
+pub use symm_kernels::abi::SymmWorld;
 
 /// Where one ring pass reads and writes (heap offsets, the same on every rank).
 #[derive(Clone, Copy, Debug)]
@@ -68,7 +52,7 @@ impl RankRingPass {
     pub fn new(dev: &Device, nvrtc: Option<&std::path::Path>) -> Result<RankRingPass> {
         let compiler = Compiler::load(nvrtc)?;
         let drv = device::driver_version()?;
-        let (cubin, _) = compile::cubin(&compiler, &symm_kernels::EXAMPLES, dev.arch, drv)?;
+        let (cubin, _) = compile::cubin(&compiler, &symm_kernels::EXAMPLES, dev.arch(), drv)?;
         Ok(RankRingPass {
             kernel: Kernel::load(dev, &cubin, "symm_example_ring_pass")?,
             status: DevBuf::zeroed(dev, 4)?,
@@ -101,7 +85,7 @@ impl RankRingPass {
         let mut sw = w;
         let (mut pad, mut src, mut dst, mut bytes) = (a.pad, a.src, a.dst, a.bytes);
         let (mut generation, mut deadline) = (self.generation, a.deadline_ns);
-        let mut status = self.status.ptr;
+        let mut status = self.status.ptr();
         let mut args: [*mut c_void; 8] = [
             (&mut sw as *mut SymmWorld).cast(),
             (&mut pad as *mut u64).cast(),
@@ -203,7 +187,7 @@ impl DeviceBench {
         let dev = comm.device();
         let compiler = Compiler::load(None)?;
         let drv = device::driver_version()?;
-        let (cubin, _) = compile::cubin(&compiler, &symm_kernels::EXAMPLES, dev.arch, drv)?;
+        let (cubin, _) = compile::cubin(&compiler, &symm_kernels::EXAMPLES, dev.arch(), drv)?;
         Ok(DeviceBench {
             put: Kernel::load(dev, &cubin, "symm_example_put_bw")?,
             ping: Kernel::load(dev, &cubin, "symm_example_ping_pong")?,
@@ -265,7 +249,7 @@ impl DeviceBench {
         check_range(pad, KINDS as u64 * comm.world() as u64 * 8, lo, hi)?;
         let mut sw = comm.symm_world();
         let (mut p, mut base, mut n, mut deadline) = (pad, self.bounces, iters, 5_000_000_000u64);
-        let mut status = self.status.ptr;
+        let mut status = self.status.ptr();
         let mut args: [*mut c_void; 6] = [
             (&mut sw as *mut SymmWorld).cast(),
             (&mut p as *mut u64).cast(),

@@ -65,7 +65,7 @@ impl FlagStream {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::host::{random_inputs, reference, POISON};
+    use crate::{random_inputs, reference, POISON};
     use std::sync::Arc;
     use symm_core::dtype::{DType, ReduceOp};
     use symm_core::op::Buf;

@@ -3,9 +3,9 @@
 //! the plan run to completion, outputs (and optionally the trace) read back, buffers freed.
 
 use super::{trace, CudaError, World};
-use crate::backend::{check_inputs, Backend, BackendError, Outcome};
 use crate::host::POISON;
 use symm_core::sched::Request;
+use symm_driver::backend::{check_inputs, Backend, BackendError, Outcome};
 
 impl World {
     fn run_fresh(

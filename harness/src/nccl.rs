@@ -1,6 +1,6 @@
 //! NCCL in the same process, on the same streams and buffers, for side-by-side timing.
 //!
-//! NCCL is loaded only with the multicast-off variables set ([`crate::safety_env`]); every call
+//! NCCL is loaded only with the multicast-off variables set ([`symm_driver::safety_env`]); every call
 //! here checks its buffers the way symm checks its own before anything is enqueued: the element
 //! type is symm-core's [`DType`] (its size is never the caller's word), and the bytes the call
 //! reads and writes must lie inside the buffers, which must lie inside the heap's buffer area.
@@ -65,7 +65,7 @@ impl Nccl {
     pub fn new(world: &World) -> Result<Nccl> {
         let api = ffi::api()?;
         let devs: Vec<i32> = (0..world.world())
-            .map(|r| world.device(r).map(|d| d.ordinal))
+            .map(|r| world.device(r).map(|d| d.ordinal()))
             .collect::<Result<_>>()?;
         let mut comms = vec![core::ptr::null_mut(); devs.len()];
         let mut version = 0;
@@ -134,7 +134,7 @@ impl Nccl {
                             ty,
                             red,
                             *c,
-                            world.stream(r as u16)?.raw,
+                            world.stream(r as u16)?.raw(),
                         ),
                     )?;
                 }
@@ -254,7 +254,7 @@ impl NcclRank {
             symm.ptr(symm.rank(), b.output)?,
         );
         let (ip, op_) = (i as *const core::ffi::c_void, o as *mut core::ffi::c_void);
-        let (c, s) = (self.comm, stream.raw);
+        let (c, s) = (self.comm, stream.raw());
         let _ctx = super::device::keep_current()?;
         symm.device().bind()?;
         // Every call below: `ip` and `op_` are device addresses in this rank's heap whose buffers

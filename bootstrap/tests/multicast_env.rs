@@ -14,13 +14,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use symm_driver::safety_env::SAFETY_ENV;
+use symm_bootstrap::safety_env::SAFETY_ENV;
 
 /// (file, the program expression) of every `Command::new` that starts a program which loads
 /// neither NCCL, torch nor NVSHMEM, with why.
 const REVIEWED: &[(&str, &str, &str)] = &[
     (
-        "driver/src/safety_env.rs",
+        "bootstrap/src/safety_env.rs",
         "program",
         "the guarded constructor itself",
     ),
@@ -36,29 +36,29 @@ const REVIEWED: &[(&str, &str, &str)] = &[
     ("xtask/src/viz/webdriver.rs", "chromedriver", "chromedriver"),
     ("bench/src/hw/comm/life.rs", "\"kill\"", "kill"),
     (
-        "driver/tests/bootstrap.rs",
+        "bootstrap/tests/bootstrap.rs",
         "std::env::current_exe()",
         "this test binary",
     ),
     (
-        "driver/tests/bootstrap.rs",
+        "bootstrap/tests/bootstrap.rs",
         "SYMM_RUN",
         "symm-run sets the variables itself (below)",
     ),
-    ("driver/tests/bootstrap.rs", "\"kill\"", "kill"),
+    ("bootstrap/tests/bootstrap.rs", "\"kill\"", "kill"),
     (
-        "driver/tests/bootstrap.rs",
+        "bootstrap/tests/bootstrap.rs",
         "\"sh\"",
         "a shell printing whether the token was inherited",
     ),
-    ("driver/tests/launcher.rs", "\"kill\"", "kill"),
+    ("bootstrap/tests/launcher.rs", "\"kill\"", "kill"),
     (
-        "driver/tests/launcher.rs",
+        "bootstrap/tests/launcher.rs",
         "SYMM_RUN",
         "symm-run sets the variables itself (below)",
     ),
     (
-        "driver/tests/multicast_env.rs",
+        "bootstrap/tests/multicast_env.rs",
         "env!(\"CARGO_BIN_EXE_symm-run\")",
         "symm-run (below)",
     ),
@@ -74,7 +74,7 @@ const REVIEWED: &[(&str, &str, &str)] = &[
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .expect("the driver crate lies in the workspace")
+        .expect("the bootstrap crate lies in the workspace")
         .to_path_buf()
 }
 
@@ -150,7 +150,7 @@ fn commands(text: &str) -> Vec<String> {
 fn every_program_symm_starts_gets_the_variables_or_is_reviewed() {
     let all = files(&["rs"]);
     assert!(
-        all.iter().any(|(f, _)| f == "driver/src/launcher.rs"),
+        all.iter().any(|(f, _)| f == "bootstrap/src/launcher.rs"),
         "the scan reached the launcher"
     );
     let mut unreviewed = Vec::new();
@@ -172,7 +172,7 @@ fn every_program_symm_starts_gets_the_variables_or_is_reviewed() {
     // The scan finds what it looks for: the launcher, symm-bench's ranks and PyTorch script, and
     // `cargo xtask hw` starting symm-bench go through the guard.
     for f in [
-        "driver/src/launcher.rs",
+        "bootstrap/src/launcher.rs",
         "bench/src/hw/comm/mod.rs",
         "bench/src/hw/perf/mod.rs",
         "xtask/src/hw.rs",

@@ -13,6 +13,15 @@
 //! Buffer bytes are atomics accessed with relaxed loads and stores; all ordering comes from the
 //! signal protocol, exactly as on a GPU. There is no `unsafe` in this backend: a buggy schedule
 //! produces wrong bytes (which the tests catch), never undefined behaviour.
+//!
+//! # The crate
+//!
+//! symm-host depends on symm-core only (and loom under `cfg(loom)`): no CUDA, no bootstrap, no
+//! files. Beside the backend it holds [`sync`], the std/loom switch of its atomics (the runtime's
+//! abort arm uses it too), and [`trace_diff`], which compares a GPU trace with the simulator's.
+//! The `Backend` trait over every executor lives in symm-driver, which re-exports this crate as
+//! `symm_driver::host`.
+#![deny(missing_docs)]
 
 mod flags;
 mod mem;
@@ -20,8 +29,10 @@ pub mod moe;
 pub mod pad;
 mod reference;
 mod sim;
+pub mod sync;
 mod teams;
 mod threads;
+pub mod trace_diff;
 
 pub use flags::{FlagStep, FlagStream};
 pub use mem::{Oob, RankFabric, Temps, WorldMem};

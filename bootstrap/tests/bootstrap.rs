@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use symm_driver::bootstrap::{memfd, BootstrapError, JobEnv, Refusal, SocketBootstrap, NOT_LOST};
+use symm_bootstrap::{memfd, BootstrapError, JobEnv, Refusal, SocketBootstrap, NOT_LOST};
 
 const ROLE: &str = "SYMM_TEST_ROLE";
 const TIMEOUT: &str = "SYMM_TEST_TIMEOUT_MS";

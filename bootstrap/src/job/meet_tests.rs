@@ -1,8 +1,8 @@
 //! The rendezvous against hostile peers: malformed handshakes, squatters on either side.
 
 use super::*;
-use crate::bootstrap::env::Token;
-use crate::bootstrap::SocketBootstrap;
+use crate::job::env::Token;
+use crate::job::SocketBootstrap;
 use std::os::fd::BorrowedFd;
 
 const LONG: Duration = Duration::from_secs(20);
@@ -103,7 +103,7 @@ fn hostile_handshakes_are_refused_and_the_root_goes_on() {
     assert_eq!(poke(&name, &[&huge], &[]), Some(Refusal::Malformed));
     let nonce = [3u8; auth::NONCE];
     let hello = hello_frame(1, 2, &nonce);
-    let file = crate::bootstrap::memfd("x").unwrap();
+    let file = crate::job::memfd("x").unwrap();
     assert_eq!(
         poke(&name, &[&hello], &[file.as_fd()]),
         Some(Refusal::Malformed)
@@ -228,7 +228,7 @@ fn a_squatter_root_gets_no_token_and_no_descriptor() {
         let rank = std::thread::spawn(move || {
             let boot = SocketBootstrap::join(&rank_job, Duration::from_secs(10))?;
             // Were it fooled, this is what it would hand over.
-            let f = crate::bootstrap::memfd("heap").unwrap();
+            let f = crate::job::memfd("heap").unwrap();
             boot.all_gather_fds(&[f.as_fd()], Duration::from_secs(5))?;
             boot.all_gather(rank_job.token.bytes(), Duration::from_secs(5))?;
             Ok::<(), BootstrapError>(())
