@@ -119,6 +119,11 @@ impl Admitted {
         self.0.exec == Executor::Compiled && self.0.plan.compiled(false).is_some()
     }
 
+    /// Fails unless `b` holds the admitted sizes inside the admitted area.
+    pub(crate) fn check_buffers(&self, b: &Buffers) -> Result<()> {
+        check_buffers(b, &self.0.plan.sizes, self.0.area.0, self.0.area.1)
+    }
+
     pub(crate) fn team(&self) -> u16 {
         self.0.team
     }

@@ -34,7 +34,7 @@ mod blocks;
 mod capture;
 mod compat;
 pub(crate) mod epoch;
-mod guard;
+mod entry;
 mod health;
 mod memory;
 mod moe;
@@ -156,7 +156,7 @@ pub struct Comm {
     /// Held while enqueuing, so collectives reach the GPU in one order; holds that order's
     /// state across streams and the admitted requests (`admit.rs`).
     launching: Mutex<admit::Launching>,
-    poison: guard::Poison,
+    poison: entry::Poison,
     pad_slots: u32,
     data_off: u64,
     opts: CommOptions,
@@ -416,7 +416,7 @@ impl Parts {
             heap: self.heap,
             alloc: Mutex::new(Alloc::new(self.alloc)),
             launching: Mutex::new(admit::Launching::default()),
-            poison: guard::Poison::default(),
+            poison: entry::Poison::default(),
             pad_slots: self.pad_slots,
             data_off: self.data_off,
             opts,
