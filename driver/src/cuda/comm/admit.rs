@@ -468,7 +468,8 @@ impl Comm {
 mod tests {
     use super::*;
     use std::hash::BuildHasher;
-    use symm_core::sched::{Algorithm, Collective, DType, ReduceOp};
+    use symm_core::dtype::{DType, ReduceOp};
+    use symm_core::sched::{Algorithm, Collective};
 
     fn req(bytes: u64) -> Request {
         Request::new(
