@@ -248,4 +248,9 @@ impl Comm {
         // SAFETY: the caller's contract is `A2avLayer::enqueue`'s.
         unsafe { layer.enqueue(self, t, send_counts, input, recv_counts, stream) }
     }
+
+    /// Compatibility: [`A2avLayer::dropped`].
+    pub fn a2av_dropped(&self, layer: &A2avLayer) -> Result<u32> {
+        layer.dropped(self)
+    }
 }
