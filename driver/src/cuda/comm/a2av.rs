@@ -103,7 +103,9 @@ impl A2avLayer {
         }
         let w = u64::from(comm.job.world);
         if w > u64::from(symm_core::moe::MAX_WORLD) {
-            return Err(CudaError::Moe(MoeError::BadWorld { world: comm.job.world }));
+            return Err(CudaError::Moe(MoeError::BadWorld {
+                world: comm.job.world,
+            }));
         }
         let mut c = Carve { at: 0 };
         let hdr = c.take(2 * w * w * 8)?;
@@ -200,10 +202,7 @@ impl A2avLayer {
         if stream.capturing_bound()? {
             tensors.pin_to_capture(
                 stream,
-                &[(
-                    self.block,
-                    self.out - self.block + self.out_max * self.elem,
-                )],
+                &[(self.block, self.out - self.block + self.out_max * self.elem)],
             )?;
         }
         let _order = comm.launch_lock()?;

@@ -264,12 +264,7 @@ impl Comm {
         build: impl FnOnce() -> Result<crate::cuda::plan::RankPlan>,
     ) -> Result<Admitted> {
         let (plan, engines) = self.cached_plan(key, now, build)?;
-        let exec = Executor::choose(
-            engines,
-            self.opts.plans,
-            key.1.bytes,
-            plan.host().ops.len(),
-        );
+        let exec = Executor::choose(engines, self.opts.plans, key.1.bytes, plan.host().ops.len());
         let a = Admitted(Arc::new(Inner {
             req: key.1,
             team: key.0,
@@ -486,7 +481,10 @@ mod tests {
     fn the_executor_is_fixed_by_the_option_and_the_plan() {
         // Copy engines win over any plan path.
         for path in [PlanPath::Auto, PlanPath::Compiled, PlanPath::Interpreted] {
-            assert_eq!(Executor::choose(true, path, 1 << 20, 8), Executor::CopyEngines);
+            assert_eq!(
+                Executor::choose(true, path, 1 << 20, 8),
+                Executor::CopyEngines
+            );
         }
         assert_eq!(
             Executor::choose(false, PlanPath::Interpreted, 64, 8),

@@ -124,7 +124,9 @@ impl Tensors {
     /// Fails unless `comm` is the Comm these tensors were made from.
     pub(super) fn own(&self, comm: &Comm) -> Result<()> {
         if self.owner != comm.job.id {
-            return Err(CudaError::WrongOwner { what: "the tensors" });
+            return Err(CudaError::WrongOwner {
+                what: "the tensors",
+            });
         }
         Ok(())
     }

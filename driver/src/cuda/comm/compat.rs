@@ -36,7 +36,10 @@ impl Legacy {
         if let Some(s) = self.signals.get() {
             return Ok(s);
         }
-        let _one = self.signals_loading.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self
+            .signals_loading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(s) = self.signals.get() {
             return Ok(s);
         }

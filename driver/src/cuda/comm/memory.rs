@@ -163,5 +163,4 @@ impl Memory<'_> {
         self.comm.check_range(off, len)?;
         self.comm.heap_fill(off, len, value)
     }
-
 }

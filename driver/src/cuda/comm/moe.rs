@@ -191,7 +191,6 @@ impl Tensors {
 }
 
 impl MoeLayer {
-
     /// Collective: a layer for `cfg` with tokens of type `ty` (compiles the kernels on first
     /// use; not while `stream` captures a graph).
     pub fn new(
@@ -267,7 +266,6 @@ impl MoeLayer {
         }
         Ok(())
     }
-
 }
 
 impl Comm {
@@ -299,7 +297,6 @@ impl Comm {
         }
         Ok(())
     }
-
 }
 
 impl MoeLayer {
@@ -383,7 +380,8 @@ impl MoeLayer {
                 .dev
                 .attribute(crate::cuda::ffi::driver::ATTR_SM_COUNT)
                 .map_or(64, |n| u32::try_from(n).unwrap_or(1)),
-            shared: comm.job.sharing.time_sliced() || comm.job.sharing.topology() == Topology::SharedDevice,
+            shared: comm.job.sharing.time_sliced()
+                || comm.job.sharing.topology() == Topology::SharedDevice,
             world: u32::from(cfg.world),
         };
         let rows = u32::try_from(cfg.stage_rows()).unwrap_or(u32::MAX);
@@ -534,10 +532,8 @@ impl MoeLayer {
             });
         }
         comm.dev.synchronize()?;
-        comm.memory().read(
-            self.at.xout + u64::from(first) * row,
-            u64::from(rows) * row,
-        )
+        comm.memory()
+            .read(self.at.xout + u64::from(first) * row, u64::from(rows) * row)
     }
 
     /// Collective: returns the layer's block to the heap (after this rank's device finished

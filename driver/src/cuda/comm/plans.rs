@@ -143,7 +143,11 @@ impl Comm {
 
     /// Queues `plan` for the background compiler, starting it on first use.
     fn compile_later(&self, plan: Arc<DevicePlan>) {
-        let mut q = self.plans.compiling.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self
+            .plans
+            .compiling
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if q.is_none() {
             let (tx, rx) = std::sync::mpsc::channel::<Arc<DevicePlan>>();
             let compiler = self.plans.compiler.clone();

@@ -218,22 +218,22 @@ impl Tensors {
 
 /// Enqueues a device-to-device copy of `src` to `dst` on `stream` (context bound).
 fn copy(dst: u64, src: Span, stream: &Stream) -> Result<()> {
-        if src.len == 0 {
-            return Ok(());
-        }
-        let len = usize::try_from(src.len).map_err(|_| CudaError::TooLarge {
-            what: "staged copy",
-            size: src.len,
-            limit: usize::MAX as u64,
-        })?;
-        let api = driver()?;
-        // SAFETY: both ranges were checked: one lies in this rank's buffer area (a workspace of
-        // the request's sizes), the other in one device allocation of this context
-        // (`check_device_span`), which the caller keeps alive until the copy ran.
-        check("cuMemcpyDtoDAsync", unsafe {
-            (api.memcpy_dtod_async)(dst, src.ptr, len, stream.raw())
-        })
+    if src.len == 0 {
+        return Ok(());
     }
+    let len = usize::try_from(src.len).map_err(|_| CudaError::TooLarge {
+        what: "staged copy",
+        size: src.len,
+        limit: usize::MAX as u64,
+    })?;
+    let api = driver()?;
+    // SAFETY: both ranges were checked: one lies in this rank's buffer area (a workspace of
+    // the request's sizes), the other in one device allocation of this context
+    // (`check_device_span`), which the caller keeps alive until the copy ran.
+    check("cuMemcpyDtoDAsync", unsafe {
+        (api.memcpy_dtod_async)(dst, src.ptr, len, stream.raw())
+    })
+}
 
 impl Comm {
     /// Fails unless `s` lies inside one device allocation of this rank's context.
@@ -275,7 +275,6 @@ impl Comm {
             Err(bad)
         }
     }
-
 }
 
 impl Tensors {
