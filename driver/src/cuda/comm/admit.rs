@@ -59,7 +59,9 @@ impl Executor {
 }
 
 /// A request admitted by one [`Comm`] (or one of its teams): checked, its plan built and its
-/// executor fixed. Cheap to clone (one reference count); launch it with [`Comm::launch`].
+/// executor fixed. Cheap to clone (one reference count); launch it with [`Comm::launch`]. It
+/// keeps the executor it was admitted with, as a captured graph keeps its launches: after
+/// [`Comm::set_copy_engine`], admit again (what [`Comm::enqueue`] does).
 #[derive(Clone)]
 pub struct Admitted(Arc<Inner>);
 
@@ -272,7 +274,12 @@ impl Comm {
             plan,
             exec,
         }));
-        self.launch_lock()?.admitted.insert(key, a.clone());
+        let mut l = self.launch_lock()?;
+        // Kept only while the option it was admitted under holds (a `set_copy_engine` on
+        // another thread meanwhile emptied the cache for the new option).
+        if self.plans.engines().takes(&key.1) == engines {
+            l.admitted.insert(key, a.clone());
+        }
         Ok(a)
     }
 

@@ -30,6 +30,7 @@ use symm_core::sched::Request;
 use super::admit::{Admitted, FastHash};
 use super::{Comm, Tensors};
 use crate::cuda::bounds::Buffers;
+use crate::cuda::copy_engine::CopyEngine;
 use crate::cuda::device::Stream;
 use crate::cuda::error::{check, driver, CudaError, Result};
 use crate::cuda::ffi::driver as ffi;
@@ -62,11 +63,13 @@ pub(crate) struct Spans {
 /// An argument set: the request, and for each side its heap offset or `None` (staged).
 type Args = (Request, Option<u64>, Option<u64>);
 
-/// What a ready argument set launches: its workspace and its admitted request.
+/// What a ready argument set launches: its workspace and its admitted request, admitted under
+/// the copy-engine option `engines` (another option admits it again).
 #[derive(Clone)]
 struct Ready {
     work: Buffers,
     admitted: Admitted,
+    engines: CopyEngine,
 }
 
 impl Comm {
@@ -131,6 +134,7 @@ impl Tensors {
         let (in_heap, out_heap) = comm.sides(input, output);
         let args = (*req, in_heap, out_heap);
         let found = self.spans_lock()?.ready.get(&args).cloned();
+        let found = found.filter(|r| r.engines == comm.copy_engine());
         if found.is_none() {
             comm.check_shape(req, comm.job.world)?;
         }
@@ -193,6 +197,7 @@ impl Tensors {
         self.agree_args(comm, &req, in_heap, out_heap)?;
         let capturing = stream.capturing_bound()?;
         let ws = self.workspace(comm, &req, capturing)?;
+        let engines = comm.copy_engine();
         let a = if capturing {
             // Said in the caller's terms: run the call once before capturing it.
             comm.admit_prepared((0, req), comm.buffer_area(), comm.job.world)
@@ -209,6 +214,7 @@ impl Tensors {
                 Ready {
                     work: ws,
                     admitted: a.clone(),
+                    engines,
                 },
             );
         }
