@@ -67,6 +67,10 @@ pub struct Admitted(Arc<Inner>);
 
 struct Inner {
     req: Request,
+    /// The Comm that admitted it (`device_plan::next_owner`).
+    owner: u64,
+    /// Blocks of its kernel: the plan's channels.
+    channels: u32,
     /// The team id (0: the job).
     team: u16,
     /// Where its buffers must lie, `[lo, hi)` heap offsets: the buffer area or a team's region.
@@ -111,7 +115,7 @@ impl Admitted {
     pub fn sms(&self) -> u32 {
         match self.0.exec {
             Executor::CopyEngines => 0,
-            _ => self.0.plan.host.channels() as u32,
+            _ => self.0.channels,
         }
     }
 
@@ -224,6 +228,13 @@ pub(crate) struct TraceTarget<'t> {
 }
 
 impl Comm {
+    /// The launch lock, with the state of the order across streams and the admitted requests.
+    pub(super) fn launch_lock(&self) -> Result<std::sync::MutexGuard<'_, Launching>> {
+        self.launching
+            .lock()
+            .map_err(|_| CudaError::LockPoisoned { what: "launch" })
+    }
+
     /// Admits `req` for this job: checks its world and [`Request::validate`], finds or builds
     /// this rank's plan (validated against the request's buffer sizes and the pad, uploaded,
     /// cached for the Comm's life) and fixes its executor. Building allocates device memory,
@@ -269,6 +280,8 @@ impl Comm {
         let exec = Executor::choose(engines, self.opts.plans, key.1.bytes, plan.host().ops.len());
         let a = Admitted(Arc::new(Inner {
             req: key.1,
+            owner: self.job.id,
+            channels: plan.host().channels() as u32,
             team: key.0,
             area,
             plan,
@@ -368,9 +381,15 @@ impl Comm {
         traced: Option<&TraceTarget<'_>>,
     ) -> Result<()> {
         let (plan, team, area) = (&*a.0.plan, a.0.team, a.0.area);
-        plan.check_owner(self.job.id, self.job.rank)?;
+        if a.0.owner != self.job.id {
+            // Its plan was validated by another Comm (every plan an admission holds is its
+            // Comm's).
+            return Err(CudaError::ForeignPlan(
+                "the request was admitted by another Comm".into(),
+            ));
+        }
         check_buffers(b, &plan.sizes, area.0, area.1)?;
-        let channels = plan.host.channels() as u32;
+        let channels = a.0.channels;
         if channels == 0 {
             return Ok(());
         }

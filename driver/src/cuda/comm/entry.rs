@@ -83,12 +83,20 @@ impl Comm {
 
     /// Fails fast when the communicator is poisoned or a peer was lost (which poisons it).
     pub(crate) fn live(&self) -> Result<()> {
-        if let Some(rank) = self.job.boot.bootstrap().lost() {
+        if let Some(rank) = self.lost() {
             let e = CudaError::PeerLost { rank };
             self.poison.raise(&e);
             return Err(e);
         }
         self.poison.check()
+    }
+
+    /// The rank the bootstrap lost, if any (its watcher's lost word: no lock, no call).
+    pub(crate) fn lost(&self) -> Option<u16> {
+        match self.job.lost.load(Ordering::Acquire) {
+            crate::bootstrap::NOT_LOST => None,
+            r => u16::try_from(r).ok(),
+        }
     }
 
     /// Fails unless `stream` belongs to this rank's context: work on another device's stream

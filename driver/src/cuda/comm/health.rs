@@ -4,7 +4,7 @@
 
 use symm_core::sched::MAX_CHANNELS;
 
-use super::{admit, epoch, Comm, ABORT_BYTES};
+use super::{epoch, Comm, ABORT_BYTES};
 use crate::cuda::device::Stream;
 use crate::cuda::error::{check, driver, CudaError, Result};
 use crate::cuda::launch::RECORD_BYTES;
@@ -17,7 +17,7 @@ impl Comm {
     /// refused. After an error the communicator is poisoned until [`Comm::reset`].
     pub fn check(&self) -> Result<()> {
         let _g = self.enter_any()?;
-        if let Some(rank) = self.job.boot.bootstrap().lost() {
+        if let Some(rank) = self.lost() {
             let e = CudaError::PeerLost { rank };
             self.poison.raise(&e);
             return Err(e);
@@ -50,20 +50,13 @@ impl Comm {
         check("cuCtxSynchronize", unsafe { (api.ctx_synchronize)() })
     }
 
-    /// The launch lock, with the state of the order across streams and the admitted requests.
-    pub(super) fn launch_lock(&self) -> Result<std::sync::MutexGuard<'_, admit::Launching>> {
-        self.launching
-            .lock()
-            .map_err(|_| CudaError::LockPoisoned { what: "launch" })
-    }
-
     /// Collective: after a timeout, waits for this rank's device, zeroes its signal pad, its
     /// `expected` counters, the records and the abort word between two barriers of every rank,
     /// and lifts the poison. Fails (and stays poisoned) when a peer was lost or the device
     /// cannot be synchronised.
     pub fn reset(&self) -> Result<()> {
         let _g = self.enter_any()?;
-        if let Some(rank) = self.job.boot.bootstrap().lost() {
+        if let Some(rank) = self.lost() {
             return Err(CudaError::PeerLost { rank });
         }
         let _l = self.launch_lock()?;

@@ -172,6 +172,8 @@ pub(crate) struct Job {
     id: u64,
     /// How this rank's GPU is shared with other ranks of the job.
     sharing: Sharing,
+    /// The bootstrap's lost word ([`crate::bootstrap::NOT_LOST`], else the lost rank).
+    lost: Arc<std::sync::atomic::AtomicU32>,
     boot: SocketRendezvous,
 }
 
@@ -426,6 +428,7 @@ impl Parts {
                 world,
                 id: super::device_plan::next_owner(),
                 sharing: self.sharing,
+                lost: boot.bootstrap().lost_word(),
                 boot,
             },
         }
