@@ -125,8 +125,16 @@ impl Admitted {
         self.0.exec == Executor::Compiled && self.0.plan.compiled(false).is_some()
     }
 
-    /// Fails unless `b` holds the admitted sizes inside the admitted area.
-    pub(crate) fn check_buffers(&self, b: &Buffers) -> Result<()> {
+    /// Fails unless `comm` admitted it and `b` holds the admitted sizes inside the admitted
+    /// area: what every launch checks.
+    pub(crate) fn check(&self, comm: &Comm, b: &Buffers) -> Result<()> {
+        if self.0.owner != comm.job.id {
+            // Its plan was validated by another Comm (every plan an admission holds is its
+            // Comm's).
+            return Err(CudaError::ForeignPlan(
+                "the request was admitted by another Comm".into(),
+            ));
+        }
         check_buffers(b, &self.0.plan.sizes, self.0.area.0, self.0.area.1)
     }
 
@@ -380,15 +388,8 @@ impl Comm {
         stream: &Stream,
         traced: Option<&TraceTarget<'_>>,
     ) -> Result<()> {
-        let (plan, team, area) = (&*a.0.plan, a.0.team, a.0.area);
-        if a.0.owner != self.job.id {
-            // Its plan was validated by another Comm (every plan an admission holds is its
-            // Comm's).
-            return Err(CudaError::ForeignPlan(
-                "the request was admitted by another Comm".into(),
-            ));
-        }
-        check_buffers(b, &plan.sizes, area.0, area.1)?;
+        let (plan, team) = (&*a.0.plan, a.0.team);
+        a.check(self, b)?;
         let channels = a.0.channels;
         if channels == 0 {
             return Ok(());

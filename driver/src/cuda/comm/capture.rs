@@ -46,7 +46,7 @@ impl Capture<'_> {
     /// it was admitted).
     pub fn launch(&self, a: &Admitted, b: &Buffers) -> Result<()> {
         let _g = self.comm.enter()?;
-        a.check_buffers(b)?;
+        a.check(self.comm, b)?;
         // Pinned before the graph names them: a `free` on another thread meanwhile is refused.
         self.pin(b);
         self.comm.launch_entered(a, b, self.stream, None)?;

@@ -145,6 +145,10 @@ pub struct Comm {
     /// Plans by (team id, request, on copy engines): the world's (id 0) and every team's, alive
     /// as long as the Comm, so no plan goes while a launch may still read it.
     plans: plans::PlanCache,
+    /// Held while enqueuing, so collectives reach the GPU in one order; holds that order's
+    /// state across streams and the admitted requests (`admit.rs`), which hold plans: it goes
+    /// with the plans.
+    launching: Mutex<admit::Launching>,
     /// The lost-peer callback's hold on the abort word (`crate::abort`), taken back on drop.
     armed: crate::abort::Arm<HostMapped>,
     interp: Kernel,
@@ -153,9 +157,6 @@ pub struct Comm {
     heap: SymmetricHeap,
     /// The heap's allocator and what it reserved (`allocator.rs`).
     alloc: Mutex<Alloc>,
-    /// Held while enqueuing, so collectives reach the GPU in one order; holds that order's
-    /// state across streams and the admitted requests (`admit.rs`).
-    launching: Mutex<admit::Launching>,
     poison: entry::Poison,
     pad_slots: u32,
     data_off: u64,
@@ -411,13 +412,13 @@ impl Parts {
         Comm {
             legacy: compat::Legacy::default(),
             plans: plans::PlanCache::new(self.compiler, opts.copy_engine),
+            launching: Mutex::new(admit::Launching::default()),
             armed: self.armed,
             interp: self.interp,
             expected: self.expected,
             host: self.host,
             heap: self.heap,
             alloc: Mutex::new(Alloc::new(self.alloc)),
-            launching: Mutex::new(admit::Launching::default()),
             poison: entry::Poison::default(),
             pad_slots: self.pad_slots,
             data_off: self.data_off,

@@ -103,7 +103,9 @@ impl Tensors {
         let Ok(s) = self.spans_lock() else {
             return false;
         };
-        s.agreed.contains(&(*req, in_heap, out_heap)) && s.work.contains_key(req)
+        s.ready
+            .get(&(*req, in_heap, out_heap))
+            .is_some_and(|r| r.engines == comm.copy_engine())
     }
 
     fn spans_lock(&self) -> Result<std::sync::MutexGuard<'_, Spans>> {
