@@ -44,7 +44,7 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .ok_or("LOCAL_RANK is not set")?;
-    let local = Comm::placement(local).map_err(e)?;
+    let local = symm_driver::cuda::comm::placement(local).map_err(e)?;
     let world: u16 = std::env::var("WORLD_SIZE")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -22,7 +22,7 @@ fn local_rank() -> Result<i32, String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| "LOCAL_RANK is not set".to_string())?;
-    symm_driver::cuda::Comm::placement(local).map_err(|m| m.to_string())
+    symm_driver::cuda::comm::placement(local).map_err(|m| m.to_string())
 }
 
 fn open_fds() -> Result<usize, String> {

@@ -1,6 +1,6 @@
 //! Where the time of a small all-reduce goes inside the kernel: the interpreter's own trace.
 //!
-//! Each algorithm runs traced (`Comm::run_traced`: the GPU's global timer at every op's begin and
+//! Each algorithm runs traced (`Tracer::run`: the GPU's global timer at every op's begin and
 //! end, thread 0 of each block) a number of times after warm-up; the table gives each op's mean
 //! time on channel 0, the gap before it (the interpreter's own work between ops: fetching the
 //! op, block barriers), and the kernel body from the first begin to the last end. Beside the

@@ -98,7 +98,7 @@ impl Blocks {
 
 /// Framework tensors over one Comm's heap: the blocks handed out as tensors, the graph pins of
 /// captures that name them, and the agreed argument sets and workspaces of collectives over
-/// device addresses ([`super::spans`]). Made from the Comm ([`Tensors::new`]); every call takes
+/// device addresses ([`Tensors::enqueue`]). Made from the Comm ([`Tensors::new`]); every call takes
 /// that Comm.
 pub struct Tensors {
     /// The Comm it was made from (`device_plan::next_owner`).

@@ -93,7 +93,7 @@ pub struct CommOptions {
     pub bootstrap_timeout: Duration,
     /// NVRTC library path (default: `$SYMM_NVRTC`, then the usual names).
     pub nvrtc: Option<std::path::PathBuf>,
-    /// Trace events kept per channel by [`Comm::run_traced`].
+    /// Trace events kept per channel by a [`Tracer`].
     pub trace_cap: u32,
     /// Which kernel runs plans: compiled plans for small requests by default
     /// ([`crate::cuda::compiled`]); [`Comm::from_env`] takes `SYMM_PLANS`.

@@ -185,10 +185,10 @@ impl Tensors {
         Ok(())
     }
 
-    /// The first use of an argument set (or its first since the agreed sets started over):
-    /// checks the request, agrees on the arguments with every rank, makes the workspace and
-    /// admits the request; returns the workspace, the admitted request and whether `stream`
-    /// is capturing.
+    /// The first use of an argument set (or its first since the agreed sets started over, or
+    /// since the copy-engine option changed), its request checked by the caller: agrees on the
+    /// arguments with every rank (once), makes the workspace and admits the request; returns
+    /// the workspace, the admitted request and whether `stream` is capturing.
     fn first_use(
         &self,
         comm: &Comm,
