@@ -71,6 +71,8 @@ struct Inner {
     owner: u64,
     /// Blocks of its kernel: the plan's channels.
     channels: u32,
+    /// Its kernel's parameter block but for the buffers and the trace, filled at admission.
+    params: InterpParams,
     /// The team id (0: the job).
     team: u16,
     /// Where its buffers must lie, `[lo, hi)` heap offsets: the buffer area or a team's region.
@@ -286,10 +288,13 @@ impl Comm {
     ) -> Result<Admitted> {
         let (plan, engines) = self.cached_plan(key, now, build)?;
         let exec = Executor::choose(engines, self.opts.plans, key.1.bytes, plan.host().ops.len());
+        let channels = plan.host().channels() as u32;
+        let params = self.params_of(&plan, channels);
         let a = Admitted(Arc::new(Inner {
             req: key.1,
             owner: self.job.id,
-            channels: plan.host().channels() as u32,
+            channels,
+            params,
             team: key.0,
             area,
             plan,
@@ -438,23 +443,11 @@ impl Comm {
     ) -> Result<()> {
         let (plan, team) = (&*a.0.plan, a.0.team);
         let params = InterpParams {
-            plan: plan.ops.ptr,
-            chan_start: plan.chan.ptr,
-            base: self.heap.base(),
-            stride: self.heap.stride,
             buf_off: [b.input, b.output, b.scratch],
-            pad_off: 0,
-            expected: self.expected.ptr,
-            mc_base: 0,
-            records: self.host.dev + ABORT_BYTES as u64,
-            abort_word: self.host.dev,
             trace: traced.map_or(0, |t| t.events),
             trace_len: traced.map_or(0, |t| t.lens),
-            timeout_ns: self.deadline_ns(),
-            rank: self.job.rank as u32,
-            world: self.job.world as u32,
-            channels,
             trace_cap: traced.map_or(0, |t| t.cap),
+            ..a.0.params
         };
         // A compiled plan runs its own kernel (the traced one for a traced run, compiled
         // before the launch by the tracer), else the interpreter.
@@ -463,17 +456,43 @@ impl Comm {
             None => plan.compiled(false).unwrap_or(&self.interp),
         };
         // SAFETY: `InterpParams` mirrors `symm_interp_params` (the traced variant takes the same
-        // block); the plan (every plan, world or team, is kept by the Comm's cache), the heap,
-        // the counters, the records and the trace buffers (`cap` events per channel) it names
-        // live as long as `self`; the plan was validated against this job, the pad and
-        // `plan.sizes`, and `b` was checked to hold those sizes inside `area`, which lies in
-        // the heap's buffer area. The context is bound by the caller's guard.
+        // block); this Comm filled it when it admitted `a` (`a.check` saw this Comm's id), so
+        // the plan (every plan, world or team, is kept by the Comm's cache, and `a` holds it),
+        // the heap, the counters and the records it names live as long as `self`, and the
+        // trace buffers (`cap` events per channel) as long as the caller's tracer; the plan was
+        // validated against this job, the pad and `plan.sizes`, and `b` was checked to hold
+        // those sizes inside the admitted area, which lies in the heap's buffer area. The
+        // context is bound by the caller's guard.
         let launch =
             || unsafe { kernel.launch(stream, channels, symm_kernels::INTERP_THREADS, &params) };
         self.order_before(order, team, stream).and_then(|record| {
             launch()?;
             self.ordered_after(order, team, stream, record)
         })
+    }
+
+    /// The interpreter's parameter block for `plan` of `channels` channels, without buffers or
+    /// trace (a launch fills those).
+    fn params_of(&self, plan: &DevicePlan, channels: u32) -> InterpParams {
+        InterpParams {
+            plan: plan.ops.ptr,
+            chan_start: plan.chan.ptr,
+            base: self.heap.base(),
+            stride: self.heap.stride,
+            buf_off: [0; 3],
+            pad_off: 0,
+            expected: self.expected.ptr,
+            mc_base: 0,
+            records: self.host.dev + ABORT_BYTES as u64,
+            abort_word: self.host.dev,
+            trace: 0,
+            trace_len: 0,
+            timeout_ns: self.deadline_ns(),
+            rank: self.job.rank as u32,
+            world: self.job.world as u32,
+            channels,
+            trace_cap: 0,
+        }
     }
 
     /// Every device wait's deadline in nanoseconds (scaled when the GPU is time sliced).
