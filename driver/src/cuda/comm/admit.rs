@@ -286,8 +286,8 @@ impl Comm {
         now: bool,
         build: impl FnOnce() -> Result<crate::cuda::plan::RankPlan>,
     ) -> Result<Admitted> {
-        let (plan, engines) = self.cached_plan(key, now, build)?;
-        let exec = Executor::choose(engines, self.opts.plans, key.1.bytes, plan.host().ops.len());
+        let (plan, exec) = self.cached_plan(key, now, build)?;
+        let engines = exec == Executor::CopyEngines;
         let channels = plan.host().channels() as u32;
         let params = self.params_of(&plan, channels);
         let a = Admitted(Arc::new(Inner {

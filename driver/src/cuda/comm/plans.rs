@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use symm_core::sched::Request;
 
-use super::admit::AdmitKey;
+use super::admit::{AdmitKey, Executor};
 use super::Comm;
 use crate::cuda::compile::Compiler;
 use crate::cuda::compiled::PlanPath;
@@ -87,8 +87,8 @@ impl PlanCache {
 
 impl Comm {
     /// The plan cached under `key` (team id, request), else `build`'s, validated against this
-    /// job, the pad and the request's buffer sizes, uploaded and cached; and whether it runs on
-    /// copy engines. Every plan stays in the cache as long as the `Comm`, so none goes while a
+    /// job, the pad and the request's buffer sizes, uploaded and cached; and its executor, the
+    /// one place it is decided ([`Executor::choose`]). Every plan stays in the cache as long as the `Comm`, so none goes while a
     /// launch may still read it. A plan that runs compiled is compiled at once when forced or
     /// when `now` (a preparation), else in the background while the interpreter runs it.
     pub(super) fn cached_plan(
@@ -96,26 +96,31 @@ impl Comm {
         key: AdmitKey,
         now: bool,
         build: impl FnOnce() -> Result<RankPlan>,
-    ) -> Result<(Arc<DevicePlan>, bool)> {
+    ) -> Result<(Arc<DevicePlan>, Executor)> {
         let engines = self.plans.engines().takes(&key.1);
         let full = (key.0, key.1, engines);
+        let path = self.opts.plans;
         if let Some(p) = self.plans.get(&full) {
-            if now {
-                self.compile_prepared(&p, key.1.bytes);
+            let exec = Executor::choose(engines, path, key.1.bytes, p.host().ops.len());
+            if now && path == PlanPath::Auto && exec == Executor::Compiled {
+                // Prepared: a plan the background compiler has not finished yet is compiled
+                // now (forced mode compiled it when it was built; a plan that does not compile
+                // stays interpreted, as in the background).
+                let _ = p.compile(self.plans.compiler(), &self.dev, false);
             }
-            return Ok((p, engines));
+            return Ok((p, exec));
         }
         let host = build()?;
         let sizes = key.1.buffer_sizes();
         host.validate(self.job.rank, self.job.world, &sizes, self.pad_slots, false)?;
-        let ops = host.ops.len();
+        let exec = Executor::choose(engines, path, key.1.bytes, host.ops.len());
         let mut p = DevicePlan::upload(&self.dev, host, sizes, (self.job.id, self.job.rank))?;
         if engines {
             p = p.on_copy_engines()?;
         }
         let p = Arc::new(p);
-        if !engines && self.opts.plans.compiles(key.1.bytes, ops) {
-            if self.opts.plans == PlanPath::Compiled {
+        if exec == Executor::Compiled {
+            if path == PlanPath::Compiled {
                 // Forced: compiled now, and a plan that does not compile is an error.
                 p.compile(self.plans.compiler(), &self.dev, false)?;
             } else if now {
@@ -132,7 +137,7 @@ impl Comm {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(full, p.clone());
-        Ok((p, engines))
+        Ok((p, exec))
     }
 
     /// The cached plan under `key`, which a capture needs to exist already.
@@ -212,18 +217,6 @@ impl Comm {
         Ok(())
     }
 
-    /// In auto mode, compiles a cached plan that auto runs compiled and that the background
-    /// compiler has not finished yet (forced mode compiled it when it was built; a plan that
-    /// does not compile stays interpreted, as in the background).
-    fn compile_prepared(&self, p: &DevicePlan, bytes: u64) {
-        if self.opts.plans == PlanPath::Auto
-            && p.flags().is_none()
-            && self.opts.plans.compiles(bytes, p.host().ops.len())
-        {
-            let _ = p.compile(self.plans.compiler(), &self.dev, false);
-        }
-    }
-
     /// Unless this Comm only interprets, compiles the plans `build` makes of `reqs` that run
     /// compiled into the kernel cache on several threads (the requests of this world that run
     /// in kernels; only plans that validate are compiled).
@@ -235,9 +228,9 @@ impl Comm {
         if self.opts.plans == PlanPath::Interpreted {
             return;
         }
+        let engines = self.plans.engines();
         let todo: Vec<RankPlan> = reqs
             .iter()
-            .filter(|r| !self.plans.engines().takes(r))
             .filter_map(|r| {
                 let p = build(r)?;
                 p.validate(
@@ -248,7 +241,10 @@ impl Comm {
                     false,
                 )
                 .ok()?;
-                self.opts.plans.compiles(r.bytes, p.ops.len()).then_some(p)
+                // What its admission will decide ([`Executor::choose`]).
+                let exec =
+                    Executor::choose(engines.takes(r), self.opts.plans, r.bytes, p.ops.len());
+                (exec == Executor::Compiled).then_some(p)
             })
             .collect();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
