@@ -231,6 +231,7 @@ impl Comm {
         let engines = self.plans.engines();
         let todo: Vec<RankPlan> = reqs
             .iter()
+            .filter(|r| !engines.takes(r))
             .filter_map(|r| {
                 let p = build(r)?;
                 p.validate(
