@@ -10,7 +10,9 @@
 //! * **Allocation is collective**: every rank calls [`Comm::alloc`] / [`Comm::free`] in the same
 //!   order; after each call the ranks compare their allocators' call counts and hashes through
 //!   the bootstrap, and a mismatch names the first differing call on both sides.
-//! * **Collectives go on the caller's stream** ([`Comm::enqueue`]): no host synchronisation, no
+//! * **One door for collectives**: a request is admitted once ([`Comm::admit`]: checked,
+//!   planned, its executor fixed) and launched with its buffers on the caller's stream
+//!   ([`Comm::launch`]; [`Comm::enqueue`] looks the admission up): no host synchronisation, no
 //!   host writes per launch, so a launch can be captured in the caller's CUDA graph. Buffers are
 //!   checked against the request and the heap before anything is enqueued.
 //! * **Errors are asynchronous**, as NCCL's: a device wait that passes its deadline writes a
@@ -24,6 +26,12 @@
 //!
 //! Drop frees everything; [`Comm::finish`] first ends the job in order (a last barrier), so the
 //! peers do not see this rank's exit as a loss.
+//!
+//! The `Comm` is the core: the job, the device, the heap and its allocator, launch order, poison
+//! and the plan cache. Features are their own types, made from a Comm, holding their own state
+//! and launching through the core: framework tensors ([`Tensors`]: blocks, graph pins, spans),
+//! [`Signals`], MoE layers ([`MoeLayer`]), the all-to-allv with device counts ([`A2avLayer`]),
+//! traced runs ([`Tracer`]), teams ([`CommTeam`]), host access to the heap ([`Memory`]).
 
 mod a2av;
 mod admit;
