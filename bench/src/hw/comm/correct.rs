@@ -112,6 +112,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         100,
         || super::streams::two_streams(&comm),
     ));
+    checks.push(Check::timed(
+        "a cached call is a lookup: host time of enqueue and launch",
+        2,
+        || super::host_cost::cached_calls(&comm, &stream),
+    ));
     checks.push(Check::timed("forced timeout, poison, reset", 100, || {
         poison_reset(&comm, &stream)
     }));
