@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, Collective, Request};
-use symm_driver::cuda::device::Stream;
+use symm_driver::cuda::device::{Event, Stream};
 use symm_driver::cuda::{Comm, CommOptions, CudaError};
 
 fn main() -> ExitCode {
@@ -72,7 +72,7 @@ fn run() -> Result<String, String> {
         .collect();
     let want = (world as f32) * (world as f32 + 1.0) / 2.0;
     let check = |what: &str| -> Result<(), String> {
-        let out = comm.read(b.output, bytes).map_err(e)?;
+        let out = comm.memory().read(b.output, bytes).map_err(e)?;
         match out
             .chunks_exact(4)
             .position(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) != want)
@@ -81,12 +81,15 @@ fn run() -> Result<String, String> {
             Some(i) => Err(format!("{what}: element {i} is not {want}")),
         }
     };
-    // Eager: enqueued on our stream, then waited for (errors are reported by synchronize).
-    comm.write(b.input, &mine).map_err(e)?;
-    comm.run(&req, &b, &stream).map_err(e)?;
+    // Eager: admitted once (checked, planned, its executor fixed), then launched on our stream
+    // and waited for (errors are reported by synchronize).
+    comm.memory().write(b.input, &mine).map_err(e)?;
+    let ar = comm.admit(&req).map_err(e)?;
+    comm.launch(&ar, &b, &stream).map_err(e)?;
+    comm.synchronize(&stream).map_err(e)?;
     check("eager")?;
-    // In a CUDA graph: prepare first (it allocates), capture once, replay.
-    comm.prepare(&req).map_err(e)?;
+    // In a CUDA graph: prepare first (it compiles the plan's kernel), capture once, replay.
+    comm.prepare(&[req]).map_err(e)?;
     let g = comm
         .capture(&stream, |cap| cap.enqueue(&req, &b))
         .map_err(e)?;
@@ -95,7 +98,19 @@ fn run() -> Result<String, String> {
     }
     comm.synchronize(&stream).map_err(e)?;
     check("graph")?;
-    let us = comm.time(&req, &b, &stream, 5, iters as u32).map_err(e)?;
+    // Timed back to back with CUDA events: each launch of the admitted request is a launch,
+    // no lookup.
+    let (start, end) = (
+        Event::new(comm.device()).map_err(e)?,
+        Event::new(comm.device()).map_err(e)?,
+    );
+    start.record(&stream).map_err(e)?;
+    for _ in 0..iters {
+        comm.launch(&ar, &b, &stream).map_err(e)?;
+    }
+    end.record(&stream).map_err(e)?;
+    comm.synchronize(&stream).map_err(e)?;
+    let us = start.elapsed_ms(&end).map_err(e)? as f64 * 1000.0 / iters.max(1) as f64;
     check("timed")?;
     drop(g);
     comm.free(&b).map_err(e)?;

@@ -72,7 +72,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     // Rank r's GPU as every rank places itself (LOCAL_RANK, or SYMM_DEVICES to share GPUs).
     let place = |w: u16| -> Option<Vec<i32>> {
         (0..w)
-            .map(|r| symm_driver::cuda::Comm::placement(r).ok())
+            .map(|r| symm_driver::cuda::comm::placement(r).ok())
             .collect()
     };
     let worlds: Vec<u16> = worlds

@@ -410,6 +410,12 @@ impl Stream {
     pub fn is_capturing(&self) -> Result<bool> {
         let _ctx = keep_current()?;
         self.ctx.bind()?;
+        self.capturing_bound()
+    }
+
+    /// [`Stream::is_capturing`] when the caller has the stream's context bound already (a
+    /// Comm's launch: its guard bound it), without binding it again.
+    pub(crate) fn capturing_bound(&self) -> Result<bool> {
         let api = driver()?;
         let mut status = ffi::CAPTURE_STATUS_NONE;
         // SAFETY: valid stream of the bound context; valid out-pointer.

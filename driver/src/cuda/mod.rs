@@ -46,8 +46,8 @@ pub mod vmm;
 
 pub use bounds::{Buffers, MAX_HEAP_BYTES, MAX_WAIT};
 pub use comm::{
-    A2avLayer, Capture, Comm, CommGraph, CommOptions, CommTeam, MoeLayer, MoeStatus, Span,
-    TokenType, MAX_GPU_EXPERTS,
+    A2avLayer, Admitted, AllocSizes, Capture, Comm, CommGraph, CommOptions, CommTeam, Executor,
+    Memory, MoeLayer, MoeStatus, Signals, Span, Tensors, TokenType, Tracer, MAX_GPU_EXPERTS,
 };
 pub use copy_engine::CopyEngine;
 pub use device::Stream;

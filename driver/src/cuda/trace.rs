@@ -128,7 +128,7 @@ pub fn encode(header: &Header, events: &mut [Event]) -> Result<Vec<u8>> {
 }
 
 /// One trace from the per-rank traces of one collective (one per process, as
-/// [`Comm::run_traced`](super::Comm::run_traced) writes them, in any order): the events of all,
+/// [`Tracer::run`](super::Tracer::run) writes them, in any order): the events of all,
 /// on one time axis starting at the earliest, the devices in rank order.
 pub fn merge(parts: &[Vec<u8>]) -> Result<Vec<u8>> {
     let bad = |part: Option<usize>, why: &'static str, error: Option<TraceError>| {

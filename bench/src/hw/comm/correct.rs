@@ -26,7 +26,7 @@ use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, BufferSizes, Collective, Request};
 use symm_driver::backend::Backend;
 use symm_driver::cuda::device::{self, Device, Stream};
-use symm_driver::cuda::{Buffers, Comm, CudaError};
+use symm_driver::cuda::{Buffers, Comm, CommTeam, CudaError};
 use symm_driver::host;
 use symm_harness::examples::{PassArgs, RankRingPass};
 use symm_tests::matrix::exact;
@@ -44,7 +44,7 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .ok_or("LOCAL_RANK is not set")?;
-    let local = Comm::placement(local).map_err(e)?;
+    let local = symm_driver::cuda::comm::placement(local).map_err(e)?;
     let world: u16 = std::env::var("WORLD_SIZE")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -112,6 +112,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         100,
         || super::streams::two_streams(&comm),
     ));
+    checks.push(Check::timed(
+        "a cached call is a lookup: host time of enqueue and launch",
+        2,
+        || super::host_cost::cached_calls(&comm, &stream),
+    ));
     checks.push(Check::timed("forced timeout, poison, reset", 100, || {
         poison_reset(&comm, &stream)
     }));
@@ -160,12 +165,14 @@ fn case(
     let b = comm.alloc(req).map_err(e)?;
     let inputs = data::inputs(req, seed);
     let r = (|| {
-        comm.write(b.input, &inputs[me]).map_err(e)?;
-        comm.fill(b.output, b.sizes.output, host::POISON)
+        comm.memory().write(b.input, &inputs[me]).map_err(e)?;
+        comm.memory()
+            .fill(b.output, b.sizes.output, host::POISON)
             .map_err(e)?;
         // No scratch fill: a peer's low-latency lines may already be there.
-        comm.run(req, &b, stream).map_err(e)?;
-        let found = comm.read(b.output, b.sizes.output).map_err(e)?;
+        comm.enqueue(req, &b, stream).map_err(e)?;
+        comm.synchronize(stream).map_err(e)?;
+        let found = comm.memory().read(b.output, b.sizes.output).map_err(e)?;
         let want = host::reference(req, &inputs);
         Ok(exact(req, &[found], &want[me..me + 1]))
     })();
@@ -181,7 +188,7 @@ fn matrix(comm: &mut Comm, sizes: &[u64]) -> Result<String, String> {
         .into_iter()
         .flat_map(|(_, cases)| cases)
         .collect();
-    comm.prepare_all(&reqs).map_err(e)?;
+    comm.prepare(&reqs).map_err(e)?;
     let rep = symm_tests::matrix::run(comm, &m, &mut 1);
     if let Some(f) = rep.failures.first() {
         return Err(format!(
@@ -202,21 +209,25 @@ fn device_api(comm: &Comm, stream: &Stream, passes: u32) -> Result<String, Strin
     let w = comm.world();
     let me = comm.rank();
     let b = comm
-        .alloc_sizes(BufferSizes {
+        .alloc(&BufferSizes {
             input: bytes,
             output: bytes,
             scratch: 4096,
         })
         .map_err(e)?;
-    comm.fill(b.scratch, 4096, 0).map_err(e)?;
+    comm.memory().fill(b.scratch, 4096, 0).map_err(e)?;
     let mut ex = RankRingPass::new(comm.device(), None).map_err(e)?;
     for pass in 0..passes {
         let mut rng = symm_core::symbolic::Rng::new(77 + pass as u64);
         let data: Vec<Vec<u8>> = (0..w)
             .map(|_| (0..bytes).map(|_| rng.next_u64() as u8).collect())
             .collect();
-        comm.write(b.input, &data[me as usize]).map_err(e)?;
-        comm.fill(b.output, bytes, host::POISON).map_err(e)?;
+        comm.memory()
+            .write(b.input, &data[me as usize])
+            .map_err(e)?;
+        comm.memory()
+            .fill(b.output, bytes, host::POISON)
+            .map_err(e)?;
         // The predecessor's put lands in this output: not before it was poisoned.
         comm.exchange(&[]).map_err(e)?;
         let a = PassArgs {
@@ -227,7 +238,7 @@ fn device_api(comm: &Comm, stream: &Stream, passes: u32) -> Result<String, Strin
             deadline_ns: 5_000_000_000,
         };
         ex.run_comm(comm, &a, stream).map_err(e)?;
-        let got = comm.read(b.output, bytes).map_err(e)?;
+        let got = comm.memory().read(b.output, bytes).map_err(e)?;
         if got != data[((me + w - 1) % w) as usize] {
             return Err(format!(
                 "pass {pass}: rank {me} did not receive its predecessor's data"
@@ -323,8 +334,8 @@ fn teams(comm: &Comm, max_bytes: u64) -> Result<String, String> {
     let mut reversed = None;
     for (name, how) in splits {
         let team = match how {
-            Some((color, key)) => comm.split(color, key, heap),
-            None => comm.split_strided(0, 1, w, heap),
+            Some((color, key)) => CommTeam::split(comm, color, key, heap),
+            None => CommTeam::split_strided(comm, 0, 1, w, heap),
         }
         .map_err(e)?
         .ok_or_else(|| format!("{name}: rank {me} got no team"))?;
@@ -334,7 +345,7 @@ fn teams(comm: &Comm, max_bytes: u64) -> Result<String, String> {
             .into_iter()
             .flat_map(|(_, cases)| cases)
             .collect();
-        team.prepare_all(&reqs).map_err(e)?;
+        team.prepare(&reqs).map_err(e)?;
         let rep = symm_tests::matrix::run(&mut team, &matrix, &mut 7);
         if let Some(f) = rep.failures.first().or(rep.stopped.as_ref()) {
             return Err(format!("{name} team {:?}: {f}", team.team().members()));
@@ -375,10 +386,12 @@ fn teams(comm: &Comm, max_bytes: u64) -> Result<String, String> {
     .with_channels(4);
     let (bw, bt) = (comm.alloc(&ar).map_err(e)?, team.alloc(&ag).map_err(e)?);
     let (iw, it) = (data::inputs(&ar, 41), data::inputs(&ag, 42));
-    comm.write(bw.input, &iw[me as usize]).map_err(e)?;
-    comm.write(bt.input, &it[team.rank() as usize]).map_err(e)?;
-    comm.prepare(&ar).map_err(e)?;
-    team.prepare(&ag).map_err(e)?;
+    comm.memory().write(bw.input, &iw[me as usize]).map_err(e)?;
+    comm.memory()
+        .write(bt.input, &it[team.rank() as usize])
+        .map_err(e)?;
+    comm.prepare(&[ar]).map_err(e)?;
+    team.prepare(&[ag]).map_err(e)?;
     comm.exchange(&[]).map_err(e)?;
     for _ in 0..20 {
         comm.enqueue(&ar, &bw, &s1).map_err(e)?;
@@ -388,14 +401,14 @@ fn teams(comm: &Comm, max_bytes: u64) -> Result<String, String> {
     comm.synchronize(&s2).map_err(e)?;
     // The all-gather is idempotent; the all-reduce of the last launch reads inputs it does not
     // overwrite (out of place), so both are checked against one launch's reference.
-    let found = comm.read(bw.output, bw.sizes.output).map_err(e)?;
+    let found = comm.memory().read(bw.output, bw.sizes.output).map_err(e)?;
     exact(
         &ar,
         &[found],
         &host::reference(&ar, &iw)[me as usize..me as usize + 1],
     )
     .map_err(|m| format!("job all-reduce beside the team: {m}"))?;
-    let found = comm.read(bt.output, bt.sizes.output).map_err(e)?;
+    let found = comm.memory().read(bt.output, bt.sizes.output).map_err(e)?;
     let tr = team.rank() as usize;
     exact(&ag, &[found], &host::reference(&ag, &it)[tr..tr + 1])
         .map_err(|m| format!("team all-gather beside the job: {m}"))?;
@@ -427,7 +440,7 @@ fn graph_of(comm: &Comm, stream: &Stream, a: Algorithm) -> Result<(), String> {
     .with_channels(2);
     let b: Buffers = comm.alloc(&req).map_err(e)?;
     // Plans are built (device memory allocated) before capture, which forbids allocation.
-    comm.prepare(&req).map_err(e)?;
+    comm.prepare(&[req]).map_err(e)?;
     let g = comm
         .capture(stream, |cap| cap.enqueue(&req, &b))
         .map_err(e)?;
@@ -438,12 +451,13 @@ fn graph_of(comm: &Comm, stream: &Stream, a: Algorithm) -> Result<(), String> {
     }
     for i in 0..100u64 {
         let inputs = data::inputs(&req, 1000 + i);
-        comm.write(b.input, &inputs[me]).map_err(e)?;
-        comm.fill(b.output, b.sizes.output, host::POISON)
+        comm.memory().write(b.input, &inputs[me]).map_err(e)?;
+        comm.memory()
+            .fill(b.output, b.sizes.output, host::POISON)
             .map_err(e)?;
         g.launch(stream).map_err(e)?;
         comm.synchronize(stream).map_err(e)?;
-        let found = comm.read(b.output, b.sizes.output).map_err(e)?;
+        let found = comm.memory().read(b.output, b.sizes.output).map_err(e)?;
         exact(&req, &[found], &host::reference(&req, &inputs)[me..me + 1])
             .map_err(|m| format!("replay {i}: {m}"))?;
     }
@@ -462,7 +476,7 @@ fn poison_reset(comm: &Comm, stream: &Stream) -> Result<String, String> {
         ReduceOp::Sum,
     );
     let b = comm.alloc(&req).map_err(e)?;
-    comm.prepare(&req).map_err(e)?;
+    comm.prepare(&[req]).map_err(e)?;
     let g = comm
         .capture(stream, |cap| cap.enqueue(&req, &b))
         .map_err(e)?;
@@ -534,8 +548,7 @@ fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
     comm.free(&b).map_err(e)?;
     case(comm, stream, &req, 9000)?.map_err(|m| format!("after the refusals: {m}"))?;
     // Members of a team that allocate differently in its region are told so, by name.
-    let team = comm
-        .split_strided(0, 1, comm.world(), 64 << 10)
+    let team = CommTeam::split_strided(comm, 0, 1, comm.world(), 64 << 10)
         .map_err(e)?
         .ok_or("every rank is a member of the strided team")?;
     let n = if comm.rank() == 0 { 4096 } else { 8192 };
@@ -558,7 +571,7 @@ fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
         output: n,
         scratch: 0,
     };
-    match comm.alloc_sizes(sizes) {
+    match comm.alloc(&sizes) {
         Err(
             e @ CudaError::Diverged {
                 what: "symmetric allocation",
@@ -591,7 +604,7 @@ fn foreign_stream(comm: &Comm, stream: &Stream) -> Result<String, String> {
     );
     let b = comm.alloc(&req).map_err(e)?;
     let r = (|| {
-        comm.prepare(&req).map_err(e)?;
+        comm.prepare(&[req]).map_err(e)?;
         let refused = |what: &str, r: Result<(), CudaError>| match r {
             Err(CudaError::WrongOwner { what: "the stream" }) => Ok(()),
             other => Err(format!("{what} on another device's stream gave {other:?}")),
@@ -599,7 +612,8 @@ fn foreign_stream(comm: &Comm, stream: &Stream) -> Result<String, String> {
         refused("enqueue", comm.enqueue(&req, &b, &theirs))?;
         refused(
             "put_on_stream",
-            comm.put_on_stream(comm.rank(), b.output, b.input, 4096, &theirs),
+            comm.memory()
+                .put_on_stream(comm.rank(), b.output, b.input, 4096, &theirs),
         )?;
         let g = comm.capture(stream, |c| c.enqueue(&req, &b)).map_err(e)?;
         refused("a graph replay", g.launch(&theirs))?;
@@ -625,7 +639,7 @@ fn pinned_during_capture(comm: &Comm, stream: &Stream) -> Result<String, String>
         ReduceOp::Sum,
     );
     let b = comm.alloc(&req).map_err(e)?;
-    comm.prepare(&req).map_err(e)?;
+    comm.prepare(&[req]).map_err(e)?;
     let mut during = None;
     let g = comm
         .capture(stream, |c| {

@@ -80,7 +80,7 @@ fn traces(comm: &mut Comm, p: &Params) -> Result<usize, String> {
     let mut ops = 0;
     for (i, req) in requests(w, 256 << 10).into_iter().enumerate() {
         let name = req.collective.name();
-        if comm.sms(&req).map_err(e)? != 0 {
+        if comm.admit(&req).map_err(e)?.sms() != 0 {
             return Err(format!("{name} would occupy SMs"));
         }
         let inputs = data::inputs(&req, 500 + i as u64);
@@ -112,21 +112,22 @@ fn case(
 ) -> Result<(), String> {
     let me = comm.rank() as usize;
     let inputs = data::inputs(req, seed);
-    comm.write(b.input, &inputs[me]).map_err(e)?;
-    comm.fill(b.output, b.sizes.output, host::POISON)
+    comm.memory().write(b.input, &inputs[me]).map_err(e)?;
+    comm.memory()
+        .fill(b.output, b.sizes.output, host::POISON)
         .map_err(e)?;
     // Every rank's buffers are ready before any rank's collective writes into them.
     comm.exchange(&[]).map_err(e)?;
     go().map_err(e)?;
     comm.synchronize(stream).map_err(e)?;
-    let found = comm.read(b.output, b.sizes.output).map_err(e)?;
+    let found = comm.memory().read(b.output, b.sizes.output).map_err(e)?;
     exact(req, &[found], &host::reference(req, &inputs)[me..me + 1])
 }
 
 fn graph(comm: &Comm, stream: &Stream) -> Result<(), String> {
     let req = requests(comm.world(), 1 << 20)[0];
     let b = comm.alloc(&req).map_err(e)?;
-    comm.prepare(&req).map_err(e)?;
+    comm.prepare(&[req]).map_err(e)?;
     let r = (|| {
         let g = comm
             .capture(stream, |cap| cap.enqueue(&req, &b))

@@ -117,7 +117,7 @@ pub(super) fn ll_back_to_back(comm: &Comm, stream: &Stream) -> Result<String, St
     let step = req.bytes.div_ceil(256) * 256;
     let base = comm.alloc(&req).map_err(|x| x.to_string())?;
     let area = comm
-        .alloc_sizes(BufferSizes {
+        .alloc(&BufferSizes {
             input: step * CALLS,
             output: step * CALLS,
             scratch: 16,
@@ -139,12 +139,14 @@ pub(super) fn ll_back_to_back(comm: &Comm, stream: &Stream) -> Result<String, St
     let r = (|| -> Result<String, String> {
         for i in 0..CALLS {
             let ins = data::inputs(&req, 7000 + i);
-            comm.write(on(i).input, &ins[me])
+            comm.memory()
+                .write(on(i).input, &ins[me])
                 .map_err(|x| x.to_string())?;
-            comm.fill(on(i).output, req.bytes, host::POISON)
+            comm.memory()
+                .fill(on(i).output, req.bytes, host::POISON)
                 .map_err(|x| x.to_string())?;
         }
-        comm.prepare(&req).map_err(|x| x.to_string())?;
+        comm.prepare(&[req]).map_err(|x| x.to_string())?;
         comm.exchange(&[]).map_err(|x| x.to_string())?;
         for i in 0..CALLS {
             comm.enqueue(&req, &on(i), stream)
@@ -154,6 +156,7 @@ pub(super) fn ll_back_to_back(comm: &Comm, stream: &Stream) -> Result<String, St
         for i in 0..CALLS {
             let ins = data::inputs(&req, 7000 + i);
             let found = comm
+                .memory()
                 .read(on(i).output, req.bytes)
                 .map_err(|x| x.to_string())?;
             exact(&req, &[found], &host::reference(&req, &ins)[me..me + 1])

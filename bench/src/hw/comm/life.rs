@@ -22,7 +22,7 @@ fn local_rank() -> Result<i32, String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| "LOCAL_RANK is not set".to_string())?;
-    symm_driver::cuda::Comm::placement(local).map_err(|m| m.to_string())
+    symm_driver::cuda::comm::placement(local).map_err(|m| m.to_string())
 }
 
 fn open_fds() -> Result<usize, String> {
@@ -86,9 +86,11 @@ pub(super) fn leak(p: &Params) -> Result<String, String> {
     let one = |i: u32| -> Result<(), String> {
         let r = req(i);
         let b = comm.alloc(&r).map_err(e)?;
-        comm.write(b.input, &inputs[comm.rank() as usize])
+        comm.memory()
+            .write(b.input, &inputs[comm.rank() as usize])
             .map_err(e)?;
-        comm.run(&r, &b, &stream).map_err(e)?;
+        comm.enqueue(&r, &b, &stream).map_err(e)?;
+        comm.synchronize(&stream).map_err(e)?;
         comm.free(&b).map_err(e)
     };
     for i in 0..3 {
@@ -142,7 +144,7 @@ pub(super) fn death() -> Result<String, String> {
     let b = comm.alloc(&req).map_err(e)?;
     // Both ranks build (and, with compiled plans, compile) the plan first, so rank 0 enqueues
     // well inside the 300 ms before rank 1 dies.
-    comm.prepare(&req).map_err(e)?;
+    comm.prepare(&[req]).map_err(e)?;
     if comm.rank() == 1 {
         std::thread::sleep(Duration::from_millis(300));
         let _ = Command::new("kill")

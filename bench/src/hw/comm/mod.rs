@@ -8,7 +8,8 @@
 //!
 //! * `correct` ([`correct`]): the shared conformance matrix on the `Comm` backend, graph replay,
 //!   the device-API example on the Comm's heap, per-process traces merged and compared with the
-//!   simulator, poison and reset, hostile calls, the caller's context.
+//!   simulator, the host time of a cached call ([`host_cost`]), poison and reset, hostile
+//!   calls, the caller's context.
 //! * `leak` ([`life::leak`]): symmetric-heap create/destroy cycles across processes (POSIX fds
 //!   through SCM_RIGHTS each cycle), then collectives on a `Comm`: free memory, live
 //!   handles/maps/ranges and open file descriptors must end where they started.
@@ -19,6 +20,7 @@
 mod correct;
 mod engines;
 mod fold;
+mod host_cost;
 mod life;
 mod moe;
 mod moe_a2av;

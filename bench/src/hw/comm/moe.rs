@@ -17,10 +17,46 @@ use std::time::{Duration, Instant};
 
 use symm_core::moe::{Mode, MoeConfig};
 use symm_driver::cuda::device::Stream;
-use symm_driver::cuda::{Comm, MoeLayer, Span};
+use symm_driver::cuda::Tensors as Blocks;
+use symm_driver::cuda::{Comm, CudaError, MoeLayer, Span, TokenType};
 use symm_driver::host::moe::{moe_combine_reference, moe_reference, MoeDtype, MoeRankInput};
 
 use super::{e, opts, Check, Params};
+
+/// A Comm with the framework tensors these checks allocate from, and the SM cap of the MoE
+/// layers they make ([`MoeLayer::set_sms`]).
+pub(super) struct Gpu {
+    comm: Comm,
+    pub(super) tensors: Blocks,
+    sms: std::cell::Cell<u32>,
+}
+
+impl std::ops::Deref for Gpu {
+    type Target = Comm;
+
+    fn deref(&self) -> &Comm {
+        &self.comm
+    }
+}
+
+impl Gpu {
+    /// Caps the blocks of the layers made from now on at `sms` (0: the default grids).
+    pub(super) fn set_moe_sms(&self, sms: u32) {
+        self.sms.set(sms);
+    }
+
+    /// A MoE layer over this rank's tensors, capped as [`Gpu::set_moe_sms`] says.
+    pub(super) fn moe_layer(
+        &self,
+        cfg: MoeConfig,
+        ty: TokenType,
+        stream: &Stream,
+    ) -> Result<MoeLayer, CudaError> {
+        let layer = MoeLayer::new(&self.comm, &self.tensors, cfg, ty, stream)?;
+        layer.set_sms(self.sms.get());
+        Ok(layer)
+    }
+}
 
 /// A tiny deterministic generator (xorshift64*).
 struct Rng(u64);
@@ -257,7 +293,7 @@ pub(super) struct Tensors {
 }
 
 pub(super) fn tensors(
-    comm: &Comm,
+    comm: &Gpu,
     cfg: &MoeConfig,
     dtype: MoeDtype,
     stream: &Stream,
@@ -268,7 +304,11 @@ pub(super) fn tensors(
         u64::from(cfg.topk),
     );
     let es = dtype.bytes() as u64;
-    let a = |len: u64| comm.alloc_block(len.max(16), stream).map_err(e);
+    let a = |len: u64| {
+        comm.tensors
+            .alloc_block(comm, len.max(16), stream)
+            .map_err(e)
+    };
     Ok(Tensors {
         x: a(t * h * es)?,
         idx: a(t * k * 8)?,
@@ -278,28 +318,28 @@ pub(super) fn tensors(
     })
 }
 
-pub(super) fn span(comm: &Comm, off: u64, len: u64) -> Result<Span, String> {
+pub(super) fn span(comm: &Gpu, off: u64, len: u64) -> Result<Span, String> {
     Ok(Span {
         ptr: comm.ptr(comm.rank(), off).map_err(e)?,
         len,
     })
 }
 
-pub(super) fn upload(comm: &Comm, t: &Tensors, mine: &MoeRankInput) -> Result<(), String> {
-    comm.write(t.x, &mine.x).map_err(e)?;
+pub(super) fn upload(comm: &Gpu, t: &Tensors, mine: &MoeRankInput) -> Result<(), String> {
+    comm.memory().write(t.x, &mine.x).map_err(e)?;
     let idx: Vec<u8> = mine.topk_idx.iter().flat_map(|v| v.to_le_bytes()).collect();
-    comm.write(t.idx, &idx).map_err(e)?;
+    comm.memory().write(t.idx, &idx).map_err(e)?;
     let w: Vec<u8> = mine
         .topk_weights
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
-    comm.write(t.w, &w).map_err(e)
+    comm.memory().write(t.w, &w).map_err(e)
 }
 
 /// Enqueues dispatch then combine of this rank's `tokens`.
 pub(super) fn enqueue(
-    comm: &Comm,
+    comm: &Gpu,
     layer: &MoeLayer,
     t: &Tensors,
     mode: Mode,
@@ -318,15 +358,18 @@ pub(super) fn enqueue(
     // SAFETY: every span is a block of this rank's heap that outlives the enqueued work (the
     // check synchronises before it frees anything).
     unsafe {
-        comm.moe_dispatch(layer, mode, tokens, x, idx, w, stream)
+        layer
+            .dispatch(comm, &comm.tensors, mode, tokens, x, idx, w, stream)
             .map_err(e)?;
-        comm.moe_combine(layer, mode, eout, out, stream).map_err(e)
+        layer
+            .combine(comm, &comm.tensors, mode, eout, out, stream)
+            .map_err(e)
     }
 }
 
 /// Compares this rank's dispatch and combine with the reference of `ins`.
 pub(super) fn compare(
-    comm: &Comm,
+    comm: &Gpu,
     layer: &MoeLayer,
     t: &Tensors,
     ins: &[MoeRankInput],
@@ -337,12 +380,12 @@ pub(super) fn compare(
     let me = usize::from(comm.rank());
     let want = moe_reference(&cfg, dtype, ins).map_err(|e| e.to_string())?;
     let mine = &want[me];
-    let spans = comm.moe_spans(layer).map_err(e)?;
+    let spans = layer.spans(comm).map_err(e)?;
     if spans != mine.spans {
         return Err(format!("rank {me}: spans {spans:?}, want {:?}", mine.spans));
     }
     let used: u32 = spans.iter().map(|s| s.1).sum();
-    let rows = comm.moe_read_rows(layer, 0, used).map_err(e)?;
+    let rows = layer.read_rows(comm, 0, used).map_err(e)?;
     let row = cfg.hidden as usize * dtype.bytes();
     if rows[..] != mine.expert_x[..used as usize * row] {
         let bad = (0..used as usize)
@@ -350,7 +393,7 @@ pub(super) fn compare(
             .unwrap_or(0);
         return Err(format!("rank {me}: expert row {bad} of {used} differs"));
     }
-    let status = comm.moe_status(layer).map_err(e)?;
+    let status = layer.status(comm).map_err(e)?;
     if (status.invalid, status.dropped) != (mine.invalid, mine.dropped) {
         return Err(format!(
             "rank {me}: {} invalid / {} dropped, want {} / {}",
@@ -358,7 +401,10 @@ pub(super) fn compare(
         ));
     }
     let combined = moe_combine_reference(&cfg, dtype, ins, eouts).map_err(|e| e.to_string())?;
-    let got = comm.read(t.out, combined[me].len() as u64).map_err(e)?;
+    let got = comm
+        .memory()
+        .read(t.out, combined[me].len() as u64)
+        .map_err(e)?;
     if got != combined[me] {
         let es = dtype.bytes();
         let bad = (0..got.len() / es)
@@ -374,16 +420,16 @@ pub(super) fn compare(
     Ok((used, status.dropped))
 }
 
-pub(super) fn free(comm: &Comm, layer: MoeLayer, t: Tensors) -> Result<(), String> {
-    comm.free_moe_layer(layer).map_err(e)?;
+pub(super) fn free(comm: &Gpu, layer: MoeLayer, t: Tensors) -> Result<(), String> {
+    layer.free(comm, &comm.tensors).map_err(e)?;
     for b in [t.x, t.idx, t.w, t.eout, t.out] {
-        comm.release_block(b).map_err(e)?;
+        comm.tensors.release_block(b).map_err(e)?;
     }
     Ok(())
 }
 
 /// One case: dispatch and combine, compared with the reference.
-fn case(comm: &Comm, stream: &Stream, c: &Case) -> Result<String, String> {
+fn case(comm: &Gpu, stream: &Stream, c: &Case) -> Result<String, String> {
     let cfg = config(comm.world(), c)?;
     let layer = comm.moe_layer(cfg, c.dtype, stream).map_err(e)?;
     let t = tensors(comm, &cfg, c.dtype, stream)?;
@@ -391,7 +437,7 @@ fn case(comm: &Comm, stream: &Stream, c: &Case) -> Result<String, String> {
     let eouts = expert_out(&cfg, c.dtype, 0);
     let me = usize::from(comm.rank());
     upload(comm, &t, &ins[me])?;
-    comm.write(t.eout, &eouts[me]).map_err(e)?;
+    comm.memory().write(t.eout, &eouts[me]).map_err(e)?;
     let tokens = (ins[me].topk_idx.len() / c.topk as usize) as u32;
     enqueue(comm, &layer, &t, c.mode, tokens, stream)?;
     comm.synchronize(stream).map_err(e)?;
@@ -401,7 +447,7 @@ fn case(comm: &Comm, stream: &Stream, c: &Case) -> Result<String, String> {
 }
 
 /// A graph of dispatch + combine, replayed with a new routing and new tokens each time.
-fn graph(comm: &Comm, stream: &Stream, mode: Mode, replays: u64) -> Result<String, String> {
+fn graph(comm: &Gpu, stream: &Stream, mode: Mode, replays: u64) -> Result<String, String> {
     let c = Case::new("graph", 8, Route::Uniform, mode);
     let cfg = config(comm.world(), &c)?;
     let layer = comm.moe_layer(cfg, c.dtype, stream).map_err(e)?;
@@ -423,7 +469,7 @@ fn graph(comm: &Comm, stream: &Stream, mode: Mode, replays: u64) -> Result<Strin
         let ins = inputs(&cfg, &c, c.dtype, round);
         let eouts = expert_out(&cfg, c.dtype, round);
         upload(comm, &t, &ins[me])?;
-        comm.write(t.eout, &eouts[me]).map_err(e)?;
+        comm.memory().write(t.eout, &eouts[me]).map_err(e)?;
         // Every rank's inputs are in place before any rank's replay reads a peer's.
         comm.exchange(b"moe inputs").map_err(e)?;
         g.launch(stream).map_err(e)?;
@@ -445,8 +491,13 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .ok_or("LOCAL_RANK is not set")?;
-    let _ = Comm::placement(local).map_err(e)?;
+    let _ = symm_driver::cuda::comm::placement(local).map_err(e)?;
     let comm = Comm::from_env(opts(Duration::from_secs(10), 3 << 30)).map_err(e)?;
+    let comm = Gpu {
+        tensors: Blocks::new(&comm),
+        comm,
+        sms: std::cell::Cell::new(0),
+    };
     let stream = Stream::new(comm.device()).map_err(e)?;
     let mut checks = Vec::new();
     let all = cases();
@@ -459,7 +510,7 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
                 let n = case(&comm, &stream, c).map_err(|m| format!("{}: {m}", c.name))?;
                 notes.push(format!("{}: {n}", c.name));
             }
-            // Small grids, a different one on each rank (`Comm::set_moe_sms`): the kernels and
+            // Small grids, a different one on each rank (`MoeLayer::set_sms`): the kernels and
             // the protocol between ranks work with any grid.
             let sms = 3 + u32::from(comm.rank());
             comm.set_moe_sms(sms);
@@ -494,14 +545,14 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         super::moe_a2av::latency(&comm, &stream, p)
     }));
     drop(stream);
-    comm.finish().map_err(e)?;
+    comm.comm.finish().map_err(e)?;
     Ok(checks)
 }
 
 /// Wall-clock microseconds per call of `f`, over `iters` calls after `warm` (synchronising at
 /// the end of each batch).
 pub(super) fn per_call(
-    comm: &Comm,
+    comm: &Gpu,
     stream: &Stream,
     warm: u32,
     iters: u32,

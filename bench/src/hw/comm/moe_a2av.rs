@@ -6,10 +6,12 @@
 
 use symm_core::moe::Mode;
 use symm_driver::cuda::device::Stream;
-use symm_driver::cuda::{A2avLayer, Comm, Span};
+use symm_driver::cuda::{A2avLayer, Span};
 
 use super::moe::{compare, config, expert_out, free, span};
-use super::moe::{enqueue as moe_enqueue, inputs as moe_inputs, per_call, tensors as moe_tensors};
+use super::moe::{
+    enqueue as moe_enqueue, inputs as moe_inputs, per_call, tensors as moe_tensors, Gpu,
+};
 use super::moe::{upload as moe_upload, Case as MoeCase, Route as MoeRoute};
 use super::{e, Params};
 use symm_driver::host::moe::MoeDtype;
@@ -76,7 +78,7 @@ struct Bufs {
     recv: u64,
 }
 
-fn enqueue(comm: &Comm, l: &A2avLayer, b: &Bufs, stream: &Stream) -> Result<(), String> {
+fn enqueue(comm: &Gpu, l: &A2avLayer, b: &Bufs, stream: &Stream) -> Result<(), String> {
     let w = u64::from(comm.world());
     let (c, i, r) = (
         span(comm, b.counts, w * 8)?,
@@ -84,7 +86,7 @@ fn enqueue(comm: &Comm, l: &A2avLayer, b: &Bufs, stream: &Stream) -> Result<(), 
         span(comm, b.recv, w * 8)?,
     );
     // SAFETY: the spans are blocks of this rank's heap, freed only after a synchronisation.
-    unsafe { comm.all_to_allv_device(l, c, i, r, stream) }.map_err(e)
+    unsafe { l.enqueue(comm, &comm.tensors, c, i, r, stream) }.map_err(e)
 }
 
 /// Every rank's input: element i of rank r is r * 4096 + i, exact in f32.
@@ -98,23 +100,24 @@ fn rank_inputs(world: usize) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn round(comm: &Comm, b: &Bufs, raw: &[i64]) -> Result<(), String> {
+fn round(comm: &Gpu, b: &Bufs, raw: &[i64]) -> Result<(), String> {
     let (me, w) = (usize::from(comm.rank()), usize::from(comm.world()));
     let inputs = rank_inputs(w);
     let mine: Vec<u8> = raw[me * w..(me + 1) * w]
         .iter()
         .flat_map(|c| c.to_le_bytes())
         .collect();
-    comm.write(b.counts, &mine).map_err(e)?;
+    comm.memory().write(b.counts, &mine).map_err(e)?;
     let bytes: Vec<u8> = inputs[me].iter().flat_map(|v| v.to_le_bytes()).collect();
-    comm.write(b.input, &bytes).map_err(e)
+    comm.memory().write(b.input, &bytes).map_err(e)
 }
 
-fn verify(comm: &Comm, l: &A2avLayer, b: &Bufs, raw: &[i64], what: &str) -> Result<u64, String> {
+fn verify(comm: &Gpu, l: &A2avLayer, b: &Bufs, raw: &[i64], what: &str) -> Result<u64, String> {
     let (me, w) = (usize::from(comm.rank()), usize::from(comm.world()));
     let inputs = rank_inputs(w);
     let (want, kept, dropped) = &model(comm.world(), raw, &inputs)[me];
     let rc: Vec<i64> = comm
+        .memory()
         .read(b.recv, w as u64 * 8)
         .map_err(e)?
         .chunks_exact(8)
@@ -126,7 +129,10 @@ fn verify(comm: &Comm, l: &A2avLayer, b: &Bufs, raw: &[i64], what: &str) -> Resu
         ));
     }
     let total: i64 = kept.iter().sum();
-    let got = comm.read(l.output(), total as u64 * 4).map_err(e)?;
+    let got = comm
+        .memory()
+        .read(l.output(), total as u64 * 4)
+        .map_err(e)?;
     for (i, c) in got.chunks_exact(4).enumerate() {
         let v = f32::from_le_bytes(c.try_into().unwrap_or([0; 4]));
         if v.to_bits() != want[i].to_bits() {
@@ -136,7 +142,7 @@ fn verify(comm: &Comm, l: &A2avLayer, b: &Bufs, raw: &[i64], what: &str) -> Resu
             ));
         }
     }
-    let d = comm.a2av_dropped(l).map_err(e)?;
+    let d = l.dropped(comm).map_err(e)?;
     if u64::from(d) != *dropped {
         return Err(format!("{what}: rank {me} dropped {d}, want {dropped}"));
     }
@@ -144,13 +150,16 @@ fn verify(comm: &Comm, l: &A2avLayer, b: &Bufs, raw: &[i64], what: &str) -> Resu
 }
 
 /// The all-to-allv check: three kinds of counts eagerly, then graph replays with new counts.
-pub(super) fn run(comm: &Comm, stream: &Stream) -> Result<String, String> {
+pub(super) fn run(comm: &Gpu, stream: &Stream) -> Result<String, String> {
     let w = u64::from(comm.world());
-    let l = comm.a2av_layer(4, OUT_MAX, stream).map_err(e)?;
+    let l = A2avLayer::new(comm, &comm.tensors, 4, OUT_MAX, stream).map_err(e)?;
     let b = Bufs {
-        counts: comm.alloc_block(w * 8, stream).map_err(e)?,
-        input: comm.alloc_block(IN_MAX * 4, stream).map_err(e)?,
-        recv: comm.alloc_block(w * 8, stream).map_err(e)?,
+        counts: comm.tensors.alloc_block(comm, w * 8, stream).map_err(e)?,
+        input: comm
+            .tensors
+            .alloc_block(comm, IN_MAX * 4, stream)
+            .map_err(e)?,
+        recv: comm.tensors.alloc_block(comm, w * 8, stream).map_err(e)?,
     };
     let mut moved = 0;
     for (kind, what) in [
@@ -183,7 +192,7 @@ pub(super) fn run(comm: &Comm, stream: &Stream) -> Result<String, String> {
     }
     drop(g);
     for off in [b.counts, b.input, b.recv] {
-        comm.release_block(off).map_err(e)?;
+        comm.tensors.release_block(off).map_err(e)?;
     }
     Ok(format!(
         "3 eager calls and {replays} graph replays with new device counts, {moved} elements received here, bit exact"
@@ -191,11 +200,11 @@ pub(super) fn run(comm: &Comm, stream: &Stream) -> Result<String, String> {
 }
 
 /// The latency table (see the module doc of `moe`).
-pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String, String> {
+pub(super) fn latency(comm: &Gpu, stream: &Stream, p: &Params) -> Result<String, String> {
     let iters = if p.iters > 0 { p.iters } else { 200 };
     let world = comm.world();
     let mut notes = Vec::new();
-    // The default grids (every SM), then fewer blocks (`Comm::set_moe_sms`): whether the
+    // The default grids (every SM), then fewer blocks (`MoeLayer::set_sms`): whether the
     // waiting blocks' polling costs more than their copies gain.
     for (mode, tokens, sms) in [
         (Mode::LowLatency, 128u32, 0u32),
@@ -237,7 +246,7 @@ pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String
             .map_err(e)?;
         let graph = per_call(comm, stream, 5, iters, || g.launch(stream).map_err(e))?;
         drop(g);
-        let status = comm.moe_status(&layer).map_err(e)?;
+        let status = layer.status(comm).map_err(e)?;
         let grid = match sms {
             0 => String::new(),
             n => format!(" at {n} SMs"),
@@ -248,9 +257,9 @@ pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String
             status.dropped
         ));
         comm.set_moe_sms(0);
-        comm.free_moe_layer(layer).map_err(e)?;
+        layer.free(comm, &comm.tensors).map_err(e)?;
         for b in [t.x, t.idx, t.w, t.eout, t.out] {
-            comm.release_block(b).map_err(e)?;
+            comm.tensors.release_block(b).map_err(e)?;
         }
     }
     // The token rows of a 128-token top-8 dispatch as an all-to-allv: device counts against a
@@ -259,12 +268,15 @@ pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String
     let row = 7168u64;
     let per_dest = 128 * 8 / w.max(1);
     let elems = per_dest.min(128) * row;
-    let l = comm.a2av_layer(2, w * elems, stream).map_err(e)?;
-    let cb = comm.alloc_block(w * 8, stream).map_err(e)?;
-    let ib = comm.alloc_block(w * elems * 2, stream).map_err(e)?;
-    let rb = comm.alloc_block(w * 8, stream).map_err(e)?;
+    let l = A2avLayer::new(comm, &comm.tensors, 2, w * elems, stream).map_err(e)?;
+    let cb = comm.tensors.alloc_block(comm, w * 8, stream).map_err(e)?;
+    let ib = comm
+        .tensors
+        .alloc_block(comm, w * elems * 2, stream)
+        .map_err(e)?;
+    let rb = comm.tensors.alloc_block(comm, w * 8, stream).map_err(e)?;
     let mine: Vec<u8> = (0..w).flat_map(|_| (elems as i64).to_le_bytes()).collect();
-    comm.write(cb, &mine).map_err(e)?;
+    comm.memory().write(cb, &mine).map_err(e)?;
     let go = |s: &Stream| -> Result<(), String> {
         let (c, i, r) = (
             span(comm, cb, w * 8)?,
@@ -272,12 +284,12 @@ pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String
             span(comm, rb, w * 8)?,
         );
         // SAFETY: heap blocks of this rank, released after a synchronisation below.
-        unsafe { comm.all_to_allv_device(&l, c, i, r, s) }.map_err(e)
+        unsafe { l.enqueue(comm, &comm.tensors, c, i, r, s) }.map_err(e)
     };
     let device = per_call(comm, stream, 5, iters, || go(stream))?;
     let host = per_call(comm, stream, 5, iters, || {
         comm.synchronize(stream).map_err(e)?;
-        let c = comm.read(cb, w * 8).map_err(e)?;
+        let c = comm.memory().read(cb, w * 8).map_err(e)?;
         if c.len() as u64 != w * 8 {
             return Err("short count read".into());
         }
@@ -289,7 +301,7 @@ pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String
         host / device
     ));
     for b in [cb, ib, rb] {
-        comm.release_block(b).map_err(e)?;
+        comm.tensors.release_block(b).map_err(e)?;
     }
     Ok(notes.join("; "))
 }
@@ -297,7 +309,7 @@ pub(super) fn latency(comm: &Comm, stream: &Stream, p: &Params) -> Result<String
 /// Hostile calls on a MoE layer and an all-to-allv layer: each is refused with its typed error
 /// before anything is enqueued; then a good dispatch and combine on the same layer still match
 /// the host reference, and the layer, once released, is refused too.
-pub(super) fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
+pub(super) fn hostile(comm: &Gpu, stream: &Stream) -> Result<String, String> {
     use symm_core::moe::MoeConfig;
     use symm_driver::cuda::{CudaError, MAX_GPU_EXPERTS};
     let mut refused = Vec::new();
@@ -331,7 +343,7 @@ pub(super) fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
     )?;
     expect(
         "all-to-allv elements of 3 bytes",
-        comm.a2av_layer(3, 16, stream).map(drop),
+        A2avLayer::new(comm, &comm.tensors, 3, 16, stream).map(drop),
         |e| matches!(e, CudaError::Invalid(_)),
     )?;
     let c = MoeCase::new("hostile", 4, MoeRoute::Hostile, Mode::Normal);
@@ -359,12 +371,12 @@ pub(super) fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
     unsafe {
         expect(
             "more tokens than tokens_max",
-            comm.moe_dispatch(&layer, nm, n + 1, x, idx, wt, stream),
+            layer.dispatch(comm, &comm.tensors, nm, n + 1, x, idx, wt, stream),
             |e| matches!(e, CudaError::Moe(_)),
         )?;
         expect(
             "a token buffer one element short",
-            comm.moe_dispatch(&layer, nm, n, short(x), idx, wt, stream),
+            layer.dispatch(comm, &comm.tensors, nm, n, short(x), idx, wt, stream),
             |e| matches!(e, CudaError::SizeMismatch { .. }),
         )?;
         let odd = Span {
@@ -373,18 +385,18 @@ pub(super) fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
         };
         expect(
             "expert indices not 8-byte aligned",
-            comm.moe_dispatch(&layer, nm, n, x, odd, wt, stream),
+            layer.dispatch(comm, &comm.tensors, nm, n, x, odd, wt, stream),
             |e| matches!(e, CudaError::Misaligned { .. }),
         )?;
         let nowhere = Span { ptr: 1 << 20, ..wt };
         expect(
             "weights at an address that is no device memory",
-            comm.moe_dispatch(&layer, nm, n, x, idx, nowhere, stream),
+            layer.dispatch(comm, &comm.tensors, nm, n, x, idx, nowhere, stream),
             |e| matches!(e, CudaError::NotDeviceMemory { .. }),
         )?;
         expect(
             "expert outputs one element short",
-            comm.moe_combine(&layer, nm, short(eout), out, stream),
+            layer.combine(comm, &comm.tensors, nm, short(eout), out, stream),
             |e| matches!(e, CudaError::SizeMismatch { .. }),
         )?;
         let odd = Span {
@@ -393,7 +405,7 @@ pub(super) fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
         };
         expect(
             "an output not aligned to its elements",
-            comm.moe_combine(&layer, nm, eout, odd, stream),
+            layer.combine(comm, &comm.tensors, nm, eout, odd, stream),
             |e| matches!(e, CudaError::Misaligned { .. }),
         )?;
     }
@@ -402,22 +414,25 @@ pub(super) fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
     let eouts = expert_out(&cfg, bf16, 0);
     let me = usize::from(comm.rank());
     moe_upload(comm, &t, &ins[me])?;
-    comm.write(t.eout, &eouts[me]).map_err(e)?;
+    comm.memory().write(t.eout, &eouts[me]).map_err(e)?;
     let tokens = (ins[me].topk_idx.len() / c.topk as usize) as u32;
     moe_enqueue(comm, &layer, &t, nm, tokens, stream)?;
     comm.synchronize(stream).map_err(e)?;
     compare(comm, &layer, &t, &ins, &eouts, bf16)
         .map_err(|m| format!("after the refusals: {m}"))?;
-    comm.release_block(layer.block().0).map_err(e)?;
+    comm.tensors.release_block(layer.block().0).map_err(e)?;
     // SAFETY: as above.
     expect(
         "a layer whose block was released",
-        unsafe { comm.moe_dispatch(&layer, nm, tokens, x, idx, wt, stream) }.map(drop),
+        unsafe { layer.dispatch(comm, &comm.tensors, nm, tokens, x, idx, wt, stream) }.map(drop),
         |e| matches!(e, CudaError::NotLive { .. }),
     )?;
     free(comm, layer, t)?;
-    let l = comm.a2av_layer(4, OUT_MAX, stream).map_err(e)?;
-    let cb = comm.alloc_block(u64::from(w) * 8, stream).map_err(e)?;
+    let l = A2avLayer::new(comm, &comm.tensors, 4, OUT_MAX, stream).map_err(e)?;
+    let cb = comm
+        .tensors
+        .alloc_block(comm, u64::from(w) * 8, stream)
+        .map_err(e)?;
     let counts = span(comm, cb, u64::from(w) * 8)?;
     let inside = span(comm, l.output(), 64)?;
     let odd = Span {
@@ -432,22 +447,22 @@ pub(super) fn hostile(comm: &Comm, stream: &Stream) -> Result<String, String> {
     unsafe {
         expect(
             "an all-to-allv input inside its own output",
-            comm.all_to_allv_device(&l, counts, inside, counts, stream),
+            l.enqueue(comm, &comm.tensors, counts, inside, counts, stream),
             |e| matches!(e, CudaError::Invalid(_)),
         )?;
         expect(
             "all-to-allv counts not 8-byte aligned",
-            comm.all_to_allv_device(&l, odd, inside, counts, stream),
+            l.enqueue(comm, &comm.tensors, odd, inside, counts, stream),
             |e| matches!(e, CudaError::Misaligned { .. }),
         )?;
         expect(
             "all-to-allv counts one rank short",
-            comm.all_to_allv_device(&l, short, inside, counts, stream),
+            l.enqueue(comm, &comm.tensors, short, inside, counts, stream),
             |e| matches!(e, CudaError::SizeMismatch { .. }),
         )?;
     }
-    comm.release_block(cb).map_err(e)?;
-    comm.release_block(l.block()).map_err(e)?;
+    comm.tensors.release_block(cb).map_err(e)?;
+    comm.tensors.release_block(l.block()).map_err(e)?;
     Ok(format!(
         "{} refused ({}); a good dispatch + combine after them bit exact",
         refused.len(),

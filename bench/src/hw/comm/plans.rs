@@ -40,11 +40,11 @@ pub(super) fn prepared(comm: &Comm) -> Result<String, String> {
     ];
     let mut notes = Vec::new();
     for req in reqs {
-        comm.prepare(&req).map_err(e)?;
-        let got = comm.runs_compiled(&req).map_err(e)?;
+        comm.prepare(&[req]).map_err(e)?;
+        let got = comm.admit(&req).map_err(e)?.runs_compiled();
         // The small plan is far below both op limits (`AUTO_COMPILED_OPS`, `MAX_COMPILED_OPS`);
         // the large one is past `AUTO_COMPILED_BYTES`, whatever its ops.
-        let want = !comm.on_copy_engines(&req) && path.compiles(req.bytes, 0);
+        let want = !comm.copy_engine().takes(&req) && path.compiles(req.bytes, 0);
         if got != want {
             return Err(format!(
                 "{} {} B after prepare ({path:?}): runs compiled {got}, expected {want}",

@@ -47,8 +47,8 @@ pub(super) fn two_streams(comm: &Comm) -> Result<String, String> {
     let r = (|| {
         let inputs = [data::inputs(&reqs[0], 71), data::inputs(&reqs[1], 72)];
         for ((req, b), inp) in reqs.iter().zip(&bufs).zip(&inputs) {
-            comm.write(b.input, &inp[me]).map_err(e)?;
-            comm.prepare(req).map_err(e)?;
+            comm.memory().write(b.input, &inp[me]).map_err(e)?;
+            comm.prepare(std::slice::from_ref(req)).map_err(e)?;
         }
         comm.exchange(&[]).map_err(e)?;
         for _ in 0..50 {
@@ -59,7 +59,7 @@ pub(super) fn two_streams(comm: &Comm) -> Result<String, String> {
         comm.synchronize(&s2).map_err(e)?;
         // Out of place: every launch computes the same output from the same inputs.
         for ((req, b), inp) in reqs.iter().zip(&bufs).zip(&inputs) {
-            let found = comm.read(b.output, b.sizes.output).map_err(e)?;
+            let found = comm.memory().read(b.output, b.sizes.output).map_err(e)?;
             exact(req, &[found], &host::reference(req, inp)[me..me + 1])
                 .map_err(|m| format!("{}: {m}", req.algorithm.name()))?;
         }

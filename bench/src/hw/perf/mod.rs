@@ -286,7 +286,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         }
         // Ranks placed on the same GPU measure a shared device, not NVLink.
         let devices: Vec<i32> = (0..w)
-            .filter_map(|r| symm_driver::cuda::Comm::placement(r).ok())
+            .filter_map(|r| symm_driver::cuda::comm::placement(r).ok())
             .collect();
         let shared = devices
             .iter()

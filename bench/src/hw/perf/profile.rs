@@ -1,6 +1,6 @@
 //! Where the time of a small all-reduce goes inside the kernel: the interpreter's own trace.
 //!
-//! Each algorithm runs traced (`Comm::run_traced`: the GPU's global timer at every op's begin and
+//! Each algorithm runs traced (`Tracer::run`: the GPU's global timer at every op's begin and
 //! end, thread 0 of each block) a number of times after warm-up; the table gives each op's mean
 //! time on channel 0, the gap before it (the interpreter's own work between ops: fetching the
 //! op, block barriers), and the kernel body from the first begin to the last end. Beside the
@@ -12,7 +12,7 @@ use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, Collective, Request};
 use symm_core::trace::{self, EventKind};
 use symm_driver::cuda::device::Stream;
-use symm_driver::cuda::Comm;
+use symm_driver::cuda::{Comm, Tracer};
 
 const RUNS: usize = 20;
 
@@ -31,13 +31,14 @@ pub(super) fn profile(comm: &Comm, stream: &Stream, algos: &[Algorithm]) -> Resu
         );
         let b = comm.alloc(&req).map_err(e)?;
         let r = (|| -> Result<(), String> {
-            comm.write(b.input, &vec![0x3f; 1024]).map_err(e)?;
+            comm.memory().write(b.input, &vec![0x3f; 1024]).map_err(e)?;
             // op index -> (name, sum of durations, sum of gaps, runs); body sum.
             let mut ops: Vec<(&'static str, u64, u64, u64)> = Vec::new();
             let mut body = 0u64;
+            let mut tracer = Tracer::load(comm).map_err(e)?;
             for run in 0..RUNS + 5 {
                 comm.exchange(&[]).map_err(e)?;
-                let part = comm.run_traced(&req, &b, stream).map_err(e)?;
+                let part = tracer.run(comm, &req, &b, stream).map_err(e)?;
                 if run < 5 {
                     continue;
                 }

@@ -201,10 +201,12 @@ fn fill(comm: &Comm, req: &Request, b: &Buffers, seed: u64) -> Result<Option<Vec
     let me = comm.rank() as usize;
     if b.sizes.output <= CHECKED {
         let inputs = data::inputs(req, seed);
-        comm.write(b.input, &inputs[me]).map_err(e)?;
+        comm.memory().write(b.input, &inputs[me]).map_err(e)?;
         Ok(host::reference(req, &inputs).into_iter().nth(me))
     } else {
-        comm.fill(b.input, b.sizes.input, 0x3f).map_err(e)?;
+        comm.memory()
+            .fill(b.input, b.sizes.input, 0x3f)
+            .map_err(e)?;
         Ok(None)
     }
 }
@@ -252,7 +254,7 @@ pub(super) fn run(
                 .collect();
             // Every candidate's kernel compiled first, on several threads: each is then timed
             // as it runs once prepared, not on the interpreter while a background compile runs.
-            comm.prepare_all(&reqs).map_err(e)?;
+            comm.prepare(&reqs).map_err(e)?;
             for req in reqs {
                 let (a, ch) = (req.algorithm, req.channels);
                 let b = comm.alloc(&req).map_err(e)?;
@@ -263,7 +265,7 @@ pub(super) fn run(
                     let us = timed(&comm, &stream, n, &call)?;
                     let bad = match want {
                         Some(want) => {
-                            let found = comm.read(b.output, b.sizes.output).map_err(e)?;
+                            let found = comm.memory().read(b.output, b.sizes.output).map_err(e)?;
                             wrong(&found, &want)
                         }
                         None => u64::MAX,
@@ -293,8 +295,9 @@ pub(super) fn run(
                 continue;
             };
             let (a, ch) = (req.algorithm, req.channels);
-            let sms = comm.sms(&req).map_err(e)?;
-            let path = match comm.runs_compiled(&req).map_err(e)? {
+            let admitted = comm.admit(&req).map_err(e)?;
+            let sms = admitted.sms();
+            let path = match admitted.runs_compiled() {
                 true => " compiled",
                 false => "",
             };
@@ -408,18 +411,21 @@ fn copy_engines(
     let b = comm.alloc(&req).map_err(e);
     let r = b.as_ref().map_err(Clone::clone).and_then(|b| {
         let want = fill(comm, &req, b, size ^ 0xCE)?;
-        comm.prepare(&req).map_err(e)?;
+        comm.prepare(&[req]).map_err(e)?;
         let call = || comm.enqueue(&req, b, stream);
         let n = count(comm, stream, &call)?;
         let us = timed(comm, stream, n, &call)?;
         let bad = match want {
-            Some(want) => wrong(&comm.read(b.output, b.sizes.output).map_err(e)?, &want),
+            Some(want) => wrong(
+                &comm.memory().read(b.output, b.sizes.output).map_err(e)?,
+                &want,
+            ),
             None => u64::MAX,
         };
         let label = format!(
             "{}/1ch {}sm",
             req.algorithm.name(),
-            comm.sms(&req).map_err(e)?
+            comm.admit(&req).map_err(e)?.sms()
         );
         out.push(Sample::new(kind, size, "symm-ce", "eager", us, bad, &label));
         let g = graphed(comm, stream, n, &|cap| cap.enqueue(&req, b))?;
@@ -460,14 +466,14 @@ fn device_api(
         .filter(|&s| s <= most.max(1 << 20))
     {
         let b = comm
-            .alloc_sizes(BufferSizes {
+            .alloc(&BufferSizes {
                 input: size,
                 output: size,
                 scratch: 16,
             })
             .map_err(e)?;
         let r = (|| -> Result<(), String> {
-            comm.fill(b.input, size, 0x5a).map_err(e)?;
+            comm.memory().fill(b.input, size, 0x5a).map_err(e)?;
             comm.exchange(&[]).map_err(e)?;
             let mut best = (f64::MAX, 0u32);
             for blocks in [16u32, 32, 66, 132, 264] {
@@ -488,7 +494,10 @@ fn device_api(
                 u64::MAX,
                 &label,
             ));
-            let call = || comm.put_on_stream(next, b.output, b.input, size, stream);
+            let call = || {
+                comm.memory()
+                    .put_on_stream(next, b.output, b.input, size, stream)
+            };
             let n = count(comm, stream, &call)?;
             let us = timed(comm, stream, n, &call)?;
             out.push(Sample::new(
@@ -506,14 +515,14 @@ fn device_api(
         r?;
     }
     let pad = comm
-        .alloc_sizes(BufferSizes {
+        .alloc(&BufferSizes {
             input: 4096,
             output: 16,
             scratch: 16,
         })
         .map_err(e)?;
     let r = (|| -> Result<(), String> {
-        comm.fill(pad.input, 4096, 0).map_err(e)?;
+        comm.memory().fill(pad.input, 4096, 0).map_err(e)?;
         comm.exchange(&[]).map_err(e)?;
         bench.ping_pong(comm, pad.input, 1000, stream).map_err(e)?;
         comm.exchange(&[]).map_err(e)?;

@@ -1,20 +1,20 @@
 //! The all-to-allv whose counts stay on the device (`kernels/symm/a2av.cu`).
 //!
-//! An [`A2avLayer`] ([`Comm::a2av_layer`], collective) holds tagged header words (each rank's
+//! An [`A2avLayer`] ([`A2avLayer::new`], collective) holds tagged header words (each rank's
 //! row of counts), tagged done words, state words and a fixed output of `out_max` elements.
-//! [`Comm::all_to_allv_device`] reads the send counts where a kernel wrote them, exchanges the
+//! [`A2avLayer::enqueue`] reads the send counts where a kernel wrote them, exchanges the
 //! rows through the headers (a row also says its sender entered the call, so its output may be
 //! written), computes every offset on the device and writes the received counts back to device
 //! memory: no host synchronisation, so a graph replays it with new counts. A negative count is 0,
 //! a row stops where the input ends, and elements past the output are dropped and counted
-//! ([`Comm::a2av_dropped`]).
+//! ([`A2avLayer::dropped`]).
 
 use std::sync::Arc;
 
 use symm_core::moe::MoeError;
 
 use super::moe::{Carve, DROPPED, STATE_WORDS, THREADS};
-use super::Comm;
+use super::{Comm, Tensors};
 use crate::cuda::compile::{self, Compiler};
 use crate::cuda::device::{self, Stream};
 use crate::cuda::error::{CudaError, Result};
@@ -58,26 +58,34 @@ impl A2avLayer {
         self.out_max
     }
 
-    /// Heap offset of the layer's block (what [`Comm::release_block`] takes).
+    /// Heap offset of the layer's block (what [`Tensors::release_block`] takes).
     pub fn block(&self) -> u64 {
         self.block
     }
 }
 
-impl Comm {
+impl A2avLayer {
     /// Collective: an all-to-allv layer for elements of `elem` bytes with room for `out_max`
     /// received elements.
-    pub fn a2av_layer(&self, elem: u64, out_max: u64, stream: &Stream) -> Result<A2avLayer> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
+    pub fn new(
+        comm: &Comm,
+        tensors: &Tensors,
+        elem: u64,
+        out_max: u64,
+        stream: &Stream,
+    ) -> Result<A2avLayer> {
+        tensors.own(comm)?;
+        let _g = comm.enter()?;
         if !matches!(elem, 1 | 2 | 4 | 8 | 16) {
             return Err(CudaError::Invalid(format!(
                 "all-to-allv elements of {elem} bytes (1, 2, 4, 8 or 16)"
             )));
         }
-        let w = u64::from(self.world);
+        let w = u64::from(comm.job.world);
         if w > u64::from(symm_core::moe::MAX_WORLD) {
-            return Err(CudaError::Moe(MoeError::BadWorld { world: self.world }));
+            return Err(CudaError::Moe(MoeError::BadWorld {
+                world: comm.job.world,
+            }));
         }
         let mut c = Carve { at: 0 };
         let hdr = c.take(2 * w * w * 8)?;
@@ -87,14 +95,14 @@ impl Comm {
             what: "all-to-allv output",
         })?;
         let out = c.take(out_bytes)?;
-        let compiler = Compiler::load(self.opts.nvrtc.as_deref())?;
+        let compiler = Compiler::load(comm.opts.nvrtc.as_deref())?;
         let drv = device::driver_version()?;
-        let (cubin, _) = compile::cubin(&compiler, &symm_kernels::A2AV, self.dev.arch, drv)?;
-        let kernel = Arc::new(Kernel::load(&self.dev, &cubin, symm_kernels::A2AV_ENTRY)?);
-        let block = self.zeroed_block(c.at, stream)?;
+        let (cubin, _) = compile::cubin(&compiler, &symm_kernels::A2AV, comm.dev.arch, drv)?;
+        let kernel = Arc::new(Kernel::load(&comm.dev, &cubin, symm_kernels::A2AV_ENTRY)?);
+        let block = tensors.zeroed_block(comm, c.at, stream)?;
         Ok(A2avLayer {
-            owner: self.id,
-            world: self.world,
+            owner: comm.job.id,
+            world: comm.job.world,
             elem,
             out_max,
             block,
@@ -113,96 +121,92 @@ impl Comm {
     /// layer's ([`A2avLayer::output`]), blocks in sender order. Collective.
     ///
     /// # Safety
-    /// As [`Comm::moe_dispatch`].
-    pub unsafe fn all_to_allv_device(
+    /// As [`crate::cuda::MoeLayer::dispatch`].
+    pub unsafe fn enqueue(
         &self,
-        layer: &A2avLayer,
+        comm: &Comm,
+        tensors: &Tensors,
         send_counts: Span,
         input: Span,
         recv_counts: Span,
         stream: &Stream,
     ) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
-        self.own_stream(stream)?;
-        if layer.owner != self.id {
+        let _g = comm.enter_on(stream)?;
+        tensors.own(comm)?;
+        if self.owner != comm.job.id {
             return Err(CudaError::WrongOwner {
                 what: "the all-to-allv layer",
             });
         }
-        let w = u64::from(layer.world);
-        self.block_in_use(layer.block)?;
-        self.moe_span("send count bytes", send_counts, w * 8, 8)?;
-        self.moe_span("receive count bytes", recv_counts, w * 8, 8)?;
-        if !input.len.is_multiple_of(layer.elem) {
+        let w = u64::from(self.world);
+        tensors.block_in_use(self.block)?;
+        comm.moe_span("send count bytes", send_counts, w * 8, 8)?;
+        comm.moe_span("receive count bytes", recv_counts, w * 8, 8)?;
+        if !input.len.is_multiple_of(self.elem) {
             return Err(CudaError::SizeMismatch {
                 what: "input bytes (a multiple of the element size)",
                 have: input.len,
-                want: input.len / layer.elem * layer.elem,
+                want: input.len / self.elem * self.elem,
             });
         }
-        if input.len > 0 && self.heap_offset(input).is_none() {
-            self.check_device_span(input)?;
+        if input.len > 0 && comm.heap_offset(input).is_none() {
+            comm.check_device_span(input)?;
         }
         // Peers write the output while this rank still reads its input: they must not meet.
-        let out = self.ptr(self.rank, layer.out)?;
-        let out_end = out.saturating_add(layer.out_max.saturating_mul(layer.elem));
+        let out = comm.heap_ptr(comm.job.rank, self.out)?;
+        let out_end = out.saturating_add(self.out_max.saturating_mul(self.elem));
         if input.len > 0 && input.ptr < out_end && out < input.ptr.saturating_add(input.len) {
             return Err(CudaError::Invalid(
                 "the all-to-allv's input overlaps its layer's output".into(),
             ));
         }
-        let in_max = input.len / layer.elem;
-        let blocks = (in_max * layer.elem).div_ceil(1 << 16).clamp(1, 32) as u32;
+        let in_max = input.len / self.elem;
+        let blocks = (in_max * self.elem).div_ceil(1 << 16).clamp(1, 32) as u32;
         let p = A2avParams {
-            w: self.symm_world(),
-            hdr: layer.hdr,
-            done: layer.done,
-            out: layer.out,
-            state: layer.state,
+            w: comm.symm_world(),
+            hdr: self.hdr,
+            done: self.done,
+            out: self.out,
+            state: self.state,
             send_counts: send_counts.ptr,
             input: input.ptr,
             recv_counts: recv_counts.ptr,
             in_max,
-            out_max: layer.out_max,
-            deadline_ns: self.deadline_ns(),
-            record: self.record_addr(),
-            elem: layer.elem as u32,
+            out_max: self.out_max,
+            deadline_ns: comm.deadline_ns(),
+            record: comm.record_addr(),
+            elem: self.elem as u32,
             pad: 0,
         };
         let smem = (w * w * 4) as u32;
-        if stream.is_capturing()? {
-            self.pin_to_capture(
+        if stream.capturing_bound()? {
+            tensors.pin_to_capture(
                 stream,
-                &[(
-                    layer.block,
-                    layer.out - layer.block + layer.out_max * layer.elem,
-                )],
+                &[(self.block, self.out - self.block + self.out_max * self.elem)],
             )?;
         }
-        self.dev.bind()?;
-        let _order = self.launch_lock()?;
+        let _order = comm.launch_lock()?;
         // SAFETY: `A2avParams` is `symm_a2av_params` field for field; the heap offsets lie in
         // the layer's block, the spans were checked above, and the kernel clips every count it
-        // reads to the input and the output.
-        let r = unsafe { layer.kernel.launch_smem(stream, blocks, THREADS, smem, &p) };
+        // reads to the input and the output. The context is bound by the guard.
+        let r = unsafe { self.kernel.launch_smem(stream, blocks, THREADS, smem, &p) };
         if let Err(e) = &r {
-            self.poison(e);
+            comm.poison.raise(e);
         }
         r
     }
 
     /// Reads and clears the all-to-allv layer's dropped-element count (waits for the device).
-    pub fn a2av_dropped(&self, layer: &A2avLayer) -> Result<u32> {
-        let _ctx = device::keep_current()?;
-        if layer.owner != self.id {
+    pub fn dropped(&self, comm: &Comm) -> Result<u32> {
+        let _g = comm.enter_any()?;
+        if self.owner != comm.job.id {
             return Err(CudaError::WrongOwner {
                 what: "the all-to-allv layer",
             });
         }
-        self.dev.synchronize()?;
-        let b = self.read(layer.state + 4 * DROPPED, 4)?;
-        self.heap_write(layer.state + 4 * DROPPED, &[0; 4])?;
+        comm.dev.synchronize()?;
+        let b = comm.memory().read(self.state + 4 * DROPPED, 4)?;
+        comm.heap_write(self.state + 4 * DROPPED, &[0; 4])?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 }

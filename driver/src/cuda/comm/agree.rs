@@ -127,13 +127,13 @@ pub(super) fn parse(bytes: &[u8], seq: u64) -> Option<Vec<u64>> {
 impl Comm {
     /// Compares the allocators of every rank of the job.
     pub(super) fn agree(&self) -> Result<()> {
-        let mine = heap_words(&*self.heap_lock()?);
+        let mine = heap_words(&self.alloc_lock()?.heap);
         let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let all = self.boot.all_gather(self.rank, &bytes)?;
+        let all = self.job.boot.all_gather(self.job.rank, &bytes)?;
         for (r, theirs) in all.iter().enumerate() {
             if let Some(e) = diverged(
                 "symmetric allocation",
-                self.rank,
+                self.job.rank,
                 &mine,
                 r as u16,
                 &words(theirs),
@@ -161,7 +161,7 @@ impl Comm {
             let Some(peer) = team.global(m) else {
                 continue;
             };
-            if peer == self.rank {
+            if peer == self.job.rank {
                 continue;
             }
             let theirs = loop {
@@ -169,7 +169,7 @@ impl Comm {
                 if let Some(w) = parse(&bytes, seq) {
                     break w;
                 }
-                if let Some(rank) = self.boot.bootstrap().lost() {
+                if let Some(rank) = self.job.boot.bootstrap().lost() {
                     return Err(CudaError::PeerLost { rank });
                 }
                 if Instant::now() > deadline {
@@ -183,7 +183,7 @@ impl Comm {
                 }
                 std::thread::sleep(Duration::from_micros(50));
             };
-            if let Some(e) = diverged("team allocation", self.rank, &mine, peer, &theirs) {
+            if let Some(e) = diverged("team allocation", self.job.rank, &mine, peer, &theirs) {
                 return Err(e);
             }
         }

@@ -66,8 +66,9 @@ impl Comm {
         }
         let lens = announced(
             &self
+                .job
                 .boot
-                .all_gather(self.rank, &(mine.len() as u64).to_le_bytes())?,
+                .all_gather(self.job.rank, &(mine.len() as u64).to_le_bytes())?,
         )?;
         let most = lens.iter().copied().max().unwrap_or(0);
         let mut all: Vec<Vec<u8>> = lens
@@ -76,7 +77,7 @@ impl Comm {
             .collect();
         for i in 0..most.div_ceil(PIECE) {
             let piece = &mine[(i * PIECE).min(mine.len())..((i + 1) * PIECE).min(mine.len())];
-            let got = self.boot.all_gather(self.rank, piece)?;
+            let got = self.job.boot.all_gather(self.job.rank, piece)?;
             for (r, (o, p)) in all.iter_mut().zip(got.iter()).enumerate() {
                 if o.len() + p.len() > lens[r] {
                     return Err(CudaError::LengthMismatch {
@@ -111,18 +112,20 @@ impl Comm {
     ) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
         let stream = Stream::new(&self.dev)?;
         let b = self.alloc(req)?;
+        let mem = self.memory();
         let run = (|| -> Result<(Vec<u8>, Option<Vec<u8>>)> {
-            self.write(b.input, input)?;
-            self.fill(b.output, b.sizes.output, POISON)?;
+            mem.write(b.input, input)?;
+            mem.fill(b.output, b.sizes.output, POISON)?;
             // Scratch is not filled: a peer's low-latency lines may land in it as soon as the
             // peer's kernel runs, before this rank's fill would (symm_core::ll).
             let part = if traced {
-                Some(self.run_traced(req, &b, &stream)?)
+                Some(self.legacy.trace(self, req, &b, &stream)?)
             } else {
-                self.run(req, &b, &stream)?;
+                self.enqueue(req, &b, &stream)?;
+                self.synchronize(&stream)?;
                 None
             };
-            Ok((self.read(b.output, b.sizes.output)?, part))
+            Ok((mem.read(b.output, b.sizes.output)?, part))
         })();
         let freed = self.free(&b);
         run.and_then(|x| freed.map(|_| x)).inspect_err(|_| {
@@ -196,7 +199,7 @@ impl Comm {
         want: &[u8],
         check: &RankCheck<'_>,
     ) -> Result<Verdict> {
-        let me = self.rank as usize;
+        let me = self.job.rank as usize;
         let (found, _) = self.run_mine(req, input, false)?;
         let mine = check(me, &found, want);
         let all = self.gather(&verdict_text(&mine))?;
@@ -206,11 +209,11 @@ impl Comm {
 
 impl Backend for Comm {
     fn name(&self) -> String {
-        format!("comm rank {} of {}", self.rank, self.world)
+        format!("comm rank {} of {}", self.job.rank, self.job.world)
     }
 
     fn fixed_world(&self) -> Option<u16> {
-        Some(self.world)
+        Some(self.job.world)
     }
 
     /// Collective: every rank calls it with the same request, all ranks' `inputs` and the same
@@ -221,8 +224,8 @@ impl Backend for Comm {
         inputs: &[Vec<u8>],
         trace: bool,
     ) -> std::result::Result<Outcome, BackendError> {
-        check_inputs(Some(self.world), req, inputs)?;
-        let mine = &inputs[self.rank as usize];
+        check_inputs(Some(self.job.world), req, inputs)?;
+        let mine = &inputs[self.job.rank as usize];
         let (outputs, trace) = self
             .run_gathered(req, mine, trace)
             .map_err(BackendError::Cuda)?;
@@ -238,11 +241,11 @@ impl Backend for Comm {
         want: &[Vec<u8>],
         check: &RankCheck<'_>,
     ) -> std::result::Result<Verdict, BackendError> {
-        check_inputs(Some(self.world), req, inputs)?;
-        if let Err(e) = reference_count(want, self.world) {
+        check_inputs(Some(self.job.world), req, inputs)?;
+        if let Err(e) = reference_count(want, self.job.world) {
             return Ok(Err(e));
         }
-        let me = self.rank as usize;
+        let me = self.job.rank as usize;
         self.run_verdict(req, &inputs[me], &want[me], check)
             .map_err(BackendError::Cuda)
     }
@@ -253,12 +256,13 @@ fn team_run_mine(team: &CommTeam<'_>, req: &Request, input: &[u8]) -> Result<Vec
     let comm = team.comm();
     let stream = Stream::new(comm.device())?;
     let b = team.alloc(req)?;
+    let mem = comm.memory();
     let run = (|| {
-        comm.write(b.input, input)?;
-        comm.fill(b.output, b.sizes.output, POISON)?;
+        mem.write(b.input, input)?;
+        mem.fill(b.output, b.sizes.output, POISON)?;
         // No scratch fill: a peer's low-latency lines may already be there.
         CommTeam::run(team, req, &b, &stream)?;
-        comm.read(b.output, b.sizes.output)
+        mem.read(b.output, b.sizes.output)
     })();
     team.free(&b)?;
     run

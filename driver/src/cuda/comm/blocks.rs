@@ -1,12 +1,12 @@
 //! Blocks: symmetric memory a framework hands out as tensors, returned when every rank let go.
 //!
-//! A framework (the Python package) allocates one block per tensor with [`Comm::alloc_block`],
+//! A framework (the Python package) allocates one block per tensor with [`Tensors::alloc_block`],
 //! a collective like [`Comm::alloc`]: every rank makes the same calls in the same order, and
 //! the ranks compare their allocators after each (`agree`). Its garbage collector drops tensors
 //! at different moments on different ranks, so giving a block back cannot be collective:
-//! [`Comm::release_block`] only marks the block, locally, and never blocks or fails on a peer.
+//! [`Tensors::release_block`] only marks the block, locally, and never blocks or fails on a peer.
 //!
-//! The next collective allocation ([`Comm::alloc_block`], or [`Comm::collect_blocks`]) first
+//! The next collective allocation ([`Tensors::alloc_block`], or [`Tensors::collect_blocks`]) first
 //! waits for this rank's device, then the ranks exchange the blocks each has released that no
 //! live CUDA graph names, and every rank frees the blocks found in every set. Every rank frees
 //! the same blocks, so the heaps stay identical; a block is reused only after every rank
@@ -14,7 +14,7 @@
 //!
 //! **Graph pins.** A collective captured into a graph the framework owns (`torch.cuda.graph`)
 //! names blocks for as long as that graph lives, which the Comm cannot see. The capture
-//! attaches a CUDA user object to the graph being captured ([`Comm::pin_to_capture`]); the
+//! attaches a CUDA user object to the graph being captured ([`Tensors::pin_to_capture`]); the
 //! driver runs its destructor once the graph and every executable instantiated from it are
 //! destroyed, and the destructor takes the pins back. A pinned block is not offered to the
 //! exchange, so it stays allocated on every rank while any rank's graph may replay over it.
@@ -24,7 +24,7 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use super::Comm;
-use crate::cuda::device::{self, Stream};
+use crate::cuda::device::Stream;
 use crate::cuda::error::{check, CudaError, Result};
 use crate::cuda::ffi::driver as ffi;
 use crate::cuda::rendezvous::Bootstrap;
@@ -54,7 +54,7 @@ struct PinDrop {
 /// The user object's destructor (called by the driver on its own thread; no CUDA calls here).
 ///
 /// # Safety
-/// `p` is the `Box<PinDrop>` leaked by [`Comm::pin_to_capture`], passed once.
+/// `p` is the `Box<PinDrop>` leaked by [`Tensors::pin_to_capture`], passed once.
 unsafe extern "C" fn drop_pins(p: *mut c_void) {
     // SAFETY: the caller's contract: `p` came from `Box::into_raw` and is dropped once.
     let d = unsafe { Box::from_raw(p.cast::<PinDrop>()) };
@@ -96,7 +96,41 @@ impl Blocks {
     }
 }
 
-impl Comm {
+/// Framework tensors over one Comm's heap: the blocks handed out as tensors, the graph pins of
+/// captures that name them, and the agreed argument sets and workspaces of collectives over
+/// device addresses ([`Tensors::enqueue`]). Made from the Comm ([`Tensors::new`]); every call takes
+/// that Comm.
+pub struct Tensors {
+    /// The Comm it was made from (`device_plan::next_owner`).
+    owner: u64,
+    blocks: Mutex<Blocks>,
+    /// Blocks named by graphs a framework captured, with their counts.
+    graph_pins: GraphPins,
+    /// Agreed argument sets and workspaces of [`Tensors::enqueue`].
+    pub(super) spans: Mutex<super::spans::Spans>,
+}
+
+impl Tensors {
+    /// No blocks yet, for `comm`.
+    pub fn new(comm: &Comm) -> Tensors {
+        Tensors {
+            owner: comm.job.id,
+            blocks: Mutex::default(),
+            graph_pins: GraphPins::default(),
+            spans: Mutex::default(),
+        }
+    }
+
+    /// Fails unless `comm` is the Comm these tensors were made from.
+    pub(super) fn own(&self, comm: &Comm) -> Result<()> {
+        if self.owner != comm.job.id {
+            return Err(CudaError::WrongOwner {
+                what: "the tensors",
+            });
+        }
+        Ok(())
+    }
+
     fn blocks_lock(&self) -> Result<std::sync::MutexGuard<'_, Blocks>> {
         self.blocks
             .lock()
@@ -105,22 +139,25 @@ impl Comm {
 
     /// Collective: a block of `len` bytes of symmetric memory (its heap offset, the same on
     /// every rank), after returning to the heap what every rank released
-    /// ([`Comm::collect_blocks`]). Its contents are undefined. Refused while `stream` (the
+    /// ([`Tensors::collect_blocks`]). Its contents are undefined. Refused while `stream` (the
     /// caller's current stream) is capturing a graph: the exchange waits for the device.
-    pub fn alloc_block(&self, len: u64, stream: &Stream) -> Result<u64> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
+    pub fn alloc_block(&self, comm: &Comm, len: u64, stream: &Stream) -> Result<u64> {
+        self.own(comm)?;
+        let _g = comm.enter()?;
         if stream.is_capturing()? {
             return Err(CudaError::Capturing {
                 what: "symmetric allocation",
             });
         }
-        self.collect_inner()?;
+        self.collect_inner(comm)?;
         let off = {
-            let mut h = self.heap_lock()?;
-            h.alloc(len.max(16), BLOCK_ALIGN).map_err(CudaError::Heap)? + self.data_off
+            let mut a = comm.alloc_lock()?;
+            a.heap
+                .alloc(len.max(16), BLOCK_ALIGN)
+                .map_err(CudaError::Heap)?
+                + comm.data_off
         };
-        self.agree()?;
+        comm.agree()?;
         self.blocks_lock()?.live.insert(off, len.max(16));
         Ok(off)
     }
@@ -148,11 +185,11 @@ impl Comm {
 
     /// Collective: waits for this rank's device, then frees every block that every rank
     /// released and no live graph pins. Returns how many blocks went back to the heap.
-    pub fn collect_blocks(&self) -> Result<usize> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
-        let n = self.collect_inner()?;
-        self.agree()?;
+    pub fn collect_blocks(&self, comm: &Comm) -> Result<usize> {
+        self.own(comm)?;
+        let _g = comm.enter()?;
+        let n = self.collect_inner(comm)?;
+        comm.agree()?;
         Ok(n)
     }
 
@@ -162,8 +199,8 @@ impl Comm {
         Ok((b.live.len(), b.live.values().sum()))
     }
 
-    fn collect_inner(&self) -> Result<usize> {
-        self.sync_device()?;
+    fn collect_inner(&self, comm: &Comm) -> Result<usize> {
+        comm.sync_device()?;
         let offered: Vec<u64> = {
             let b = self.blocks_lock()?;
             let pins = self.graph_pins.lock().unwrap_or_else(|e| e.into_inner());
@@ -175,13 +212,13 @@ impl Comm {
                 .collect()
         };
         let bytes: Vec<u8> = offered.iter().flat_map(|o| o.to_le_bytes()).collect();
-        let all = self.boot.all_gather(self.rank, &bytes)?;
+        let all = comm.job.boot.all_gather(comm.job.rank, &bytes)?;
         let theirs: Vec<Vec<u64>> = all.iter().map(|m| decode_offsets(m)).collect();
         let free = common(&offered, &theirs);
         let mut b = self.blocks_lock()?;
-        let mut h = self.heap_lock()?;
+        let mut a = comm.alloc_lock()?;
         for off in &free {
-            h.free(off - self.data_off).map_err(CudaError::Heap)?;
+            a.heap.free(off - comm.data_off).map_err(CudaError::Heap)?;
             b.live.remove(off);
             b.released.remove(off);
         }

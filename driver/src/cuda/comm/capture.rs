@@ -12,16 +12,16 @@
 //!   Comm's earlier collectives on other streams (`order`).
 //!
 //! Plans must exist before the capture (stream capture forbids the allocation that uploads one):
-//! [`Comm::prepare`] / [`CommTeam::prepare`] each request first, or run it once eagerly.
+//! [`Comm::prepare`] / [`CommTeam::prepare`] (or admit) each request first, or run it once eagerly.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 
 use symm_core::sched::Request;
 
-use super::{Comm, CommTeam};
+use super::{Admitted, Comm, CommTeam};
 use crate::cuda::bounds::Buffers;
-use crate::cuda::device::{self, Stream};
+use crate::cuda::device::Stream;
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::launch::Graph;
 
@@ -37,19 +37,20 @@ pub struct Capture<'a> {
 impl Capture<'_> {
     /// Enqueues `req` over `b` into the graph (the request's plan must be prepared) and pins `b`.
     pub fn enqueue(&self, req: &Request, b: &Buffers) -> Result<()> {
-        let plan = self.comm.prepared((0, *req))?;
-        self.comm.check_request(req, b)?;
+        let comm = self.comm;
+        let a = comm.admit_prepared((0, *req), comm.buffer_area(), comm.job.world)?;
+        self.launch(&a, b)
+    }
+
+    /// Launches the admitted request `a` over `b` into the graph and pins `b` (its plan exists:
+    /// it was admitted).
+    pub fn launch(&self, a: &Admitted, b: &Buffers) -> Result<()> {
+        let _g = self.comm.enter()?;
+        a.check(self.comm, b)?;
         // Pinned before the graph names them: a `free` on another thread meanwhile is refused.
         self.pin(b);
-        self.comm.launch_plan(
-            &plan,
-            0,
-            b,
-            (self.comm.data_off, self.comm.stride()),
-            self.stream,
-            None,
-        )?;
-        self.teams.borrow_mut().push(0);
+        self.comm.launch_entered(a, b, self.stream, None)?;
+        self.teams.borrow_mut().push(a.team());
         Ok(())
     }
 
@@ -59,14 +60,8 @@ impl Capture<'_> {
         if !std::ptr::eq(team.comm(), self.comm) {
             return Err(CudaError::WrongOwner { what: "the team" });
         }
-        team.check_request(req, b)?;
-        let plan = self.comm.prepared((team.team().id(), *req))?;
-        let id = team.team().id();
-        self.pin(b);
-        self.comm
-            .launch_plan(&plan, id, b, team.region(), self.stream, None)?;
-        self.teams.borrow_mut().push(id);
-        Ok(())
+        let a = team.admit_prepared(req)?;
+        self.launch(&a, b)
     }
 
     /// Pins buffers that other work in the capture uses (a library's collective enqueued on
@@ -107,9 +102,7 @@ impl Comm {
         stream: &Stream,
         body: impl FnOnce(&Capture<'_>) -> Result<()>,
     ) -> Result<CommGraph<'c>> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
-        self.own_stream(stream)?;
+        let _g = self.enter_on(stream)?;
         let cap = Capture {
             comm: self,
             stream,
@@ -136,56 +129,35 @@ impl Comm {
         })
     }
 
-    /// The cached plan under `key`, which a capture needs to exist already.
-    pub(super) fn prepared(
-        &self,
-        key: (u16, Request),
-    ) -> Result<std::sync::Arc<crate::cuda::device_plan::DevicePlan>> {
-        let key = (key.0, key.1, self.copy_engine().takes(&key.1));
-        self.plans
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned()
-            .ok_or(CudaError::NotPrepared)
-    }
-
     /// Counts one more pin of each of the buffers' offsets (a poisoned registry is still used:
     /// a pin must never be lost).
     fn pin_all(&self, bs: &[Buffers]) {
-        let mut reg = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        let mut a = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
         for b in bs {
             for o in offsets(b) {
-                *reg.entry(o).or_insert(0) += 1;
+                *a.pins.entry(o).or_insert(0) += 1;
             }
         }
     }
 
     /// Takes back one pin of each of the buffers' offsets.
     fn unpin_all(&self, bs: &[Buffers]) {
-        let mut reg = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        let mut a = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
         for b in bs {
             for o in offsets(b) {
-                if let Some(n) = reg.get_mut(&o) {
+                if let Some(n) = a.pins.get_mut(&o) {
                     *n = n.saturating_sub(1);
                     if *n == 0 {
-                        reg.remove(&o);
+                        a.pins.remove(&o);
                     }
                 }
             }
         }
     }
 
-    pub(super) fn pin_lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<u64, usize>>> {
-        self.pinned.lock().map_err(|_| CudaError::LockPoisoned {
-            what: "capture registry",
-        })
-    }
-
     /// Fails when a live graph names any of `b`'s buffers.
     pub(super) fn check_unpinned(&self, b: &Buffers) -> Result<()> {
-        let reg = self.pin_lock()?;
-        check_unpinned_in(&reg, b)
+        check_unpinned_in(&self.alloc_lock()?.pins, b)
     }
 }
 
@@ -204,22 +176,21 @@ impl CommGraph<'_> {
     /// or a peer was lost; ordered after the Comm's earlier collectives. Errors of the replay
     /// itself are reported by [`Comm::check`] or [`Comm::synchronize`].
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        let _ctx = device::keep_current()?;
         let comm = self.comm;
-        comm.live()?;
-        comm.own_stream(stream)?;
-        let mut order = comm.launch_lock()?;
+        let _g = comm.enter_on(stream)?;
+        let mut l = comm.launch_lock()?;
+        let order = &mut l.order;
         let mut record = Vec::with_capacity(self.teams.len());
         for &t in &self.teams {
-            record.push(comm.order_before(&mut order, t, stream)?);
+            record.push(comm.order_before(order, t, stream)?);
         }
         let r = self.graph.launch(stream);
         if let Err(e) = &r {
-            comm.poison(e);
+            comm.poison.raise(e);
         }
         r?;
         for (&t, &rec) in self.teams.iter().zip(&record) {
-            comm.ordered_after(&order, t, stream, rec)?;
+            comm.ordered_after(order, t, stream, rec)?;
         }
         Ok(())
     }

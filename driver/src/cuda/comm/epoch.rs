@@ -45,7 +45,7 @@ pub fn counter(bytes: &[u8], i: u32) -> u64 {
 pub(super) fn highest(comm: &Comm) -> Result<Vec<u64>> {
     let counters = comm.expected.download()?;
     let at = counter;
-    let mine: Vec<u8> = slots(MAX_TEAMS, comm.world, comm.rank)?
+    let mine: Vec<u8> = slots(MAX_TEAMS, comm.job.world, comm.job.rank)?
         .iter()
         .flat_map(|&i| at(&counters, i).to_le_bytes())
         .collect();
@@ -70,7 +70,10 @@ pub(super) fn highest(comm: &Comm) -> Result<Vec<u64>> {
 /// After the pad and counters were zeroed: this rank's `Epoch` slots and counters set one past
 /// `top` (from [`highest`]), pad and counter equal, so the protocol stays balanced.
 pub(super) fn resume(comm: &Comm, top: &[u64]) -> Result<()> {
-    for (&slot, &t) in slots(MAX_TEAMS, comm.world, comm.rank)?.iter().zip(top) {
+    for (&slot, &t) in slots(MAX_TEAMS, comm.job.world, comm.job.rank)?
+        .iter()
+        .zip(top)
+    {
         if t == 0 {
             continue;
         }

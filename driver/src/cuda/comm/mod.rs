@@ -10,7 +10,9 @@
 //! * **Allocation is collective**: every rank calls [`Comm::alloc`] / [`Comm::free`] in the same
 //!   order; after each call the ranks compare their allocators' call counts and hashes through
 //!   the bootstrap, and a mismatch names the first differing call on both sides.
-//! * **Collectives go on the caller's stream** ([`Comm::enqueue`]): no host synchronisation, no
+//! * **One door for collectives**: a request is admitted once ([`Comm::admit`]: checked,
+//!   planned, its executor fixed) and launched with its buffers on the caller's stream
+//!   ([`Comm::launch`]; [`Comm::enqueue`] looks the admission up): no host synchronisation, no
 //!   host writes per launch, so a launch can be captured in the caller's CUDA graph. Buffers are
 //!   checked against the request and the heap before anything is enqueued.
 //! * **Errors are asynchronous**, as NCCL's: a device wait that passes its deadline writes a
@@ -24,51 +26,66 @@
 //!
 //! Drop frees everything; [`Comm::finish`] first ends the job in order (a last barrier), so the
 //! peers do not see this rank's exit as a loss.
+//!
+//! The `Comm` is the core: the job, the device, the heap and its allocator, launch order, poison
+//! and the plan cache. Features are their own types, made from a Comm, holding their own state
+//! and launching through the core: framework tensors ([`Tensors`]: blocks, graph pins, spans),
+//! [`Signals`], MoE layers ([`MoeLayer`]), the all-to-allv with device counts ([`A2avLayer`]),
+//! traced runs ([`Tracer`]), teams ([`CommTeam`]), host access to the heap ([`Memory`]).
 
 mod a2av;
+mod admit;
 mod agree;
+mod allocator;
 mod backend;
 mod blocks;
 mod capture;
+mod compat;
+mod entry;
 pub mod epoch;
-mod launch;
+mod health;
 mod memory;
 mod moe;
 mod moe_grid;
 mod order;
+mod plans;
 mod sharing;
 mod signals;
 mod spans;
 mod team;
+mod tracer;
 
 pub use a2av::A2avLayer;
+pub use admit::{Admitted, Executor};
+use allocator::Alloc;
+pub use allocator::AllocSizes;
 pub use backend::MAX_GATHER;
-pub use blocks::BLOCK_ALIGN;
+pub use blocks::{Tensors, BLOCK_ALIGN};
 pub use capture::{Capture, CommGraph};
+pub use memory::Memory;
 pub use moe::{MoeLayer, MoeStatus, TokenType, MAX_GPU_EXPERTS};
 pub use sharing::Sharing;
+pub use signals::Signals;
 pub use spans::Span;
 pub use team::CommTeam;
+pub use tracer::Tracer;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use symm_core::heap::Heap;
-use symm_core::sched::{BufferSizes, Request, MAX_CHANNELS};
+use symm_core::sched::MAX_CHANNELS;
 use symm_core::signal::KINDS;
 use symm_core::team::MAX_TEAMS;
 
-use super::bounds::{self as guard, Buffers};
+use super::bounds as guard;
 use super::compile::{self, Compiler};
 use super::compiled::PlanPath;
 use super::copy_engine::CopyEngine;
-use super::device::{self, DevBuf, Device, HostMapped, Stream};
-use super::device_plan::DevicePlan;
-use super::error::{check, driver, CudaError, Result};
+use super::device::{self, DevBuf, Device, HostMapped};
+use super::error::{CudaError, Result};
 use super::ffi::driver as ffi;
 use super::launch::{Kernel, RECORD_BYTES};
-use super::records::first_failure;
 use super::rendezvous::{Bootstrap, SocketRendezvous};
 use super::vmm::SymmetricHeap;
 use crate::bootstrap::SocketBootstrap;
@@ -84,7 +101,7 @@ pub struct CommOptions {
     pub bootstrap_timeout: Duration,
     /// NVRTC library path (default: `$SYMM_NVRTC`, then the usual names).
     pub nvrtc: Option<std::path::PathBuf>,
-    /// Trace events kept per channel by [`Comm::run_traced`].
+    /// Trace events kept per channel by a [`Tracer`].
     pub trace_cap: u32,
     /// Which kernel runs plans: compiled plans for small requests by default
     /// ([`crate::cuda::compiled`]); [`Comm::from_env`] takes `SYMM_PLANS`.
@@ -123,59 +140,49 @@ const ABORT_BYTES: usize = 64;
 
 /// One rank of a job: its GPU, its mapping of the symmetric heap, the interpreter and the plans.
 ///
+/// The core only: the job, the device, the heap and its allocator, launch order, poison and the
+/// plan cache. Features (framework tensors, signals, MoE, the all-to-allv, tracing, teams) are
+/// their own types, made from a Comm and holding their own state.
+///
 /// Field order is teardown order: plans and kernels before the heap, the heap before the
 /// bootstrap (the peers' memory stays mapped until every rank unmapped it at `finish`).
 pub struct Comm {
+    /// The feature state behind the Comm methods the bindings call today (`compat.rs`); goes
+    /// once the bindings hold their features beside the Comm.
+    legacy: compat::Legacy,
     /// Plans by (team id, request, on copy engines): the world's (id 0) and every team's, alive
     /// as long as the Comm, so no plan goes while a launch may still read it.
-    plans: Mutex<HashMap<(u16, Request, bool), Arc<DevicePlan>>>,
-    /// The copy-engine option in force ([`CopyEngine::code`]; [`Comm::set_copy_engine`]).
-    engines: std::sync::atomic::AtomicU8,
-    /// Most blocks of one MoE kernel of this rank ([`Comm::set_moe_sms`]; 0: the default).
-    moe_sms: std::sync::atomic::AtomicU32,
-    tracing: Mutex<Option<launch::Tracing>>,
-    /// The stream signals kernel ([`Comm::put_signal`]), loaded on first use.
-    signals: Mutex<Option<Kernel>>,
+    plans: plans::PlanCache,
+    /// Held while enqueuing, so collectives reach the GPU in one order; holds that order's
+    /// state across streams and the admitted requests (`admit.rs`), which hold plans: it goes
+    /// with the plans.
+    launching: Mutex<admit::Launching>,
     /// The lost-peer callback's hold on the abort word (`crate::abort`), taken back on drop.
     armed: crate::abort::Arm<HostMapped>,
     interp: Kernel,
-    /// NVRTC, for compiled plans ([`crate::cuda::compiled`]).
-    compiler: Arc<Compiler>,
-    /// The queue of the background plan compiler (started on first use; it ends when the
-    /// Comm drops the sender). Plans run interpreted until their compiled kernel is ready.
-    compiling: Mutex<Option<launch::PlanCompiler>>,
     expected: DevBuf,
     host: Arc<HostMapped>,
     heap: SymmetricHeap,
-    alloc: Mutex<Heap>,
-    /// Held while enqueuing, so collectives reach the GPU in one order; holds that order's
-    /// state across streams.
-    launching: Mutex<order::StreamOrder>,
-    /// Buffer offsets named by live graphs ([`CommGraph`]), with their counts.
-    pinned: Mutex<HashMap<u64, usize>>,
-    poisoned: Mutex<Option<String>>,
-    /// Blocks handed out to a framework ([`Comm::alloc_block`]).
-    blocks: Mutex<blocks::Blocks>,
-    /// Blocks named by graphs a framework captured ([`blocks`]), with their counts.
-    graph_pins: blocks::GraphPins,
-    /// Agreed argument sets and workspaces of [`Comm::enqueue_spans`].
-    spans: Mutex<spans::Spans>,
-    /// The id the next split's teams take (0 is the world).
-    next_team: Mutex<u16>,
-    /// This rank's teams by id (to name a team wait's peer by its job rank).
-    teams: Mutex<HashMap<u16, symm_core::team::Team>>,
-    /// Heap offsets of the regions splits reserved (never freed by `free`).
-    regions: Mutex<Vec<u64>>,
-    rank: u16,
-    world: u16,
+    /// The heap's allocator and what it reserved (`allocator.rs`).
+    alloc: Mutex<Alloc>,
+    poison: entry::Poison,
     pad_slots: u32,
     data_off: u64,
-    /// What ties plans to this Comm (`device_plan::next_owner`).
+    opts: CommOptions,
+    dev: Device,
+    job: Job,
+}
+
+/// The job as this rank sees it. Its bootstrap goes last (after the heap: see [`Comm`]).
+pub(crate) struct Job {
+    rank: u16,
+    world: u16,
+    /// What ties plans and feature objects to this Comm (`device_plan::next_owner`).
     id: u64,
     /// How this rank's GPU is shared with other ranks of the job.
     sharing: Sharing,
-    opts: CommOptions,
-    dev: Device,
+    /// The bootstrap's lost word ([`crate::bootstrap::NOT_LOST`], else the lost rank).
+    lost: Arc<std::sync::atomic::AtomicU32>,
     boot: SocketRendezvous,
 }
 
@@ -204,7 +211,7 @@ impl Comm {
         }
         let boot =
             SocketBootstrap::from_env(opts.bootstrap_timeout).map_err(CudaError::Bootstrap)?;
-        let ordinal = Self::placement(boot.local_rank());
+        let ordinal = placement(boot.local_rank());
         let ordinal = match ordinal {
             Ok(o) => o,
             Err(e) => {
@@ -214,13 +221,6 @@ impl Comm {
             }
         };
         Comm::open(boot, ordinal, opts)
-    }
-
-    /// The GPU of local rank `local_rank` ([`crate::cuda::placement`]).
-    pub fn placement(local_rank: u16) -> Result<i32> {
-        let visible = device::device_count()?;
-        super::placement::device_for(local_rank, visible, |k| std::env::var_os(k))
-            .map_err(CudaError::Placement)
     }
 
     /// Opens a rank of `boot`'s job on GPU `ordinal`. Collective: every rank calls it.
@@ -301,12 +301,12 @@ impl Comm {
 
     /// This rank.
     pub fn rank(&self) -> u16 {
-        self.rank
+        self.job.rank
     }
 
     /// Ranks in the job.
     pub fn world(&self) -> u16 {
-        self.world
+        self.job.world
     }
 
     /// The GPU.
@@ -316,12 +316,7 @@ impl Comm {
 
     /// How this rank's GPU is shared with the job's other ranks (and so its wait deadline).
     pub fn sharing(&self) -> Sharing {
-        self.sharing
-    }
-
-    /// Bytes of each rank's heap (signal pad included).
-    pub fn stride(&self) -> u64 {
-        self.heap.stride
+        self.job.sharing
     }
 
     /// Heap offset of the pad's flag words (after its counters; [`crate::cuda::copy_engine`]).
@@ -329,51 +324,27 @@ impl Comm {
         self.pad_slots as u64 * 8
     }
 
-    /// Whether `req` runs on copy engines (its plan in flag form, no kernel).
-    pub fn on_copy_engines(&self, req: &Request) -> bool {
-        self.copy_engine().takes(req)
-    }
-
     /// The copy-engine option in force.
     pub fn copy_engine(&self) -> CopyEngine {
-        CopyEngine::from_code(self.engines.load(std::sync::atomic::Ordering::Relaxed))
+        self.plans.engines()
     }
 
     /// Collective: every rank switches to `ce` for the requests it enqueues from now on (fails,
     /// changing nothing, unless every rank gives the same). Requests already enqueued or
-    /// captured keep the path they were built for.
+    /// captured keep the path they were built for; admitted requests are admitted again.
     pub fn set_copy_engine(&self, ce: CopyEngine) -> Result<()> {
         self.live()?;
-        agree_copy_engine(&self.boot, self.rank, ce)?;
-        self.engines
-            .store(ce.code(), std::sync::atomic::Ordering::Relaxed);
+        agree_copy_engine(&self.job.boot, self.job.rank, ce)?;
+        let mut l = self.launch_lock()?;
+        self.plans.set_engines(ce);
+        l.admitted.clear();
         Ok(())
     }
 
-    /// How many SMs `req` occupies while it runs: one block per channel of its plan, each on
-    /// one SM, or none on copy engines. Builds the plan if it is not cached yet.
-    pub fn sms(&self, req: &Request) -> Result<u32> {
-        if self.on_copy_engines(req) {
-            return Ok(0);
-        }
-        let _ctx = device::keep_current()?;
-        Ok(self.plan(req)?.host.channels() as u32)
-    }
-
-    /// Whether the next launch of `req` runs its plan's compiled kernel (else the interpreter,
-    /// or copy engines); builds the plan like [`Comm::prepare`] when it has none yet, without
-    /// compiling it.
-    pub fn runs_compiled(&self, req: &Request) -> Result<bool> {
-        if self.on_copy_engines(req) {
-            return Ok(false);
-        }
-        let _ctx = device::keep_current()?;
-        Ok(self.plan(req)?.compiled(false).is_some())
-    }
-
-    /// The heap offsets where buffers live, `[lo, hi)` (the signal pad is below `lo`).
+    /// The heap offsets where buffers live, `[lo, hi)` (the signal pad is below `lo`; `hi` is
+    /// each rank's heap stride).
     pub fn buffer_area(&self) -> (u64, u64) {
-        (self.data_off, self.stride())
+        (self.data_off, self.heap.stride)
     }
 
     /// The heap as `symm/device.cuh` sees it (`symm_world`), to pass by value to a user's kernel
@@ -382,208 +353,30 @@ impl Comm {
         symm_kernels::abi::SymmWorld {
             base: self.heap.base(),
             stride: self.heap.stride,
-            rank: self.rank as u32,
-            world: self.world as u32,
+            rank: self.job.rank as u32,
+            world: self.job.world as u32,
             abort: self.host.dev,
         }
     }
 
-    /// Device address of heap offset `off` of `peer`, through this rank's mapping (what
-    /// `symm_ptr` computes in device code).
-    pub fn ptr(&self, peer: u16, off: u64) -> Result<u64> {
-        self.heap.ptr(peer, off).ok_or(if peer >= self.world {
-            CudaError::BadRank {
-                rank: peer,
-                world: self.world,
-            }
-        } else {
-            CudaError::OutOfBounds {
-                what: "heap offset",
-                offset: off,
-                len: 0,
-                lo: 0,
-                hi: self.stride(),
-            }
-        })
-    }
-
-    /// Collective: places buffers for `req` in the heap, at the same offsets on every rank.
-    pub fn alloc(&self, req: &Request) -> Result<Buffers> {
-        self.alloc_sizes(req.buffer_sizes())
-    }
-
-    /// Collective: places buffers of the given sizes (see [`Comm::alloc`]).
-    pub fn alloc_sizes(&self, sizes: BufferSizes) -> Result<Buffers> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
-        let b = guard::place(&mut *self.heap_lock()?, sizes, self.data_off)?;
-        // Scratch starts zeroed, before the agreement (so before any peer can write into it):
-        // low-latency lines a dropped team left in this memory carry that team's epochs, which
-        // the job's may repeat, and no flag is 0 (symm_core::ll).
-        if b.sizes.scratch > 0 {
-            self.heap_fill(b.scratch, b.sizes.scratch, 0)?;
-        }
-        self.agree()?;
-        Ok(b)
-    }
-
-    /// Collective: returns buffers to the heap after this rank's work on its device finished.
-    /// Every offset is checked first (a live allocation of this heap, not a team's region), so
-    /// a bad set frees nothing.
-    pub fn free(&self, b: &Buffers) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        self.check_unpinned(b)?;
-        self.sync_device()?;
-        {
-            let regions = self
-                .regions
-                .lock()
-                .map_err(|_| CudaError::LockPoisoned { what: "region" })?
-                .clone();
-            // Held until the buffers are back in the heap: no capture pins them meanwhile.
-            let pins = self.pin_lock()?;
-            capture::check_unpinned_in(&pins, b)?;
-            let mut h = self.heap_lock()?;
-            let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.data_off));
-            for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {
-                let live = off.is_some_and(|x| h.is_live(x));
-                if !live || regions.contains(o) {
-                    return Err(CudaError::NotLive { offset: *o });
-                }
-            }
-            for off in offs.into_iter().flatten() {
-                h.free(off).map_err(CudaError::Heap)?;
-            }
-        }
-        self.agree()
-    }
-
-    fn heap_lock(&self) -> Result<std::sync::MutexGuard<'_, Heap>> {
-        self.alloc
-            .lock()
-            .map_err(|_| CudaError::LockPoisoned { what: "heap" })
-    }
-
     /// Collective: every rank's `data` (at most 64 KiB), in rank order, through the bootstrap.
     pub fn exchange(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        Ok(self.boot.all_gather(self.rank, data)?.to_vec())
+        Ok(self.job.boot.all_gather(self.job.rank, data)?.to_vec())
     }
 
-    /// Fails fast when the communicator is poisoned or a peer was lost.
-    fn live(&self) -> Result<()> {
-        if let Some(rank) = self.boot.bootstrap().lost() {
-            let e = CudaError::PeerLost { rank };
-            self.poison(&e);
-            return Err(e);
-        }
-        match self.poisoned.lock() {
-            Ok(p) => p
-                .clone()
-                .map_or(Ok(()), |why| Err(CudaError::Poisoned(why))),
-            Err(_) => Err(CudaError::LockPoisoned { what: "poison" }),
-        }
+    /// The device address of this rank's timeout record for kernels outside the plans (the
+    /// last channel's: signals, MoE, the all-to-allv).
+    pub(super) fn record_addr(&self) -> u64 {
+        self.host.dev + (ABORT_BYTES + (MAX_CHANNELS as usize - 1) * RECORD_BYTES) as u64
     }
+}
 
-    /// The launch lock, with the state of the order across streams.
-    fn launch_lock(&self) -> Result<std::sync::MutexGuard<'_, order::StreamOrder>> {
-        self.launching
-            .lock()
-            .map_err(|_| CudaError::LockPoisoned { what: "launch" })
-    }
-
-    fn poison(&self, e: &CudaError) {
-        if let Ok(mut p) = self.poisoned.lock() {
-            p.get_or_insert_with(|| e.to_string());
-        }
-    }
-
-    /// Reports asynchronous errors of collectives enqueued so far without waiting for them: a
-    /// device timeout (rank, peer, slot, expected, found), a lost peer, an op the interpreter
-    /// refused. After an error the communicator is poisoned until [`Comm::reset`].
-    pub fn check(&self) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        if let Some(rank) = self.boot.bootstrap().lost() {
-            let e = CudaError::PeerLost { rank };
-            self.poison(&e);
-            return Err(e);
-        }
-        let ats = (0..MAX_CHANNELS as usize).map(|c| ABORT_BYTES + c * RECORD_BYTES);
-        let found = first_failure(&self.host, ats).map(|e| self.team_peer(e));
-        if let Some(e) = found {
-            self.poison(&e);
-            return Err(e);
-        }
-        self.live()
-    }
-
-    /// Waits for the caller's `stream`, then [`Comm::check`]s.
-    pub fn synchronize(&self, stream: &Stream) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        let r = stream.synchronize();
-        if let Err(e) = &r {
-            self.poison(e);
-        }
-        self.check()?;
-        r
-    }
-
-    fn sync_device(&self) -> Result<()> {
-        self.dev.bind()?;
-        let api = driver()?;
-        // SAFETY: this rank's context is bound; waits for every stream of it.
-        check("cuCtxSynchronize", unsafe { (api.ctx_synchronize)() })
-    }
-
-    /// Collective: after a timeout, waits for this rank's device, zeroes its signal pad, its
-    /// `expected` counters, the records and the abort word between two barriers of every rank,
-    /// and lifts the poison. Fails (and stays poisoned) when a peer was lost or the device
-    /// cannot be synchronised.
-    pub fn reset(&self) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        if let Some(rank) = self.boot.bootstrap().lost() {
-            return Err(CudaError::PeerLost { rank });
-        }
-        let _g = self.launch_lock()?;
-        self.sync_device()?;
-        // No rank zeroes before every rank stopped using the protocol.
-        self.boot.barrier(self.rank)?;
-        let epochs = epoch::highest(self)?;
-        self.heap_fill(0, self.data_off, 0)?;
-        self.expected.fill(0)?;
-        epoch::resume(self, &epochs)?;
-        self.sync_device()?;
-        self.host.zero_all();
-        // No rank signals before every rank zeroed.
-        self.boot.barrier(self.rank)?;
-        if let Ok(mut p) = self.poisoned.lock() {
-            *p = None;
-        }
-        Ok(())
-    }
-
-    /// Ends this rank's part in the job in order: waits for its device, then the bootstrap's
-    /// last barrier, after which no rank counts another's exit as a loss. Dropping a `Comm`
-    /// without it is seen by the other ranks as this rank's loss.
-    pub fn finish(self) -> Result<()> {
-        self.close()
-    }
-
-    /// [`Comm::finish`] for a Comm that others still hold (a framework's tensors over its heap):
-    /// ends this rank's part in the job in order, then refuses new work; the memory stays
-    /// mapped until the Comm is dropped.
-    pub fn close(&self) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        self.sync_device()?;
-        let r = self
-            .boot
-            .bootstrap()
-            .finish(self.opts.bootstrap_timeout)
-            .map_err(CudaError::Bootstrap);
-        if let Ok(mut p) = self.poisoned.lock() {
-            p.get_or_insert_with(|| "the communicator was finished".to_string());
-        }
-        r
-    }
+/// The GPU of local rank `local_rank` ([`crate::cuda::placement`]: `LOCAL_RANK`, or where
+/// `SYMM_DEVICES` puts it).
+pub fn placement(local_rank: u16) -> Result<i32> {
+    let visible = device::device_count()?;
+    super::placement::device_for(local_rank, visible, |k| std::env::var_os(k))
+        .map_err(CudaError::Placement)
 }
 
 impl Drop for Comm {
@@ -625,37 +418,28 @@ struct Parts {
 impl Parts {
     fn assemble(self, boot: SocketRendezvous, rank: u16, world: u16, opts: CommOptions) -> Comm {
         Comm {
-            plans: Mutex::new(HashMap::new()),
-            engines: std::sync::atomic::AtomicU8::new(opts.copy_engine.code()),
-            moe_sms: std::sync::atomic::AtomicU32::new(0),
-            tracing: Mutex::new(None),
-            signals: Mutex::new(None),
+            legacy: compat::Legacy::default(),
+            plans: plans::PlanCache::new(self.compiler, opts.copy_engine),
+            launching: Mutex::new(admit::Launching::default()),
             armed: self.armed,
             interp: self.interp,
-            compiler: Arc::new(self.compiler),
-            compiling: Mutex::new(None),
             expected: self.expected,
             host: self.host,
             heap: self.heap,
-            alloc: Mutex::new(self.alloc),
-            launching: Mutex::new(order::StreamOrder::default()),
-            pinned: Mutex::new(HashMap::new()),
-            poisoned: Mutex::new(None),
-            blocks: Mutex::new(blocks::Blocks::default()),
-            graph_pins: blocks::GraphPins::default(),
-            spans: Mutex::new(spans::Spans::default()),
-            next_team: Mutex::new(1),
-            teams: Mutex::new(HashMap::new()),
-            regions: Mutex::new(Vec::new()),
-            rank,
-            world,
+            alloc: Mutex::new(Alloc::new(self.alloc)),
+            poison: entry::Poison::default(),
             pad_slots: self.pad_slots,
             data_off: self.data_off,
-            id: super::device_plan::next_owner(),
-            sharing: self.sharing,
             opts,
             dev: self.dev,
-            boot,
+            job: Job {
+                rank,
+                world,
+                id: super::device_plan::next_owner(),
+                sharing: self.sharing,
+                lost: boot.bootstrap().lost_word(),
+                boot,
+            },
         }
     }
 }

@@ -1,11 +1,11 @@
 //! MoE dispatch and combine on the GPU, and the all-to-allv whose counts stay on the device
 //! (`kernels/symm/moe.cu`; the layout and protocol are `symm_core::moe`'s).
 //!
-//! * **A layer** ([`Comm::moe_layer`], collective) holds one symmetric block sized from a
+//! * **A layer** ([`MoeLayer::new`], collective) holds one symmetric block sized from a
 //!   [`MoeConfig`]: two halves of staging rows and tagged header words for dispatch and for
 //!   combine, and this rank's local state (epochs, routing slots, combine metadata, the expert
 //!   rows and their spans). It is zeroed and the ranks meet before any kernel writes into it.
-//! * **No host synchronisation.** [`Comm::moe_dispatch`] and [`Comm::moe_combine`] read the
+//! * **No host synchronisation.** [`MoeLayer::dispatch`] and [`MoeLayer::combine`] read the
 //!   routing, the weights and the tokens where the user's kernels wrote them, exchange counts
 //!   through the tagged headers and compute every offset on the device. The epoch lives in the
 //!   layer's state, so a captured graph replays them as they are.
@@ -14,7 +14,7 @@
 //!   blocks. Results are the same.
 //! * **Bounds.** Token counts are checked on the host; expert indices and peers' counts on the
 //!   device, where invalid indices are skipped and rows past `rows_max` dropped, both counted
-//!   ([`Comm::moe_status`]). Every user span is checked to lie in one device allocation of
+//!   ([`MoeLayer::status`]). Every user span is checked to lie in one device allocation of
 //!   this rank's context, with exactly the bytes the shape needs.
 //! * The all-to-allv with device counts (`a2av.rs`) shares the regions' carving, the span
 //!   checks and the timeout record with these layers.
@@ -22,13 +22,14 @@
 use std::sync::Arc;
 
 use symm_core::moe::{Mode, MoeConfig};
-use symm_core::sched::MAX_CHANNELS;
 
-use super::{Comm, ABORT_BYTES};
+use symm_core::cost::Topology;
+
+use super::{Comm, Tensors};
 use crate::cuda::compile::{self, Compiler};
 use crate::cuda::device::{self, Stream};
 use crate::cuda::error::{CudaError, Result};
-use crate::cuda::launch::{Kernel, RECORD_BYTES};
+use crate::cuda::launch::Kernel;
 use crate::cuda::Span;
 // `symm_moe_params`, defined once in the kernels' ABI.
 use symm_kernels::abi::MoeParams as Params;
@@ -49,7 +50,7 @@ fn elem(ty: TokenType) -> u64 {
     ty.bytes() as u64
 }
 
-/// What the device found since the last [`Comm::moe_status`].
+/// What the device found since the last [`MoeLayer::status`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MoeStatus {
     /// Expert indices at or past the number of experts (skipped).
@@ -78,6 +79,8 @@ struct Regions {
 #[derive(Debug)]
 pub struct MoeLayer {
     owner: u64,
+    /// Most blocks of one of its kernels ([`MoeLayer::set_sms`]; 0: the default).
+    sms: std::sync::atomic::AtomicU32,
     cfg: MoeConfig,
     ty: TokenType,
     block: u64,
@@ -137,39 +140,47 @@ fn regions(cfg: &MoeConfig, ty: TokenType) -> Result<(Regions, u64)> {
     Ok((at, c.at))
 }
 
-impl Comm {
-    /// Compiles (or finds in the cache) and loads `moe.cu`.
-    fn moe_kernels(&self) -> Result<Arc<MoeKernels>> {
-        let compiler = Compiler::load(self.opts.nvrtc.as_deref())?;
-        let drv = device::driver_version()?;
-        let (cubin, _) = compile::cubin(&compiler, &symm_kernels::MOE, self.dev.arch, drv)?;
-        Ok(Arc::new(MoeKernels {
-            dispatch: Kernel::load(&self.dev, &cubin, symm_kernels::MOE_DISPATCH_ENTRY)?,
-            combine: Kernel::load(&self.dev, &cubin, symm_kernels::MOE_COMBINE_ENTRY)?,
-        }))
-    }
+/// Compiles (or finds in the cache) and loads `moe.cu` on `comm`'s device.
+fn kernels(comm: &Comm) -> Result<Arc<MoeKernels>> {
+    let compiler = Compiler::load(comm.opts.nvrtc.as_deref())?;
+    let drv = device::driver_version()?;
+    let (cubin, _) = compile::cubin(&compiler, &symm_kernels::MOE, comm.dev.arch, drv)?;
+    Ok(Arc::new(MoeKernels {
+        dispatch: Kernel::load(&comm.dev, &cubin, symm_kernels::MOE_DISPATCH_ENTRY)?,
+        combine: Kernel::load(&comm.dev, &cubin, symm_kernels::MOE_COMBINE_ENTRY)?,
+    }))
+}
 
+impl Tensors {
     /// Collective, not while capturing: allocates and zeroes a block of `len` bytes on every
     /// rank, and returns once every rank's block is zeroed (so no peer's first write is lost).
-    pub(super) fn zeroed_block(&self, len: u64, stream: &Stream) -> Result<u64> {
-        let block = self.alloc_block(len, stream)?;
-        self.heap_fill(block, len, 0)?;
-        self.dev.synchronize()?;
-        self.exchange(b"moe layer zeroed")?;
+    pub(super) fn zeroed_block(&self, comm: &Comm, len: u64, stream: &Stream) -> Result<u64> {
+        let block = self.alloc_block(comm, len, stream)?;
+        comm.heap_fill(block, len, 0)?;
+        comm.dev.synchronize()?;
+        comm.exchange(b"moe layer zeroed")?;
         Ok(block)
     }
+}
 
+impl MoeLayer {
     /// Collective: a layer for `cfg` with tokens of type `ty` (compiles the kernels on first
     /// use; not while `stream` captures a graph).
-    pub fn moe_layer(&self, cfg: MoeConfig, ty: TokenType, stream: &Stream) -> Result<MoeLayer> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
+    pub fn new(
+        comm: &Comm,
+        tensors: &Tensors,
+        cfg: MoeConfig,
+        ty: TokenType,
+        stream: &Stream,
+    ) -> Result<MoeLayer> {
+        tensors.own(comm)?;
+        let _g = comm.enter()?;
         let cfg = cfg.checked().map_err(CudaError::Moe)?;
-        if cfg.world != self.world {
+        if cfg.world != comm.job.world {
             return Err(CudaError::SizeMismatch {
                 what: "ranks in the MoE shape",
                 have: u64::from(cfg.world),
-                want: u64::from(self.world),
+                want: u64::from(comm.job.world),
             });
         }
         if cfg.experts > MAX_GPU_EXPERTS {
@@ -180,8 +191,8 @@ impl Comm {
             });
         }
         let (rel, len) = regions(&cfg, ty)?;
-        let kernels = self.moe_kernels()?;
-        let block = self.zeroed_block(len, stream)?;
+        let kernels = kernels(comm)?;
+        let block = tensors.zeroed_block(comm, len, stream)?;
         let shift = |o: u64| block + o;
         let at = Regions {
             hdr: shift(rel.hdr),
@@ -197,7 +208,8 @@ impl Comm {
             spans: shift(rel.spans),
         };
         Ok(MoeLayer {
-            owner: self.id,
+            owner: comm.job.id,
+            sms: std::sync::atomic::AtomicU32::new(0),
             cfg,
             ty,
             block,
@@ -209,33 +221,27 @@ impl Comm {
     }
 
     /// The checks every dispatch and combine makes first; returns the layer's shape.
-    fn moe_call(
-        &self,
-        layer: &MoeLayer,
-        mode: Mode,
-        tokens: u32,
-        stream: &Stream,
-    ) -> Result<MoeConfig> {
-        self.live()?;
-        self.own_stream(stream)?;
-        self.own_layer(layer)?;
-        self.block_in_use(layer.block)?;
-        layer
-            .cfg
+    fn call(&self, comm: &Comm, tensors: &Tensors, mode: Mode, tokens: u32) -> Result<MoeConfig> {
+        self.own(comm)?;
+        tensors.own(comm)?;
+        tensors.block_in_use(self.block)?;
+        self.cfg
             .check_tokens(tokens, mode)
             .map_err(CudaError::Moe)?;
-        Ok(layer.cfg)
+        Ok(self.cfg)
     }
 
-    fn own_layer(&self, layer: &MoeLayer) -> Result<()> {
-        if layer.owner != self.id {
+    fn own(&self, comm: &Comm) -> Result<()> {
+        if self.owner != comm.job.id {
             return Err(CudaError::WrongOwner {
                 what: "the MoE layer",
             });
         }
         Ok(())
     }
+}
 
+impl Comm {
     /// Checks a user span: exactly `want` bytes, aligned to `align` (its elements), in this
     /// rank's buffer area or in one device allocation of this context.
     pub(super) fn moe_span(
@@ -264,22 +270,13 @@ impl Comm {
         }
         Ok(())
     }
+}
 
-    pub(super) fn record_addr(&self) -> u64 {
-        self.host.dev + (ABORT_BYTES + (MAX_CHANNELS as usize - 1) * RECORD_BYTES) as u64
-    }
-
-    pub(super) fn deadline_ns(&self) -> u64 {
-        self.sharing
-            .deadline(self.opts.timeout)
-            .as_nanos()
-            .min(u64::MAX as u128) as u64
-    }
-
-    fn params(&self, layer: &MoeLayer, tokens: u32) -> Params {
-        let (c, a) = (&layer.cfg, &layer.at);
+impl MoeLayer {
+    fn params(&self, comm: &Comm, tokens: u32) -> Params {
+        let (c, a) = (&self.cfg, &self.at);
         Params {
-            w: self.symm_world(),
+            w: comm.symm_world(),
             at: [
                 a.hdr, a.chdr, a.stage, a.cstage, a.state, a.slots, a.cin, a.cmeta, a.totals,
                 a.xout, a.spans,
@@ -289,11 +286,11 @@ impl Comm {
             weights: 0,
             expert_out: 0,
             out: 0,
-            row_bytes: c.row_bytes(elem(layer.ty)),
-            data_bytes: c.data_bytes(elem(layer.ty)),
+            row_bytes: c.row_bytes(elem(self.ty)),
+            data_bytes: c.data_bytes(elem(self.ty)),
             pbytes: c.partial_bytes(),
-            deadline_ns: self.deadline_ns(),
-            record: self.record_addr(),
+            deadline_ns: comm.deadline_ns(),
+            record: comm.record_addr(),
             tokens,
             tokens_max: c.tokens_max,
             hidden: c.hidden,
@@ -301,70 +298,68 @@ impl Comm {
             experts: c.experts,
             local: c.local_experts(),
             rows_max: c.rows_max,
-            elem: elem(layer.ty) as u32,
+            elem: elem(self.ty) as u32,
             phase: 0,
             pad: 0,
         }
     }
 
     /// Launches `kernel` once per phase list entry: `(phase, blocks)`.
-    fn moe_launch(
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
         &self,
+        comm: &Comm,
+        tensors: &Tensors,
         kernel: &Kernel,
-        layer_block: (u64, u64),
         mut p: Params,
         launches: &[(u32, u32)],
         smem: u32,
         stream: &Stream,
     ) -> Result<()> {
-        if stream.is_capturing()? {
-            self.pin_to_capture(stream, &[(layer_block.0, layer_block.1)])?;
+        if stream.capturing_bound()? {
+            tensors.pin_to_capture(stream, &[(self.block, self.len)])?;
         }
-        self.dev.bind()?;
-        let _order = self.launch_lock()?;
+        let _order = comm.launch_lock()?;
         for &(phase, blocks) in launches {
             p.phase = phase;
             // SAFETY: `Params` is `symm_moe_params` field for field; every heap offset lies in
             // the layer's block (checked against the buffer area when the layer was made and
             // owned by this Comm), the user spans were checked to lie in device allocations of
             // this context with the bytes the shape needs, and the kernel bounds every index
-            // it reads from memory by the shape.
+            // it reads from memory by the shape. The context is bound by the caller's guard.
             let r = unsafe { kernel.launch_smem(stream, blocks, THREADS, smem, &p) };
             if let Err(e) = &r {
-                self.poison(e);
+                comm.poison.raise(e);
                 return r;
             }
         }
         Ok(())
     }
 
-    /// Caps the blocks (one per SM) of this rank's later MoE kernels at `sms`, as DeepEP's
+    /// Caps the blocks (one per SM) of this layer's later kernels at `sms`, as DeepEP's
     /// `num_sms` does, leaving the other SMs to overlapping work; 0 restores the default (a
     /// waiting block per four tokens of the call, at least 16, at most one per SM of its own
     /// GPU or of its share when ranks share it: see `moe_grid`). Local to this rank: the
     /// kernels work with any grid. Calls already enqueued or captured keep their grids.
-    pub fn set_moe_sms(&self, sms: u32) {
-        self.moe_sms
-            .store(sms, std::sync::atomic::Ordering::Relaxed);
+    pub fn set_sms(&self, sms: u32) {
+        self.sms.store(sms, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// `(phase, blocks)` per launch (see [`moe_grid`]).
-    fn moe_grids(&self, mode: Mode, tokens: u32, cfg: &MoeConfig) -> Vec<(u32, u32)> {
+    fn grids(&self, comm: &Comm, mode: Mode, tokens: u32) -> Vec<(u32, u32)> {
+        let cfg = &self.cfg;
         let gpu = moe_grid::Gpu {
-            sms: self
+            sms: comm
                 .dev
                 .attribute(crate::cuda::ffi::driver::ATTR_SM_COUNT)
                 .map_or(64, |n| u32::try_from(n).unwrap_or(1)),
-            shared: self.sharing.time_sliced() || self.topology_shared(),
+            shared: comm.job.sharing.time_sliced()
+                || comm.job.sharing.topology() == Topology::SharedDevice,
             world: u32::from(cfg.world),
         };
         let rows = u32::try_from(cfg.stage_rows()).unwrap_or(u32::MAX);
-        let cap = self.moe_sms.load(std::sync::atomic::Ordering::Relaxed);
+        let cap = self.sms.load(std::sync::atomic::Ordering::Relaxed);
         moe_grid::grids(mode, tokens, rows, gpu, cap)
-    }
-
-    fn topology_shared(&self) -> bool {
-        self.topology() == symm_core::cost::Topology::SharedDevice
     }
 
     /// Enqueues a dispatch of `tokens` tokens on `stream`: `x` holds `tokens x hidden`
@@ -377,9 +372,10 @@ impl Comm {
     /// The spans must stay allocated and unchanged until the enqueued work has finished, as for
     /// any copy the caller enqueues on `stream`.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn moe_dispatch(
+    pub unsafe fn dispatch(
         &self,
-        layer: &MoeLayer,
+        comm: &Comm,
+        tensors: &Tensors,
         mode: Mode,
         tokens: u32,
         x: Span,
@@ -387,30 +383,30 @@ impl Comm {
         weights: Span,
         stream: &Stream,
     ) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        let c = self.moe_call(layer, mode, tokens, stream)?;
+        let _g = comm.enter_on(stream)?;
+        let c = self.call(comm, tensors, mode, tokens)?;
         let t = u64::from(tokens);
-        let es = elem(layer.ty);
-        self.moe_span("token bytes", x, t * u64::from(c.hidden) * es, 1)?;
-        self.moe_span("expert index bytes", idx, t * u64::from(c.topk) * 8, 8)?;
-        self.moe_span("weight bytes", weights, t * u64::from(c.topk) * 4, 4)?;
-        let mut p = self.params(layer, tokens);
+        let es = elem(self.ty);
+        comm.moe_span("token bytes", x, t * u64::from(c.hidden) * es, 1)?;
+        comm.moe_span("expert index bytes", idx, t * u64::from(c.topk) * 8, 8)?;
+        comm.moe_span("weight bytes", weights, t * u64::from(c.topk) * 4, 4)?;
+        let mut p = self.params(comm, tokens);
         (p.x, p.idx, p.weights) = (x.ptr, idx.ptr, weights.ptr);
         let w = u32::from(c.world);
         let chunk = symm_kernels::MOE_CHUNK;
         let send = (w + c.experts + chunk * w + chunk * u32::from(c.topk)) * 4;
         let recv = (w + 2 * w * c.local_experts()) * 4;
-        let grids = self.moe_grids(mode, tokens, &c);
-        self.moe_launch(
-            &layer.kernels.dispatch,
-            layer.block(),
+        let grids = self.grids(comm, mode, tokens);
+        self.launch(
+            comm,
+            tensors,
+            &self.kernels.dispatch,
             p,
             &grids,
             send.max(recv),
             stream,
         )?;
-        layer
-            .tokens
+        self.tokens
             .store(tokens, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
@@ -420,47 +416,49 @@ impl Comm {
     /// `tokens x hidden` elements, each token's weighted sum in its original place.
     ///
     /// # Safety
-    /// As [`Comm::moe_dispatch`].
-    pub unsafe fn moe_combine(
+    /// As [`MoeLayer::dispatch`].
+    pub unsafe fn combine(
         &self,
-        layer: &MoeLayer,
+        comm: &Comm,
+        tensors: &Tensors,
         mode: Mode,
         expert_out: Span,
         out: Span,
         stream: &Stream,
     ) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        let tokens = layer.tokens.load(std::sync::atomic::Ordering::Relaxed);
-        let c = self.moe_call(layer, mode, tokens, stream)?;
-        let es = elem(layer.ty);
+        let _g = comm.enter_on(stream)?;
+        let tokens = self.tokens.load(std::sync::atomic::Ordering::Relaxed);
+        let c = self.call(comm, tensors, mode, tokens)?;
+        let es = elem(self.ty);
         let rows = u64::from(c.rows_max) * u64::from(c.hidden) * es;
-        self.moe_span("expert output bytes", expert_out, rows, es)?;
-        self.moe_span(
+        comm.moe_span("expert output bytes", expert_out, rows, es)?;
+        comm.moe_span(
             "combined bytes",
             out,
             u64::from(tokens) * u64::from(c.hidden) * es,
             es,
         )?;
-        let mut p = self.params(layer, tokens);
+        let mut p = self.params(comm, tokens);
         (p.expert_out, p.out) = (expert_out.ptr, out.ptr);
         let grids = match mode {
-            Mode::LowLatency => self.moe_grids(mode, tokens, &c),
+            Mode::LowLatency => self.grids(comm, mode, tokens),
             _ => {
-                let g = self.moe_grids(mode, tokens, &c);
+                let g = self.grids(comm, mode, tokens);
                 vec![(SEND, g[1].1), (RECV, g[1].1)]
             }
         };
-        self.moe_launch(&layer.kernels.combine, layer.block(), p, &grids, 0, stream)
+        let k = &self.kernels.combine;
+        self.launch(comm, tensors, k, p, &grids, 0, stream)
     }
 
     /// Reads and clears the layer's counters of skipped indices and dropped rows (waits for
     /// this rank's device).
-    pub fn moe_status(&self, layer: &MoeLayer) -> Result<MoeStatus> {
-        let _ctx = device::keep_current()?;
-        self.own_layer(layer)?;
-        self.dev.synchronize()?;
+    pub fn status(&self, comm: &Comm) -> Result<MoeStatus> {
+        let _g = comm.enter_any()?;
+        self.own(comm)?;
+        comm.dev.synchronize()?;
         let read = |i: u64| -> Result<u32> {
-            let b = self.read(layer.at.state + 4 * i, 4)?;
+            let b = comm.memory().read(self.at.state + 4 * i, 4)?;
             Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         };
         let s = MoeStatus {
@@ -468,19 +466,19 @@ impl Comm {
             dropped: read(DROPPED)?,
         };
         for i in [INVALID, DROPPED] {
-            self.heap_write(layer.at.state + 4 * i, &[0; 4])?;
+            comm.heap_write(self.at.state + 4 * i, &[0; 4])?;
         }
         Ok(s)
     }
 
     /// Reads the spans `(first row, rows)` of every local expert from the last dispatch (waits
     /// for this rank's device).
-    pub fn moe_spans(&self, layer: &MoeLayer) -> Result<Vec<(u32, u32)>> {
-        let _ctx = device::keep_current()?;
-        self.own_layer(layer)?;
-        self.dev.synchronize()?;
-        let l = u64::from(layer.cfg.local_experts());
-        let b = self.read(layer.at.spans, l * 8)?;
+    pub fn spans(&self, comm: &Comm) -> Result<Vec<(u32, u32)>> {
+        let _g = comm.enter_any()?;
+        self.own(comm)?;
+        comm.dev.synchronize()?;
+        let l = u64::from(self.cfg.local_experts());
+        let b = comm.memory().read(self.at.spans, l * 8)?;
         Ok(b.chunks_exact(8)
             .map(|c| {
                 (
@@ -492,33 +490,32 @@ impl Comm {
     }
 
     /// Reads `rows` expert rows from `first` (waits for this rank's device).
-    pub fn moe_read_rows(&self, layer: &MoeLayer, first: u32, rows: u32) -> Result<Vec<u8>> {
-        let _ctx = device::keep_current()?;
-        self.own_layer(layer)?;
-        let row = u64::from(layer.cfg.hidden) * elem(layer.ty);
+    pub fn read_rows(&self, comm: &Comm, first: u32, rows: u32) -> Result<Vec<u8>> {
+        let _g = comm.enter_any()?;
+        self.own(comm)?;
+        let row = u64::from(self.cfg.hidden) * elem(self.ty);
         let end = u64::from(first) + u64::from(rows);
-        if end > u64::from(layer.cfg.rows_max) {
+        if end > u64::from(self.cfg.rows_max) {
             return Err(CudaError::OutOfBounds {
                 what: "expert rows",
                 offset: u64::from(first),
                 len: u64::from(rows),
                 lo: 0,
-                hi: u64::from(layer.cfg.rows_max),
+                hi: u64::from(self.cfg.rows_max),
             });
         }
-        self.dev.synchronize()?;
-        self.read(
-            layer.at.xout + u64::from(first) * row,
-            u64::from(rows) * row,
-        )
+        comm.dev.synchronize()?;
+        comm.memory()
+            .read(self.at.xout + u64::from(first) * row, u64::from(rows) * row)
     }
 
     /// Collective: returns the layer's block to the heap (after this rank's device finished
     /// with it).
-    pub fn free_moe_layer(&self, layer: MoeLayer) -> Result<()> {
-        self.own_layer(&layer)?;
-        self.dev.synchronize()?;
-        self.release_block(layer.block)
+    pub fn free(self, comm: &Comm, tensors: &Tensors) -> Result<()> {
+        self.own(comm)?;
+        let _g = comm.enter_any()?;
+        comm.dev.synchronize()?;
+        tensors.release_block(self.block)
     }
 }
 

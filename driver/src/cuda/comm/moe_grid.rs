@@ -6,7 +6,7 @@
 //! H200s over NVLink, 128 tokens of 7168 bf16 (top-8) took 414 us with a block on every SM and
 //! 170 us with 32 blocks, while 1024 tokens took 823 us on every SM and 1335 us on 32. So by
 //! default a call waits with a block per four of its tokens, at least [`MIN_WAITING`], as its
-//! sending side already does; a cap set with `Comm::set_moe_sms` replaces that rule.
+//! sending side already does; a cap set with `MoeLayer::set_sms` replaces that rule.
 
 use symm_core::moe::Mode;
 
@@ -30,7 +30,7 @@ pub(super) struct Gpu {
     pub world: u32,
 }
 
-/// `(phase, blocks)` per launch of a call of `tokens` tokens; `cap` is `Comm::set_moe_sms`'s
+/// `(phase, blocks)` per launch of a call of `tokens` tokens; `cap` is `MoeLayer::set_sms`'s
 /// (0: the default rule), `stage_rows` the layer's staged rows.
 pub(super) fn grids(
     mode: Mode,

@@ -30,7 +30,7 @@ use crate::cuda::error::Result;
 /// event recorded after each of its collectives.
 #[derive(Default)]
 pub(crate) struct StreamOrder {
-    lanes: HashMap<u16, Lane>,
+    lanes: HashMap<u16, Lane, super::admit::FastHash>,
 }
 
 #[derive(Default)]
@@ -50,7 +50,8 @@ impl Comm {
         team: u16,
         stream: &Stream,
     ) -> Result<bool> {
-        if stream.is_capturing()? {
+        // The caller's guard bound this Comm's context, the stream's.
+        if stream.capturing_bound()? {
             return Ok(false);
         }
         let key = stream.key();

@@ -38,6 +38,15 @@ impl Sharing {
         self.ranks_on_device > 1 && !self.mps
     }
 
+    /// The topology symm's default choices are made for: ranks sharing a GPU or not.
+    pub fn topology(&self) -> symm_core::cost::Topology {
+        if self.ranks_on_device > 1 {
+            symm_core::cost::Topology::SharedDevice
+        } else {
+            symm_core::cost::Topology::Nvlink
+        }
+    }
+
     /// The device-wait deadline for `timeout`: scaled when time sliced, never past `MAX_WAIT`.
     pub fn deadline(&self, timeout: Duration) -> Duration {
         if self.time_sliced() {

@@ -2,7 +2,7 @@
 //!
 //! A framework hands a collective its tensors by address ([`Span`]): a symmetric tensor (a
 //! block of this rank's heap, [`super::blocks`]) or any other device memory of the rank's GPU.
-//! [`Comm::enqueue_spans`] runs the request over them on the caller's stream:
+//! [`Tensors::enqueue`] runs the request over them on the caller's stream:
 //!
 //! * **Where the data sits.** A span that lies in this rank's buffer area, 16-byte aligned, is
 //!   used in place. Any other span is staged: it is checked to lie in one device allocation of this rank's context,
@@ -21,16 +21,17 @@
 //!   capture (`torch.cuda.graph`) records the copies and the kernel. During a capture the plan
 //!   and workspace must exist already ([`CudaError::NotPrepared`] / [`CudaError::Capturing`]
 //!   otherwise: run the call once before capturing), and the blocks a capture names are pinned
-//!   to the captured graph ([`Comm::pin_to_capture`]).
+//!   to the captured graph ([`Tensors::pin_to_capture`]).
 
 use std::collections::{HashMap, HashSet};
 
-use symm_core::cost::{self, Topology};
 use symm_core::sched::Request;
 
-use super::Comm;
+use super::admit::{Admitted, FastHash};
+use super::{Comm, Tensors};
 use crate::cuda::bounds::Buffers;
-use crate::cuda::device::{self, Stream};
+use crate::cuda::copy_engine::CopyEngine;
+use crate::cuda::device::Stream;
 use crate::cuda::error::{check, driver, CudaError, Result};
 use crate::cuda::ffi::driver as ffi;
 use crate::cuda::rendezvous::Bootstrap;
@@ -48,46 +49,37 @@ pub struct Span {
     pub len: u64,
 }
 
-/// The state of [`Comm::enqueue_spans`]: agreed argument sets, workspaces, tuned requests.
+/// The state of [`Tensors::enqueue`]: agreed argument sets, workspaces, and the admitted
+/// launches of argument sets ready to run.
 #[derive(Default)]
 pub(crate) struct Spans {
-    agreed: HashSet<(Request, Option<u64>, Option<u64>)>,
+    agreed: HashSet<Args>,
     work: HashMap<Request, Buffers>,
+    /// Argument sets agreed, with a workspace and an admitted request: a repeated call is one
+    /// lookup here.
+    ready: HashMap<Args, Ready, FastHash>,
+}
+
+/// An argument set: the request, and for each side its heap offset or `None` (staged).
+type Args = (Request, Option<u64>, Option<u64>);
+
+/// What a ready argument set launches: its workspace and its admitted request, admitted under
+/// the copy-engine option `engines` (another option admits it again).
+#[derive(Clone)]
+struct Ready {
+    work: Buffers,
+    admitted: Admitted,
+    engines: CopyEngine,
 }
 
 impl Comm {
-    /// The topology symm's default choices are made for: ranks sharing a GPU or not.
-    pub fn topology(&self) -> Topology {
-        if self.sharing.ranks_on_device > 1 {
-            Topology::SharedDevice
-        } else {
-            Topology::Nvlink
-        }
-    }
-
-    /// `req` with symm's default algorithm and channels for this job ([`cost::tune_on`]).
-    pub fn tuned(&self, req: Request) -> Request {
-        cost::tune_on(req, self.topology()).0
-    }
-
     /// The heap offset of `s` when all of it lies in this rank's buffer area, 16-byte aligned
     /// (what the kernels' vector accesses need; other spans are staged).
-    pub fn heap_offset(&self, s: Span) -> Option<u64> {
-        let base = self.heap.ptr(self.rank, 0)?;
+    pub(crate) fn heap_offset(&self, s: Span) -> Option<u64> {
+        let base = self.heap.ptr(self.job.rank, 0)?;
         let off = s.ptr.checked_sub(base)?;
         let end = off.checked_add(s.len)?;
-        (off >= self.data_off && end <= self.stride() && off.is_multiple_of(16)).then_some(off)
-    }
-
-    /// Whether [`Comm::enqueue_spans`] of these arguments would return without waiting on the
-    /// host: the ranks agreed on them and the request's workspace and plan exist. A binding may
-    /// keep its interpreter lock for such calls and release it for the others.
-    pub fn spans_ready(&self, req: &Request, input: Span, output: Span) -> bool {
-        let (in_heap, out_heap) = self.sides(input, output);
-        let Ok(s) = self.spans_lock() else {
-            return false;
-        };
-        s.agreed.contains(&(*req, in_heap, out_heap)) && s.work.contains_key(req)
+        (off >= self.data_off && end <= self.heap.stride && off.is_multiple_of(16)).then_some(off)
     }
 
     /// Where each side runs: its heap offset when used in place, `None` when staged (outside
@@ -99,6 +91,21 @@ impl Comm {
             self.heap_offset(input),
             self.heap_offset(output).filter(|_| !overlaps),
         )
+    }
+}
+
+impl Tensors {
+    /// Whether [`Tensors::enqueue`] of these arguments would return without waiting on the
+    /// host: the ranks agreed on them and the request's workspace and plan exist. A binding may
+    /// keep its interpreter lock for such calls and release it for the others.
+    pub fn ready(&self, comm: &Comm, req: &Request, input: Span, output: Span) -> bool {
+        let (in_heap, out_heap) = comm.sides(input, output);
+        let Ok(s) = self.spans_lock() else {
+            return false;
+        };
+        s.ready
+            .get(&(*req, in_heap, out_heap))
+            .is_some_and(|r| r.engines == comm.copy_engine())
     }
 
     fn spans_lock(&self) -> Result<std::sync::MutexGuard<'_, Spans>> {
@@ -116,24 +123,23 @@ impl Comm {
     /// A span outside the heap must stay allocated (and not be written by other work) until
     /// the enqueued work has finished, as for any copy the caller enqueues on `stream`; it is
     /// checked to lie inside one device allocation of this rank's context.
-    pub unsafe fn enqueue_spans(
+    pub unsafe fn enqueue(
         &self,
+        comm: &Comm,
         req: &Request,
         input: Span,
         output: Span,
         stream: &Stream,
     ) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
-        self.own_stream(stream)?;
-        if req.world != self.world {
-            return Err(CudaError::SizeMismatch {
-                what: "ranks in the request",
-                have: req.world as u64,
-                want: self.world as u64,
-            });
+        self.own(comm)?;
+        let _g = comm.enter_on(stream)?;
+        let (in_heap, out_heap) = comm.sides(input, output);
+        let args = (*req, in_heap, out_heap);
+        let found = self.spans_lock()?.ready.get(&args).cloned();
+        let found = found.filter(|r| r.engines == comm.copy_engine());
+        if found.is_none() {
+            comm.check_shape(req, comm.job.world)?;
         }
-        req.validate().map_err(CudaError::Sched)?;
         let need = req.buffer_sizes();
         for (what, s, want) in [
             ("input bytes", input, need.input),
@@ -147,21 +153,15 @@ impl Comm {
                 });
             }
         }
-        let (in_heap, out_heap) = self.sides(input, output);
         for (s, heap) in [(input, in_heap), (output, out_heap)] {
             if heap.is_none() && s.len > 0 {
-                self.check_device_span(s)?;
+                comm.check_device_span(s)?;
             }
         }
-        self.agree_args(req, in_heap, out_heap)?;
-        let capturing = stream.is_capturing()?;
-        let ws = self.workspace(req, capturing)?;
-        if capturing {
-            // Said in the caller's terms: run the call once before capturing it.
-            self.prepared((0, *req)).map_err(|_| CudaError::Capturing {
-                what: "a collective's first use (its plan)",
-            })?;
-        }
+        let (ws, a, capturing) = match found {
+            Some(r) => (r.work, r.admitted, stream.capturing_bound()?),
+            None => self.first_use(comm, args, stream)?,
+        };
         let b = Buffers {
             input: in_heap.unwrap_or(ws.input),
             output: out_heap.unwrap_or(ws.output),
@@ -171,41 +171,79 @@ impl Comm {
         if capturing {
             self.pin_to_capture(stream, &[(b.input, need.input), (b.output, need.output)])?;
         }
-        self.dev.bind()?;
         if in_heap.is_none() {
-            self.copy(self.ptr(self.rank, ws.input)?, input, stream)?;
+            copy(comm.heap_ptr(comm.job.rank, ws.input)?, input, stream)?;
         }
-        self.launch(req, &b, stream, None)?;
+        comm.launch_entered(&a, &b, stream, None)?;
         if out_heap.is_none() {
             let from = Span {
-                ptr: self.ptr(self.rank, ws.output)?,
+                ptr: comm.heap_ptr(comm.job.rank, ws.output)?,
                 len: output.len,
             };
-            self.dev.bind()?;
-            self.copy(output.ptr, from, stream)?;
+            copy(output.ptr, from, stream)?;
         }
         Ok(())
     }
 
-    /// Enqueues a device-to-device copy of `src` to `dst` on `stream` (context bound).
-    fn copy(&self, dst: u64, src: Span, stream: &Stream) -> Result<()> {
-        if src.len == 0 {
-            return Ok(());
+    /// The first use of an argument set (or its first since the agreed sets started over, or
+    /// since the copy-engine option changed), its request checked by the caller: agrees on the
+    /// arguments with every rank (once), makes the workspace and admits the request; returns
+    /// the workspace, the admitted request and whether `stream` is capturing.
+    fn first_use(
+        &self,
+        comm: &Comm,
+        args: Args,
+        stream: &Stream,
+    ) -> Result<(Buffers, Admitted, bool)> {
+        let (req, in_heap, out_heap) = args;
+        self.agree_args(comm, &req, in_heap, out_heap)?;
+        let capturing = stream.capturing_bound()?;
+        let ws = self.workspace(comm, &req, capturing)?;
+        let engines = comm.copy_engine();
+        let a = if capturing {
+            // Said in the caller's terms: run the call once before capturing it.
+            comm.admit_prepared((0, req), comm.buffer_area(), comm.job.world)
+                .map_err(|_| CudaError::Capturing {
+                    what: "a collective's first use (its plan)",
+                })?
+        } else {
+            comm.admit(&req)?
+        };
+        let mut s = self.spans_lock()?;
+        if s.agreed.contains(&args) {
+            s.ready.insert(
+                args,
+                Ready {
+                    work: ws,
+                    admitted: a.clone(),
+                    engines,
+                },
+            );
         }
-        let len = usize::try_from(src.len).map_err(|_| CudaError::TooLarge {
-            what: "staged copy",
-            size: src.len,
-            limit: usize::MAX as u64,
-        })?;
-        let api = driver()?;
-        // SAFETY: both ranges were checked: one lies in this rank's buffer area (a workspace of
-        // the request's sizes), the other in one device allocation of this context
-        // (`check_device_span`), which the caller keeps alive until the copy ran.
-        check("cuMemcpyDtoDAsync", unsafe {
-            (api.memcpy_dtod_async)(dst, src.ptr, len, stream.raw())
-        })
+        Ok((ws, a, capturing))
     }
+}
 
+/// Enqueues a device-to-device copy of `src` to `dst` on `stream` (context bound).
+fn copy(dst: u64, src: Span, stream: &Stream) -> Result<()> {
+    if src.len == 0 {
+        return Ok(());
+    }
+    let len = usize::try_from(src.len).map_err(|_| CudaError::TooLarge {
+        what: "staged copy",
+        size: src.len,
+        limit: usize::MAX as u64,
+    })?;
+    let api = driver()?;
+    // SAFETY: both ranges were checked: one lies in this rank's buffer area (a workspace of
+    // the request's sizes), the other in one device allocation of this context
+    // (`check_device_span`), which the caller keeps alive until the copy ran.
+    check("cuMemcpyDtoDAsync", unsafe {
+        (api.memcpy_dtod_async)(dst, src.ptr, len, stream.raw())
+    })
+}
+
+impl Comm {
     /// Fails unless `s` lies inside one device allocation of this rank's context.
     pub(super) fn check_device_span(&self, s: Span) -> Result<()> {
         let bad = CudaError::NotDeviceMemory {
@@ -245,10 +283,18 @@ impl Comm {
             Err(bad)
         }
     }
+}
 
+impl Tensors {
     /// The first time this set of arguments is used, checks with every rank that theirs is
     /// the same.
-    fn agree_args(&self, req: &Request, input: Option<u64>, output: Option<u64>) -> Result<()> {
+    fn agree_args(
+        &self,
+        comm: &Comm,
+        req: &Request,
+        input: Option<u64>,
+        output: Option<u64>,
+    ) -> Result<()> {
         let key = (*req, input, output);
         if self.spans_lock()?.agreed.contains(&key) {
             return Ok(());
@@ -265,7 +311,7 @@ impl Comm {
             side(input),
             side(output)
         ) + &format!(" {:?}", req.collective);
-        let all = self.boot.all_gather(self.rank, mine.as_bytes())?;
+        let all = comm.job.boot.all_gather(comm.job.rank, mine.as_bytes())?;
         for (r, theirs) in all.iter().enumerate() {
             if theirs.as_slice() != mine.as_bytes() {
                 return Err(CudaError::RanksDiffer {
@@ -278,13 +324,14 @@ impl Comm {
         let mut s = self.spans_lock()?;
         if s.agreed.len() >= MAX_AGREED {
             s.agreed.clear();
+            s.ready.clear();
         }
         s.agreed.insert(key);
         Ok(())
     }
 
     /// The request's workspace, allocated (collectively) on its first use.
-    fn workspace(&self, req: &Request, capturing: bool) -> Result<Buffers> {
+    fn workspace(&self, comm: &Comm, req: &Request, capturing: bool) -> Result<Buffers> {
         if let Some(b) = self.spans_lock()?.work.get(req) {
             return Ok(*b);
         }
@@ -293,8 +340,8 @@ impl Comm {
                 what: "a collective's first use (its workspace and plan)",
             });
         }
-        let b = self.alloc(req)?;
-        self.prepare(req)?;
+        let b = comm.alloc(req)?;
+        comm.prepare(&[*req])?;
         self.spans_lock()?.work.insert(*req, b);
         Ok(b)
     }

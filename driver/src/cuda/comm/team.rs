@@ -1,4 +1,5 @@
-//! Teams of a [`Comm`]: `split` (as `ncclCommSplit`) and `split_strided` (as
+//! Teams of a [`Comm`]: [`CommTeam::split`] (as `ncclCommSplit`) and
+//! [`CommTeam::split_strided`] (as
 //! `nvshmem_team_split_strided`).
 //!
 //! A split is collective over the whole job: every rank calls it, with its colour and key (or
@@ -12,24 +13,24 @@
 //! schedule in local ranks mapped onto the job by [`TeamMap`]: peers become job ranks, slots
 //! move to the team id's part of the pad (which the Comm sizes for [`MAX_TEAMS`] ids), so
 //! teams' collectives and the job's own can be in flight at the same time. Plans live in the
-//! Comm's cache; buffers are checked against the team's region before every launch.
+//! Comm's cache and are admitted like the job's ([`CommTeam::admit`]); buffers are checked
+//! against the team's region before every launch.
 //!
 //! Team allocation is collective over the team's members: after every team alloc and free the
 //! members compare their team allocators through a mailbox at the start of the region
 //! (`agree.rs`), and a divergence names the first differing call on both sides, as with the
 //! job's own allocations.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use symm_core::heap::Heap;
 use symm_core::sched::{BufferSizes, Request, Schedule, MAX_CHANNELS};
 use symm_core::signal::SlotLayout;
 use symm_core::team::{Team, TeamError, TeamMap, MAX_TEAMS};
 
-use super::{agree, Comm};
+use super::{agree, Admitted, Comm};
 use crate::cuda::bounds::{self as guard, Buffers};
-use crate::cuda::device::{self, Stream};
-use crate::cuda::device_plan::DevicePlan;
+use crate::cuda::device::Stream;
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::plan::RankPlan;
 
@@ -84,31 +85,24 @@ pub(crate) fn split_entries(all: &[Vec<u8>], next: u16) -> Result<Vec<(i32, i32)
 impl Comm {
     /// The pad layout of every team id (what team plans are mapped onto).
     fn team_layout(&self) -> Result<SlotLayout> {
-        SlotLayout::new(MAX_TEAMS, MAX_CHANNELS, self.world).map_err(CudaError::Signal)
+        SlotLayout::new(MAX_TEAMS, MAX_CHANNELS, self.job.world).map_err(CudaError::Signal)
     }
 
     /// The id the next split will take.
     fn peek_team(&self) -> Result<u16> {
-        self.next_team
-            .lock()
-            .map(|n| *n)
-            .map_err(|_| CudaError::LockPoisoned { what: "team" })
+        Ok(self.alloc_lock()?.next_team)
     }
 
     /// Collective: takes the next team id and reserves `heap_bytes` of the heap for the split.
     fn begin_split(&self, heap_bytes: u64) -> Result<(u16, u64)> {
-        let _ctx = device::keep_current()?;
-        self.live()?;
+        let _g = self.enter()?;
         let id = {
-            let mut n = self
-                .next_team
-                .lock()
-                .map_err(|_| CudaError::LockPoisoned { what: "team" })?;
-            if *n >= MAX_TEAMS {
-                return Err(team_err(TeamError::NoSlots { id: *n }));
+            let mut a = self.alloc_lock()?;
+            if a.next_team >= MAX_TEAMS {
+                return Err(team_err(TeamError::NoSlots { id: a.next_team }));
             }
-            *n += 1;
-            *n - 1
+            a.next_team += 1;
+            a.next_team - 1
         };
         let span = heap_bytes
             .max(4096)
@@ -117,12 +111,11 @@ impl Comm {
                 what: "team heap size",
             })?;
         let off = {
-            let mut h = self.heap_lock()?;
-            h.alloc(span, 4096).map_err(CudaError::Heap)? + self.data_off
+            let mut a = self.alloc_lock()?;
+            let off = a.heap.alloc(span, 4096).map_err(CudaError::Heap)? + self.data_off;
+            a.regions.push(off);
+            off
         };
-        if let Ok(mut r) = self.regions.lock() {
-            r.push(off);
-        }
         // Low-latency lines another team left in this memory carry that team's epochs, which
         // this team's may repeat: the region starts zeroed (no flag is 0), before the agreement,
         // so no member writes into it first (symm_core::ll).
@@ -148,8 +141,8 @@ impl Comm {
         };
         let key = self.team_layout().ok().and_then(|l| l.key(slot));
         let global = key.filter(|k| k.team != 0).and_then(|k| {
-            let teams = self.teams.lock().ok()?;
-            teams.get(&k.team)?.global(k.peer)
+            let a = self.alloc.lock().ok()?;
+            a.teams.get(&k.team)?.global(k.peer)
         });
         CudaError::Timeout {
             rank,
@@ -164,9 +157,9 @@ impl Comm {
 
     fn team_of(&self, team: Option<Team>, off: u64, heap_bytes: u64) -> Option<CommTeam<'_>> {
         let team = team?;
-        let me = team.local(self.rank)?;
-        if let Ok(mut t) = self.teams.lock() {
-            t.insert(team.id(), team.clone());
+        let me = team.local(self.job.rank)?;
+        if let Ok(mut a) = self.alloc.lock() {
+            a.teams.insert(team.id(), team.clone());
         }
         let len = heap_bytes.max(4096);
         let lo = off + agree::MAILBOX;
@@ -182,53 +175,53 @@ impl Comm {
             }),
         })
     }
+}
 
+impl<'c> CommTeam<'c> {
     /// Collective: splits the job by `color` (ranks of one colour form a team, ordered by `key`
     /// then job rank; a negative colour joins no team) and reserves `heap_bytes` per rank for
     /// the teams' buffers. Returns this rank's team, `None` for a negative colour.
-    pub fn split(&self, color: i32, key: i32, heap_bytes: u64) -> Result<Option<CommTeam<'_>>> {
-        self.live()?;
-        let next = self.peek_team()?;
+    pub fn split(comm: &'c Comm, color: i32, key: i32, heap_bytes: u64) -> Result<Option<Self>> {
+        comm.live()?;
+        let next = comm.peek_team()?;
         let mine: Vec<u8> = color
             .to_le_bytes()
             .into_iter()
             .chain(key.to_le_bytes())
             .chain(next.to_le_bytes())
             .collect();
-        let colors = split_entries(&self.exchange(&mine)?, next)?;
-        let (id, off) = self.begin_split(heap_bytes)?;
-        let team = Team::split(id, &colors, self.rank).map_err(team_err)?;
-        Ok(self.team_of(team, off, heap_bytes))
+        let colors = split_entries(&comm.exchange(&mine)?, next)?;
+        let (id, off) = comm.begin_split(heap_bytes)?;
+        let team = Team::split(id, &colors, comm.job.rank).map_err(team_err)?;
+        Ok(comm.team_of(team, off, heap_bytes))
     }
 
     /// Collective: the team of ranks `start, start + stride, ...` (`size` of them), as
     /// `nvshmem_team_split_strided`; every rank calls it with the same arguments and gets the
     /// team when it is a member. Reserves `heap_bytes` per rank for the team's buffers.
     pub fn split_strided(
-        &self,
+        comm: &'c Comm,
         start: u16,
         stride: u16,
         size: u16,
         heap_bytes: u64,
-    ) -> Result<Option<CommTeam<'_>>> {
-        self.live()?;
-        let desc: Vec<u8> = [start, stride, size, self.peek_team()?]
+    ) -> Result<Option<Self>> {
+        comm.live()?;
+        let desc: Vec<u8> = [start, stride, size, comm.peek_team()?]
             .iter()
             .flat_map(|x| x.to_le_bytes())
             .collect();
-        if self.exchange(&desc)?.iter().any(|d| *d != desc) {
+        if comm.exchange(&desc)?.iter().any(|d| *d != desc) {
             return Err(CudaError::Disagree {
                 what: "split_strided (start, stride, size, team counter)",
                 rank: None,
             });
         }
-        let (id, off) = self.begin_split(heap_bytes)?;
-        let team = Team::strided(id, self.world, start, stride, size).map_err(team_err)?;
-        Ok(self.team_of(Some(team), off, heap_bytes))
+        let (id, off) = comm.begin_split(heap_bytes)?;
+        let team = Team::strided(id, comm.job.world, start, stride, size).map_err(team_err)?;
+        Ok(comm.team_of(Some(team), off, heap_bytes))
     }
-}
 
-impl<'c> CommTeam<'c> {
     /// The team (members in local-rank order, id).
     pub fn team(&self) -> &Team {
         &self.team
@@ -259,8 +252,7 @@ impl<'c> CommTeam<'c> {
     /// offsets on every member (compared across the members: a divergence is an error naming
     /// the first differing call).
     pub fn alloc_sizes(&self, sizes: BufferSizes) -> Result<Buffers> {
-        let _ctx = device::keep_current()?;
-        self.comm.live()?;
+        let _g = self.comm.enter()?;
         let mut h = self.heap_lock()?;
         let b = guard::place(&mut h.heap, sizes, self.region.0)?;
         self.agree(&mut h)?;
@@ -282,12 +274,12 @@ impl<'c> CommTeam<'c> {
 
     /// Team-collective: returns buffers to the team's region once this rank's device is idle.
     pub fn free(&self, b: &Buffers) -> Result<()> {
-        let _ctx = device::keep_current()?;
+        let _g = self.comm.enter_any()?;
         self.comm.check_unpinned(b)?;
         self.comm.sync_device()?;
         // Held until the buffers are back in the region: no capture pins them meanwhile.
-        let pins = self.comm.pin_lock()?;
-        super::capture::check_unpinned_in(&pins, b)?;
+        let alloc = self.comm.alloc_lock()?;
+        super::capture::check_unpinned_in(&alloc.pins, b)?;
         let mut h = self.heap_lock()?;
         // Every offset is checked before any is freed: a bad set frees nothing.
         let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.region.0));
@@ -299,19 +291,8 @@ impl<'c> CommTeam<'c> {
         for off in offs.into_iter().flatten() {
             h.heap.free(off).map_err(CudaError::Heap)?;
         }
-        drop(pins);
+        drop(alloc);
         self.agree(&mut h)
-    }
-
-    /// This rank's plan of the team request `req` (mapped onto the job, validated, cached).
-    fn plan(&self, req: &Request) -> Result<Arc<DevicePlan>> {
-        self.plan_at(req, false)
-    }
-
-    /// [`CommTeam::plan`]; with `now`, compiled before it returns when it runs compiled.
-    fn plan_at(&self, req: &Request, now: bool) -> Result<Arc<DevicePlan>> {
-        self.comm
-            .cached_plan((self.team.id(), *req), now, || self.host_plan(req))
     }
 
     /// This rank's plan of the team request `req`, mapped onto the job (not yet validated).
@@ -325,19 +306,56 @@ impl<'c> CommTeam<'c> {
         })
     }
 
-    /// Builds and uploads this rank's plan of `req` now (before capturing it in a graph).
-    pub fn prepare(&self, req: &Request) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        self.plan_at(req, true).map(|_| ())
+    /// Fails unless `req` is a valid request of this team.
+    fn check_shape(&self, req: &Request) -> Result<()> {
+        if req.world != self.team.size() {
+            return Err(team_err(TeamError::SizeMismatch {
+                request: req.world,
+                team: self.team.size(),
+            }));
+        }
+        req.validate().map_err(CudaError::Sched)
     }
 
-    /// [`CommTeam::prepare`] for many requests, the kernels of those that run compiled compiled
-    /// on several threads first ([`Comm::prepare_all`]). Not collective.
-    pub fn prepare_all(&self, reqs: &[Request]) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        self.comm.compile_ahead(reqs, |r| self.host_plan(r).ok());
+    /// Admits the team request `req` ([`Comm::admit`] for the team: its plan mapped onto the
+    /// job, its buffers in the team's region); launch it with [`Comm::launch`].
+    pub fn admit(&self, req: &Request) -> Result<Admitted> {
+        let _g = self.comm.enter()?;
+        self.admit_at(req, false)
+    }
+
+    /// Admits `req` (checked here), its plan compiled now when `now`.
+    fn admit_at(&self, req: &Request, now: bool) -> Result<Admitted> {
+        let key = (self.team.id(), *req);
+        if !now {
+            if let Some(a) = self.comm.cached_admission(&key)? {
+                return Ok(a);
+            }
+        }
+        self.check_shape(req)?;
+        self.comm
+            .admit_checked(key, self.region, now, || self.host_plan(req))
+    }
+
+    /// The admission of `req` when its plan exists (what a capture may launch).
+    pub(super) fn admit_prepared(&self, req: &Request) -> Result<Admitted> {
+        let key = (self.team.id(), *req);
+        if let Some(a) = self.comm.cached_admission(&key)? {
+            return Ok(a);
+        }
+        self.comm.prepared(key)?;
+        self.admit_at(req, false)
+    }
+
+    /// Admits `reqs` now, the kernels of those that run compiled compiled first on several
+    /// threads ([`Comm::prepare`]). Not collective.
+    pub fn prepare(&self, reqs: &[Request]) -> Result<()> {
+        let _g = self.comm.enter_any()?;
+        if reqs.len() > 1 {
+            self.comm.compile_ahead(reqs, |r| self.host_plan(r).ok());
+        }
         for r in reqs {
-            self.plan_at(r, true)?;
+            self.admit_at(r, true)?;
         }
         Ok(())
     }
@@ -346,35 +364,19 @@ impl<'c> CommTeam<'c> {
     /// region) on `stream`, without host synchronisation, like [`Comm::enqueue`]. Every member
     /// enqueues the same team requests in the same order.
     pub fn enqueue(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<()> {
-        let _ctx = device::keep_current()?;
-        self.check_request(req, b)?;
-        let plan = self.plan(req)?;
+        let _g = self.comm.enter_on(stream)?;
         self.comm
-            .launch_plan(&plan, self.team.id(), b, self.region, stream, None)
-    }
-
-    /// Fails unless the Comm is live, `req` is a valid request of this team and `b` holds its
-    /// buffers inside the team's region.
-    pub(super) fn check_request(&self, req: &Request, b: &Buffers) -> Result<()> {
-        self.comm.live()?;
-        if req.world != self.team.size() {
-            return Err(team_err(TeamError::SizeMismatch {
-                request: req.world,
-                team: self.team.size(),
-            }));
-        }
-        req.validate().map_err(CudaError::Sched)?;
-        guard::check_buffers(b, &req.buffer_sizes(), self.region.0, self.region.1)
-    }
-
-    /// The team's region of the heap, `[lo, hi)` offsets.
-    pub(super) fn region(&self) -> (u64, u64) {
-        self.region
+            .enqueue_entered((self.team.id(), *req), b, stream, |comm| {
+                self.check_shape(req)?;
+                guard::check_buffers(b, &req.buffer_sizes(), self.region.0, self.region.1)?;
+                comm.admit_checked((self.team.id(), *req), self.region, false, || {
+                    self.host_plan(req)
+                })
+            })
     }
 
     /// Enqueues `req`, waits for `stream` and checks for errors.
     pub fn run(&self, req: &Request, b: &Buffers, stream: &Stream) -> Result<()> {
-        let _ctx = device::keep_current()?;
         self.enqueue(req, b, stream)?;
         self.comm.synchronize(stream)
     }
