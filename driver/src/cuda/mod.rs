@@ -13,6 +13,7 @@
 //! * [`rendezvous`]: the [`rendezvous::Bootstrap`] trait and its one-process, one-thread-per-GPU
 //!   implementation.
 //! * [`compile`]: NVRTC to a cubin for the device's architecture, cached on disk.
+//! * [`options`]: [`CommOptions`], the environment that configures a Comm, and joining a job.
 //! * [`placement`]: which GPU a rank opens (`LOCAL_RANK`, or `SYMM_DEVICES`).
 //! * [`plan`]: encoded plans from schedules (or user ops), checked before upload.
 //! * [`copy_engine`]: plans in flag form as stream copies, writes and waits (no SM).
@@ -40,6 +41,7 @@ mod hostmap;
 pub mod launch;
 pub mod multicast;
 pub mod nccl;
+pub mod options;
 pub mod placement;
 pub mod plan;
 pub mod records;
@@ -56,5 +58,5 @@ pub use comm::{
 pub use copy_engine::CopyEngine;
 pub use device::Stream;
 pub use device_plan::DevicePlan;
-pub use error::{CudaError, HeapCall, Result};
+pub use error::{CudaError, ErrorKind, HeapCall, Result};
 pub use world::{Options, World};
