@@ -3,6 +3,7 @@
 //! CUDA is reached at run time (libcuda, libnvrtc and libnccl are loaded when first used, through
 //! cudarc's loader), so building this module needs no CUDA toolkit.
 //!
+//! * [`auto`]: automatic requests (`Request::auto`) of a job, cached per shape.
 //! * [`ffi`]: every foreign call, one table per library, results kept as integers.
 //! * [`error`]: [`CudaError`], the codes matched into named cases.
 //! * [`ctx`]: retains of a device's primary context (every object holds its own) and the
@@ -25,6 +26,7 @@
 //! * [`multicast`]: NVLink multicast: the guard that refuses it unless explicitly allowed, and
 //!   (feature `multicast`) the budget and the binding, the one place of its driver calls.
 
+pub mod auto;
 mod backend;
 pub mod bounds;
 pub mod comm;
@@ -50,6 +52,7 @@ pub mod trace;
 pub mod vmm;
 pub mod world;
 
+pub use auto::AutoRequests;
 pub use bounds::{Buffers, MAX_HEAP_BYTES, MAX_WAIT};
 pub use comm::{
     A2avLayer, Capture, Comm, CommGraph, CommOptions, CommTeam, MoeLayer, MoeStatus, Span,
