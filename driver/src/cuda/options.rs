@@ -187,7 +187,10 @@ mod tests {
     #[test]
     fn variables_set_their_options() {
         let o = with(&[]).unwrap();
-        assert_eq!((o.plans, o.copy_engine, o.nvrtc), (PlanPath::Auto, CopyEngine::Off, None));
+        assert_eq!(
+            (o.plans, o.copy_engine, o.nvrtc),
+            (PlanPath::Auto, CopyEngine::Off, None)
+        );
         let o = with(&[
             (SYMM_PLANS, "interpreted"),
             (SYMM_COPY_ENGINE, "always"),
@@ -197,14 +200,22 @@ mod tests {
         assert_eq!(o.plans, PlanPath::Interpreted);
         assert_eq!(o.copy_engine, CopyEngine::Always);
         assert_eq!(o.nvrtc, Some(PathBuf::from("/opt/nvrtc.so")));
-        assert_eq!(with(&[(SYMM_PLANS, "compiled")]).unwrap().plans, PlanPath::Compiled);
-        assert_eq!(with(&[(SYMM_COPY_ENGINE, "on")]).unwrap().copy_engine, CopyEngine::On);
+        assert_eq!(
+            with(&[(SYMM_PLANS, "compiled")]).unwrap().plans,
+            PlanPath::Compiled
+        );
+        assert_eq!(
+            with(&[(SYMM_COPY_ENGINE, "on")]).unwrap().copy_engine,
+            CopyEngine::On
+        );
         // A path the program chose stays.
         let mine = CommOptions {
             nvrtc: Some(PathBuf::from("/mine")),
             ..CommOptions::default()
         };
-        let o = mine.with_vars(|k| (k == SYMM_NVRTC).then(|| "/env".into())).unwrap();
+        let o = mine
+            .with_vars(|k| (k == SYMM_NVRTC).then(|| "/env".into()))
+            .unwrap();
         assert_eq!(o.nvrtc, Some(PathBuf::from("/mine")));
     }
 
@@ -217,7 +228,11 @@ mod tests {
             (SYMM_PLANS, "", "auto, interpreted or compiled"),
             (SYMM_COPY_ENGINE, long.as_str(), "off, on or always"),
             (SYMM_NVRTC, "", "the path of libnvrtc (at most 4096 bytes)"),
-            (SYMM_NVRTC, long.as_str(), "the path of libnvrtc (at most 4096 bytes)"),
+            (
+                SYMM_NVRTC,
+                long.as_str(),
+                "the path of libnvrtc (at most 4096 bytes)",
+            ),
         ] {
             let e = with(&[(var, value)]).unwrap_err();
             let shown: String = value.chars().take(SHOWN).collect();

@@ -41,6 +41,7 @@ mod signals;
 mod spans;
 mod team;
 
+pub use super::options::CommOptions;
 pub use a2av::A2avLayer;
 pub use backend::MAX_GATHER;
 pub use blocks::BLOCK_ALIGN;
@@ -49,7 +50,6 @@ pub use moe::{MoeLayer, MoeStatus, TokenType, MAX_GPU_EXPERTS};
 pub use sharing::Sharing;
 pub use spans::Span;
 pub use team::CommTeam;
-pub use super::options::CommOptions;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -227,7 +227,10 @@ mod tests {
                 },
                 K::InvalidArgument,
             ),
-            (CudaError::NotOwnRank { rank: 1, own: 0 }, K::InvalidArgument),
+            (
+                CudaError::NotOwnRank { rank: 1, own: 0 },
+                K::InvalidArgument,
+            ),
             (CudaError::NotLive { offset: 64 }, K::InvalidArgument),
             (
                 CudaError::Heap(HeapError::OutOfMemory {
@@ -482,14 +485,16 @@ mod tests {
         }
         // Every variant of CudaError (57) appears above; a new one must be added here, as
         // `kind` makes it be added there.
-        let variants: std::collections::HashSet<_> =
-            cases.iter().map(|(e, _)| std::mem::discriminant(e)).collect();
+        let variants: std::collections::HashSet<_> = cases
+            .iter()
+            .map(|(e, _)| std::mem::discriminant(e))
+            .collect();
         assert_eq!(variants.len(), 57);
         assert_eq!(CudaError::PeerLost { rank: 2 }.lost_rank(), Some(2));
         assert_eq!(CudaError::Poisoned(s()).lost_rank(), None);
-        let lost = boot(BootstrapError::Poisoned(Box::new(BootstrapError::PeerLost {
-            rank: 3,
-        })));
+        let lost = boot(BootstrapError::Poisoned(Box::new(
+            BootstrapError::PeerLost { rank: 3 },
+        )));
         assert_eq!(lost.lost_rank(), Some(3));
     }
 }
