@@ -20,7 +20,6 @@ const RECORD: &str = include_str!("../../docs/perf/sim-fit-shared-w2.md");
 /// channels come out too fast and small copies at 64 channels too slow.
 const BOUND: f64 = 1.7;
 
-
 /// `1M`, `64M`, `512K`, `100` as bytes.
 fn bytes(s: &str) -> Option<u64> {
     let (num, mul) = match s.as_bytes().last()? {
