@@ -132,7 +132,7 @@ impl PyRequest {
             .map(|x| format!(", root={x}"))
             .unwrap_or_default();
         format!(
-            "Request({:?}, world={}, nbytes={}, dtype={:?}, op={:?}, algorithm={:?}, \
+            "Request('{}', world={}, nbytes={}, dtype='{}', op='{}', algorithm='{}', \
              channels={}{root})",
             r.collective.name(),
             r.world,
