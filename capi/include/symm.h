@@ -36,7 +36,7 @@ typedef enum symm_status {
     SYMM_OK = 0,
     // A required pointer argument was null.
     SYMM_ERR_NULL = -1,
-    // An argument is out of range (unknown code, invalid request, rank or channel outside it).
+    // An argument is out of range (unknown code, invalid request, rank or channel outside it, buffers that do not fit, a full heap), the ranks' arguments differ, or the call is not allowed in the communicator's state.
     SYMM_ERR_INVALID = -2,
     // An output buffer is smaller than what must be written into it.
     SYMM_ERR_TOO_SMALL = -3,
@@ -54,7 +54,7 @@ typedef enum symm_status {
     SYMM_ERR_PEER_LOST = -9,
     // An earlier collective failed; calls fail until symm_comm_reset.
     SYMM_ERR_POISONED = -10,
-    // The device runtime failed otherwise (a driver call, kernel compilation, ranks disagreeing).
+    // The device runtime failed otherwise (a driver call, kernel compilation, a peer's malformed message).
     SYMM_ERR_DEVICE = -11,
 } symm_status;
 

@@ -7,15 +7,16 @@ use std::os::raw::c_int;
 
 use symm_core::sched::SchedError;
 use symm_core::trace::{HeaderError, TraceError};
-use symm_driver::bootstrap::BootstrapError;
-use symm_driver::cuda::CudaError;
+use symm_driver::cuda::{CudaError, ErrorKind};
 
 /// Success.
 pub const SYMM_OK: c_int = 0;
 /// A required pointer argument was null.
 pub const SYMM_ERR_NULL: c_int = -1;
 /// An argument is out of range: an unknown code, a request that does not validate, a rank or
-/// channel outside the request, a link with a non-positive bandwidth.
+/// channel outside the request, a link with a non-positive bandwidth, buffers that do not fit,
+/// a heap too small for an allocation, ranks that called with different arguments, or a call
+/// the communicator's state does not allow now.
 pub const SYMM_ERR_INVALID: c_int = -2;
 /// An output buffer is smaller than what must be written into it.
 pub const SYMM_ERR_TOO_SMALL: c_int = -3;
@@ -34,7 +35,8 @@ pub const SYMM_ERR_TIMEOUT: c_int = -8;
 pub const SYMM_ERR_PEER_LOST: c_int = -9;
 /// An earlier collective failed; calls fail until `symm_comm_reset`.
 pub const SYMM_ERR_POISONED: c_int = -10;
-/// The device runtime failed otherwise (a driver call, kernel compilation, ranks disagreeing).
+/// The device runtime failed otherwise (a driver call, kernel compilation, a peer's malformed
+/// message).
 pub const SYMM_ERR_DEVICE: c_int = -11;
 
 /// Every status: its C name, value and meaning (the header's `symm_status`).
@@ -48,7 +50,9 @@ pub const STATUSES: [(&CStr, c_int, &str); 12] = [
     (
         c"SYMM_ERR_INVALID",
         SYMM_ERR_INVALID,
-        "An argument is out of range (unknown code, invalid request, rank or channel outside it).",
+        "An argument is out of range (unknown code, invalid request, rank or channel outside it, \
+         buffers that do not fit, a full heap), the ranks' arguments differ, or the call is not \
+         allowed in the communicator's state.",
     ),
     (
         c"SYMM_ERR_TOO_SMALL",
@@ -94,8 +98,8 @@ pub const STATUSES: [(&CStr, c_int, &str); 12] = [
     (
         c"SYMM_ERR_DEVICE",
         SYMM_ERR_DEVICE,
-        "The device runtime failed otherwise (a driver call, kernel compilation, ranks \
-         disagreeing).",
+        "The device runtime failed otherwise (a driver call, kernel compilation, a peer's \
+         malformed message).",
     ),
 ];
 
@@ -172,47 +176,18 @@ impl Error {
     }
 }
 
-/// The status a runtime error returns as.
+/// The status a runtime error returns as: one per kind ([`CudaError::kind`]), so C and Python
+/// classify every error the same way.
 fn runtime_status(e: &CudaError) -> c_int {
-    match e {
-        CudaError::Unavailable(_) | CudaError::Unsupported(_) | CudaError::Placement(_) => {
-            SYMM_ERR_UNAVAILABLE
-        }
-        CudaError::Bootstrap(b) => bootstrap_status(b),
-        CudaError::Timeout { .. }
-        | CudaError::ExchangeTimeout { .. }
-        | CudaError::TeamTimeout { .. }
-        | CudaError::Expired { .. } => SYMM_ERR_TIMEOUT,
-        CudaError::PeerLost { .. } => SYMM_ERR_PEER_LOST,
-        CudaError::Poisoned(_) => SYMM_ERR_POISONED,
-        CudaError::OutOfBounds { .. }
-        | CudaError::TooSmall { .. }
-        | CudaError::TooLarge { .. }
-        | CudaError::Overflow { .. }
-        | CudaError::Misaligned { .. }
-        | CudaError::BadRank { .. }
-        | CudaError::NotLive { .. }
-        | CudaError::Heap(_)
-        | CudaError::Sched(_)
-        | CudaError::Team(_)
-        | CudaError::WrongOwner { .. }
-        | CudaError::Pinned
-        | CudaError::NotPrepared
-        | CudaError::BadOption(_) => SYMM_ERR_INVALID,
-        _ => SYMM_ERR_DEVICE,
-    }
-}
-
-/// The status a bootstrap error returns as.
-fn bootstrap_status(b: &BootstrapError) -> c_int {
-    match b {
-        BootstrapError::Env(_) => SYMM_ERR_UNAVAILABLE,
-        BootstrapError::NoRoot { .. }
-        | BootstrapError::Missing { .. }
-        | BootstrapError::Timeout { .. } => SYMM_ERR_TIMEOUT,
-        BootstrapError::PeerLost { .. } => SYMM_ERR_PEER_LOST,
-        // A bootstrap stays failed: its first error says what happened.
-        BootstrapError::Poisoned(first) => bootstrap_status(first),
+    match e.kind() {
+        ErrorKind::InvalidArgument
+        | ErrorKind::InvalidState
+        | ErrorKind::RanksDiffer
+        | ErrorKind::OutOfMemory => SYMM_ERR_INVALID,
+        ErrorKind::Timeout => SYMM_ERR_TIMEOUT,
+        ErrorKind::PeerLost => SYMM_ERR_PEER_LOST,
+        ErrorKind::Poisoned => SYMM_ERR_POISONED,
+        ErrorKind::Unavailable => SYMM_ERR_UNAVAILABLE,
         _ => SYMM_ERR_DEVICE,
     }
 }
@@ -326,7 +301,7 @@ pub fn status_name(status: c_int) -> Option<&'static CStr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use symm_driver::bootstrap::EnvError;
+    use symm_driver::bootstrap::{BootstrapError, EnvError};
 
     /// Runtime errors return the status a C caller can act on, with the runtime's message.
     #[test]
@@ -371,6 +346,46 @@ mod tests {
             (CudaError::BadRank { rank: 9, world: 4 }, SYMM_ERR_INVALID),
             (CudaError::NotLive { offset: 64 }, SYMM_ERR_INVALID),
             (CudaError::BadOption("timeout".into()), SYMM_ERR_INVALID),
+            // Caller errors and disagreeing ranks are INVALID, as Python's ValueError; every
+            // deadline is TIMEOUT, as Python's symm.TimeoutError.
+            (
+                CudaError::SizeMismatch {
+                    what: "world",
+                    have: 2,
+                    want: 4,
+                },
+                SYMM_ERR_INVALID,
+            ),
+            (
+                CudaError::RanksDiffer {
+                    rank: 1,
+                    mine: "a".into(),
+                    theirs: "b".into(),
+                },
+                SYMM_ERR_INVALID,
+            ),
+            (
+                CudaError::NotDeviceMemory { ptr: 64, len: 8 },
+                SYMM_ERR_INVALID,
+            ),
+            (
+                CudaError::ExchangeTimeout {
+                    rank: 0,
+                    waited_ms: 5,
+                    arrived: 1,
+                    world: 2,
+                },
+                SYMM_ERR_TIMEOUT,
+            ),
+            (
+                CudaError::TeamTimeout {
+                    team: 1,
+                    peer: 0,
+                    seq: 2,
+                    waited_ms: 5,
+                },
+                SYMM_ERR_TIMEOUT,
+            ),
             (
                 CudaError::Driver {
                     call: "cuLaunchKernel",

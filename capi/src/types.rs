@@ -395,19 +395,8 @@ pub const OPAQUE: [(&str, &str); 3] = [
 pub mod codes {
     use super::*;
 
-    /// The collectives, the code of each its index.
-    pub const COLLECTIVES: [Collective; 10] = [
-        Collective::AllReduce,
-        Collective::ReduceScatter,
-        Collective::AllGather,
-        Collective::Broadcast { root: 0 },
-        Collective::Reduce { root: 0 },
-        Collective::Scatter { root: 0 },
-        Collective::Gather { root: 0 },
-        Collective::AllToAll,
-        Collective::AllToAllV,
-        Collective::SendRecv { src: 0, dst: 0 },
-    ];
+    /// The collectives, the code of each its index (core's one list).
+    pub const COLLECTIVES: [Collective; 10] = Collective::ALL;
 
     /// Op kinds (the plan encoding's).
     pub const OP_KINDS: [(&str, u8); plan::KINDS.len()] = plan::KINDS;

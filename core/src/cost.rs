@@ -355,6 +355,9 @@ pub enum Topology {
 }
 
 impl Topology {
+    /// Every topology.
+    pub const ALL: [Topology; 2] = [Topology::Nvlink, Topology::SharedDevice];
+
     /// The model's link for this topology.
     pub fn link(self) -> Link {
         match self {
@@ -544,10 +547,8 @@ mod tune_tests {
     fn tune_reads_the_calibration_table() {
         let table: alloc::vec::Vec<&Calibrated> = calibrated().collect();
         for &e in &table {
-            let c = crate::sched::collectives(e.world)
-                .into_iter()
-                .find(|c| c.name() == e.collective)
-                .unwrap_or_else(|| panic!("{} is not a collective", e.collective));
+            let c =
+                crate::sched::Collective::parse(e.collective).unwrap_or_else(|err| panic!("{err}"));
             let req = Request::new(c, e.algorithm, e.world, e.bytes, DType::Bf16, ReduceOp::Sum)
                 .with_channels(e.channels);
             req.validate()

@@ -11,6 +11,7 @@
 //! * [`exec`]: a non-blocking executor generic over a [`exec::Fabric`].
 //! * [`moe`]: mixture-of-experts dispatch and combine: the layout, the routing, the bounds.
 //! * [`cost`]: the alpha-beta cost model and algorithm selection.
+//! * [`name`]: the names of collectives, algorithms, dtypes, operators and topologies, parsed.
 //! * [`trace`]: the trace format shared by the simulator and the GPU.
 //! * [`plan`]: the fixed-size encoding of ops that the GPU interpreter reads.
 //! * `symbolic` (feature `alloc`): runs schedules on contribution sets to prove them correct.
@@ -31,6 +32,7 @@ pub mod flag;
 pub mod heap;
 pub mod ll;
 pub mod moe;
+pub mod name;
 pub mod op;
 #[cfg(feature = "alloc")]
 pub mod perfetto;

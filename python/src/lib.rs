@@ -9,115 +9,23 @@
 // The GPU runtime's binding: the one module with unsafe code (stream handles and addresses).
 #[allow(unsafe_code)]
 mod gpu;
+mod parse;
+mod request;
+
+use parse::{algorithm, collective, dtype, reduce_op, topology};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use symm_core::cost::{self, Choice, Topology};
-use symm_core::dtype::{DType, ReduceOp};
+use symm_core::cost::{self, Choice};
 use symm_core::op::OpKind;
-use symm_core::sched::{Algorithm, Collective, Request};
+use symm_core::sched::Request;
 use symm_core::trace::{EventKind, Reader, TraceError};
 use symm_driver::host::{self, SimOptions};
 
 /// Most bytes of input plus output, over all ranks, that one simulated run may hold.
 const MAX_SIM_BYTES: u64 = 1 << 30;
-
-/// Every collective name a request takes from Python (all-to-allv needs per-pair counts).
-const COLLECTIVES: [&str; 9] = [
-    "all_reduce",
-    "reduce_scatter",
-    "all_gather",
-    "broadcast",
-    "reduce",
-    "scatter",
-    "gather",
-    "all_to_all",
-    "send_recv",
-];
-
-fn bad(what: &str, got: &str, valid: &[&str]) -> PyErr {
-    PyValueError::new_err(format!(
-        "unknown {what} {got:?}; valid: {}",
-        valid.join(", ")
-    ))
-}
-
-fn collective(
-    name: &str,
-    world: u16,
-    root: i64,
-    src: i64,
-    dst: Option<i64>,
-) -> PyResult<Collective> {
-    let rank = |what: &str, r: i64| -> PyResult<u16> {
-        if r < 0 || r >= i64::from(world) {
-            return Err(PyValueError::new_err(format!(
-                "{what} {r} is not a rank of a world of {world}"
-            )));
-        }
-        Ok(r as u16)
-    };
-    Ok(match name {
-        "all_reduce" => Collective::AllReduce,
-        "reduce_scatter" => Collective::ReduceScatter,
-        "all_gather" => Collective::AllGather,
-        "broadcast" => Collective::Broadcast {
-            root: rank("root", root)?,
-        },
-        "reduce" => Collective::Reduce {
-            root: rank("root", root)?,
-        },
-        "scatter" => Collective::Scatter {
-            root: rank("root", root)?,
-        },
-        "gather" => Collective::Gather {
-            root: rank("root", root)?,
-        },
-        "all_to_all" => Collective::AllToAll,
-        "send_recv" => Collective::SendRecv {
-            src: rank("src", src)?,
-            dst: rank("dst", dst.unwrap_or(i64::from(world) - 1))?,
-        },
-        other => return Err(bad("collective", other, &COLLECTIVES)),
-    })
-}
-
-/// The entry of `all` whose name is `name`, else a `ValueError` listing the valid names.
-fn named<T: Copy>(
-    what: &str,
-    name: &str,
-    all: &[T],
-    name_of: fn(T) -> &'static str,
-) -> PyResult<T> {
-    all.iter()
-        .copied()
-        .find(|x| name_of(*x) == name)
-        .ok_or_else(|| {
-            let valid: Vec<&str> = all.iter().map(|x| name_of(*x)).collect();
-            bad(what, name, &valid)
-        })
-}
-
-fn algorithm(name: &str) -> PyResult<Algorithm> {
-    named("algorithm", name, &Algorithm::ALL, |a| a.name())
-}
-
-fn dtype(name: &str) -> PyResult<DType> {
-    named("dtype", name, &DType::ALL, |d| d.name())
-}
-
-fn reduce_op(name: &str) -> PyResult<ReduceOp> {
-    named("op", name, &ReduceOp::ALL, |o| o.name())
-}
-
-fn topology(name: &str) -> PyResult<Topology> {
-    [Topology::Nvlink, Topology::SharedDevice]
-        .into_iter()
-        .find(|t| t.name() == name)
-        .ok_or_else(|| bad("topology", name, &["nvlink", "shared_device"]))
-}
 
 /// The request's parameters as Python passes them.
 struct Args<'a> {
@@ -197,14 +105,9 @@ fn bytes_list<'py>(py: Python<'py>, bufs: &[Vec<u8>]) -> PyResult<Bound<'py, PyL
 #[pyfunction]
 fn names(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("collectives", COLLECTIVES.to_vec())?;
-    let algs: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-    d.set_item("algorithms", algs)?;
-    let dts: Vec<&str> = DType::ALL.iter().map(|x| x.name()).collect();
-    d.set_item("dtypes", dts)?;
-    let ops: Vec<&str> = ReduceOp::ALL.iter().map(|x| x.name()).collect();
-    d.set_item("ops", ops)?;
-    d.set_item("topologies", vec!["nvlink", "shared_device"])?;
+    for (kind, list) in parse::all() {
+        d.set_item(kind, list)?;
+    }
     Ok(d)
 }
 
@@ -569,6 +472,8 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_trace, m)?)?;
     m.add_function(wrap_pyfunction!(set_bundled_kernels, m)?)?;
     m.add("MAX_SIM_BYTES", MAX_SIM_BYTES)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<request::PyRequest>()?;
     m.add_class::<gpu::GpuComm>()?;
     m.add_class::<gpu::Block>()?;
     m.add_class::<gpu::PyMoeLayer>()?;

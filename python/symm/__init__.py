@@ -14,6 +14,12 @@ arrays when it imports, else ``bytes`` and lists).
 
 Names are symm's own: collectives (``"all_reduce"``, ...), algorithms (``"ring"``, ...),
 dtypes (``"f32"``, ``"bf16"``, ...) and ops (``"sum"``, ...); :func:`names` lists them all.
+A :class:`Request` holds one call as symm runs it: the algorithm and channels are symm's
+automatic choice (the calibration tables, else the cost model) unless the caller forces them.
+
+Errors: ``ValueError`` for a wrong argument or ranks that called with different ones,
+:class:`TimeoutError`, :class:`PeerLostError` and :class:`PoisonedError` for a running job's
+failures, :class:`SymmError` for the rest (the C ABI's statuses follow the same kinds).
 """
 
 from __future__ import annotations
@@ -47,7 +53,11 @@ from ._gpu import (
     world_size,
     zeros,
 )
+from ._symm import Request
 from .errors import PeerLostError, PoisonedError, SymmError, TimeoutError, TraceError
+
+#: The package's version (the Rust workspace's).
+__version__: str = _symm.__version__
 
 __all__ = [
     "SIGNAL_SLOTS",
@@ -75,6 +85,7 @@ __all__ = [
     "MAX_TRACE_BYTES",
     "PeerLostError",
     "PoisonedError",
+    "Request",
     "SimResult",
     "SymmError",
     "TimeoutError",

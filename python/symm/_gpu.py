@@ -50,6 +50,9 @@ _generation = 0
 
 _DTYPES: dict[Any, str] = {}
 
+#: Call shapes whose request a job keeps before it starts over.
+_MAX_REQUESTS = 4096
+
 
 class _Job:
     """The state of the job this process joined."""
@@ -65,6 +68,9 @@ class _Job:
         stride, lo, hi = comm.layout()
         self.base = comm.ptr(comm.rank, 0)
         self.lo, self.hi = self.base + lo, self.base + hi
+        # symm.Request per call shape (names and forced choices as the caller gave them); the
+        # runtime decides and caches the automatic choice, this only saves rebuilding it.
+        self.requests: dict[tuple[Any, ...], Any] = {}
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         idx = self.index
         if raw is not None:
@@ -124,8 +130,13 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
     messages up to 1 MiB whose plan holds at most 128 ops, at the first call of each shape: a
     fraction of a second to seconds of NVRTC the first time on a machine, then a disk cache;
     the interpreter otherwise), ``"interpreted"``
-    or ``"compiled"``; default ``SYMM_PLANS``, else auto. Collective.
-    Calling it again while joined does nothing; :func:`finalize` (also run at exit) ends it.
+    or ``"compiled"``; default ``SYMM_PLANS``, else auto. The other variables that configure a
+    communicator hold as they do for Rust and C programs (``SYMM_COPY_ENGINE``, ``SYMM_NVRTC``,
+    ``SYMM_DEVICES``). Collective.
+
+    The rank's GPU becomes torch's current device (``torch.cuda.set_device``), so tensors made
+    with ``device="cuda"`` afterwards land on it. Calling it again while joined does nothing;
+    :func:`finalize` (also run at exit) ends it.
     """
     global _job, _generation
     with _lock:
@@ -153,12 +164,12 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
         if not torch.cuda.is_available():
             raise SymmError("symm.init needs a CUDA GPU, and torch sees none")
         job, token = _job_and_token(rank, torch)
-        plans = os.environ.get("SYMM_PLANS", "auto") if plans is None else plans
         # The kernels built with the wheel: no NVRTC wait on a machine's first Comm.
         _symm.set_bundled_kernels(BUNDLED_KERNELS)
         comm = _symm.GpuComm.open(rank, world, local, job, token, heap_bytes,
                                   int(timeout * 1000), int(bootstrap_timeout * 1000), plans)
         _generation += 1
+        torch.cuda.set_device(comm.device)
         _job = _Job(comm, torch)
         _DTYPES.update({
             torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -242,6 +253,19 @@ def _check(j: _Job, t: Any, what: str) -> str:
     return name
 
 
+def _request(j: _Job, collective: str, nbytes: int, dtype: str, op: str,
+             algorithm: Optional[str], channels: Optional[int], root: int = 0) -> Any:
+    """The job's :class:`symm.Request` for a call (made by the runtime once per shape)."""
+    key = (collective, nbytes, dtype, op, algorithm, channels, root)
+    r = j.requests.get(key)
+    if r is None:
+        if len(j.requests) >= _MAX_REQUESTS:
+            j.requests.clear()
+        r = j.comm.request(collective, nbytes, dtype, op, algorithm, channels, root)
+        j.requests[key] = r
+    return r
+
+
 def empty(shape: Any, *, dtype: Any = None, device: Any = None) -> Any:
     """A ``torch.Tensor`` on this rank's GPU whose storage is in the symmetric heap (contents
     undefined). Collective: every rank makes the same calls in the same order.
@@ -307,9 +331,9 @@ def all_reduce(t: Any, op: str = "sum", *, stream: Any = None, algorithm: Option
     n = t.nbytes
     if n:
         p = t.data_ptr()
-        j.comm.collective("all_reduce", n, dt, op, p, n, p, n,
-                          j.current_stream() if stream is None else _stream(j, stream),
-                          algorithm, channels)
+        r = _request(j, "all_reduce", n, dt, op, algorithm, channels)
+        j.comm.collective(r, p, n, p, n,
+                          j.current_stream() if stream is None else _stream(j, stream))
     return t
 
 
@@ -323,8 +347,8 @@ def broadcast(t: Any, src: int = 0, *, stream: Any = None, algorithm: Optional[s
     n = t.numel() * t.element_size()
     if n:
         p = t.data_ptr()
-        j.comm.collective("broadcast", n, dt, "sum", p, n, p, n, _stream(j, stream), algorithm,
-                          channels, src)
+        r = _request(j, "broadcast", n, dt, "sum", algorithm, channels, src)
+        j.comm.collective(r, p, n, p, n, _stream(j, stream))
     return t
 
 
@@ -346,9 +370,9 @@ def all_gather_into_tensor(output: Any, input: Any, *, stream: Any = None,
     j = _get()
     dt, block = _pair(j, output, input, j.world, 1)
     if block:
-        j.comm.collective("all_gather", block, dt, "sum", input.data_ptr(), block,
-                          output.data_ptr(), block * j.world, _stream(j, stream), algorithm,
-                          channels)
+        r = _request(j, "all_gather", block, dt, "sum", algorithm, channels)
+        j.comm.collective(r, input.data_ptr(), block, output.data_ptr(), block * j.world,
+                          _stream(j, stream))
     return output
 
 
@@ -360,8 +384,9 @@ def reduce_scatter_tensor(output: Any, input: Any, op: str = "sum", *, stream: A
     j = _get()
     dt, block = _pair(j, output, input, 1, j.world)
     if block:
-        j.comm.collective("reduce_scatter", block, dt, op, input.data_ptr(), block * j.world,
-                          output.data_ptr(), block, _stream(j, stream), algorithm, channels)
+        r = _request(j, "reduce_scatter", block, dt, op, algorithm, channels)
+        j.comm.collective(r, input.data_ptr(), block * j.world, output.data_ptr(), block,
+                          _stream(j, stream))
     return output
 
 
@@ -381,8 +406,9 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Optional[Sequ
         if nin % w:
             raise ValueError(f"input's {nin} bytes do not split into {w} equal blocks")
         if nin:
-            j.comm.collective("all_to_all", nin // w, dt, "sum", input.data_ptr(), nin,
-                              output.data_ptr(), nin, _stream(j, stream), algorithm, channels)
+            r = _request(j, "all_to_all", nin // w, dt, "sum", algorithm, channels)
+            j.comm.collective(r, input.data_ptr(), nin, output.data_ptr(), nin,
+                              _stream(j, stream))
         return output
     _check(j, output, "output")
     _check(j, input, "input")
@@ -513,7 +539,8 @@ class SymmHandle:
         """
         j = self._j
         p = self._bar.data_ptr()
-        j.comm.collective("all_reduce", 8, "u64", "sum", p, 8, p + 16, 8, _stream(j, stream))
+        r = _request(j, "all_reduce", 8, "u64", "sum", None, None)
+        j.comm.collective(r, p, 8, p + 16, 8, _stream(j, stream))
 
     def put_signal(self, peer: int, slot: int = 0, stream: Any = None) -> None:
         """Set signal ``slot`` in ``peer``'s pad after this rank's earlier work on the stream."""

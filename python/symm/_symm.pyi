@@ -3,6 +3,7 @@
 from typing import Any, Optional
 
 MAX_SIM_BYTES: int
+__version__: str
 
 def names() -> dict[str, list[str]]:
     """Every name the functions take."""
@@ -46,6 +47,23 @@ def decode_trace(data: bytes) -> dict[str, Any]:
 def set_bundled_kernels(path: str) -> bool:
     """Names the folder of the kernels the package ships (first call wins); True if in use."""
 
+class Request:
+    """A collective request: what to compute and how symm runs it."""
+
+    collective: str
+    algorithm: str
+    channels: int
+    world: int
+    nbytes: int
+    dtype: str
+    op: str
+    root: Optional[int]
+    def __init__(self, collective: str, world: int, nbytes: int, dtype: str = ...,
+                 op: str = ..., *, algorithm: Optional[str] = ..., channels: Optional[int] = ...,
+                 root: int = ..., src: int = ..., dst: Optional[int] = ...,
+                 topology: str = ...) -> None: ...
+    def buffer_sizes(self) -> tuple[int, int, int]: ...
+
 class Block:
     """A block of the symmetric heap a tensor's storage lives in (released when dropped)."""
 
@@ -84,19 +102,22 @@ class GpuComm:
     world: int
     device: int
     topology: str
+    plans: str
     @staticmethod
     def open(rank: int, world: int, local_rank: int, job: str, token: str, heap_bytes: int,
-             timeout_ms: int, bootstrap_timeout_ms: int, plans: str = ...) -> GpuComm: ...
+             timeout_ms: int, bootstrap_timeout_ms: int,
+             plans: Optional[str] = ...) -> GpuComm: ...
     def alloc(self, nbytes: int, stream_handle: int) -> Block: ...
     def release(self, offset: int) -> None: ...
     def collect(self) -> int: ...
     def usage(self) -> tuple[int, int]: ...
     def ptr(self, peer: int, offset: int) -> int: ...
     def layout(self) -> tuple[int, int, int]: ...
-    def collective(self, collective: str, nbytes: int, dtype: str, op: str, in_ptr: int,
-                   in_len: int, out_ptr: int, out_len: int, stream_handle: int,
-                   algorithm: Optional[str] = ..., channels: Optional[int] = ...,
-                   root: int = ...) -> tuple[str, int]: ...
+    def request(self, collective: str, nbytes: int, dtype: str, op: str = ...,
+                algorithm: Optional[str] = ..., channels: Optional[int] = ...,
+                root: int = ...) -> Request: ...
+    def collective(self, request: Request, in_ptr: int, in_len: int, out_ptr: int,
+                   out_len: int, stream_handle: int) -> None: ...
     def load_signals(self) -> None: ...
     def put_signal(self, pad: int, pad_len: int, peer: int, slot: int,
                    stream_handle: int) -> None: ...
@@ -107,9 +128,8 @@ class GpuComm:
     def reset(self) -> None: ...
     def close(self) -> None: ...
     def exchange(self, data: bytes) -> list[bytes]: ...
-    def host_loop_us(self, collective: str, nbytes: int, dtype: str, op: str, in_ptr: int,
-                     in_len: int, out_ptr: int, out_len: int, stream_handle: int, iters: int,
-                     algorithm: Optional[str] = ..., channels: Optional[int] = ...) -> float: ...
+    def host_loop_us(self, request: Request, in_ptr: int, in_len: int, out_ptr: int,
+                     out_len: int, stream_handle: int, iters: int) -> float: ...
     def moe_layer(self, experts: int, topk: int, tokens_max: int, hidden: int, dtype: str,
                   stream_handle: int, rows_max: Optional[int] = ...) -> MoeLayer: ...
     def moe_dispatch(self, layer: MoeLayer, mode: str, tokens: int, x_ptr: int, x_len: int,

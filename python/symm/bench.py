@@ -174,8 +174,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # `big` holds max-bytes elements (2 x max-bytes bytes); collectives on it take scratch and
     # workspaces of up to max-bytes more each.
     _gpu.init(heap_bytes=max(1 << 30, 6 * a.max_bytes), plans=a.plans)
-    plans = a.plans or os.environ.get("SYMM_PLANS", "auto")
-    torch.cuda.set_device(_gpu.device())
+    plans = _gpu._get().comm.plans
     rank, world = _gpu.rank(), _gpu.world_size()
     dev = _gpu.device()
     own_gpus = torch.cuda.device_count() >= world
@@ -249,8 +248,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     rust_us, py_us = [], []
     for _ in range(5):
         torch.cuda.synchronize()
-        rust_us.append(comm.host_loop_us("all_reduce", 4096, "bf16", "sum", p, 4096, p, 4096,
-                                         stream, calls))
+        req = _gpu._request(_gpu._get(), "all_reduce", 4096, "bf16", "sum", None, None)
+        rust_us.append(comm.host_loop_us(req, p, 4096, p, 4096, stream, calls))
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):

@@ -22,12 +22,15 @@ class TraceError(SymmError, ValueError):
 
 
 class TimeoutError(SymmError):  # noqa: A001 - mirrors symm's own name for a wait that expired
-    """A wait passed its deadline: ``rank`` waited for ``peer`` on ``slot``, which had to reach
-    ``expected`` and held ``found``.
+    """A deadline passed: a device wait, a host exchange or joining the job.
+
+    For a device wait, ``rank`` waited for ``peer`` on ``slot``, which had to reach
+    ``expected`` and held ``found``; for other deadlines those fields are None.
     """
 
-    def __init__(self, message: str, rank: int, peer: int, slot: int, expected: int,
-                 found: int) -> None:
+    def __init__(self, message: str, rank: Optional[int] = None, peer: Optional[int] = None,
+                 slot: Optional[int] = None, expected: Optional[int] = None,
+                 found: Optional[int] = None) -> None:
         super().__init__(message)
         self.rank = rank
         self.peer = peer
@@ -37,9 +40,11 @@ class TimeoutError(SymmError):  # noqa: A001 - mirrors symm's own name for a wai
 
 
 class PeerLostError(SymmError):
-    """A peer of ``rank``'s job stopped answering (its process or GPU is gone)."""
+    """A peer of the job stopped answering (its process or GPU is gone): ``rank``, where
+    known.
+    """
 
-    def __init__(self, message: str, rank: int) -> None:
+    def __init__(self, message: str, rank: Optional[int] = None) -> None:
         super().__init__(message)
         self.rank = rank
 

@@ -90,3 +90,7 @@ def test_the_kernel_folder_is_named_once():
     assert _symm.set_bundled_kernels(_gpu.BUNDLED_KERNELS)
     assert not _symm.set_bundled_kernels(os.path.join(_gpu.BUNDLED_KERNELS, "elsewhere"))
     assert _symm.set_bundled_kernels(_gpu.BUNDLED_KERNELS)
+
+
+def test_init_says_it_sets_torchs_device():
+    assert "torch.cuda.set_device" in symm.init.__doc__

@@ -182,3 +182,71 @@ def test_error_classes():
     assert symm.PeerLostError("gone", rank=3).rank == 3
     assert issubclass(symm.PoisonedError, symm.SymmError)
     assert not issubclass(symm.TimeoutError, ValueError)
+
+
+def test_timeout_fields_are_optional_for_host_deadlines():
+    e = symm.TimeoutError("an exchange passed its deadline")
+    assert (e.rank, e.peer, e.slot, e.expected, e.found) == (None,) * 5
+    assert symm.PeerLostError("gone").rank is None
+
+
+def test_version_is_the_package_version():
+    import re
+    from pathlib import Path
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", symm.__version__), symm.__version__
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if pyproject.exists():
+        assert f'version = "{symm.__version__}"' in pyproject.read_text()
+
+
+@pytest.mark.parametrize("topology", ["nvlink", "shared_device"])
+@pytest.mark.parametrize("nbytes", [1024, 1 << 16, 1 << 20, 1 << 28])
+def test_a_request_is_symms_automatic_choice(topology, nbytes):
+    r = symm.Request("all_reduce", 4, nbytes, "bf16", topology=topology)
+    alg, channels, _ = symm.cost.tune("all_reduce", 4, nbytes, "bf16", topology=topology)
+    assert (r.algorithm, r.channels) == (alg, channels)
+    assert (r.collective, r.world, r.nbytes, r.dtype, r.op) == ("all_reduce", 4, nbytes,
+                                                                 "bf16", "sum")
+    assert r.root is None
+    assert r.buffer_sizes()[:2] == (nbytes, nbytes)
+    assert r == symm.Request("all_reduce", 4, nbytes, "bf16", topology=topology)
+    assert hash(r) == hash(symm.Request("all_reduce", 4, nbytes, "bf16", topology=topology))
+
+
+def test_a_request_keeps_what_the_caller_forces():
+    r = symm.Request("broadcast", 8, 1 << 20, "f32", algorithm="ring", root=3)
+    assert (r.algorithm, r.root) == ("ring", 3)
+    assert r.channels == symm.Request("all_reduce", 8, 1 << 20, algorithm="ring").channels
+    assert symm.Request("all_reduce", 8, 4096, channels=2).channels == 2
+    assert repr(r) == ("Request('broadcast', world=8, nbytes=1048576, dtype='f32', op='sum', "
+                       f"algorithm='ring', channels={r.channels}, root=3)")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"collective": "all_reduc"}, "unknown collective"),
+        ({"collective": "all_to_allv"}, "per-pair counts"),
+        ({"dtype": "float33"}, "unknown dtype"),
+        ({"op": "plus"}, "unknown op"),
+        ({"algorithm": "rink"}, "unknown algorithm"),
+        ({"topology": "pcie"}, "unknown topology"),
+        ({"world": 0}, "world 0"),
+        ({"nbytes": -4}, "negative"),
+        ({"nbytes": 63}, "does not schedule"),
+        ({"channels": 0}, "channels 0"),
+        ({"algorithm": "one_shot_ll", "nbytes": 1 << 30}, "does not schedule"),
+        ({"collective": "broadcast", "root": 4}, "root 4"),
+    ],
+)
+def test_bad_requests_raise_value_error(kwargs, match):
+    args = {"collective": "all_reduce", "world": 4, "nbytes": 64, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        symm.Request(**args)
+
+
+def test_names_come_from_the_one_list():
+    n = symm.names()
+    assert "all_to_allv" not in n["collectives"] and "send_recv" in n["collectives"]
+    assert n["topologies"] == ["nvlink", "shared_device"]

@@ -31,7 +31,8 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32]
 def job():
     dist.init_process_group("gloo")
     symm.init(timeout=5.0)
-    torch.cuda.set_device(symm.device())
+    # init makes the rank's GPU torch's current device: device="cuda" below means it.
+    assert torch.cuda.current_device() == symm.device().index
     yield
     symm.finalize()
     dist.destroy_process_group()

@@ -20,17 +20,6 @@ const RECORD: &str = include_str!("../../docs/perf/sim-fit-shared-w2.md");
 /// channels come out too fast and small copies at 64 channels too slow.
 const BOUND: f64 = 1.7;
 
-fn collective(name: &str) -> Option<Collective> {
-    Some(match name {
-        "all_reduce" => Collective::AllReduce,
-        "all_gather" => Collective::AllGather,
-        "reduce_scatter" => Collective::ReduceScatter,
-        "all_to_all" => Collective::AllToAll,
-        "broadcast" => Collective::Broadcast { root: 0 },
-        _ => return None,
-    })
-}
-
 /// `1M`, `64M`, `512K`, `100` as bytes.
 fn bytes(s: &str) -> Option<u64> {
     let (num, mul) = match s.as_bytes().last()? {
@@ -50,9 +39,9 @@ fn samples(md: &str) -> Vec<FitSample> {
             if f.len() < 7 {
                 return None;
             }
-            let c = collective(f[1])?;
+            let c = Collective::parse(f[1]).ok()?;
             let b = bytes(f[2])?;
-            let a = Algorithm::ALL.into_iter().find(|a| a.name() == f[3])?;
+            let a = Algorithm::parse(f[3]).ok()?;
             let ch = f[4].parse::<u16>().ok()?;
             let us = f[5].parse::<f64>().ok()?;
             let req = Request::new(c, a, 2, b, DType::Bf16, ReduceOp::Sum).with_channels(ch);

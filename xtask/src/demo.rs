@@ -92,21 +92,17 @@ pub(crate) fn moe_dispatch_run() -> Result<(Request, Run, bool), String> {
 }
 
 fn collectives(world: u16) -> Vec<Collective> {
-    vec![
-        Collective::AllReduce,
-        Collective::ReduceScatter,
-        Collective::AllGather,
-        Collective::Broadcast { root: 0 },
-        Collective::Reduce { root: 0 },
-        Collective::Scatter { root: 0 },
-        Collective::Gather { root: 0 },
-        Collective::AllToAll,
-        Collective::AllToAllV,
-        Collective::SendRecv {
-            src: 0,
-            dst: world - 1,
-        },
-    ]
+    // Core's one list, send-receive from the first rank to the last.
+    Collective::ALL
+        .into_iter()
+        .map(|c| match c {
+            Collective::SendRecv { .. } => Collective::SendRecv {
+                src: 0,
+                dst: world - 1,
+            },
+            c => c,
+        })
+        .collect()
 }
 
 /// Usage of `cargo xtask demo`.

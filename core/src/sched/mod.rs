@@ -25,6 +25,7 @@
 //! * Outputs are written exactly once per element per collective.
 
 mod alltoallv;
+mod auto;
 mod part;
 mod request;
 #[macro_use]

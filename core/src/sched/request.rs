@@ -52,6 +52,33 @@ pub enum Collective {
 }
 
 impl Collective {
+    /// Every collective, rooted ones with root 0 and send-receive from 0 to 0: the one list
+    /// of collectives, in the order of the C ABI's codes (a code is an index here).
+    pub const ALL: [Collective; 10] = [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast { root: 0 },
+        Collective::Reduce { root: 0 },
+        Collective::Scatter { root: 0 },
+        Collective::Gather { root: 0 },
+        Collective::AllToAll,
+        Collective::AllToAllV,
+        Collective::SendRecv { src: 0, dst: 0 },
+    ];
+
+    /// The collective with its root set to `root` when it has one (broadcast, reduce, scatter,
+    /// gather); any other collective unchanged.
+    pub fn with_root(self, root: u16) -> Collective {
+        match self {
+            Collective::Broadcast { .. } => Collective::Broadcast { root },
+            Collective::Reduce { .. } => Collective::Reduce { root },
+            Collective::Scatter { .. } => Collective::Scatter { root },
+            Collective::Gather { .. } => Collective::Gather { root },
+            other => other,
+        }
+    }
+
     /// Short name.
     pub fn name(&self) -> &'static str {
         match self {

@@ -56,14 +56,22 @@ pub const AUTO_COMPILED_BYTES: u64 = 1 << 20;
 pub const AUTO_COMPILED_OPS: usize = 128;
 
 impl PlanPath {
-    /// Parses `auto`, `interpreted` or `compiled` (what `SYMM_PLANS` takes).
-    pub fn parse(s: &str) -> Option<PlanPath> {
-        match s {
-            "auto" => Some(PlanPath::Auto),
-            "interpreted" => Some(PlanPath::Interpreted),
-            "compiled" => Some(PlanPath::Compiled),
-            _ => None,
+    /// Every plan path.
+    pub const ALL: [PlanPath; 3] = [PlanPath::Auto, PlanPath::Interpreted, PlanPath::Compiled];
+
+    /// Its name: `auto`, `interpreted` or `compiled` (what `SYMM_PLANS` takes).
+    pub fn name(self) -> &'static str {
+        match self {
+            PlanPath::Auto => "auto",
+            PlanPath::Interpreted => "interpreted",
+            PlanPath::Compiled => "compiled",
         }
+    }
+
+    /// The plan path named `s` ([`PlanPath::name`]; what `SYMM_PLANS` takes), the one parser
+    /// of the name ([`crate::cuda::CommOptions::from_env`] and the bindings call it).
+    pub fn parse(s: &str) -> Option<PlanPath> {
+        PlanPath::ALL.into_iter().find(|p| p.name() == s)
     }
 
     /// Whether a plan of `ops` ops for a request of `bytes` runs compiled.

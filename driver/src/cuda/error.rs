@@ -11,6 +11,9 @@ use super::multicast::McError;
 use crate::bootstrap::BootstrapError;
 
 mod display;
+mod kind;
+
+pub use kind::ErrorKind;
 
 /// One call of a symmetric allocator, as compared between ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -365,6 +368,16 @@ pub enum CudaError {
     ForeignPlan(String),
     /// An option is out of its range; the text names it and the range.
     BadOption(String),
+    /// An environment variable that configures a `Comm` holds a value it does not take
+    /// ([`crate::cuda::CommOptions::from_env`]).
+    BadEnv {
+        /// The variable.
+        var: &'static str,
+        /// Its value (cut to 32 characters; lossy where it is not UTF-8).
+        value: String,
+        /// What it takes.
+        expected: &'static str,
+    },
     /// This rank has no GPU to open (see `cuda::placement`).
     Placement(super::placement::PlacementError),
 }

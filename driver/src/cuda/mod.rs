@@ -3,6 +3,7 @@
 //! CUDA is reached at run time (libcuda, libnvrtc and libnccl are loaded when first used, through
 //! cudarc's loader), so building this module needs no CUDA toolkit.
 //!
+//! * [`auto`]: automatic requests (`Request::auto`) of a job, cached per shape.
 //! * [`ffi`]: every foreign call, one table per library, results kept as integers.
 //! * [`error`]: [`CudaError`], the codes matched into named cases.
 //! * [`ctx`]: retains of a device's primary context (every object holds its own) and the
@@ -13,6 +14,7 @@
 //! * [`rendezvous`]: the [`rendezvous::Bootstrap`] trait and its one-process, one-thread-per-GPU
 //!   implementation.
 //! * [`compile`]: NVRTC to a cubin for the device's architecture, cached on disk.
+//! * [`options`]: [`CommOptions`], the environment that configures a Comm, and joining a job.
 //! * [`placement`]: which GPU a rank opens (`LOCAL_RANK`, or `SYMM_DEVICES`).
 //! * [`plan`]: encoded plans from schedules (or user ops), checked before upload.
 //! * [`copy_engine`]: plans in flag form as stream copies, writes and waits (no SM).
@@ -24,6 +26,7 @@
 //! The test harness (the one-process `World`, NCCL beside symm, the device-API examples) is the
 //! crate symm-harness, built on this module's public items; nothing here names it.
 
+pub mod auto;
 pub mod bounds;
 pub mod comm;
 pub mod compile;
@@ -37,6 +40,7 @@ pub mod ffi;
 mod hostmap;
 pub mod launch;
 pub mod multicast;
+pub mod options;
 pub mod placement;
 pub mod plan;
 pub mod records;
@@ -44,6 +48,7 @@ pub mod rendezvous;
 pub mod trace;
 pub mod vmm;
 
+pub use auto::AutoRequests;
 pub use bounds::{Buffers, MAX_HEAP_BYTES, MAX_WAIT};
 pub use comm::{
     A2avLayer, Admitted, AllocSizes, Capture, Comm, CommGraph, CommOptions, CommTeam, Executor,
@@ -52,5 +57,5 @@ pub use comm::{
 pub use copy_engine::CopyEngine;
 pub use device::Stream;
 pub use device_plan::DevicePlan;
-pub use error::{CudaError, HeapCall, Result};
+pub use error::{CudaError, ErrorKind, HeapCall, Result};
 pub use symm_kernels::abi::SymmWorld;

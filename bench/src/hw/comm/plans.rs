@@ -6,18 +6,16 @@
 
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::sched::{Algorithm, Collective, Request};
-use symm_driver::cuda::compiled::{PlanPath, AUTO_COMPILED_BYTES};
-use symm_driver::cuda::Comm;
+use symm_driver::cuda::compiled::AUTO_COMPILED_BYTES;
+use symm_driver::cuda::{Comm, CommOptions};
 
 use super::e;
 
 /// A small and a large all-reduce, prepared: each runs compiled exactly when the plan path
 /// compiles its size (copy engines aside), on every rank.
 pub(super) fn prepared(comm: &Comm) -> Result<String, String> {
-    let path = match std::env::var("SYMM_PLANS") {
-        Ok(v) => PlanPath::parse(&v).ok_or_else(|| format!("SYMM_PLANS={v:?}"))?,
-        Err(_) => PlanPath::Auto,
-    };
+    // The plan path the Comm was opened with: the environment's, read as the Comm read it.
+    let path = CommOptions::from_env().map_err(|e| e.to_string())?.plans;
     let w = comm.world();
     let reqs = [
         Request::new(

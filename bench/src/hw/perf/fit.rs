@@ -26,7 +26,7 @@ pub(super) const MIN_BYTES: u64 = 1 << 20;
 pub(super) fn parse_label(label: &str) -> Option<(Algorithm, u16)> {
     let first = label.split(' ').next()?;
     let (alg, ch) = first.split_once('/')?;
-    let a = Algorithm::ALL.into_iter().find(|a| a.name() == alg)?;
+    let a = Algorithm::parse(alg).ok()?;
     let ch = ch.strip_suffix("ch")?.parse::<u16>().ok()?;
     Some((a, ch))
 }

@@ -55,6 +55,7 @@ mod spans;
 mod team;
 mod tracer;
 
+pub use super::options::CommOptions;
 pub use a2av::A2avLayer;
 pub use admit::{Admitted, Executor};
 use allocator::Alloc;
@@ -71,16 +72,13 @@ pub use team::CommTeam;
 pub use tracer::Tracer;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use symm_core::heap::Heap;
 use symm_core::sched::MAX_CHANNELS;
 use symm_core::signal::KINDS;
 use symm_core::team::MAX_TEAMS;
 
-use super::bounds as guard;
 use super::compile::{self, Compiler};
-use super::compiled::PlanPath;
 use super::copy_engine::CopyEngine;
 use super::device::{self, DevBuf, Device, HostMapped};
 use super::error::{CudaError, Result};
@@ -89,51 +87,6 @@ use super::launch::{Kernel, RECORD_BYTES};
 use super::rendezvous::{Bootstrap, SocketRendezvous};
 use super::vmm::SymmetricHeap;
 use crate::bootstrap::SocketBootstrap;
-
-/// How a [`Comm`] is set up.
-#[derive(Clone, Debug)]
-pub struct CommOptions {
-    /// Buffer bytes of the symmetric heap per rank (the signal pad comes on top).
-    pub heap_bytes: u64,
-    /// Deadline of every device wait.
-    pub timeout: Duration,
-    /// Deadline of every bootstrap exchange (joining the job included).
-    pub bootstrap_timeout: Duration,
-    /// NVRTC library path (default: `$SYMM_NVRTC`, then the usual names).
-    pub nvrtc: Option<std::path::PathBuf>,
-    /// Trace events kept per channel by a [`Tracer`].
-    pub trace_cap: u32,
-    /// Which kernel runs plans: compiled plans for small requests by default
-    /// ([`crate::cuda::compiled`]); [`Comm::from_env`] takes `SYMM_PLANS`.
-    pub plans: PlanPath,
-    /// Which requests run on copy engines instead of a kernel ([`crate::cuda::copy_engine`]);
-    /// every rank of a job must give the same. [`Comm::from_env`] takes `SYMM_COPY_ENGINE`.
-    pub copy_engine: CopyEngine,
-}
-
-impl CommOptions {
-    /// Fails when an option is out of its range: every deadline more than 0 and at most
-    /// [`crate::cuda::MAX_WAIT`], the heap at most [`crate::cuda::MAX_HEAP_BYTES`].
-    pub fn validate(&self) -> Result<()> {
-        guard::check_heap("CommOptions::heap_bytes", self.heap_bytes)?;
-        guard::check_wait("CommOptions::timeout", self.timeout)?;
-        guard::check_wait("CommOptions::bootstrap_timeout", self.bootstrap_timeout)
-    }
-}
-
-impl Default for CommOptions {
-    fn default() -> Self {
-        CommOptions {
-            heap_bytes: 256 << 20,
-            timeout: Duration::from_secs(10),
-            bootstrap_timeout: Duration::from_secs(60),
-            nvrtc: None,
-            trace_cap: 1 << 14,
-            plans: PlanPath::Auto,
-            copy_engine: CopyEngine::Off,
-        }
-    }
-}
 
 /// Host-mapped bytes before the timeout records: the abort word and padding.
 const ABORT_BYTES: usize = 64;
@@ -188,39 +141,11 @@ pub(crate) struct Job {
 
 impl Comm {
     /// Joins the job described by the environment on GPU `LOCAL_RANK` (or where `SYMM_DEVICES`
-    /// puts it: [`crate::cuda::placement`]).
-    pub fn from_env(mut opts: CommOptions) -> Result<Comm> {
+    /// puts it: [`crate::cuda::placement`]), with the environment's settings over `opts`
+    /// ([`CommOptions::with_env`], [`CommOptions::join`]).
+    pub fn from_env(opts: CommOptions) -> Result<Comm> {
         opts.validate()?;
-        if let Some(v) = std::env::var_os("SYMM_PLANS") {
-            let s = v.to_str().unwrap_or("");
-            opts.plans = PlanPath::parse(s).ok_or_else(|| {
-                CudaError::Invalid(format!(
-                    "SYMM_PLANS={:?}: auto, interpreted or compiled",
-                    s.chars().take(32).collect::<String>()
-                ))
-            })?;
-        }
-        if let Some(v) = std::env::var_os("SYMM_COPY_ENGINE") {
-            let s = v.to_str().unwrap_or("");
-            opts.copy_engine = CopyEngine::parse(s).ok_or_else(|| {
-                CudaError::Invalid(format!(
-                    "SYMM_COPY_ENGINE={:?}: off, on or always",
-                    s.chars().take(32).collect::<String>()
-                ))
-            })?;
-        }
-        let boot =
-            SocketBootstrap::from_env(opts.bootstrap_timeout).map_err(CudaError::Bootstrap)?;
-        let ordinal = placement(boot.local_rank());
-        let ordinal = match ordinal {
-            Ok(o) => o,
-            Err(e) => {
-                let boot = SocketRendezvous::new(boot, opts.bootstrap_timeout);
-                boot.abort(boot.bootstrap().rank(), &e.to_string());
-                return Err(e);
-            }
-        };
-        Comm::open(boot, ordinal, opts)
+        opts.with_env()?.join_env()
     }
 
     /// Opens a rank of `boot`'s job on GPU `ordinal`. Collective: every rank calls it.

@@ -223,6 +223,11 @@ impl fmt::Display for CudaError {
             CudaError::MulticastEnv(e) => write!(f, "{e}"),
             CudaError::ForeignPlan(s) => write!(f, "foreign plan: {s}"),
             CudaError::BadOption(s) => write!(f, "bad option: {s}"),
+            CudaError::BadEnv {
+                var,
+                value,
+                expected,
+            } => write!(f, "{var}={value:?}: expected {expected}"),
             CudaError::Placement(e) => write!(f, "placement: {e}"),
         }
     }

@@ -1,0 +1,476 @@
+//! `symm._symm.GpuComm`: one rank of a GPU job, for the `symm.torch` layer.
+//!
+//! The Python layer owns the torch side (tensors, streams, dtypes); this class owns the
+//! runtime: the job's bootstrap, the symmetric heap, the plans and the collectives. Tensors
+//! cross as (address, bytes) pairs and streams as `CUstream` handles taken from torch, which
+//! is why these methods are private to the package: an address that is not a live tensor of
+//! the rank's GPU is refused (it must lie in the heap or in one device allocation of the
+//! rank's context), but a stream handle is trusted as torch gives it.
+//!
+//! A collective takes a `symm.Request` ([`GpuComm::request`]: names parsed once, the
+//! algorithm and channels the runtime's automatic choice unless forced) and its buffers.
+//! Errors become exceptions by their kind ([`errors`]). Every call that may wait (joining,
+//! allocating, the first use of a collective's arguments, synchronising) releases the GIL
+//! while it waits.
+//!
+//! * [`block`]: heap blocks that tensors' storage lives in.
+//! * [`join`]: joining the job the way every entry point does.
+//! * [`moe`]: the MoE and device-count all-to-allv layers.
+
+mod block;
+mod errors;
+mod join;
+mod moe;
+
+pub use block::Block;
+pub(crate) use errors::py_err;
+pub use moe::{PyA2avLayer, PyMoeLayer};
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use symm_driver::cuda::compiled::PlanPath;
+use symm_driver::cuda::{AutoRequests, Comm, Span, Stream};
+
+use crate::parse::{collective, dtype, reduce_op};
+use crate::request::{forced, PyRequest};
+
+/// One rank of a GPU job (see the module doc).
+#[pyclass(module = "symm._symm", frozen)]
+pub struct GpuComm {
+    comm: Arc<Comm>,
+    /// symm's automatic request per shape, for this job.
+    auto: AutoRequests,
+    /// The kernel that runs plans, as the Comm was opened with.
+    plans: PlanPath,
+}
+
+/// The stream handle `raw` of torch, wrapped for the runtime.
+fn stream(comm: &Comm, raw: u64) -> PyResult<Stream> {
+    // SAFETY: `raw` is the handle of a live CUDA stream of the device's primary context (what
+    // torch's `cuda_stream` gives; the Python layer passes nothing else), or 0 for the legacy
+    // default stream; it outlives this call and the work enqueued on it.
+    unsafe { Stream::borrowed(raw as usize as *mut std::ffi::c_void, comm.device()) }
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// A span from the Python layer's (address, bytes) pair.
+fn span(ptr: u64, len: u64) -> Span {
+    Span { ptr, len }
+}
+
+fn u16_arg(what: &str, v: i64) -> PyResult<u16> {
+    u16::try_from(v)
+        .map_err(|_| PyValueError::new_err(format!("{what} must be in 0..=65535, got {v}")))
+}
+
+#[pymethods]
+impl GpuComm {
+    /// Joins job `job` (secret `token`, hex) as `rank` of `world` on the GPU local rank
+    /// `local_rank` is placed on, the way every entry point joins
+    /// (`CommOptions::join`): the environment's settings (`SYMM_PLANS`, `SYMM_COPY_ENGINE`,
+    /// `SYMM_NVRTC`, `SYMM_DEVICES`) hold, `plans` (when given) over `SYMM_PLANS`.
+    /// Collective: every rank calls it.
+    #[staticmethod]
+    #[pyo3(signature = (rank, world, local_rank, job, token, heap_bytes, timeout_ms, bootstrap_timeout_ms, plans=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        py: Python<'_>,
+        rank: i64,
+        world: i64,
+        local_rank: i64,
+        job: String,
+        token: String,
+        heap_bytes: u64,
+        timeout_ms: u64,
+        bootstrap_timeout_ms: u64,
+        plans: Option<&str>,
+    ) -> PyResult<GpuComm> {
+        join::open(
+            py,
+            (rank, world, local_rank),
+            (job, token),
+            heap_bytes,
+            (timeout_ms, bootstrap_timeout_ms),
+            plans,
+        )
+    }
+
+    /// This rank.
+    #[getter]
+    fn rank(&self) -> u16 {
+        self.comm.rank()
+    }
+
+    /// Ranks in the job.
+    #[getter]
+    fn world(&self) -> u16 {
+        self.comm.world()
+    }
+
+    /// The CUDA ordinal of this rank's GPU.
+    #[getter]
+    fn device(&self) -> i32 {
+        self.comm.device().ordinal()
+    }
+
+    /// "shared_device" when ranks share this rank's GPU, else "nvlink".
+    #[getter]
+    fn topology(&self) -> &'static str {
+        self.comm.topology().name()
+    }
+
+    /// The kernel that runs plans: "auto", "interpreted" or "compiled".
+    #[getter]
+    fn plans(&self) -> &'static str {
+        self.plans.name()
+    }
+
+    /// Collective: a block of `nbytes` bytes of the symmetric heap, released when the returned
+    /// object is dropped (by torch, when the last tensor over it dies).
+    fn alloc(&self, py: Python<'_>, nbytes: u64, stream_handle: u64) -> PyResult<Block> {
+        let s = stream(&self.comm, stream_handle)?;
+        let comm = &self.comm;
+        let (offset, ptr) = py
+            .allow_threads(|| {
+                let off = comm.alloc_block(nbytes, &s)?;
+                Ok((off, comm.ptr(comm.rank(), off)?))
+            })
+            .map_err(|e| py_err(py, e))?;
+        Ok(Block {
+            comm: self.comm.clone(),
+            offset,
+            ptr,
+            nbytes,
+        })
+    }
+
+    /// Compiles and loads the stream signals kernel (before a capture uses it).
+    fn load_signals(&self, py: Python<'_>) -> PyResult<()> {
+        let comm = &self.comm;
+        py.allow_threads(|| comm.load_signals())
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Enqueues a put of signal `slot` into `peer`'s pad (heap offset `pad`, `pad_len` bytes).
+    fn put_signal(
+        &self,
+        py: Python<'_>,
+        pad: u64,
+        pad_len: u64,
+        peer: i64,
+        slot: u32,
+        stream_handle: u64,
+    ) -> PyResult<()> {
+        let s = stream(&self.comm, stream_handle)?;
+        let peer = u16_arg("peer", peer)?;
+        self.comm
+            .put_signal(pad, pad_len, peer, slot, &s)
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Enqueues a wait for signal `slot` from `peer` in this rank's pad (which clears it).
+    fn wait_signal(
+        &self,
+        py: Python<'_>,
+        pad: u64,
+        pad_len: u64,
+        peer: i64,
+        slot: u32,
+        stream_handle: u64,
+    ) -> PyResult<()> {
+        let s = stream(&self.comm, stream_handle)?;
+        let peer = u16_arg("peer", peer)?;
+        self.comm
+            .wait_signal(pad, pad_len, peer, slot, &s)
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Heap bytes per rank (the distance between two ranks' copies) and the buffer area.
+    fn layout(&self) -> (u64, u64, u64) {
+        let (lo, hi) = self.comm.buffer_area();
+        (self.comm.stride(), lo, hi)
+    }
+
+    /// Local: gives block `offset` back (freed at a later allocation once every rank did).
+    fn release(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
+        self.comm.release_block(offset).map_err(|e| py_err(py, e))
+    }
+
+    /// Collective: frees what every rank released; returns how many blocks.
+    fn collect(&self, py: Python<'_>) -> PyResult<usize> {
+        let comm = &self.comm;
+        py.allow_threads(|| comm.collect_blocks())
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Live blocks and their bytes.
+    fn usage(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
+        self.comm.block_usage().map_err(|e| py_err(py, e))
+    }
+
+    /// The address of heap offset `offset` of `peer`, in this rank's mapping.
+    fn ptr(&self, py: Python<'_>, peer: i64, offset: u64) -> PyResult<u64> {
+        self.comm
+            .ptr(u16_arg("peer", peer)?, offset)
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// The request this job runs for `collective` over `nbytes` of `dtype` with `op` (and
+    /// `root`): the runtime's automatic choice (`Request::auto`, cached per shape), with the
+    /// `algorithm` and `channels` the caller forces.
+    #[pyo3(signature = (collective, nbytes, dtype, op="sum", algorithm=None, channels=None, root=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn request(
+        &self,
+        collective: &str,
+        nbytes: u64,
+        dtype: &str,
+        op: &str,
+        algorithm: Option<&str>,
+        channels: Option<i64>,
+        root: i64,
+    ) -> PyResult<PyRequest> {
+        let world = self.comm.world();
+        let c = self::collective(collective, world, root, 0, None)?;
+        let auto = self
+            .auto
+            .get(c, nbytes, self::dtype(dtype)?, reduce_op(op)?);
+        Ok(PyRequest {
+            req: forced(auto, algorithm, channels)?,
+        })
+    }
+
+    /// Enqueues `request` reading `in_len` bytes at `in_ptr` and writing `out_len` bytes at
+    /// `out_ptr` on stream `stream_handle`.
+    #[allow(clippy::too_many_arguments)]
+    fn collective(
+        &self,
+        py: Python<'_>,
+        request: &PyRequest,
+        in_ptr: u64,
+        in_len: u64,
+        out_ptr: u64,
+        out_len: u64,
+        stream_handle: u64,
+    ) -> PyResult<()> {
+        let req = &request.req;
+        let s = stream(&self.comm, stream_handle)?;
+        let comm = &self.comm;
+        let (input, output) = (span(in_ptr, in_len), span(out_ptr, out_len));
+        // Both enqueues below: the spans are live tensors' storage (the Python layer passes
+        // `data_ptr()` and their byte sizes, and keeps the tensors alive until the stream
+        // reaches this work, as torch's own collectives do); a span outside the heap is checked
+        // against the driver's allocation table.
+        let r = if comm.spans_ready(req, input, output) {
+            // Nothing to wait for on the host: keep the GIL (releasing and taking it back costs
+            // more than the enqueue's own checks).
+            // SAFETY: the spans are live tensors' storage, as said above.
+            unsafe { comm.enqueue_spans(req, input, output, &s) }
+        } else {
+            // SAFETY: the spans are live tensors' storage, as said above.
+            py.allow_threads(|| unsafe { comm.enqueue_spans(req, input, output, &s) })
+        };
+        r.map_err(|e| py_err(py, e))
+    }
+
+    /// Reports asynchronous errors without waiting (raises symm's errors).
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        self.comm.check().map_err(|e| py_err(py, e))
+    }
+
+    /// Waits for stream `stream_handle`, then checks.
+    fn synchronize(&self, py: Python<'_>, stream_handle: u64) -> PyResult<()> {
+        let s = stream(&self.comm, stream_handle)?;
+        let comm = &self.comm;
+        py.allow_threads(|| comm.synchronize(&s))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Collective: lifts the poison after a timeout.
+    fn reset(&self, py: Python<'_>) -> PyResult<()> {
+        let comm = &self.comm;
+        py.allow_threads(|| comm.reset()).map_err(|e| py_err(py, e))
+    }
+
+    /// Ends this rank's part in the job in order (the memory stays mapped while tensors live).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let comm = &self.comm;
+        py.allow_threads(|| comm.close()).map_err(|e| py_err(py, e))
+    }
+
+    /// Collective: every rank's `data` (at most 64 KiB) in rank order, through the bootstrap.
+    fn exchange<'py>(&self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
+        let comm = &self.comm;
+        let all = py
+            .allow_threads(|| comm.exchange(data))
+            .map_err(|e| py_err(py, e))?;
+        PyList::new(py, all.iter().map(|b| PyBytes::new(py, b)))
+    }
+
+    /// Times `iters` enqueues of `request` from Rust (what the Python layer's cost is measured
+    /// against): mean microseconds per call on the host, the stream not waited for between
+    /// calls. Collective.
+    #[allow(clippy::too_many_arguments)]
+    fn host_loop_us(
+        &self,
+        py: Python<'_>,
+        request: &PyRequest,
+        in_ptr: u64,
+        in_len: u64,
+        out_ptr: u64,
+        out_len: u64,
+        stream_handle: u64,
+        iters: u32,
+    ) -> PyResult<f64> {
+        let s = stream(&self.comm, stream_handle)?;
+        let (input, output) = (span(in_ptr, in_len), span(out_ptr, out_len));
+        let t0 = std::time::Instant::now();
+        for _ in 0..iters.max(1) {
+            // SAFETY: as in `collective`.
+            unsafe { self.comm.enqueue_spans(&request.req, input, output, &s) }
+                .map_err(|e| py_err(py, e))?;
+        }
+        Ok(t0.elapsed().as_secs_f64() * 1e6 / f64::from(iters.max(1)))
+    }
+
+    /// Collective, not while capturing: a MoE layer of `experts` experts, `topk` per token, at
+    /// most `tokens_max` tokens of `hidden` elements of `dtype` ("bf16" or "f32") per rank and
+    /// `rows_max` expert rows (default: room for every entry).
+    #[pyo3(signature = (experts, topk, tokens_max, hidden, dtype, stream_handle, rows_max=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn moe_layer(
+        &self,
+        py: Python<'_>,
+        experts: u32,
+        topk: u16,
+        tokens_max: u32,
+        hidden: u32,
+        dtype: &str,
+        stream_handle: u64,
+        rows_max: Option<u32>,
+    ) -> PyResult<PyMoeLayer> {
+        let s = stream(&self.comm, stream_handle)?;
+        let (c, dt) = (&self.comm, dtype);
+        moe::layer(py, c, experts, topk, tokens_max, hidden, dt, &s, rows_max)
+    }
+
+    /// Enqueues a dispatch of `tokens` tokens on the layer: `x`, `idx` (i64) and `weights`
+    /// (f32) as (address, bytes) pairs. Collective.
+    #[pyo3(signature = (layer, mode, tokens, x_ptr, x_len, idx_ptr, idx_len, weights_ptr, weights_len, stream_handle))]
+    #[allow(clippy::too_many_arguments)]
+    fn moe_dispatch(
+        &self,
+        py: Python<'_>,
+        layer: &PyMoeLayer,
+        mode: &str,
+        tokens: u32,
+        x_ptr: u64,
+        x_len: u64,
+        idx_ptr: u64,
+        idx_len: u64,
+        weights_ptr: u64,
+        weights_len: u64,
+        stream_handle: u64,
+    ) -> PyResult<()> {
+        let mode = moe::mode(mode)?;
+        let s = stream(&self.comm, stream_handle)?;
+        let (x, idx) = (span(x_ptr, x_len), span(idx_ptr, idx_len));
+        let w = span(weights_ptr, weights_len);
+        // SAFETY: the spans are live tensors' storage (the Python layer passes `data_ptr()` and
+        // their byte sizes and keeps the tensors alive until the stream reaches this work, as
+        // for `collective`); the runtime checks each lies in one device allocation of this
+        // rank's context with the bytes the shape needs.
+        unsafe {
+            self.comm
+                .moe_dispatch(&layer.layer, mode, tokens, x, idx, w, &s)
+        }
+        .map_err(|e| py_err(py, e))
+    }
+
+    /// Enqueues the combine of the layer's last dispatch: `expert_out` (`rows_max x hidden`)
+    /// in, `out` (`tokens x hidden`) out, as (address, bytes) pairs. Collective.
+    #[pyo3(signature = (layer, mode, expert_out_ptr, expert_out_len, out_ptr, out_len, stream_handle))]
+    #[allow(clippy::too_many_arguments)]
+    fn moe_combine(
+        &self,
+        py: Python<'_>,
+        layer: &PyMoeLayer,
+        mode: &str,
+        expert_out_ptr: u64,
+        expert_out_len: u64,
+        out_ptr: u64,
+        out_len: u64,
+        stream_handle: u64,
+    ) -> PyResult<()> {
+        let mode = moe::mode(mode)?;
+        let s = stream(&self.comm, stream_handle)?;
+        let (input, out) = (span(expert_out_ptr, expert_out_len), span(out_ptr, out_len));
+        // SAFETY: as in `moe_dispatch`.
+        unsafe { self.comm.moe_combine(&layer.layer, mode, input, out, &s) }
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Reads and clears the layer's counters: (skipped invalid indices, dropped rows). Waits
+    /// for this rank's GPU.
+    fn moe_status(&self, py: Python<'_>, layer: &PyMoeLayer) -> PyResult<(u32, u32)> {
+        let comm = &self.comm;
+        let st = py
+            .allow_threads(|| comm.moe_status(&layer.layer))
+            .map_err(|e| py_err(py, e))?;
+        Ok((st.invalid, st.dropped))
+    }
+
+    /// Collective, not while capturing: an all-to-allv layer for elements of `elem` bytes
+    /// (1, 2, 4, 8 or 16) with room for `out_max` received elements.
+    fn a2av_layer(
+        &self,
+        py: Python<'_>,
+        elem: u64,
+        out_max: u64,
+        stream_handle: u64,
+    ) -> PyResult<PyA2avLayer> {
+        let s = stream(&self.comm, stream_handle)?;
+        moe::a2av_layer(py, &self.comm, elem, out_max, &s)
+    }
+
+    /// Enqueues an all-to-allv whose counts stay on the device: `send_counts` and
+    /// `recv_counts` hold `world` i64 element counts, `input` the elements packed by
+    /// destination; the output is the layer's. Collective.
+    #[pyo3(signature = (layer, send_counts_ptr, send_counts_len, input_ptr, input_len, recv_counts_ptr, recv_counts_len, stream_handle))]
+    #[allow(clippy::too_many_arguments)]
+    fn all_to_allv_device(
+        &self,
+        py: Python<'_>,
+        layer: &PyA2avLayer,
+        send_counts_ptr: u64,
+        send_counts_len: u64,
+        input_ptr: u64,
+        input_len: u64,
+        recv_counts_ptr: u64,
+        recv_counts_len: u64,
+        stream_handle: u64,
+    ) -> PyResult<()> {
+        let s = stream(&self.comm, stream_handle)?;
+        let send = span(send_counts_ptr, send_counts_len);
+        let recv = span(recv_counts_ptr, recv_counts_len);
+        let input = span(input_ptr, input_len);
+        // SAFETY: as in `moe_dispatch`.
+        unsafe {
+            self.comm
+                .all_to_allv_device(&layer.layer, send, input, recv, &s)
+        }
+        .map_err(|e| py_err(py, e))
+    }
+
+    /// Reads and clears the all-to-allv layer's count of dropped elements (waits for this
+    /// rank's GPU).
+    fn a2av_dropped(&self, py: Python<'_>, layer: &PyA2avLayer) -> PyResult<u32> {
+        let comm = &self.comm;
+        py.allow_threads(|| comm.a2av_dropped(&layer.layer))
+            .map_err(|e| py_err(py, e))
+    }
+}
