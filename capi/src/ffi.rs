@@ -642,7 +642,7 @@ pub unsafe extern "C" fn symm_comm_ptr(
     guard(|| {
         let out = nonnull(out, "out")?;
         // SAFETY: the caller's contract on `comm`.
-        let p = unsafe { comm_ref(comm) }?.ptr(peer, offset)?;
+        let p = unsafe { comm_ref(comm) }?.memory().ptr(peer, offset)?;
         // SAFETY: `out` is non-null and, by the caller's contract, writable.
         unsafe { write(out, p) };
         Ok(SYMM_OK)

@@ -250,8 +250,8 @@ impl NcclRank {
         }
         let api = ffi::api()?;
         let (i, o) = (
-            symm.ptr(symm.rank(), b.input)?,
-            symm.ptr(symm.rank(), b.output)?,
+            symm.memory().ptr(symm.rank(), b.input)?,
+            symm.memory().ptr(symm.rank(), b.output)?,
         );
         let (ip, op_) = (i as *const core::ffi::c_void, o as *mut core::ffi::c_void);
         let (c, s) = (self.comm, stream.raw());

@@ -40,9 +40,9 @@ impl AutoRequests {
         }
     }
 
-    /// For `comm`'s job ([`Comm::world`], [`Comm::topology`]).
+    /// For `comm`'s job ([`Comm::world`], and the topology of [`Comm::sharing`]).
     pub fn of(comm: &Comm) -> AutoRequests {
-        AutoRequests::new(comm.world(), comm.topology())
+        AutoRequests::new(comm.world(), comm.sharing().topology())
     }
 
     /// The request symm runs for `collective` over `bytes` of `dtype` with `op`

@@ -109,14 +109,14 @@ impl CommOptions {
     }
 
     /// Joins `job` with these options: the bootstrap (every rank of the job calls this), this
-    /// rank's GPU ([`Comm::placement`]), then [`Comm::open`]. Options are checked before
+    /// rank's GPU ([`crate::cuda::comm::placement`]), then [`Comm::open`]. Options are checked before
     /// anything starts; a rank whose GPU cannot be placed aborts the bootstrap, so its peers
     /// fail at once. Collective.
     pub fn join(self, job: &JobEnv) -> Result<Comm> {
         self.validate()?;
         let boot =
             SocketBootstrap::join(job, self.bootstrap_timeout).map_err(CudaError::Bootstrap)?;
-        let ordinal = match Comm::placement(boot.local_rank()) {
+        let ordinal = match super::comm::placement(boot.local_rank()) {
             Ok(o) => o,
             Err(e) => {
                 let boot = SocketRendezvous::new(boot, self.bootstrap_timeout);

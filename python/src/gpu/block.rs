@@ -5,14 +5,15 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use symm_driver::cuda::Comm;
+use super::Runtime;
 
 /// A block of the symmetric heap that a tensor's storage lives in: exposes
 /// `__cuda_array_interface__` (bytes) so torch can wrap it without a copy, and gives the block
 /// back when torch drops the last tensor over it.
 #[pyclass(module = "symm._symm", frozen)]
 pub struct Block {
-    pub(super) comm: Arc<Comm>,
+    /// The runtime the block belongs to (kept mapped while the block lives).
+    pub(super) rt: Arc<Runtime>,
     /// Heap offset (the same on every rank).
     #[pyo3(get)]
     pub(super) offset: u64,
@@ -42,7 +43,8 @@ impl Block {
 
 impl Drop for Block {
     fn drop(&mut self) {
-        // Local and non-blocking; a closed or poisoned Comm still takes the mark.
-        let _ = self.comm.release_block(self.offset);
+        // Local and non-blocking: freed at a later collective allocation, once every rank
+        // released it, its device work is done and no captured graph names it.
+        self.rt.release(self.offset);
     }
 }

@@ -14,7 +14,7 @@ use symm_driver::bootstrap::JobEnv;
 use symm_driver::cuda::compiled::PlanPath;
 use symm_driver::cuda::{AutoRequests, CommOptions};
 
-use super::{py_err, GpuComm};
+use super::{py_err, GpuComm, Runtime};
 
 /// Joins job `job` (secret `token`, hex) as `rank` of `world` on the GPU of `local_rank`, with
 /// a heap of `heap_bytes`, the device-wait and bootstrap deadlines in milliseconds and `plans`
@@ -61,7 +61,7 @@ pub(super) fn open(
         .map_err(|e| py_err(py, e))?;
     Ok(GpuComm {
         auto: AutoRequests::of(&comm),
-        comm: Arc::new(comm),
+        rt: Arc::new(Runtime::new(comm)),
         plans,
     })
 }

@@ -13,6 +13,7 @@
 //! allocating, the first use of a collective's arguments, synchronising) releases the GIL
 //! while it waits.
 //!
+//! * [`runtime`]: what the class holds: the Comm and its features, torn down in order.
 //! * [`block`]: heap blocks that tensors' storage lives in.
 //! * [`join`]: joining the job the way every entry point does.
 //! * [`moe`]: the MoE and device-count all-to-allv layers.
@@ -21,6 +22,7 @@ mod block;
 mod errors;
 mod join;
 mod moe;
+mod runtime;
 
 pub use block::Block;
 pub(crate) use errors::py_err;
@@ -35,13 +37,16 @@ use pyo3::types::{PyBytes, PyList};
 use symm_driver::cuda::compiled::PlanPath;
 use symm_driver::cuda::{AutoRequests, Comm, Span, Stream};
 
+use runtime::Runtime;
+
 use crate::parse::{collective, dtype, reduce_op};
 use crate::request::{forced, PyRequest};
 
 /// One rank of a GPU job (see the module doc).
 #[pyclass(module = "symm._symm", frozen)]
 pub struct GpuComm {
-    comm: Arc<Comm>,
+    /// The Comm and its features; tensors and layers hold it too.
+    rt: Arc<Runtime>,
     /// symm's automatic request per shape, for this job.
     auto: AutoRequests,
     /// The kernel that runs plans, as the Comm was opened with.
@@ -102,25 +107,25 @@ impl GpuComm {
     /// This rank.
     #[getter]
     fn rank(&self) -> u16 {
-        self.comm.rank()
+        self.rt.comm.rank()
     }
 
     /// Ranks in the job.
     #[getter]
     fn world(&self) -> u16 {
-        self.comm.world()
+        self.rt.comm.world()
     }
 
     /// The CUDA ordinal of this rank's GPU.
     #[getter]
     fn device(&self) -> i32 {
-        self.comm.device().ordinal()
+        self.rt.comm.device().ordinal()
     }
 
     /// "shared_device" when ranks share this rank's GPU, else "nvlink".
     #[getter]
     fn topology(&self) -> &'static str {
-        self.comm.topology().name()
+        self.rt.comm.sharing().topology().name()
     }
 
     /// The kernel that runs plans: "auto", "interpreted" or "compiled".
@@ -132,16 +137,22 @@ impl GpuComm {
     /// Collective: a block of `nbytes` bytes of the symmetric heap, released when the returned
     /// object is dropped (by torch, when the last tensor over it dies).
     fn alloc(&self, py: Python<'_>, nbytes: u64, stream_handle: u64) -> PyResult<Block> {
-        let s = stream(&self.comm, stream_handle)?;
-        let comm = &self.comm;
+        let rt = &*self.rt;
+        let s = stream(&rt.comm, stream_handle)?;
         let (offset, ptr) = py
             .allow_threads(|| {
-                let off = comm.alloc_block(nbytes, &s)?;
-                Ok((off, comm.ptr(comm.rank(), off)?))
+                let off = rt.tensors.alloc_block(&rt.comm, nbytes, &s)?;
+                match rt.comm.memory().ptr(rt.comm.rank(), off) {
+                    Ok(p) => Ok((off, p)),
+                    Err(e) => {
+                        rt.release(off);
+                        Err(e)
+                    }
+                }
             })
             .map_err(|e| py_err(py, e))?;
         Ok(Block {
-            comm: self.comm.clone(),
+            rt: self.rt.clone(),
             offset,
             ptr,
             nbytes,
@@ -150,8 +161,8 @@ impl GpuComm {
 
     /// Compiles and loads the stream signals kernel (before a capture uses it).
     fn load_signals(&self, py: Python<'_>) -> PyResult<()> {
-        let comm = &self.comm;
-        py.allow_threads(|| comm.load_signals())
+        let rt = &*self.rt;
+        py.allow_threads(|| rt.load_signals().map(drop))
             .map_err(|e| py_err(py, e))
     }
 
@@ -165,10 +176,11 @@ impl GpuComm {
         slot: u32,
         stream_handle: u64,
     ) -> PyResult<()> {
-        let s = stream(&self.comm, stream_handle)?;
+        let rt = &*self.rt;
+        let s = stream(&rt.comm, stream_handle)?;
         let peer = u16_arg("peer", peer)?;
-        self.comm
-            .put_signal(pad, pad_len, peer, slot, &s)
+        rt.signals(&s)
+            .and_then(|k| k.put(&rt.comm, (pad, pad_len), peer, slot, &s))
             .map_err(|e| py_err(py, e))
     }
 
@@ -182,39 +194,45 @@ impl GpuComm {
         slot: u32,
         stream_handle: u64,
     ) -> PyResult<()> {
-        let s = stream(&self.comm, stream_handle)?;
+        let rt = &*self.rt;
+        let s = stream(&rt.comm, stream_handle)?;
         let peer = u16_arg("peer", peer)?;
-        self.comm
-            .wait_signal(pad, pad_len, peer, slot, &s)
+        rt.signals(&s)
+            .and_then(|k| k.wait(&rt.comm, (pad, pad_len), peer, slot, &s))
             .map_err(|e| py_err(py, e))
     }
 
     /// Heap bytes per rank (the distance between two ranks' copies) and the buffer area.
     fn layout(&self) -> (u64, u64, u64) {
-        let (lo, hi) = self.comm.buffer_area();
-        (self.comm.stride(), lo, hi)
+        let (lo, hi) = self.rt.comm.buffer_area();
+        (hi, lo, hi)
     }
 
     /// Local: gives block `offset` back (freed at a later allocation once every rank did).
     fn release(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
-        self.comm.release_block(offset).map_err(|e| py_err(py, e))
+        self.rt
+            .tensors
+            .release_block(offset)
+            .map_err(|e| py_err(py, e))
     }
 
     /// Collective: frees what every rank released; returns how many blocks.
     fn collect(&self, py: Python<'_>) -> PyResult<usize> {
-        let comm = &self.comm;
-        py.allow_threads(|| comm.collect_blocks())
+        let rt = &*self.rt;
+        py.allow_threads(|| rt.tensors.collect_blocks(&rt.comm))
             .map_err(|e| py_err(py, e))
     }
 
     /// Live blocks and their bytes.
     fn usage(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
-        self.comm.block_usage().map_err(|e| py_err(py, e))
+        self.rt.tensors.block_usage().map_err(|e| py_err(py, e))
     }
 
     /// The address of heap offset `offset` of `peer`, in this rank's mapping.
     fn ptr(&self, py: Python<'_>, peer: i64, offset: u64) -> PyResult<u64> {
-        self.comm
+        self.rt
+            .comm
+            .memory()
             .ptr(u16_arg("peer", peer)?, offset)
             .map_err(|e| py_err(py, e))
     }
@@ -234,7 +252,7 @@ impl GpuComm {
         channels: Option<i64>,
         root: i64,
     ) -> PyResult<PyRequest> {
-        let world = self.comm.world();
+        let world = self.rt.comm.world();
         let c = self::collective(collective, world, root, 0, None)?;
         let auto = self
             .auto
@@ -257,54 +275,54 @@ impl GpuComm {
         out_len: u64,
         stream_handle: u64,
     ) -> PyResult<()> {
-        let req = &request.req;
-        let s = stream(&self.comm, stream_handle)?;
-        let comm = &self.comm;
+        let (req, rt) = (&request.req, &*self.rt);
+        let s = stream(&rt.comm, stream_handle)?;
         let (input, output) = (span(in_ptr, in_len), span(out_ptr, out_len));
         // Both enqueues below: the spans are live tensors' storage (the Python layer passes
         // `data_ptr()` and their byte sizes, and keeps the tensors alive until the stream
         // reaches this work, as torch's own collectives do); a span outside the heap is checked
         // against the driver's allocation table.
-        let r = if comm.spans_ready(req, input, output) {
-            // Nothing to wait for on the host: keep the GIL (releasing and taking it back costs
-            // more than the enqueue's own checks).
+        // A repeated call waits for nothing on the host: it keeps the GIL (releasing and taking
+        // it back costs more than the enqueue itself).
+        // SAFETY: the spans are live tensors' storage, as said above.
+        let done = unsafe { rt.tensors.try_enqueue(&rt.comm, req, input, output, &s) }
+            .map_err(|e| py_err(py, e))?;
+        if !done {
             // SAFETY: the spans are live tensors' storage, as said above.
-            unsafe { comm.enqueue_spans(req, input, output, &s) }
-        } else {
-            // SAFETY: the spans are live tensors' storage, as said above.
-            py.allow_threads(|| unsafe { comm.enqueue_spans(req, input, output, &s) })
-        };
-        r.map_err(|e| py_err(py, e))
+            py.allow_threads(|| unsafe { rt.tensors.enqueue(&rt.comm, req, input, output, &s) })
+                .map_err(|e| py_err(py, e))?;
+        }
+        Ok(())
     }
 
     /// Reports asynchronous errors without waiting (raises symm's errors).
     fn check(&self, py: Python<'_>) -> PyResult<()> {
-        self.comm.check().map_err(|e| py_err(py, e))
+        self.rt.comm.check().map_err(|e| py_err(py, e))
     }
 
     /// Waits for stream `stream_handle`, then checks.
     fn synchronize(&self, py: Python<'_>, stream_handle: u64) -> PyResult<()> {
-        let s = stream(&self.comm, stream_handle)?;
-        let comm = &self.comm;
+        let comm = &self.rt.comm;
+        let s = stream(comm, stream_handle)?;
         py.allow_threads(|| comm.synchronize(&s))
             .map_err(|e| py_err(py, e))
     }
 
     /// Collective: lifts the poison after a timeout.
     fn reset(&self, py: Python<'_>) -> PyResult<()> {
-        let comm = &self.comm;
+        let comm = &self.rt.comm;
         py.allow_threads(|| comm.reset()).map_err(|e| py_err(py, e))
     }
 
     /// Ends this rank's part in the job in order (the memory stays mapped while tensors live).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let comm = &self.comm;
+        let comm = &self.rt.comm;
         py.allow_threads(|| comm.close()).map_err(|e| py_err(py, e))
     }
 
     /// Collective: every rank's `data` (at most 64 KiB) in rank order, through the bootstrap.
     fn exchange<'py>(&self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
-        let comm = &self.comm;
+        let comm = &self.rt.comm;
         let all = py
             .allow_threads(|| comm.exchange(data))
             .map_err(|e| py_err(py, e))?;
@@ -326,13 +344,17 @@ impl GpuComm {
         stream_handle: u64,
         iters: u32,
     ) -> PyResult<f64> {
-        let s = stream(&self.comm, stream_handle)?;
+        let rt = &*self.rt;
+        let s = stream(&rt.comm, stream_handle)?;
         let (input, output) = (span(in_ptr, in_len), span(out_ptr, out_len));
         let t0 = std::time::Instant::now();
         for _ in 0..iters.max(1) {
             // SAFETY: as in `collective`.
-            unsafe { self.comm.enqueue_spans(&request.req, input, output, &s) }
-                .map_err(|e| py_err(py, e))?;
+            unsafe {
+                rt.tensors
+                    .enqueue(&rt.comm, &request.req, input, output, &s)
+            }
+            .map_err(|e| py_err(py, e))?;
         }
         Ok(t0.elapsed().as_secs_f64() * 1e6 / f64::from(iters.max(1)))
     }
@@ -353,9 +375,9 @@ impl GpuComm {
         stream_handle: u64,
         rows_max: Option<u32>,
     ) -> PyResult<PyMoeLayer> {
-        let s = stream(&self.comm, stream_handle)?;
-        let (c, dt) = (&self.comm, dtype);
-        moe::layer(py, c, experts, topk, tokens_max, hidden, dt, &s, rows_max)
+        let s = stream(&self.rt.comm, stream_handle)?;
+        let (rt, dt) = (&self.rt, dtype);
+        moe::layer(py, rt, experts, topk, tokens_max, hidden, dt, &s, rows_max)
     }
 
     /// Enqueues a dispatch of `tokens` tokens on the layer: `x`, `idx` (i64) and `weights`
@@ -377,18 +399,16 @@ impl GpuComm {
         stream_handle: u64,
     ) -> PyResult<()> {
         let mode = moe::mode(mode)?;
-        let s = stream(&self.comm, stream_handle)?;
+        let rt = &*self.rt;
+        let s = stream(&rt.comm, stream_handle)?;
         let (x, idx) = (span(x_ptr, x_len), span(idx_ptr, idx_len));
         let w = span(weights_ptr, weights_len);
         // SAFETY: the spans are live tensors' storage (the Python layer passes `data_ptr()` and
         // their byte sizes and keeps the tensors alive until the stream reaches this work, as
         // for `collective`); the runtime checks each lies in one device allocation of this
         // rank's context with the bytes the shape needs.
-        unsafe {
-            self.comm
-                .moe_dispatch(&layer.layer, mode, tokens, x, idx, w, &s)
-        }
-        .map_err(|e| py_err(py, e))
+        unsafe { (layer.layer).dispatch(&rt.comm, &rt.tensors, mode, tokens, x, idx, w, &s) }
+            .map_err(|e| py_err(py, e))
     }
 
     /// Enqueues the combine of the layer's last dispatch: `expert_out` (`rows_max x hidden`)
@@ -407,19 +427,20 @@ impl GpuComm {
         stream_handle: u64,
     ) -> PyResult<()> {
         let mode = moe::mode(mode)?;
-        let s = stream(&self.comm, stream_handle)?;
+        let rt = &*self.rt;
+        let s = stream(&rt.comm, stream_handle)?;
         let (input, out) = (span(expert_out_ptr, expert_out_len), span(out_ptr, out_len));
         // SAFETY: as in `moe_dispatch`.
-        unsafe { self.comm.moe_combine(&layer.layer, mode, input, out, &s) }
+        unsafe { (layer.layer).combine(&rt.comm, &rt.tensors, mode, input, out, &s) }
             .map_err(|e| py_err(py, e))
     }
 
     /// Reads and clears the layer's counters: (skipped invalid indices, dropped rows). Waits
     /// for this rank's GPU.
     fn moe_status(&self, py: Python<'_>, layer: &PyMoeLayer) -> PyResult<(u32, u32)> {
-        let comm = &self.comm;
+        let comm = &self.rt.comm;
         let st = py
-            .allow_threads(|| comm.moe_status(&layer.layer))
+            .allow_threads(|| layer.layer.status(comm))
             .map_err(|e| py_err(py, e))?;
         Ok((st.invalid, st.dropped))
     }
@@ -433,8 +454,8 @@ impl GpuComm {
         out_max: u64,
         stream_handle: u64,
     ) -> PyResult<PyA2avLayer> {
-        let s = stream(&self.comm, stream_handle)?;
-        moe::a2av_layer(py, &self.comm, elem, out_max, &s)
+        let s = stream(&self.rt.comm, stream_handle)?;
+        moe::a2av_layer(py, &self.rt, elem, out_max, &s)
     }
 
     /// Enqueues an all-to-allv whose counts stay on the device: `send_counts` and
@@ -454,23 +475,21 @@ impl GpuComm {
         recv_counts_len: u64,
         stream_handle: u64,
     ) -> PyResult<()> {
-        let s = stream(&self.comm, stream_handle)?;
+        let rt = &*self.rt;
+        let s = stream(&rt.comm, stream_handle)?;
         let send = span(send_counts_ptr, send_counts_len);
         let recv = span(recv_counts_ptr, recv_counts_len);
         let input = span(input_ptr, input_len);
         // SAFETY: as in `moe_dispatch`.
-        unsafe {
-            self.comm
-                .all_to_allv_device(&layer.layer, send, input, recv, &s)
-        }
-        .map_err(|e| py_err(py, e))
+        unsafe { (layer.layer).enqueue(&rt.comm, &rt.tensors, send, input, recv, &s) }
+            .map_err(|e| py_err(py, e))
     }
 
     /// Reads and clears the all-to-allv layer's count of dropped elements (waits for this
     /// rank's GPU).
     fn a2av_dropped(&self, py: Python<'_>, layer: &PyA2avLayer) -> PyResult<u32> {
-        let comm = &self.comm;
-        py.allow_threads(|| comm.a2av_dropped(&layer.layer))
+        let comm = &self.rt.comm;
+        py.allow_threads(|| layer.layer.dropped(comm))
             .map_err(|e| py_err(py, e))
     }
 }

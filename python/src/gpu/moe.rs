@@ -8,16 +8,18 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use symm_core::moe::{Mode, MoeConfig};
-use symm_driver::cuda::{A2avLayer, Comm, MoeLayer, Stream, TokenType};
+use symm_driver::cuda::{A2avLayer, MoeLayer, Stream, TokenType};
 
 use super::errors::py_err;
+use super::Runtime;
 
 /// A MoE layer of a [`super::GpuComm`] (`symm.moe.Buffer`'s runtime side): the symmetric
 /// block of its staging rows, headers, expert rows and spans.
 #[pyclass(module = "symm._symm", name = "MoeLayer", frozen)]
 pub struct PyMoeLayer {
-    comm: Arc<Comm>,
+    /// Before the runtime: the layer's kernels go before the Comm they were loaded on.
     pub(super) layer: MoeLayer,
+    rt: Arc<Runtime>,
     /// This rank's device address of the expert rows (`rows_max x hidden` elements).
     #[pyo3(get)]
     rows_ptr: u64,
@@ -90,7 +92,7 @@ impl Drop for PyMoeLayer {
     fn drop(&mut self) {
         // Local and non-blocking, as for a `Block`: the heap frees it once every rank released
         // it, its device work is done and no captured graph names it.
-        let _ = self.comm.release_block(self.layer.block().0);
+        self.rt.release(self.layer.block().0);
     }
 }
 
@@ -98,8 +100,9 @@ impl Drop for PyMoeLayer {
 /// of `elem` bytes.
 #[pyclass(module = "symm._symm", name = "A2avLayer", frozen)]
 pub struct PyA2avLayer {
-    comm: Arc<Comm>,
+    /// Before the runtime, as for a [`PyMoeLayer`].
     pub(super) layer: A2avLayer,
+    rt: Arc<Runtime>,
     /// This rank's device address of the output.
     #[pyo3(get)]
     output_ptr: u64,
@@ -120,7 +123,7 @@ impl PyA2avLayer {
 impl Drop for PyA2avLayer {
     fn drop(&mut self) {
         // Local and non-blocking, as for a `MoeLayer`.
-        let _ = self.comm.release_block(self.layer.block());
+        self.rt.release(self.layer.block());
     }
 }
 
@@ -140,7 +143,7 @@ pub(super) fn mode(name: &str) -> PyResult<Mode> {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn layer(
     py: Python<'_>,
-    comm: &Arc<Comm>,
+    rt: &Arc<Runtime>,
     experts: u32,
     topk: u16,
     tokens_max: u32,
@@ -161,27 +164,28 @@ pub(super) fn layer(
     };
     let shape_err = |e: symm_core::moe::MoeError| PyValueError::new_err(e.to_string());
     let mut cfg =
-        MoeConfig::new(comm.world(), experts, topk, tokens_max, hidden).map_err(shape_err)?;
+        MoeConfig::new(rt.comm.world(), experts, topk, tokens_max, hidden).map_err(shape_err)?;
     if let Some(rows) = rows_max {
         cfg = cfg.with_rows_max(rows).map_err(shape_err)?;
     }
     let (layer, rows_ptr, spans_ptr) = py
         .allow_threads(|| {
-            let layer = comm.moe_layer(cfg, ty, s)?;
-            let rows = comm.ptr(comm.rank(), layer.expert_rows());
-            let spans = comm.ptr(comm.rank(), layer.spans_ptr());
+            let layer = MoeLayer::new(&rt.comm, &rt.tensors, cfg, ty, s)?;
+            let mem = rt.comm.memory();
+            let rows = mem.ptr(rt.comm.rank(), layer.expert_rows());
+            let spans = mem.ptr(rt.comm.rank(), layer.spans_ptr());
             match (rows, spans) {
                 (Ok(r), Ok(p)) => Ok((layer, r, p)),
                 (Err(e), _) | (_, Err(e)) => {
-                    let _ = comm.release_block(layer.block().0);
+                    rt.release(layer.block().0);
                     Err(e)
                 }
             }
         })
         .map_err(|e| py_err(py, e))?;
     Ok(PyMoeLayer {
-        comm: Arc::clone(comm),
         layer,
+        rt: Arc::clone(rt),
         rows_ptr,
         spans_ptr,
     })
@@ -190,21 +194,26 @@ pub(super) fn layer(
 /// Collective, not while capturing: an all-to-allv layer of `comm` (see `GpuComm.a2av_layer`).
 pub(super) fn a2av_layer(
     py: Python<'_>,
-    comm: &Arc<Comm>,
+    rt: &Arc<Runtime>,
     elem: u64,
     out_max: u64,
     s: &Stream,
 ) -> PyResult<PyA2avLayer> {
     let (layer, output_ptr) = py
         .allow_threads(|| {
-            let layer = comm.a2av_layer(elem, out_max, s)?;
-            let out = comm.ptr(comm.rank(), layer.output())?;
-            Ok((layer, out))
+            let layer = A2avLayer::new(&rt.comm, &rt.tensors, elem, out_max, s)?;
+            match rt.comm.memory().ptr(rt.comm.rank(), layer.output()) {
+                Ok(out) => Ok((layer, out)),
+                Err(e) => {
+                    rt.release(layer.block());
+                    Err(e)
+                }
+            }
         })
         .map_err(|e| py_err(py, e))?;
     Ok(PyA2avLayer {
-        comm: Arc::clone(comm),
         layer,
+        rt: Arc::clone(rt),
         output_ptr,
         elem,
     })

@@ -247,7 +247,7 @@ fn device_api(comm: &Comm, stream: &Stream, passes: u32) -> Result<String, Strin
     }
     // A pad past the heap is refused before launch.
     let bad = PassArgs {
-        pad: comm.stride() - 8,
+        pad: comm.buffer_area().1 - 8,
         src: b.input,
         dst: b.output,
         bytes,

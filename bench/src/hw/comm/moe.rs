@@ -320,7 +320,7 @@ pub(super) fn tensors(
 
 pub(super) fn span(comm: &Gpu, off: u64, len: u64) -> Result<Span, String> {
     Ok(Span {
-        ptr: comm.ptr(comm.rank(), off).map_err(e)?,
+        ptr: comm.memory().ptr(comm.rank(), off).map_err(e)?,
         len,
     })
 }

@@ -237,7 +237,7 @@ pub(super) fn run(
     .map_err(e)?;
     let stream = Stream::new(comm.device()).map_err(e)?;
     // NCCL takes one GPU per rank; ranks that share one are measured without it.
-    let nccl = if comm.topology() == symm_core::cost::Topology::SharedDevice {
+    let nccl = if comm.sharing().topology() == symm_core::cost::Topology::SharedDevice {
         Err("not run: ranks share a GPU (NCCL needs one per rank)".to_string())
     } else {
         NcclRank::new(&comm).map_err(e)

@@ -6,7 +6,7 @@
 //! between processes. With a trace asked for, the run uses the traced interpreter and every
 //! process gets the ranks' parts merged into one trace ([`trace::merge`]).
 
-use super::{Comm, CommTeam};
+use super::{Comm, CommTeam, Tracer};
 use crate::backend::{check_inputs, Backend, BackendError, Outcome, RankCheck, Verdict};
 use crate::cuda::device::Stream;
 use crate::cuda::error::{CudaError, Result};
@@ -119,7 +119,9 @@ impl Comm {
             // Scratch is not filled: a peer's low-latency lines may land in it as soon as the
             // peer's kernel runs, before this rank's fill would (symm_core::ll).
             let part = if traced {
-                Some(self.legacy.trace(self, req, &b, &stream)?)
+                // A tracer of its own per traced run: tracing is for tests and the viz, and the
+                // kernel cache makes loading it cheap.
+                Some(Tracer::load(self)?.run(self, req, &b, &stream)?)
             } else {
                 self.enqueue(req, &b, &stream)?;
                 self.synchronize(&stream)?;

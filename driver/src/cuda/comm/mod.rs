@@ -40,7 +40,6 @@ mod allocator;
 mod backend;
 mod blocks;
 mod capture;
-mod compat;
 mod entry;
 pub mod epoch;
 mod health;
@@ -100,9 +99,6 @@ const ABORT_BYTES: usize = 64;
 /// Field order is teardown order: plans and kernels before the heap, the heap before the
 /// bootstrap (the peers' memory stays mapped until every rank unmapped it at `finish`).
 pub struct Comm {
-    /// The feature state behind the Comm methods the bindings call today (`compat.rs`); goes
-    /// once the bindings hold their features beside the Comm.
-    legacy: compat::Legacy,
     /// Plans by (team id, request, on copy engines): the world's (id 0) and every team's, alive
     /// as long as the Comm, so no plan goes while a launch may still read it.
     plans: plans::PlanCache,
@@ -343,7 +339,6 @@ struct Parts {
 impl Parts {
     fn assemble(self, boot: SocketRendezvous, rank: u16, world: u16, opts: CommOptions) -> Comm {
         Comm {
-            legacy: compat::Legacy::default(),
             plans: plans::PlanCache::new(self.compiler, opts.copy_engine),
             launching: Mutex::new(admit::Launching::default()),
             armed: self.armed,

@@ -95,19 +95,6 @@ impl Comm {
 }
 
 impl Tensors {
-    /// Whether [`Tensors::enqueue`] of these arguments would return without waiting on the
-    /// host: the ranks agreed on them and the request's workspace and plan exist. A binding may
-    /// keep its interpreter lock for such calls and release it for the others.
-    pub fn ready(&self, comm: &Comm, req: &Request, input: Span, output: Span) -> bool {
-        let (in_heap, out_heap) = comm.sides(input, output);
-        let Ok(s) = self.spans_lock() else {
-            return false;
-        };
-        s.ready
-            .get(&(*req, in_heap, out_heap))
-            .is_some_and(|r| r.engines == comm.copy_engine())
-    }
-
     fn spans_lock(&self) -> Result<std::sync::MutexGuard<'_, Spans>> {
         self.spans
             .lock()
@@ -131,6 +118,43 @@ impl Tensors {
         output: Span,
         stream: &Stream,
     ) -> Result<()> {
+        // SAFETY: the caller's contract is this one.
+        unsafe { self.enqueue_with(comm, req, (input, output), stream, true) }.map(drop)
+    }
+
+    /// [`Tensors::enqueue`] when it returns without waiting on the host: the ranks agreed on
+    /// these arguments before, and the request's workspace and plan exist (a repeated call).
+    /// Otherwise returns `false` having enqueued nothing, and the caller calls
+    /// [`Tensors::enqueue`], which may wait (a binding keeps its interpreter lock for the
+    /// first and releases it for the second). One lookup either way.
+    ///
+    /// # Safety
+    /// As [`Tensors::enqueue`].
+    pub unsafe fn try_enqueue(
+        &self,
+        comm: &Comm,
+        req: &Request,
+        input: Span,
+        output: Span,
+        stream: &Stream,
+    ) -> Result<bool> {
+        // SAFETY: the caller's contract is this one.
+        unsafe { self.enqueue_with(comm, req, (input, output), stream, false) }
+    }
+
+    /// [`Tensors::enqueue`]; when the arguments are not ready and `may_wait` is false, returns
+    /// `false` before anything that may wait.
+    ///
+    /// # Safety
+    /// As [`Tensors::enqueue`].
+    unsafe fn enqueue_with(
+        &self,
+        comm: &Comm,
+        req: &Request,
+        (input, output): (Span, Span),
+        stream: &Stream,
+        may_wait: bool,
+    ) -> Result<bool> {
         self.own(comm)?;
         let _g = comm.enter_on(stream)?;
         let (in_heap, out_heap) = comm.sides(input, output);
@@ -138,6 +162,9 @@ impl Tensors {
         let found = self.spans_lock()?.ready.get(&args).cloned();
         let found = found.filter(|r| r.engines == comm.copy_engine());
         if found.is_none() {
+            if !may_wait {
+                return Ok(false);
+            }
             comm.check_shape(req, comm.job.world)?;
         }
         let need = req.buffer_sizes();
@@ -182,7 +209,7 @@ impl Tensors {
             };
             copy(output.ptr, from, stream)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The first use of an argument set (or its first since the agreed sets started over, or
