@@ -226,6 +226,22 @@ pub enum CudaError {
         /// Bytes from it.
         len: u64,
     },
+    /// An element size the call does not take.
+    BadElementSize {
+        /// What the elements are (all-to-allv elements).
+        what: &'static str,
+        /// The size given, in bytes.
+        bytes: u64,
+        /// The sizes taken.
+        takes: &'static str,
+    },
+    /// Two ranges that must not meet overlap (a peer would write what this rank still reads).
+    Overlap {
+        /// The range read.
+        read: &'static str,
+        /// The range written.
+        written: &'static str,
+    },
     /// A lock was poisoned by a thread that panicked while holding it.
     LockPoisoned {
         /// The lock.

@@ -344,7 +344,7 @@ pub(super) fn hostile(comm: &Gpu, stream: &Stream) -> Result<String, String> {
     expect(
         "all-to-allv elements of 3 bytes",
         A2avLayer::new(comm, &comm.tensors, 3, 16, stream).map(drop),
-        |e| matches!(e, CudaError::Invalid(_)),
+        |e| matches!(e, CudaError::BadElementSize { bytes: 3, .. }),
     )?;
     let c = MoeCase::new("hostile", 4, MoeRoute::Hostile, Mode::Normal);
     let cfg = config(w, &c)?;
@@ -448,7 +448,7 @@ pub(super) fn hostile(comm: &Gpu, stream: &Stream) -> Result<String, String> {
         expect(
             "an all-to-allv input inside its own output",
             l.enqueue(comm, &comm.tensors, counts, inside, counts, stream),
-            |e| matches!(e, CudaError::Invalid(_)),
+            |e| matches!(e, CudaError::Overlap { .. }),
         )?;
         expect(
             "all-to-allv counts not 8-byte aligned",

@@ -77,9 +77,11 @@ impl A2avLayer {
         tensors.own(comm)?;
         let _g = comm.enter()?;
         if !matches!(elem, 1 | 2 | 4 | 8 | 16) {
-            return Err(CudaError::Invalid(format!(
-                "all-to-allv elements of {elem} bytes (1, 2, 4, 8 or 16)"
-            )));
+            return Err(CudaError::BadElementSize {
+                what: "all-to-allv elements",
+                bytes: elem,
+                takes: "1, 2, 4, 8 or 16",
+            });
         }
         let w = u64::from(comm.job.world);
         if w > u64::from(symm_core::moe::MAX_WORLD) {
@@ -156,9 +158,10 @@ impl A2avLayer {
         let out = comm.heap_ptr(comm.job.rank, self.out)?;
         let out_end = out.saturating_add(self.out_max.saturating_mul(self.elem));
         if input.len > 0 && input.ptr < out_end && out < input.ptr.saturating_add(input.len) {
-            return Err(CudaError::Invalid(
-                "the all-to-allv's input overlaps its layer's output".into(),
-            ));
+            return Err(CudaError::Overlap {
+                read: "all-to-allv's input",
+                written: "layer's output",
+            });
         }
         let in_max = input.len / self.elem;
         let blocks = (in_max * self.elem).div_ceil(1 << 16).clamp(1, 32) as u32;

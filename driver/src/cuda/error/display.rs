@@ -126,6 +126,12 @@ impl fmt::Display for CudaError {
                 f,
                 "{len} bytes at {ptr:#x} are not one device allocation of this rank's GPU"
             ),
+            CudaError::BadElementSize { what, bytes, takes } => {
+                write!(f, "{what} of {bytes} bytes: it takes {takes}")
+            }
+            CudaError::Overlap { read, written } => {
+                write!(f, "the {read} overlaps the {written}: they must not meet")
+            }
             CudaError::NotPrepared => write!(
                 f,
                 "the request's plan is not prepared: call prepare(req) before capturing it"

@@ -79,6 +79,8 @@ impl CudaError {
             | CudaError::BadPlanOp { .. }
             | CudaError::MalformedPlan { .. }
             | CudaError::NotDeviceMemory { .. }
+            | CudaError::BadElementSize { .. }
+            | CudaError::Overlap { .. }
             | CudaError::WrongOwner { .. }
             | CudaError::TraceOverflow
             | CudaError::ForeignPlan(_)
@@ -307,6 +309,21 @@ mod tests {
                 CudaError::NotDeviceMemory { ptr: 8, len: 8 },
                 K::InvalidArgument,
             ),
+            (
+                CudaError::BadElementSize {
+                    what: "all-to-allv elements",
+                    bytes: 3,
+                    takes: "1, 2, 4, 8 or 16",
+                },
+                K::InvalidArgument,
+            ),
+            (
+                CudaError::Overlap {
+                    read: "input",
+                    written: "output",
+                },
+                K::InvalidArgument,
+            ),
             (CudaError::LockPoisoned { what: "plans" }, K::Device),
             (CudaError::WrongOwner { what: "team" }, K::InvalidArgument),
             (
@@ -483,13 +500,13 @@ mod tests {
         for (e, kind) in &cases {
             assert_eq!(e.kind(), *kind, "{e:?}");
         }
-        // Every variant of CudaError (57) appears above; a new one must be added here, as
+        // Every variant of CudaError (59) appears above; a new one must be added here, as
         // `kind` makes it be added there.
         let variants: std::collections::HashSet<_> = cases
             .iter()
             .map(|(e, _)| std::mem::discriminant(e))
             .collect();
-        assert_eq!(variants.len(), 57);
+        assert_eq!(variants.len(), 59);
         assert_eq!(CudaError::PeerLost { rank: 2 }.lost_rank(), Some(2));
         assert_eq!(CudaError::Poisoned(s()).lost_rank(), None);
         let lost = boot(BootstrapError::Poisoned(Box::new(
