@@ -161,13 +161,15 @@ impl Tensors {
         let args = (*req, in_heap, out_heap);
         let found = self.spans_lock()?.ready.get(&args).cloned();
         let found = found.filter(|r| r.engines == comm.copy_engine());
-        if found.is_none() {
-            if !may_wait {
-                return Ok(false);
+        // A ready argument set was admitted: its sizes are the admission's, its request checked.
+        let need = match &found {
+            Some(r) => r.admitted.sizes(),
+            None if !may_wait => return Ok(false),
+            None => {
+                comm.check_shape(req, comm.job.world)?;
+                req.buffer_sizes()
             }
-            comm.check_shape(req, comm.job.world)?;
-        }
-        let need = req.buffer_sizes();
+        };
         for (what, s, want) in [
             ("input bytes", input, need.input),
             ("output bytes", output, need.output),
