@@ -439,6 +439,7 @@ mod tests {
         let wait2 = Op::Wait { slot: 4, count: 2 };
         assert_eq!(flag_op(&wait2), Err(FlagError::NotUnitWait { slot: 4 }));
         let put = Op::LlPut {
+            format: crate::ll::Format::Ll,
             src: l,
             dst: l,
             bytes: 8,
