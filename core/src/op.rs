@@ -250,11 +250,12 @@ impl SignalOp {
 
 // The ops table: one row per op (see `table`). A row is
 // `Variant = trace tag[ | tag of its 128-byte line form], PLAN_CODE_NAME = plan code,
-// "short name", unicast | multicast[ reduces][, locs = f]` and the fields, each
+// "short name"[ | "name of its 128-byte line form"], unicast | multicast[ reduces][, locs = f]` and the fields, each
 // `name: Type => place` (a place of `OpFields`), with an optional `[check]` run on decode. A
 // field at the `format` place is the op's line format (`line_format`), which traces carry in
 // the tag. Rows go in tag order; tags and plan codes never change; the next free trace tag is 11
-// (9 and 10 are the 128-byte line forms').
+// (9 and 10 are the 128-byte line forms'); plan codes 9 and 10 are retired (they were the
+// 128-byte line ops' before the format became a field), so the next free plan code is 11.
 ops! {
     /// Copy `bytes` bytes from `src` to `dst`.
     Copy = 0, COPY = 0, "copy", unicast {
@@ -325,7 +326,7 @@ ops! {
     /// plus `flip` when this call's epoch (the executor's counter of `slot`) is odd, each line
     /// carrying the call's flag (a 128-byte line's flag word stored after its data, with
     /// release). `dst` takes [`crate::ll::Format::line_bytes`] of `bytes`.
-    LlPut = 5 | 9, LL_PUT = 7, "ll_put", unicast {
+    LlPut = 5 | 9, LL_PUT = 7, "ll_put" | "ll128_put", unicast {
         /// The line format.
         format: Format => format,
         /// Source (plain bytes).
@@ -343,7 +344,7 @@ ops! {
     /// `s` at `src.offset + s * stride` (plus `flip` when the epoch is odd), carry this call's
     /// flag (a 128-byte line's flag word loaded with acquire before its data), then folds their
     /// data in region order into `dst` as [`Op::ReduceN`] does.
-    LlReduce = 6 | 10, LL_REDUCE = 8, "ll_reduce", unicast reduces {
+    LlReduce = 6 | 10, LL_REDUCE = 8, "ll_reduce" | "ll128_reduce", unicast reduces {
         /// The line format.
         format: Format => format,
         /// The first region (half 0), on the executing rank in every schedule.
@@ -492,11 +493,6 @@ impl Op {
     /// The op's kind (its stable tag in traces).
     pub const fn kind(&self) -> OpKind {
         OpKind::of(self)
-    }
-
-    /// Short name of the op kind.
-    pub fn kind_name(&self) -> &'static str {
-        self.kind().name()
     }
 
     /// Whether the op is a multicast op.

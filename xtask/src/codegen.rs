@@ -92,7 +92,7 @@ pub fn generate() -> String {
         ("A_BUF", offset_of!(PlanOp, a_buf)),
         ("B_BUF", offset_of!(PlanOp, b_buf)),
         ("DST_BUF", offset_of!(PlanOp, dst_buf)),
-        ("PAD0", offset_of!(PlanOp, pad0)),
+        ("FORMAT", offset_of!(PlanOp, format)),
         ("A_RANK", offset_of!(PlanOp, a_rank)),
         ("B_RANK", offset_of!(PlanOp, b_rank)),
         ("DST_RANK", offset_of!(PlanOp, dst_rank)),
@@ -126,7 +126,7 @@ pub fn generate() -> String {
         "unsigned char a_buf;",
         "unsigned char b_buf;",
         "unsigned char dst_buf;",
-        "unsigned char pad0;",
+        "unsigned char format;",
         "unsigned short a_rank;",
         "unsigned short b_rank;",
         "unsigned short dst_rank;",
@@ -172,6 +172,19 @@ pub fn generate() -> String {
             "#define SYMM_REDOP_{} {}",
             o.name().to_uppercase(),
             o as u8
+        );
+    }
+
+    let _ = writeln!(
+        w,
+        "\n// Line formats of the low-latency ops (symm_core::ll::Format, the op's format byte)."
+    );
+    for f in symm_core::ll::Format::ALL {
+        let _ = writeln!(
+            w,
+            "#define SYMM_LL_FORMAT_{} {}",
+            f.name().to_uppercase(),
+            f as u8
         );
     }
 

@@ -199,7 +199,8 @@ macro_rules! ops {
     };
     ($(
         $(#[$doc:meta])*
-        $v:ident = $tag:literal $(| $wide:literal)?, $cname:ident = $code:literal, $name:literal,
+        $v:ident = $tag:literal $(| $wide:literal)?, $cname:ident = $code:literal,
+            $name:literal $(| $wname:literal)?,
             $cast:ident $($red:ident)? $(, locs = $locs:path)? {
             $( $(#[$fdoc:meta])* $f:ident : $t:ty => $($place:ident).+ $([$check:path])? ),* $(,)?
         }
@@ -411,6 +412,14 @@ macro_rules! ops {
                         $( ops!(@format [$($place).+] $f, r); )*
                         r
                     } )*
+                }
+            }
+
+            /// Short name of the op: its kind's, or its row's 128-byte line form's
+            /// (`ll128_put`).
+            pub fn kind_name(&self) -> &'static str {
+                match self {
+                    $( Op::$v { .. } => ops!(@wide self, $name $(, $wname)?), )*
                 }
             }
 
