@@ -250,12 +250,13 @@ impl SignalOp {
 
 // The ops table: one row per op (see `table`). A row is
 // `Variant = trace tag[ | tag of its 128-byte line form], PLAN_CODE_NAME = plan code,
-// "short name"[ | "name of its 128-byte line form"], unicast | multicast[ reduces][, locs = f]` and the fields, each
-// `name: Type => place` (a place of `OpFields`), with an optional `[check]` run on decode. A
-// field at the `format` place is the op's line format (`line_format`), which traces carry in
-// the tag. Rows go in tag order; tags and plan codes never change; the next free trace tag is 11
-// (9 and 10 are the 128-byte line forms'); plan codes 9 and 10 are retired (they were the
-// 128-byte line ops' before the format became a field), so the next free plan code is 11.
+// "short name"[ | "name of its 128-byte line form"], unicast | multicast[ reduces][, locs = f]`
+// and the fields, each `name: Type => place` (a place of `OpFields`), with an optional
+// `[check]` run on decode. A field at the `format` place is the op's line format
+// (`line_format`), which traces carry in the tag. Rows go in tag order; tags and plan codes
+// never change. The next free trace tag is 11 (9 and 10 are the 128-byte line forms'); plan
+// codes 9 and 10 are retired (the 128-byte line ops' before the format became a field), so the
+// next free plan code is 11.
 ops! {
     /// Copy `bytes` bytes from `src` to `dst`.
     Copy = 0, COPY = 0, "copy", unicast {
