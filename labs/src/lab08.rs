@@ -15,7 +15,7 @@ use crate::problem::Problem;
 use crate::run::{Case, Plan};
 use symm_core::cost::predict;
 use symm_core::dtype::{DType, ReduceOp};
-use symm_core::op::{At, Op};
+use symm_core::op::At;
 use symm_core::sched::{Algorithm, Collective, Request};
 use symm_driver::host::DEFAULT_LINK;
 
