@@ -432,6 +432,14 @@ fn reduce_n_locs<E>(op: Op, f: &mut impl FnMut(Loc) -> Result<Loc, E>) -> Result
     })
 }
 
+impl OpKind {
+    /// The short name of the ops trace tag `tag` names ([`Op::kind_name`] of each of them).
+    pub fn trace_tag_name(tag: u8) -> Option<&'static str> {
+        let (kind, format) = OpKind::from_trace_tag(tag)?;
+        Some(Op::example(kind).with_line_format(format).kind_name())
+    }
+}
+
 impl Op {
     /// Bytes this op moves (reads of remote or written data), for cost accounting.
     pub fn bytes(&self) -> u64 {

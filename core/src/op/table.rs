@@ -499,6 +499,9 @@ mod tests {
         ] {
             assert_eq!(OpKind::from_trace_tag(tag), want, "{tag}");
         }
+        assert_eq!(OpKind::trace_tag_name(9), Some("ll128_put"));
+        assert_eq!(OpKind::trace_tag_name(6), Some("ll_reduce"));
+        assert_eq!(OpKind::trace_tag_name(11), None);
         let reducing: [OpKind; 4] = [
             OpKind::Reduce,
             OpKind::ReduceN,
