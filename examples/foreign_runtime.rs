@@ -39,7 +39,7 @@ use std::fmt;
 
 use symm_core::dtype::{combine, fold, DType, ReduceOp};
 use symm_core::exec::{ExecError, Executor, Fabric, LlPoll, Step};
-use symm_core::ll::{self, Format, LlOp};
+use symm_core::ll::{self, Format};
 use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::{Algorithm, Collective, Request, SchedError, Schedule};
 use symm_core::signal;
@@ -225,10 +225,7 @@ impl Fabric for RankView<'_> {
             Op::Wait { .. } => Ok(()),
             Op::McReduce { .. } | Op::McStore { .. } => Err(FabricError::Multicast(op.kind_name())),
             // They need the call's epoch: the executor passes them to `ll`.
-            Op::LlPut { .. }
-            | Op::LlReduce { .. }
-            | Op::Ll128Put { .. }
-            | Op::Ll128Reduce { .. } => Err(FabricError::NoSlot {
+            Op::LlPut { .. } | Op::LlReduce { .. } => Err(FabricError::NoSlot {
                 rank: self.rank,
                 slot: op.ll_slot().unwrap_or(0),
             }),
@@ -239,15 +236,15 @@ impl Fabric for RankView<'_> {
     fn ll(&mut self, op: &Op, epoch: u64) -> Result<LlPoll, FabricError> {
         let flag = ll::flag(epoch);
         let oob = |loc: Loc| FabricError::OutOfBounds { loc, len: 0 };
-        match op.as_ll() {
-            Some(LlOp::Put {
+        match *op {
+            Op::LlPut {
                 format,
                 src,
                 dst,
                 bytes,
                 flip,
                 ..
-            }) => {
+            } => {
                 let data = self.mem.read(src, bytes)?.to_vec();
                 let mut lines = Vec::with_capacity(format.line_bytes(bytes) as usize);
                 for chunk in data.chunks(format.data() as usize) {
@@ -269,7 +266,7 @@ impl Fabric for RankView<'_> {
                     .write(ll::at(dst, flip, epoch).ok_or(oob(dst))?, &lines)?;
                 Ok(LlPoll::Done)
             }
-            Some(LlOp::Reduce {
+            Op::LlReduce {
                 format,
                 src,
                 stride,
@@ -281,7 +278,7 @@ impl Fabric for RankView<'_> {
                 div,
                 flip,
                 ..
-            }) => {
+            } => {
                 let es = dtype.size() as usize;
                 let len = elems.saturating_mul(dtype.size());
                 let mut regions = Vec::with_capacity(sources as usize);
@@ -317,7 +314,13 @@ impl Fabric for RankView<'_> {
                 self.mem.write(dst, &out)?;
                 Ok(LlPoll::Done)
             }
-            None => Err(FabricError::NoSlot {
+            Op::Copy { .. }
+            | Op::Reduce { .. }
+            | Op::Signal { .. }
+            | Op::Wait { .. }
+            | Op::ReduceN { .. }
+            | Op::McReduce { .. }
+            | Op::McStore { .. } => Err(FabricError::NoSlot {
                 rank: self.rank,
                 slot: 0,
             }),

@@ -50,10 +50,9 @@ fn tally_of(streams: &[(u16, Vec<Op>)]) -> Tally {
                 Op::ReduceN { ranks, dst, .. } => {
                     !local(dst) || ranks.as_slice().iter().any(|r| r != me)
                 }
-                Op::LlPut { src, dst, .. }
-                | Op::LlReduce { src, dst, .. }
-                | Op::Ll128Put { src, dst, .. }
-                | Op::Ll128Reduce { src, dst, .. } => !(local(src) && local(dst)),
+                Op::LlPut { src, dst, .. } | Op::LlReduce { src, dst, .. } => {
+                    !(local(src) && local(dst))
+                }
                 Op::McReduce { .. } | Op::McStore { .. } => true,
                 Op::Signal { .. } | Op::Wait { .. } => false,
             };

@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 // The ABI version of this header.
-#define SYMM_ABI_VERSION 1u
+#define SYMM_ABI_VERSION 2u
 // Bytes of one encoded plan op.
 #define SYMM_PLAN_OP_BYTES 64
 // Largest world a request may name.
@@ -166,11 +166,15 @@ typedef enum symm_op_kind {
     SYMM_OP_LL_PUT = 7,
     // ll_reduce
     SYMM_OP_LL_REDUCE = 8,
-    // ll128_put
-    SYMM_OP_LL128_PUT = 9,
-    // ll128_reduce
-    SYMM_OP_LL128_REDUCE = 10,
 } symm_op_kind;
+
+// Line formats of the low-latency ops (symm_op.format).
+typedef enum symm_ll_format {
+    // 16-byte lines
+    SYMM_LL_FORMAT_LL = 0,
+    // 128-byte lines
+    SYMM_LL_FORMAT_LL128 = 1,
+} symm_ll_format;
 
 // Symmetric buffers (symm_loc.buf).
 typedef enum symm_buf {
@@ -291,7 +295,8 @@ typedef struct symm_loc {
 // ranks in sources (in that order; one accumulator, f32 for 16-bit floats, rounded once),
 // count elements. LL_PUT: count bytes of a as low-latency lines at dst (plus sources_hi for
 // odd epochs of slot slot). LL_REDUCE: nsources line regions from a on, sources_lo bytes apart
-// (plus sources_hi for odd epochs of slot slot), folded into dst, count elements.
+// (plus sources_hi for odd epochs of slot slot), folded into dst, count elements. Both in
+// lines of format.
 typedef struct symm_op {
     // The op kind (SYMM_OP_*).
     uint32_t kind;
@@ -317,8 +322,8 @@ typedef struct symm_op {
     uint16_t peer;
     // Number of source ranks of a k-way reduce (1 to 8), or regions of a low-latency reduce.
     uint16_t nsources;
-    // Zero.
-    uint32_t reserved2;
+    // Line format of a low-latency op (SYMM_LL_FORMAT_*).
+    uint32_t format;
     // Source ranks 0..4 of a k-way reduce, 16 bits each from the low end; the region stride of a
     // low-latency reduce.
     uint64_t sources_lo;
@@ -576,7 +581,7 @@ SYMM_STATIC_ASSERT(offsetof(symm_op, slot) == 72, "symm_op.slot: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_op, div) == 76, "symm_op.div: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_op, peer) == 80, "symm_op.peer: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_op, nsources) == 82, "symm_op.nsources: offset");
-SYMM_STATIC_ASSERT(offsetof(symm_op, reserved2) == 84, "symm_op.reserved2: offset");
+SYMM_STATIC_ASSERT(offsetof(symm_op, format) == 84, "symm_op.format: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_op, sources_lo) == 88, "symm_op.sources_lo: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_op, sources_hi) == 96, "symm_op.sources_hi: offset");
 SYMM_STATIC_ASSERT(sizeof(symm_link) == 32, "symm_link: size");

@@ -10,7 +10,7 @@ use crate::types::codes;
 use crate::types::{symm_buffer_sizes, symm_event, symm_link, symm_op, symm_request};
 
 /// The version of the ABI this library implements (`SYMM_ABI_VERSION` in the header).
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// The most events a trace writer may hold (`SYMM_TRACE_MAX_EVENTS`).
 pub const TRACE_MAX_EVENTS: u64 = 1 << 22;

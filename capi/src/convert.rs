@@ -112,6 +112,7 @@ impl From<FieldError> for Error {
             FieldError::BadReduceOp(v) => ("redop", v.into()),
             FieldError::BadSignalOp(v) => ("sigop", v.into()),
             FieldError::BadFanin(n) => ("nsources", n.into()),
+            FieldError::BadFormat(v) => ("format", v.into()),
             _ => ("op", 0),
         };
         Error::BadCode { field, value }
@@ -135,7 +136,7 @@ impl symm_op {
             div: w.div,
             peer: w.peer,
             nsources: w.fanin.n,
-            reserved2: 0,
+            format: w.format.into(),
             sources_lo: w.fanin.lo,
             sources_hi: w.fanin.hi,
         }
@@ -167,6 +168,7 @@ impl symm_op {
                 lo: self.sources_lo,
                 hi: self.sources_hi,
             },
+            format: narrow(self.format),
         };
         Ok(Op::from_fields(&w)?)
     }
@@ -383,6 +385,7 @@ mod tests {
             );
         }
         let ll = Op::LlReduce {
+            format: symm_core::ll::Format::Ll128,
             src: Loc::new(0, Buf::Scratch, 0),
             stride: 4096,
             sources: 2,
@@ -398,6 +401,14 @@ mod tests {
         assert_eq!(c.to_core().unwrap(), ll);
         let none = symm_op { nsources: 0, ..c };
         assert!(matches!(none.to_core(), Err(Error::BadCode { .. })));
+        let unknown = symm_op { format: 7, ..c };
+        assert!(matches!(
+            unknown.to_core(),
+            Err(Error::BadCode {
+                field: "format",
+                value: 7
+            })
+        ));
     }
 
     #[test]

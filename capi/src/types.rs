@@ -234,7 +234,7 @@ c_struct! {
     /// rounded once), `count` elements. `LL_PUT`: `count` bytes of `a` as low-latency lines at
     /// `dst` (plus `sources_hi` for odd epochs of slot `slot`). `LL_REDUCE`: `nsources` line
     /// regions from `a` on, `sources_lo` bytes apart (plus `sources_hi` for odd epochs of slot
-    /// `slot`), folded into `dst`, `count` elements.
+    /// `slot`), folded into `dst`, `count` elements. Both in lines of `format`.
     pub struct symm_op {
         /// The op kind (`SYMM_OP_*`).
         pub kind: u32,
@@ -261,8 +261,8 @@ c_struct! {
         /// Number of source ranks of a k-way reduce (1 to 8), or regions of a low-latency
         /// reduce.
         pub nsources: u16,
-        /// Zero.
-        pub reserved2: u32,
+        /// Line format of a low-latency op (`SYMM_LL_FORMAT_*`).
+        pub format: u32,
         /// Source ranks 0..4 of a k-way reduce, 16 bits each from the low end; the region
         /// stride of a low-latency reduce.
         pub sources_lo: u64,
@@ -513,6 +513,14 @@ pub mod codes {
                 doc: "Op kinds (symm_op.kind), the plan encoding's.",
                 values: (OP_KINDS.iter())
                     .map(|&(n, v)| value(n, v as i64, n.to_ascii_lowercase()))
+                    .collect(),
+            },
+            Enum {
+                name: "symm_ll_format",
+                prefix: "SYMM_LL_FORMAT_",
+                doc: "Line formats of the low-latency ops (symm_op.format).",
+                values: (symm_core::ll::Format::ALL.iter())
+                    .map(|&f| value(f.name(), f as u8 as i64, format!("{}-byte lines", f.line())))
                     .collect(),
             },
             Enum {

@@ -228,13 +228,9 @@ struct Checker<'a, P> {
 impl<P: Plans> Checker<'_, P> {
     /// The position of rank `r`'s first signal of `(to, slot)` on channel `c`, if any.
     fn signal_at(&self, r: u16, c: u16, to: u16, slot: u32) -> Option<usize> {
-        self.plans
-            .ops(r, c)?
-            .enumerate()
-            .find_map(|(i, op)| match op {
-                Op::Signal { peer, slot: s, .. } if peer == to && s == slot => Some(i),
-                _ => None,
-            })
+        self.plans.ops(r, c)?.enumerate().find_map(|(i, op)| {
+            matches!(op, Op::Signal { peer, slot: s, .. } if peer == to && s == slot).then_some(i)
+        })
     }
 
     /// Fails unless rank `r`'s wait at `j` is its only wait on `slot`.
@@ -439,6 +435,7 @@ mod tests {
         let wait2 = Op::Wait { slot: 4, count: 2 };
         assert_eq!(flag_op(&wait2), Err(FlagError::NotUnitWait { slot: 4 }));
         let put = Op::LlPut {
+            format: crate::ll::Format::Ll,
             src: l,
             dst: l,
             bytes: 8,

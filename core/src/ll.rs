@@ -25,8 +25,8 @@
 //! [`lines`], [`pack`] and [`unpack`] are the one definition of the line format, which the host
 //! memory, the simulator's shadow and the GPU interpreter follow.
 //!
-//! **128-byte lines** ([`Format::Ll128`], ops [`crate::op::Op::Ll128Put`] and
-//! [`crate::op::Op::Ll128Reduce`]). An 8-byte line wastes half of what it moves; a 128-byte line
+//! **128-byte lines** ([`Format::Ll128`], the `format` of [`crate::op::Op::LlPut`] and
+//! [`crate::op::Op::LlReduce`]). An 8-byte line wastes half of what it moves; a 128-byte line
 //! carries 120 data bytes in its first 15 words and the call's flag in its last word, so it
 //! wastes a sixteenth. The data words no longer carry the flag, so one store no longer covers
 //! both: the writer stores the 15 data words, then stores the flag word with *release*
@@ -50,141 +50,44 @@ pub const MAX_BYTES: u64 = 64 << 10;
 /// The most channels an LL call splits its message over (each with regions of its own).
 pub const MAX_CHANNELS: u16 = 16;
 
-/// A low-latency op of either line format, by its fields ([`crate::op::Op::as_ll`]): what
-/// every executor matches on, so the two formats share one implementation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LlOp {
-    /// [`crate::op::Op::LlPut`] or [`crate::op::Op::Ll128Put`].
-    Put {
-        /// The lines' format.
-        format: Format,
-        /// Source (plain bytes).
-        src: crate::op::Loc,
-        /// Destination of the lines (half 0).
-        dst: crate::op::Loc,
-        /// Data bytes.
-        bytes: u64,
-        /// The slot whose counter is the call's epoch.
-        slot: u32,
-        /// Offset of half 1 from half 0.
-        flip: u64,
-    },
-    /// [`crate::op::Op::LlReduce`] or [`crate::op::Op::Ll128Reduce`].
-    Reduce {
-        /// The lines' format.
-        format: Format,
-        /// The first region (half 0).
-        src: crate::op::Loc,
-        /// Bytes from one region to the next.
-        stride: u64,
-        /// Number of regions.
-        sources: u16,
-        /// Destination (plain elements).
-        dst: crate::op::Loc,
-        /// Element count.
-        elems: u64,
-        /// Element type.
-        dtype: crate::dtype::DType,
-        /// Operator.
-        op: crate::dtype::ReduceOp,
-        /// Divisor applied after combining; 0 or 1: none.
-        div: u32,
-        /// The slot whose counter is the call's epoch.
-        slot: u32,
-        /// Offset of half 1 from half 0.
-        flip: u64,
-    },
-}
+/// The alignment, in bytes, of every region of lines (of either format) and of the distances
+/// between them (a stride, a half offset): what the GPU's 16-byte line stores need.
+pub const ALIGN: u64 = 16;
 
-impl LlOp {
-    /// The same fields in lines of `format`.
-    pub fn with_format(mut self, format: Format) -> LlOp {
-        match &mut self {
-            LlOp::Put { format: f, .. } | LlOp::Reduce { format: f, .. } => *f = format,
-        }
-        self
-    }
-
-    /// The op of this format and fields.
-    pub fn op(self) -> crate::op::Op {
-        use crate::op::Op;
-        match self {
-            LlOp::Put {
-                format,
-                src,
-                dst,
-                bytes,
-                slot,
-                flip,
-            } => match format {
-                Format::Ll => Op::LlPut {
-                    src,
-                    dst,
-                    bytes,
-                    slot,
-                    flip,
-                },
-                Format::Ll128 => Op::Ll128Put {
-                    src,
-                    dst,
-                    bytes,
-                    slot,
-                    flip,
-                },
-            },
-            LlOp::Reduce {
-                format,
-                src,
-                stride,
-                sources,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-                slot,
-                flip,
-            } => match format {
-                Format::Ll => Op::LlReduce {
-                    src,
-                    stride,
-                    sources,
-                    dst,
-                    elems,
-                    dtype,
-                    op,
-                    div,
-                    slot,
-                    flip,
-                },
-                Format::Ll128 => Op::Ll128Reduce {
-                    src,
-                    stride,
-                    sources,
-                    dst,
-                    elems,
-                    dtype,
-                    op,
-                    div,
-                    slot,
-                    flip,
-                },
-            },
-        }
-    }
-}
-
-/// A line format of the low-latency protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// A line format of the low-latency protocol: a field of the low-latency ops
+/// ([`crate::op::Op::LlPut`], [`crate::op::Op::LlReduce`]), so both formats share one op, one
+/// implementation in every executor, and one kernel family on the GPU (templated on it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[repr(u8)]
 pub enum Format {
     /// 16-byte lines of 8 data bytes, the flag in each 8-byte half ([`pack`]).
-    Ll,
+    Ll = 0,
     /// 128-byte lines of 120 data bytes and a flag word stored last, with release
     /// ([`pack128`]).
-    Ll128,
+    Ll128 = 1,
 }
 
 impl Format {
+    /// Every format, by wire value.
+    pub const ALL: [Format; 2] = [Format::Ll, Format::Ll128];
+
+    /// Decodes a wire value (the plan's and the C ABI's `format`).
+    pub const fn from_u8(v: u8) -> Option<Format> {
+        match v {
+            0 => Some(Format::Ll),
+            1 => Some(Format::Ll128),
+            _ => None,
+        }
+    }
+
+    /// Short name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Format::Ll => "ll",
+            Format::Ll128 => "ll128",
+        }
+    }
+
     /// Data bytes one line carries.
     pub const fn data(self) -> u64 {
         match self {
@@ -432,35 +335,6 @@ mod tests {
         for size in [1u64, 2, 4, 8] {
             assert_eq!(LINE128_DATA % size, 0);
         }
-    }
-
-    #[test]
-    fn the_op_view_round_trips_and_changes_format() {
-        use crate::op::{Buf, Loc, Op};
-        let put = Op::LlPut {
-            src: Loc::new(1, Buf::Input, 8),
-            dst: Loc::new(0, Buf::Scratch, 256),
-            bytes: 24,
-            slot: 3,
-            flip: 4096,
-        };
-        let view = put.as_ll().unwrap();
-        assert_eq!(view.op(), put);
-        let wide = view.with_format(Format::Ll128).op();
-        assert_eq!(
-            wide,
-            Op::Ll128Put {
-                src: Loc::new(1, Buf::Input, 8),
-                dst: Loc::new(0, Buf::Scratch, 256),
-                bytes: 24,
-                slot: 3,
-                flip: 4096,
-            }
-        );
-        assert_eq!(wide.as_ll().unwrap().with_format(Format::Ll).op(), put);
-        assert_eq!(wide.ll_slot(), Some(3));
-        assert_eq!(wide.bytes(), 128);
-        assert_eq!(Op::Wait { slot: 1, count: 1 }.as_ll(), None);
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! * [`Op::LlPut`] / [`Op::LlReduce`] are the low-latency protocol ([`crate::ll`]): data written
 //!   as lines that carry the call's flag, and a k-way reduce that waits for the flags of the
 //!   lines it reads instead of for a signal. Their flag comes from the executor's counter of
-//!   the op's `slot` (the rank's own `Epoch` slot).
+//!   the op's `slot` (the rank's own `Epoch` slot); their `format` field is the line format
+//!   (16-byte or 128-byte lines, [`crate::ll::Format`]).
 //! * [`Op::McReduce`] / [`Op::McStore`] model NVLink multicast (NVLS): a load-reduce over every
 //!   rank's copy of a symmetric location, and a store broadcast to every rank's copy.
 //!
@@ -27,15 +28,20 @@
 //! Each op has a kind ([`OpKind`]) with a stable number from an append-only table: traces tag
 //! ops with it, never with the position of the variant in [`Op`]. Every op is one row of the ops
 //! table below (see `op/table.rs`), from which the enums, the location and slot mappings, the
-//! plan and C encodings, the trace record's fields and the generated header constants come.
+//! plan and C encodings, the trace record's fields, the generated header constants and the
+//! per-op facts (the columns [`OpKind::reduces`], [`Op::line_format`]) come. [`Op::footprint`]
+//! says what an op reads and writes; consumers ask it instead of taking ops apart.
 
 #[macro_use]
 pub(crate) mod table;
 mod fields;
+mod footprint;
 
 pub use fields::{Fanin, FieldError, OpFields, RawLoc};
+pub use footprint::{Access, At, Footprint, Lines, Range, Slot, MAX_RANGES};
 
 use crate::dtype::{DType, ReduceOp};
+use crate::ll::Format;
 use serde::{Deserialize, Serialize};
 
 /// A symmetric buffer of a collective.
@@ -243,9 +249,14 @@ impl SignalOp {
 }
 
 // The ops table: one row per op (see `table`). A row is
-// `Variant = trace tag, PLAN_CODE_NAME = plan code, "short name", unicast | multicast[, locs = f]`
+// `Variant = trace tag[ | tag of its 128-byte line form], PLAN_CODE_NAME = plan code,
+// "short name"[ | "name of its 128-byte line form"], unicast | multicast[ reduces][, locs = f]`
 // and the fields, each `name: Type => place` (a place of `OpFields`), with an optional
-// `[check]` run on decode. Rows go in tag order; tags and plan codes never change.
+// `[check]` run on decode. A field at the `format` place is the op's line format
+// (`line_format`), which traces carry in the tag. Rows go in tag order; tags and plan codes
+// never change. The next free trace tag is 11 (9 and 10 are the 128-byte line forms'); plan
+// codes 9 and 10 are retired (the 128-byte line ops' before the format became a field), so the
+// next free plan code is 11.
 ops! {
     /// Copy `bytes` bytes from `src` to `dst`.
     Copy = 0, COPY = 0, "copy", unicast {
@@ -257,7 +268,7 @@ ops! {
         bytes: u64 => count,
     }
     /// `dst[i] = a[i] (op) b[i]` for `elems` elements, then divided by `div` when `div > 1`.
-    Reduce = 1, REDUCE = 1, "reduce", unicast {
+    Reduce = 1, REDUCE = 1, "reduce", unicast reduces {
         /// First operand.
         a: Loc => a,
         /// Second operand.
@@ -294,7 +305,7 @@ ops! {
     /// k-way reduce: `dst[i] = (op) over r in ranks of (buf, offset)@r[i]`, combined in list
     /// order with one accumulator (`f32` for 16-bit floats), rounded once, then divided by `div`
     /// when `div > 1` ([`crate::dtype::fold`]). `dst` may be one of the sources exactly.
-    ReduceN = 4, REDUCE_N = 6, "reduce_n", unicast, locs = reduce_n_locs {
+    ReduceN = 4, REDUCE_N = 6, "reduce_n", unicast reduces, locs = reduce_n_locs {
         /// The symmetric buffer read on every listed rank.
         buf: Buf => a.buf,
         /// Byte offset read on every listed rank.
@@ -312,10 +323,13 @@ ops! {
         /// Divisor applied after combining; 0 or 1: none.
         div: u32 => div,
     }
-    /// Low-latency put: `bytes` of `src` written as LL lines ([`crate::ll`]) at `dst`, plus
-    /// `flip` when this call's epoch (the executor's counter of `slot`) is odd, each line
-    /// carrying the call's flag. `dst` takes [`crate::ll::line_bytes`]`(bytes)`.
-    LlPut = 5, LL_PUT = 7, "ll_put", unicast {
+    /// Low-latency put: `bytes` of `src` written as lines of `format` ([`crate::ll`]) at `dst`,
+    /// plus `flip` when this call's epoch (the executor's counter of `slot`) is odd, each line
+    /// carrying the call's flag (a 128-byte line's flag word stored after its data, with
+    /// release). `dst` takes [`crate::ll::Format::line_bytes`] of `bytes`.
+    LlPut = 5 | 9, LL_PUT = 7, "ll_put" | "ll128_put", unicast {
+        /// The line format.
+        format: Format => format,
         /// Source (plain bytes).
         src: Loc => a,
         /// Destination of the lines (half 0).
@@ -327,10 +341,13 @@ ops! {
         /// Offset of half 1 from half 0.
         flip: u64 => fanin.hi,
     }
-    /// Low-latency k-way reduce: waits until the LL lines of `sources` regions, region `s` at
-    /// `src.offset + s * stride` (plus `flip` when the epoch is odd), carry this call's flag,
-    /// then folds their data in region order into `dst` as [`Op::ReduceN`] does.
-    LlReduce = 6, LL_REDUCE = 8, "ll_reduce", unicast {
+    /// Low-latency k-way reduce: waits until the lines of `format` of `sources` regions, region
+    /// `s` at `src.offset + s * stride` (plus `flip` when the epoch is odd), carry this call's
+    /// flag (a 128-byte line's flag word loaded with acquire before its data), then folds their
+    /// data in region order into `dst` as [`Op::ReduceN`] does.
+    LlReduce = 6 | 10, LL_REDUCE = 8, "ll_reduce" | "ll128_reduce", unicast reduces {
+        /// The line format.
+        format: Format => format,
         /// The first region (half 0), on the executing rank in every schedule.
         src: Loc => a,
         /// Bytes from one region to the next.
@@ -353,7 +370,7 @@ ops! {
         flip: u64 => fanin.hi,
     }
     /// Multicast load-reduce: `dst[i] = (op) over ranks r of src@r[i]`, in rank order.
-    McReduce = 7, MC_REDUCE = 4, "mc_reduce", multicast {
+    McReduce = 7, MC_REDUCE = 4, "mc_reduce", multicast reduces {
         /// The symmetric location read on every rank.
         src: McLoc => a,
         /// Destination.
@@ -375,45 +392,6 @@ ops! {
         dst: McLoc => dst,
         /// Byte count.
         bytes: u64 => count,
-    }
-    /// Low-latency put in 128-byte lines ([`crate::ll::Format::Ll128`]): [`Op::LlPut`]'s
-    /// fields and epoch, each line 120 data bytes and the call's flag word, stored after them
-    /// with release. `dst` takes [`crate::ll::Format::line_bytes`] of `bytes`.
-    Ll128Put = 9, LL128_PUT = 9, "ll128_put", unicast {
-        /// Source (plain bytes).
-        src: Loc => a,
-        /// Destination of the lines (half 0).
-        dst: Loc => dst,
-        /// Data bytes.
-        bytes: u64 => count,
-        /// The slot whose counter is the call's epoch.
-        slot: u32 => slot,
-        /// Offset of half 1 from half 0.
-        flip: u64 => fanin.hi,
-    }
-    /// Low-latency k-way reduce over 128-byte lines: [`Op::LlReduce`], each line's flag word
-    /// loaded with acquire before its data.
-    Ll128Reduce = 10, LL128_REDUCE = 10, "ll128_reduce", unicast {
-        /// The first region (half 0), on the executing rank in every schedule.
-        src: Loc => a,
-        /// Bytes from one region to the next.
-        stride: u64 => fanin.lo,
-        /// Number of regions (at least 1).
-        sources: u16 => fanin.n [fields::regions],
-        /// Destination (plain elements).
-        dst: Loc => dst,
-        /// Element count.
-        elems: u64 => count,
-        /// Element type.
-        dtype: DType => dtype,
-        /// Operator.
-        op: ReduceOp => redop,
-        /// Divisor applied after combining; 0 or 1: none.
-        div: u32 => div,
-        /// The slot whose counter is the call's epoch.
-        slot: u32 => slot,
-        /// Offset of half 1 from half 0.
-        flip: u64 => fanin.hi,
     }
 }
 
@@ -454,6 +432,14 @@ fn reduce_n_locs<E>(op: Op, f: &mut impl FnMut(Loc) -> Result<Loc, E>) -> Result
     })
 }
 
+impl OpKind {
+    /// The short name of the ops trace tag `tag` names ([`Op::kind_name`] of each of them).
+    pub fn trace_tag_name(tag: u8) -> Option<&'static str> {
+        let (kind, format) = OpKind::from_trace_tag(tag)?;
+        Some(Op::example(kind).with_line_format(format).kind_name())
+    }
+}
+
 impl Op {
     /// Bytes this op moves (reads of remote or written data), for cost accounting.
     pub fn bytes(&self) -> u64 {
@@ -470,101 +456,47 @@ impl Op {
             } => elems
                 .saturating_mul(dtype.size())
                 .saturating_mul(ranks.len() as u64),
-            Op::LlPut { .. }
-            | Op::LlReduce { .. }
-            | Op::Ll128Put { .. }
-            | Op::Ll128Reduce { .. } => match self.as_ll() {
-                Some(crate::ll::LlOp::Put { format, bytes, .. }) => format.line_bytes(bytes),
-                Some(crate::ll::LlOp::Reduce {
-                    format,
-                    elems,
-                    dtype,
-                    sources,
-                    ..
-                }) => format
-                    .line_bytes(elems.saturating_mul(dtype.size()))
-                    .saturating_mul(sources as u64),
-                None => 0,
-            },
+            Op::LlPut { format, bytes, .. } => format.line_bytes(bytes),
+            Op::LlReduce {
+                format,
+                elems,
+                dtype,
+                sources,
+                ..
+            } => format
+                .line_bytes(elems.saturating_mul(dtype.size()))
+                .saturating_mul(sources as u64),
             Op::Signal { .. } | Op::Wait { .. } => 0,
         }
     }
 
     /// The slot whose counter is the epoch of a low-latency op ([`crate::ll`]).
     pub fn ll_slot(&self) -> Option<u32> {
-        match self.as_ll()? {
-            crate::ll::LlOp::Put { slot, .. } | crate::ll::LlOp::Reduce { slot, .. } => Some(slot),
+        match *self {
+            Op::LlPut { slot, .. } | Op::LlReduce { slot, .. } => Some(slot),
+            Op::Copy { .. }
+            | Op::Reduce { .. }
+            | Op::Signal { .. }
+            | Op::Wait { .. }
+            | Op::ReduceN { .. }
+            | Op::McReduce { .. }
+            | Op::McStore { .. } => None,
         }
     }
 
-    /// A low-latency op of either line format, by its fields ([`crate::ll::LlOp`]).
-    pub fn as_ll(&self) -> Option<crate::ll::LlOp> {
-        use crate::ll::{Format, LlOp};
-        let put = |format, src, dst, bytes, slot, flip| LlOp::Put {
-            format,
-            src,
-            dst,
-            bytes,
-            slot,
-            flip,
-        };
-        match *self {
-            Op::LlPut {
-                src,
-                dst,
-                bytes,
-                slot,
-                flip,
-            } => Some(put(Format::Ll, src, dst, bytes, slot, flip)),
-            Op::Ll128Put {
-                src,
-                dst,
-                bytes,
-                slot,
-                flip,
-            } => Some(put(Format::Ll128, src, dst, bytes, slot, flip)),
-            Op::LlReduce {
-                src,
-                stride,
-                sources,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-                slot,
-                flip,
-            }
-            | Op::Ll128Reduce {
-                src,
-                stride,
-                sources,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-                slot,
-                flip,
-            } => Some(LlOp::Reduce {
-                format: if matches!(self, Op::LlReduce { .. }) {
-                    Format::Ll
-                } else {
-                    Format::Ll128
-                },
-                src,
-                stride,
-                sources,
-                dst,
-                elems,
-                dtype,
-                op,
-                div,
-                slot,
-                flip,
-            }),
-            _ => None,
+    /// The op with its line format set to `format` (ops without one are unchanged).
+    pub fn with_line_format(mut self, format: Format) -> Op {
+        match &mut self {
+            Op::LlPut { format: f, .. } | Op::LlReduce { format: f, .. } => *f = format,
+            Op::Copy { .. }
+            | Op::Reduce { .. }
+            | Op::Signal { .. }
+            | Op::Wait { .. }
+            | Op::ReduceN { .. }
+            | Op::McReduce { .. }
+            | Op::McStore { .. } => {}
         }
+        self
     }
 
     /// The op's kind (its stable tag in traces).
@@ -572,14 +504,14 @@ impl Op {
         OpKind::of(self)
     }
 
-    /// Short name of the op kind.
-    pub fn kind_name(&self) -> &'static str {
-        self.kind().name()
-    }
-
     /// Whether the op is a multicast op.
     pub fn is_multicast(&self) -> bool {
         self.kind().is_multicast()
+    }
+
+    /// Whether the op combines elements (its kind's column of the ops table).
+    pub fn reduces(&self) -> bool {
+        self.kind().reduces()
     }
 }
 

@@ -214,7 +214,13 @@ pub fn pairs(spans: &[Span]) -> Vec<Pair> {
         match s.op {
             Op::Signal { peer, slot, .. } => by_slot.entry((peer, slot)).or_default().0.push(i),
             Op::Wait { slot, .. } => by_slot.entry((s.rank, slot)).or_default().1.push(i),
-            _ => {}
+            Op::Copy { .. }
+            | Op::Reduce { .. }
+            | Op::ReduceN { .. }
+            | Op::LlPut { .. }
+            | Op::LlReduce { .. }
+            | Op::McReduce { .. }
+            | Op::McStore { .. } => {}
         }
     }
     let mut out = Vec::new();

@@ -16,7 +16,7 @@
 //! | `dst` | `dst_rank`, `dst_buf`, `dst_off` |
 //! | `peer` | `dst_rank` |
 //! | `fanin.n`, `fanin.lo`, `fanin.hi` | `b_rank`, `b_off`, `reserved` (a k-way reduce's source count and up to 8 ranks, u16 each, little-endian; a low-latency reduce's region count and stride, a low-latency op's half offset `flip`) |
-//! | `count`, `slot`, `div`, `dtype`, `redop`, `sigop` | the fields of the same names |
+//! | `count`, `slot`, `div`, `dtype`, `redop`, `sigop`, `format` | the fields of the same names |
 
 use crate::op::{Fanin, FieldError, Op, OpFields, OpKind, RawLoc};
 
@@ -47,8 +47,8 @@ pub struct PlanOp {
     pub b_buf: u8,
     /// [`Buf`](crate::op::Buf) of the destination.
     pub dst_buf: u8,
-    /// Zero.
-    pub pad0: u8,
+    /// [`Format`](crate::ll::Format) wire value of a low-latency op's lines; otherwise zero.
+    pub format: u8,
     /// Rank of operand a.
     pub a_rank: u16,
     /// Rank of operand b.
@@ -93,6 +93,8 @@ pub enum PlanError {
     /// A k-way reduce names no source, more than [`crate::op::MAX_FANIN`], or has ranks past
     /// its count; or a low-latency reduce names no region.
     BadFanin(u16),
+    /// The line-format byte is unknown.
+    BadFormat(u8),
     /// Fewer than [`OP_BYTES`] bytes.
     Short,
 }
@@ -105,6 +107,7 @@ impl From<FieldError> for PlanError {
             FieldError::BadReduceOp(v) => PlanError::BadReduceOp(v),
             FieldError::BadSignalOp(v) => PlanError::BadSignalOp(v),
             FieldError::BadFanin(n) => PlanError::BadFanin(n),
+            FieldError::BadFormat(v) => PlanError::BadFormat(v),
         }
     }
 }
@@ -118,6 +121,7 @@ impl core::fmt::Display for PlanError {
             PlanError::BadSignalOp(b) => write!(f, "unknown signal op {b}"),
             PlanError::BadBuf(b) => write!(f, "unknown buffer {b}"),
             PlanError::BadFanin(n) => write!(f, "a reduce with a bad fan-in ({n})"),
+            PlanError::BadFormat(b) => write!(f, "unknown line format {b}"),
             PlanError::Short => write!(f, "fewer than {OP_BYTES} bytes"),
         }
     }
@@ -148,7 +152,7 @@ impl PlanOp {
             a_buf: w.a.buf,
             b_buf: w.b.buf,
             dst_buf: w.dst.buf,
-            pad0: 0,
+            format: w.format,
             a_rank: w.a.rank,
             b_rank: w.b.rank | w.fanin.n,
             dst_rank: w.dst.rank | w.peer,
@@ -195,6 +199,7 @@ impl PlanOp {
                 lo: self.b_off,
                 hi: self.reserved,
             },
+            format: self.format,
         })
     }
 
@@ -208,6 +213,7 @@ impl PlanOp {
         b[4] = self.a_buf;
         b[5] = self.b_buf;
         b[6] = self.dst_buf;
+        b[7] = self.format;
         b[8..10].copy_from_slice(&self.a_rank.to_le_bytes());
         b[10..12].copy_from_slice(&self.b_rank.to_le_bytes());
         b[12..14].copy_from_slice(&self.dst_rank.to_le_bytes());
@@ -241,7 +247,7 @@ impl PlanOp {
             a_buf: b[4],
             b_buf: b[5],
             dst_buf: b[6],
-            pad0: 0,
+            format: b[7],
             a_rank: u16_at(8),
             b_rank: u16_at(10),
             dst_rank: u16_at(12),

@@ -255,10 +255,7 @@ impl SymWorld {
                 }
                 self.put(rank, dst, &x).map(Some)
             }
-            Op::LlPut { .. }
-            | Op::LlReduce { .. }
-            | Op::Ll128Put { .. }
-            | Op::Ll128Reduce { .. } => Err(SymError::OutOfBounds {
+            Op::LlPut { .. } | Op::LlReduce { .. } => Err(SymError::OutOfBounds {
                 rank,
                 loc: Loc::new(rank, Buf::Scratch, 0),
             }),

@@ -15,7 +15,6 @@ use loom::sync::Arc;
 use loom::thread;
 use symm_core::dtype::{DType, ReduceOp};
 use symm_core::exec::{Executor, Step};
-use symm_core::ll::LlOp;
 use symm_core::op::{Buf, Loc, Op, SignalOp};
 use symm_core::sched::{Algorithm, Collective, Request, Schedule};
 use symm_core::signal::{Barrier, SlotKind};
@@ -304,19 +303,16 @@ fn one_shot_k_way_reduce_2_ranks() {
 
 /// An op of a low-latency schedule with its scratch layout scaled down to one line per region
 /// (the layout's shape, halves and sources, unchanged), so loom tracks a few words.
-fn shrink(op: Op) -> Op {
-    let Some(mut v) = op.as_ll() else {
-        return op;
-    };
-    match &mut v {
-        LlOp::Put {
+fn shrink(mut op: Op) -> Op {
+    match &mut op {
+        Op::LlPut {
             format, dst, flip, ..
         } => {
             let s = |o: u64| o / format.region() * format.line();
             dst.offset = s(dst.offset);
             *flip = s(*flip);
         }
-        LlOp::Reduce {
+        Op::LlReduce {
             format,
             src,
             stride,
@@ -328,8 +324,15 @@ fn shrink(op: Op) -> Op {
             *stride = s(*stride);
             *flip = s(*flip);
         }
+        Op::Copy { .. }
+        | Op::Reduce { .. }
+        | Op::Signal { .. }
+        | Op::Wait { .. }
+        | Op::ReduceN { .. }
+        | Op::McReduce { .. }
+        | Op::McStore { .. } => {}
     }
-    v.op()
+    op
 }
 
 /// Three calls of a low-latency schedule (core's), two ranks, back to back on the same memory
@@ -345,10 +348,10 @@ fn ll_three_calls(
 ) {
     model(move || {
         let slots = req.layout().slots();
-        let line = match Schedule::new(req, 0, 0).unwrap().find_map(|o| o.as_ll()) {
-            Some(LlOp::Put { format, .. } | LlOp::Reduce { format, .. }) => format.line(),
-            None => 16,
-        };
+        let line = Schedule::new(req, 0, 0)
+            .unwrap()
+            .find_map(|o| o.line_format())
+            .map_or(16, |f| f.line());
         let sizes = [input_len as u64, output_len as u64, 4 * line];
         let mem = Arc::new(WorldMem::blank(2, sizes, slots, POISON));
         let handles: Vec<_> = (0..2u16)

@@ -19,7 +19,7 @@ use super::HostError;
 use crate::sync::{AtomicU64, AtomicU8, Ordering};
 use symm_core::dtype::{combine, fold};
 use symm_core::exec::{Fabric, LlPoll};
-use symm_core::ll::{self, Format, LlOp};
+use symm_core::ll::{self, Format};
 use symm_core::op::{Buf, Loc, Op};
 use symm_core::sched::Request;
 use symm_core::signal::order;
@@ -219,8 +219,8 @@ impl WorldMem {
             return Ok(LlPoll::Done);
         }
         let flag = ll::flag(epoch);
-        match op.as_ll().ok_or(Oob(None))? {
-            LlOp::Put {
+        match *op {
+            Op::LlPut {
                 format,
                 src,
                 dst,
@@ -256,7 +256,7 @@ impl WorldMem {
                 }
                 Ok(LlPoll::Done)
             }
-            LlOp::Reduce {
+            Op::LlReduce {
                 format,
                 src,
                 stride,
@@ -291,6 +291,13 @@ impl WorldMem {
                 self.write(dst, &t.a)?;
                 Ok(LlPoll::Done)
             }
+            Op::Copy { .. }
+            | Op::Reduce { .. }
+            | Op::Signal { .. }
+            | Op::Wait { .. }
+            | Op::ReduceN { .. }
+            | Op::McReduce { .. }
+            | Op::McStore { .. } => Err(Oob(None)),
         }
     }
 
@@ -414,10 +421,7 @@ impl WorldMem {
                 .ok_or(Oob(None)),
             Op::Wait { .. } => Ok(()),
             // They need the call's epoch: `WorldMem::ll`.
-            Op::LlPut { .. }
-            | Op::LlReduce { .. }
-            | Op::Ll128Put { .. }
-            | Op::Ll128Reduce { .. } => Err(Oob(None)),
+            Op::LlPut { .. } | Op::LlReduce { .. } => Err(Oob(None)),
         }
     }
 }
@@ -492,6 +496,7 @@ mod tests {
         let mut t = Temps::default();
         let src = Loc::new(0, Buf::Input, 0);
         let put = |dst: Loc, bytes: u64, flip: u64| Op::LlPut {
+            format: Format::Ll,
             src,
             dst,
             bytes,
@@ -508,6 +513,7 @@ mod tests {
             assert!(mem.ll(&op, 1, &mut t).is_err(), "{op:?}");
         }
         let reduce = |stride: u64, sources: u16, elems: u64| Op::LlReduce {
+            format: Format::Ll,
             src: Loc::new(0, Buf::Scratch, 0),
             stride,
             sources,

@@ -305,7 +305,13 @@ where
                     })
                     .fold(begin, u64::max)
             }
-            _ => begin,
+            Op::Copy { .. }
+            | Op::Reduce { .. }
+            | Op::Signal { .. }
+            | Op::ReduceN { .. }
+            | Op::LlPut { .. }
+            | Op::McReduce { .. }
+            | Op::McStore { .. } => begin,
         };
         let timing = ports.run(&op, *rank, ready);
         let end = timing.end;
@@ -333,7 +339,13 @@ where
                     .push(sop, value, timing.landed);
                 Some(peer)
             }
-            _ => None,
+            Op::Copy { .. }
+            | Op::Reduce { .. }
+            | Op::Wait { .. }
+            | Op::ReduceN { .. }
+            | Op::LlReduce { .. }
+            | Op::McReduce { .. }
+            | Op::McStore { .. } => None,
         };
         *clock = end;
         if opts.trace {

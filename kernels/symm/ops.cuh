@@ -142,7 +142,7 @@ static __device__ void symm_record(const symm_interp_params& p, symm_u32 reason,
 }
 
 // ---------------------------------------------------------------------------------------------
-// The low-latency protocol (SYMM_OP_LL_PUT / SYMM_OP_LL_REDUCE): core's ll module. A line is
+// The low-latency protocol in 16-byte lines (SYMM_LL_FORMAT_LL): core's ll module. A line is
 // 16 bytes [d0 flag d1 flag]; each 8-byte half is one store, so a reader that sees the flag in
 // a half also sees that half's data. Lines are written with volatile stores and polled with
 // volatile loads: no fence and no signal, the flags are the signal.
@@ -282,35 +282,8 @@ static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, 
   }
 }
 
-// 0: ran (or stopped, recorded); 1: unknown dtype or no region.
-static __device__ int symm_ll_reduce_any(const symm_interp_params& p, int dtype, char* dst, const char* src,
-                                         symm_u64 stride, int k, symm_u64 n, int op, unsigned d, unsigned flag,
-                                         symm_u32 slot, symm_u32 index, volatile int* stop) {
-  if (k < 1) return 1;
-#define SYMM_LL_CASE(DT, S)                                                             \
-  case DT:                                                                              \
-    if constexpr (SYMM_DTYPE_ON(DT)) {                                                  \
-      symm_ll_reduce_t<DT, S>(p, dst, src, stride, k, n, op, d, flag, slot, index, stop); \
-      return 0;                                                                         \
-    }                                                                                   \
-    return 1;
-  switch (dtype) {
-    SYMM_LL_CASE(SYMM_DTYPE_F32, float)
-    SYMM_LL_CASE(SYMM_DTYPE_F16, unsigned short)
-    SYMM_LL_CASE(SYMM_DTYPE_BF16, unsigned short)
-    SYMM_LL_CASE(SYMM_DTYPE_F64, double)
-    SYMM_LL_CASE(SYMM_DTYPE_I32, int)
-    SYMM_LL_CASE(SYMM_DTYPE_U32, unsigned)
-    SYMM_LL_CASE(SYMM_DTYPE_I64, long long)
-    SYMM_LL_CASE(SYMM_DTYPE_U64, unsigned long long)
-    SYMM_LL_CASE(SYMM_DTYPE_U8, unsigned char)
-    default: return 1;
-  }
-#undef SYMM_LL_CASE
-}
-
 // ---------------------------------------------------------------------------------------------
-// 128-byte lines (SYMM_OP_LL128_PUT / SYMM_OP_LL128_REDUCE): core's ll module, Format::Ll128.
+// 128-byte lines (SYMM_LL_FORMAT_LL128): core's ll module, Format::Ll128.
 // Words 0-14 of a line carry data word 15 * line + w, word 15 the call's flag. A warp takes two
 // lines at a time, a word a lane (lanes 15 and 31 hold the flags). The writer stores its lines'
 // data words, syncs the warp (bar.warp.sync orders the lanes' stores before what follows it),
@@ -426,31 +399,97 @@ static __device__ void symm_ll128_reduce_t(const symm_interp_params& p, char* ds
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// One op family over both line formats (core's ll::Format, the op's `format` byte): the line
+// format is a template parameter, a struct that stores a block's data as lines and folds the
+// lines of k regions; the epoch, the half, the flag, the element types and the failure paths
+// are the family's, written once.
+// ---------------------------------------------------------------------------------------------
+
+// 16-byte lines (SYMM_LL_FORMAT_LL).
+struct symm_lines16 {
+  static __device__ __forceinline__ void put(char* dst, const char* src, symm_u64 bytes, unsigned flag) {
+    symm_ll_put(dst, src, bytes, flag);
+  }
+  template <int DT, class S>
+  static __device__ __forceinline__ void reduce(const symm_interp_params& p, char* dst, const char* src,
+                                                symm_u64 stride, int k, symm_u64 n, int op, unsigned d,
+                                                unsigned flag, symm_u32 slot, symm_u32 index, volatile int* stop) {
+    symm_ll_reduce_t<DT, S>(p, dst, src, stride, k, n, op, d, flag, slot, index, stop);
+  }
+};
+
+// 128-byte lines (SYMM_LL_FORMAT_LL128).
+struct symm_lines128 {
+  static __device__ __forceinline__ void put(char* dst, const char* src, symm_u64 bytes, unsigned flag) {
+    symm_ll128_put(dst, src, bytes, flag);
+  }
+  template <int DT, class S>
+  static __device__ __forceinline__ void reduce(const symm_interp_params& p, char* dst, const char* src,
+                                                symm_u64 stride, int k, symm_u64 n, int op, unsigned d,
+                                                unsigned flag, symm_u32 slot, symm_u32 index, volatile int* stop) {
+    symm_ll128_reduce_t<DT, S>(p, dst, src, stride, k, n, op, d, flag, slot, index, stop);
+  }
+};
+
 // 0: ran (or stopped, recorded); 1: unknown dtype or no region.
-static __device__ int symm_ll128_reduce_any(const symm_interp_params& p, int dtype, char* dst, const char* src,
-                                            symm_u64 stride, int k, symm_u64 n, int op, unsigned d, unsigned flag,
-                                            symm_u32 slot, symm_u32 index, volatile int* stop) {
+template <class L>
+static __device__ int symm_ll_reduce_any(const symm_interp_params& p, int dtype, char* dst, const char* src,
+                                         symm_u64 stride, int k, symm_u64 n, int op, unsigned d, unsigned flag,
+                                         symm_u32 slot, symm_u32 index, volatile int* stop) {
   if (k < 1) return 1;
-#define SYMM_LL128_CASE(DT, S)                                                             \
-  case DT:                                                                                 \
-    if constexpr (SYMM_DTYPE_ON(DT)) {                                                     \
-      symm_ll128_reduce_t<DT, S>(p, dst, src, stride, k, n, op, d, flag, slot, index, stop); \
-      return 0;                                                                            \
-    }                                                                                      \
+#define SYMM_LL_CASE(DT, S)                                                                        \
+  case DT:                                                                                         \
+    if constexpr (SYMM_DTYPE_ON(DT)) {                                                             \
+      L::template reduce<DT, S>(p, dst, src, stride, k, n, op, d, flag, slot, index, stop);        \
+      return 0;                                                                                    \
+    }                                                                                              \
     return 1;
   switch (dtype) {
-    SYMM_LL128_CASE(SYMM_DTYPE_F32, float)
-    SYMM_LL128_CASE(SYMM_DTYPE_F16, unsigned short)
-    SYMM_LL128_CASE(SYMM_DTYPE_BF16, unsigned short)
-    SYMM_LL128_CASE(SYMM_DTYPE_F64, double)
-    SYMM_LL128_CASE(SYMM_DTYPE_I32, int)
-    SYMM_LL128_CASE(SYMM_DTYPE_U32, unsigned)
-    SYMM_LL128_CASE(SYMM_DTYPE_I64, long long)
-    SYMM_LL128_CASE(SYMM_DTYPE_U64, unsigned long long)
-    SYMM_LL128_CASE(SYMM_DTYPE_U8, unsigned char)
+    SYMM_LL_CASE(SYMM_DTYPE_F32, float)
+    SYMM_LL_CASE(SYMM_DTYPE_F16, unsigned short)
+    SYMM_LL_CASE(SYMM_DTYPE_BF16, unsigned short)
+    SYMM_LL_CASE(SYMM_DTYPE_F64, double)
+    SYMM_LL_CASE(SYMM_DTYPE_I32, int)
+    SYMM_LL_CASE(SYMM_DTYPE_U32, unsigned)
+    SYMM_LL_CASE(SYMM_DTYPE_I64, long long)
+    SYMM_LL_CASE(SYMM_DTYPE_U64, unsigned long long)
+    SYMM_LL_CASE(SYMM_DTYPE_U8, unsigned char)
     default: return 1;
   }
-#undef SYMM_LL128_CASE
+#undef SYMM_LL_CASE
+}
+
+// SYMM_OP_LL_PUT in lines of L: the call's epoch picks the half and the flag.
+template <class L>
+static __device__ __forceinline__ void symm_ll_put_op(const symm_interp_params& p, const symm_plan_op& op) {
+  const symm_u64 e = p.expected[op.slot];
+  const symm_u64 half = (e & 1) * op.reserved;
+  L::put(symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off + half), symm_loc(p, op.a_rank, op.a_buf, op.a_off),
+         op.count, symm_ll_flag(e));
+}
+
+// SYMM_OP_LL_REDUCE in lines of L; 0: ran (or stopped, recorded); 1: it cannot run.
+template <class L>
+static __device__ __forceinline__ int symm_ll_reduce_op(const symm_interp_params& p, const symm_plan_op& op,
+                                                        symm_u32 index, volatile int* stop) {
+  const symm_u64 e = p.expected[op.slot];
+  const symm_u64 half = (e & 1) * op.reserved;
+  return symm_ll_reduce_any<L>(p, op.dtype, symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off),
+                               symm_loc(p, op.a_rank, op.a_buf, op.a_off + half), op.b_off, op.b_rank, op.count,
+                               op.redop, op.div, symm_ll_flag(e), op.slot, index, stop);
+}
+
+// A low-latency op (SYMM_OP_LL_PUT or SYMM_OP_LL_REDUCE) in lines of L; 0: ran (or stopped,
+// recorded); 1: it cannot run.
+template <class L>
+static __device__ __forceinline__ int symm_ll_op(const symm_interp_params& p, const symm_plan_op& op, symm_u32 index,
+                                                 volatile int* stop) {
+  if (op.kind == SYMM_OP_LL_PUT) {
+    symm_ll_put_op<L>(p, op);
+    return 0;
+  }
+  return symm_ll_reduce_op<L>(p, op, index, stop);
 }
 
 #if SYMM_TRACE
@@ -524,43 +563,13 @@ static __device__ __forceinline__ void symm_run_op(const symm_interp_params& p, 
       __syncthreads();
       break;
     }
-    case SYMM_OP_LL_PUT: {
-      const symm_u64 e = p.expected[op.slot];
-      const symm_u64 half = (e & 1) * op.reserved;
-      symm_ll_put(symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off + half), symm_loc(p, op.a_rank, op.a_buf, op.a_off),
-                  op.count, symm_ll_flag(e));
-      __syncthreads();
-      break;
-    }
+    case SYMM_OP_LL_PUT:
     case SYMM_OP_LL_REDUCE: {
-      const symm_u64 e = p.expected[op.slot];
-      const symm_u64 half = (e & 1) * op.reserved;
-      const int bad = symm_ll_reduce_any(p, op.dtype, symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off),
-                                         symm_loc(p, op.a_rank, op.a_buf, op.a_off + half), op.b_off, op.b_rank,
-                                         op.count, op.redop, op.div, symm_ll_flag(e), op.slot, index,
-                                         (volatile int*)&stop);
-      if (bad && threadIdx.x == 0) {
-        symm_record(p, SYMM_STOP_BAD_OP, 0, 0, 0, index);
-        stop = 1;
-      }
-      __syncthreads();
-      break;
-    }
-    case SYMM_OP_LL128_PUT: {
-      const symm_u64 e = p.expected[op.slot];
-      const symm_u64 half = (e & 1) * op.reserved;
-      symm_ll128_put(symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off + half),
-                     symm_loc(p, op.a_rank, op.a_buf, op.a_off), op.count, symm_ll_flag(e));
-      __syncthreads();
-      break;
-    }
-    case SYMM_OP_LL128_REDUCE: {
-      const symm_u64 e = p.expected[op.slot];
-      const symm_u64 half = (e & 1) * op.reserved;
-      const int bad = symm_ll128_reduce_any(p, op.dtype, symm_loc(p, op.dst_rank, op.dst_buf, op.dst_off),
-                                            symm_loc(p, op.a_rank, op.a_buf, op.a_off + half), op.b_off, op.b_rank,
-                                            op.count, op.redop, op.div, symm_ll_flag(e), op.slot, index,
-                                            (volatile int*)&stop);
+      // The format byte picks the family's instance (a constant in a compiled plan).
+      volatile int* vstop = (volatile int*)&stop;
+      const int bad = op.format == SYMM_LL_FORMAT_LL      ? symm_ll_op<symm_lines16>(p, op, index, vstop)
+                      : op.format == SYMM_LL_FORMAT_LL128 ? symm_ll_op<symm_lines128>(p, op, index, vstop)
+                                                          : 1;
       if (bad && threadIdx.x == 0) {
         symm_record(p, SYMM_STOP_BAD_OP, 0, 0, 0, index);
         stop = 1;

@@ -13,8 +13,6 @@
 #define SYMM_OP_REDUCE_N 6
 #define SYMM_OP_LL_PUT 7
 #define SYMM_OP_LL_REDUCE 8
-#define SYMM_OP_LL128_PUT 9
-#define SYMM_OP_LL128_REDUCE 10
 #define SYMM_OP_BYTES 64
 
 // Field offsets of an encoded op (bytes).
@@ -25,7 +23,7 @@
 #define SYMM_PLANOP_A_BUF_OFFSET 4
 #define SYMM_PLANOP_B_BUF_OFFSET 5
 #define SYMM_PLANOP_DST_BUF_OFFSET 6
-#define SYMM_PLANOP_PAD0_OFFSET 7
+#define SYMM_PLANOP_FORMAT_OFFSET 7
 #define SYMM_PLANOP_A_RANK_OFFSET 8
 #define SYMM_PLANOP_B_RANK_OFFSET 10
 #define SYMM_PLANOP_DST_RANK_OFFSET 12
@@ -47,7 +45,7 @@ struct __align__(16) symm_plan_op {
   unsigned char a_buf;
   unsigned char b_buf;
   unsigned char dst_buf;
-  unsigned char pad0;
+  unsigned char format;
   unsigned short a_rank;
   unsigned short b_rank;
   unsigned short dst_rank;
@@ -95,6 +93,10 @@ static_assert(sizeof(symm_plan_op) == SYMM_OP_BYTES, "plan op size");
 #define SYMM_REDOP_MIN 2
 #define SYMM_REDOP_MAX 3
 #define SYMM_REDOP_AVG 4
+
+// Line formats of the low-latency ops (symm_core::ll::Format, the op's format byte).
+#define SYMM_LL_FORMAT_LL 0
+#define SYMM_LL_FORMAT_LL128 1
 
 // Signal operations and wait comparisons.
 #define SYMM_SIGNAL_SET 0

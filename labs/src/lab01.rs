@@ -71,7 +71,15 @@ pub fn diagnose(case: &Case, plan: Plan) -> Option<Fault> {
                         found.push(Fault::SignalBeforeCopy);
                     }
                 }
-                _ => {}
+                Op::Copy { .. }
+                | Op::Reduce { .. }
+                | Op::Signal { .. }
+                | Op::Wait { .. }
+                | Op::ReduceN { .. }
+                | Op::LlPut { .. }
+                | Op::LlReduce { .. }
+                | Op::McReduce { .. }
+                | Op::McStore { .. } => {}
             }
         }
     }

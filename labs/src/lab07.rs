@@ -15,7 +15,7 @@ use crate::problem::Problem;
 use crate::run::{self, Case, Plan};
 use symm_core::cost::{predict, Link};
 use symm_core::dtype::{DType, ReduceOp};
-use symm_core::op::Op;
+use symm_core::op::{At, Op};
 use symm_core::sched::{Algorithm, Collective, Request};
 use symm_driver::host::DEFAULT_LINK;
 
@@ -76,13 +76,13 @@ fn remote_reads(req: &Request, streams: &[Vec<Op>]) -> Vec<u64> {
     for (s, ops) in streams.iter().enumerate() {
         let rank = (s / channels) as u16;
         for op in ops {
-            out[rank as usize] += match *op {
-                Op::Copy { src, bytes, .. } if src.rank != rank => bytes / req.dtype.size(),
-                Op::Reduce { a, b, elems, .. } => {
-                    elems * ((a.rank != rank) as u64 + (b.rank != rank) as u64)
-                }
-                _ => 0,
-            };
+            let remote: u64 = op
+                .footprint()
+                .reads()
+                .filter(|x| matches!(x.at, At::Rank(l) if l.rank != rank))
+                .map(|x| x.bytes / req.dtype.size())
+                .sum();
+            out[rank as usize] += remote;
         }
     }
     out

@@ -15,7 +15,7 @@ use crate::problem::Problem;
 use crate::run::{Case, Plan};
 use symm_core::cost::predict;
 use symm_core::dtype::{DType, ReduceOp};
-use symm_core::op::Op;
+use symm_core::op::At;
 use symm_core::sched::{Algorithm, Collective, Request};
 use symm_driver::host::DEFAULT_LINK;
 
@@ -61,10 +61,13 @@ pub fn check(g: &mut Grader) -> Graded {
         let unicast = passed.streams.iter().enumerate().find_map(|(r, ops)| {
             let r = r as u16;
             ops.iter()
-                .position(|op| match *op {
-                    Op::Copy { src, dst, .. } => src.rank != r || dst.rank != r,
-                    Op::Reduce { a, b, dst, .. } => a.rank != r || b.rank != r || dst.rank != r,
-                    _ => false,
+                // An op that names another rank's bytes (multicast ranges name every rank's
+                // at once).
+                .position(|op| {
+                    op.footprint()
+                        .ranges()
+                        .iter()
+                        .any(|x| matches!(x.at, At::Rank(l) if l.rank != r))
                 })
                 .map(|i| (r, i))
         });

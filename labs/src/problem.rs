@@ -245,9 +245,6 @@ pub fn op_words(req: &Request, op: &Op) -> String {
         ),
         Op::LlPut {
             src, dst, bytes, ..
-        }
-        | Op::Ll128Put {
-            src, dst, bytes, ..
         } => format!(
             "low-latency put of {} as lines into rank {}'s {} at byte {}",
             range_words(req, src, bytes / es),
@@ -256,13 +253,6 @@ pub fn op_words(req: &Request, op: &Op) -> String {
             dst.offset
         ),
         Op::LlReduce {
-            src,
-            sources,
-            dst,
-            elems,
-            ..
-        }
-        | Op::Ll128Reduce {
             src,
             sources,
             dst,

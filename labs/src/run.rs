@@ -21,7 +21,7 @@ pub use crate::sym::{symbolic, SymRun};
 use std::panic::{self, AssertUnwindSafe};
 use std::time::Duration;
 use symm_core::cost::Link;
-use symm_core::op::{Buf, Loc, Op};
+use symm_core::op::{At, Buf, Loc, Op};
 use symm_core::sched::Request;
 use symm_core::trace::{self, Header, Source};
 use symm_driver::host::{self, HostError, Mismatch, SimOptions, ThreadOptions};
@@ -144,83 +144,19 @@ pub fn build(case: &Case, plan: Plan) -> Result<Vec<Vec<Op>>, Problem> {
     }
 }
 
-/// The locations an op touches and how many bytes at each (multicast: on every rank).
+/// The locations an op touches and how many bytes from each may be touched (its footprint;
+/// multicast: on every rank).
 fn touched(req: &Request, op: &Op) -> Vec<(Loc, u64)> {
-    let es = req.dtype.size();
-    match *op {
-        Op::Copy { src, dst, bytes } => vec![(src, bytes), (dst, bytes)],
-        Op::Reduce {
-            a, b, dst, elems, ..
-        } => {
-            let n = elems.saturating_mul(es);
-            vec![(a, n), (b, n), (dst, n)]
-        }
-        Op::McReduce {
-            src, dst, elems, ..
-        } => {
-            let n = elems.saturating_mul(es);
-            let mut v: Vec<_> = (0..req.world)
-                .map(|r| (Loc::new(r, src.buf, src.offset), n))
-                .collect();
-            v.push((dst, n));
-            v
-        }
-        Op::ReduceN {
-            buf,
-            offset,
-            ranks,
-            dst,
-            elems,
-            ..
-        } => {
-            let n = elems.saturating_mul(es);
-            let mut v: Vec<_> = ranks
-                .as_slice()
-                .iter()
-                .map(|&r| (Loc::new(r, buf, offset), n))
-                .collect();
-            v.push((dst, n));
-            v
-        }
-        Op::LlPut { .. } | Op::Ll128Put { .. } | Op::LlReduce { .. } | Op::Ll128Reduce { .. } => {
-            match op.as_ll() {
-                Some(symm_core::ll::LlOp::Put {
-                    format,
-                    src,
-                    dst,
-                    bytes,
-                    flip,
-                    ..
-                }) => vec![
-                    (src, bytes),
-                    (dst, symm_core::ll::put_span_of(format, flip, bytes)),
-                ],
-                Some(symm_core::ll::LlOp::Reduce {
-                    format,
-                    src,
-                    stride,
-                    sources,
-                    dst,
-                    elems,
-                    flip,
-                    ..
-                }) => {
-                    let n = elems.saturating_mul(es);
-                    let span = symm_core::ll::reduce_span_of(format, sources, stride, flip, n);
-                    vec![(src, span), (dst, n)]
-                }
-                None => Vec::new(),
+    let mut v = Vec::new();
+    for r in op.footprint().ranges() {
+        match r.at {
+            At::Rank(l) => v.push((l, r.span)),
+            At::Every(m) => {
+                v.extend((0..req.world).map(|q| (Loc::new(q, m.buf, m.offset), r.span)));
             }
         }
-        Op::McStore { src, dst, bytes } => {
-            let mut v: Vec<_> = (0..req.world)
-                .map(|r| (Loc::new(r, dst.buf, dst.offset), bytes))
-                .collect();
-            v.push((src, bytes));
-            v
-        }
-        Op::Signal { .. } | Op::Wait { .. } => Vec::new(),
     }
+    v
 }
 
 /// Checks every op on its own: ranks, buffer bounds, slots, element types.
@@ -296,7 +232,14 @@ pub fn lint(req: &Request, streams: &[Vec<Op>]) -> Result<(), Problem> {
                 {
                     return Err(Problem::WrongType { rank, index });
                 }
-                _ => {}
+                Op::Copy { .. }
+                | Op::Reduce { .. }
+                | Op::Wait { .. }
+                | Op::ReduceN { .. }
+                | Op::LlPut { .. }
+                | Op::LlReduce { .. }
+                | Op::McReduce { .. }
+                | Op::McStore { .. } => {}
             }
         }
     }

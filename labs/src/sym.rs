@@ -69,7 +69,15 @@ fn signals_sent(streams: &[Vec<Op>], channels: usize, from: u16, to: u16, slot: 
                 value,
                 ..
             } if peer == to && s == slot => value,
-            _ => 0,
+            Op::Copy { .. }
+            | Op::Reduce { .. }
+            | Op::Signal { .. }
+            | Op::Wait { .. }
+            | Op::ReduceN { .. }
+            | Op::LlPut { .. }
+            | Op::LlReduce { .. }
+            | Op::McReduce { .. }
+            | Op::McStore { .. } => 0,
         })
         .fold(0u64, u64::saturating_add)
 }

@@ -381,7 +381,7 @@ fn trace_error(py: Python<'_>, e: &TraceError) -> PyErr {
 
 /// Decodes a trace. Returns a dict: `version`, `layout`, `header` (a dict), `count`, the event
 /// columns as packed little-endian `bytes` (`time` u64, `rank` u16, `channel` u16, `op_index`
-/// u32, `kind` u8: 0 begin, 1 end, 2 stall; `op` u8: the op kind's tag), `op_names` (tag to name)
+/// u32, `kind` u8: 0 begin, 1 end, 2 stall; `op` u8: the op's trace tag), `op_names` (tag to name)
 /// and `warning` (a message when the trace was cut short, else None). Anything else wrong is a
 /// `symm.TraceError` naming the byte offset.
 #[pyfunction]
@@ -405,7 +405,7 @@ fn decode_trace<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict
                     EventKind::End => 1,
                     EventKind::Stall { .. } => 2,
                 });
-                op.push(e.op.kind() as u8);
+                op.push(e.op.trace_tag());
                 count += 1;
             }
             Err(e) if e.is_truncation() => warning = Some(e.to_string()),
@@ -443,8 +443,10 @@ fn decode_trace<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict
     d.set_item("kind", PyBytes::new(py, &kind))?;
     d.set_item("op", PyBytes::new(py, &op))?;
     let op_names = PyDict::new(py);
-    for k in OpKind::ALL {
-        op_names.set_item(k as u8, k.name())?;
+    for t in 0..=u8::MAX {
+        if let Some(name) = OpKind::trace_tag_name(t) {
+            op_names.set_item(t, name)?;
+        }
     }
     d.set_item("op_names", op_names)?;
     d.set_item("warning", warning)?;

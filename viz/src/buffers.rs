@@ -39,26 +39,20 @@ pub struct Cells {
     pub written: bool,
 }
 
-/// A write into buffer `buf`: (rank, offset, bytes).
+/// The writes of `op` into buffer `buf`, from its footprint: (rank, offset, bytes). Lines of
+/// the low-latency protocol are not data the view colours (their region is the protocol's);
+/// the data they carry is counted where a reduce writes it.
 fn writes(op: &Op, world: u16, buf: Buf) -> Vec<(u16, u64, u64)> {
-    match *op {
-        Op::Copy { dst, bytes, .. } if dst.buf == buf => {
-            vec![(dst.rank, dst.offset, bytes)]
+    let fp = op.footprint();
+    let mut v = Vec::new();
+    for w in fp.writes() {
+        if w.lines.is_some() || w.at.buf() != buf {
+            continue;
         }
-        Op::Reduce { dst, .. } | Op::McReduce { dst, .. } if dst.buf == buf => {
-            vec![(dst.rank, dst.offset, op.bytes())]
-        }
-        Op::ReduceN {
-            dst, elems, dtype, ..
-        }
-        | Op::LlReduce {
-            dst, elems, dtype, ..
-        } if dst.buf == buf => vec![(dst.rank, dst.offset, elems.saturating_mul(dtype.size()))],
-        Op::McStore { dst, bytes, .. } if dst.buf == buf => {
-            (0..world).map(|r| (r, dst.offset, bytes)).collect()
-        }
-        _ => Vec::new(),
+        let at = w.at.offset();
+        v.extend(w.ranks(world).map(|r| (r, at, w.bytes)));
     }
+    v
 }
 
 impl Cells {
@@ -197,7 +191,66 @@ impl Cells {
 
 #[cfg(test)]
 mod tests {
+    use super::writes;
     use crate::model::{tests::small, Trace};
+    use symm_core::dtype::{DType, ReduceOp};
+    use symm_core::ll::Format;
+    use symm_core::op::{Buf, Loc, McLoc, Op};
+
+    /// A low-latency reduce writes its elements into its destination in either line format
+    /// (the 128-byte form once recorded no write); a put's lines are not colour; a multicast
+    /// store writes every rank.
+    #[test]
+    fn every_op_that_writes_data_records_its_write() {
+        for format in Format::ALL {
+            let red = Op::LlReduce {
+                format,
+                src: Loc::new(1, Buf::Scratch, 0),
+                stride: 4096,
+                sources: 2,
+                dst: Loc::new(1, Buf::Output, 64),
+                elems: 16,
+                dtype: DType::F32,
+                op: ReduceOp::Sum,
+                div: 0,
+                slot: 3,
+                flip: 1 << 16,
+            };
+            assert_eq!(
+                writes(&red, 2, Buf::Output),
+                vec![(1, 64, 64)],
+                "{format:?}"
+            );
+            assert_eq!(writes(&red, 2, Buf::Scratch), vec![], "{format:?}");
+            let put = Op::LlPut {
+                format,
+                src: Loc::new(0, Buf::Input, 0),
+                dst: Loc::new(1, Buf::Scratch, 0),
+                bytes: 64,
+                slot: 3,
+                flip: 1 << 16,
+            };
+            assert_eq!(writes(&put, 2, Buf::Scratch), vec![], "{format:?}");
+        }
+        let store = Op::McStore {
+            src: Loc::new(0, Buf::Input, 0),
+            dst: McLoc {
+                buf: Buf::Output,
+                offset: 8,
+            },
+            bytes: 32,
+        };
+        assert_eq!(
+            writes(&store, 3, Buf::Output),
+            vec![(0, 8, 32), (1, 8, 32), (2, 8, 32)]
+        );
+        let copy = Op::Copy {
+            src: Loc::new(0, Buf::Input, 0),
+            dst: Loc::new(2, Buf::Scratch, 16),
+            bytes: 8,
+        };
+        assert_eq!(writes(&copy, 3, Buf::Scratch), vec![(2, 16, 8)]);
+    }
 
     #[test]
     fn output_cell_fills_when_the_reduce_ends() {

@@ -6,6 +6,7 @@
 //! reach 5".
 
 use crate::model::Trace;
+use symm_core::ll::Format;
 use symm_core::op::{Loc, McLoc, Op};
 
 /// A byte count in binary units.
@@ -174,22 +175,31 @@ pub fn op(t: &Trace, span: usize) -> String {
             )
         }
         Op::LlPut {
-            src, dst, bytes, ..
+            format: Format::Ll,
+            src,
+            dst,
+            bytes,
+            ..
         } => format!(
             "rank {r} writes {} into {} as low-latency lines (data and flag together, no signal), {}",
             place(t, r, src),
             place(t, r, dst),
             size(*bytes)
         ),
-        Op::Ll128Put {
-            src, dst, bytes, ..
+        Op::LlPut {
+            format: Format::Ll128,
+            src,
+            dst,
+            bytes,
+            ..
         } => format!(
             "rank {r} writes {} into {} as 128-byte low-latency lines (120 data bytes, then the flag word with release), {}",
             place(t, r, src),
             place(t, r, dst),
             size(*bytes)
         ),
-        Op::Ll128Reduce {
+        Op::LlReduce {
+            format: Format::Ll128,
             src,
             sources,
             dst,
@@ -204,6 +214,7 @@ pub fn op(t: &Trace, span: usize) -> String {
             size(elems.saturating_mul(dtype.size()))
         ),
         Op::LlReduce {
+            format: Format::Ll,
             src,
             sources,
             dst,

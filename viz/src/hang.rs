@@ -57,9 +57,11 @@ pub fn analyse(t: &Trace) -> Option<Hang> {
     let stalls: Vec<Stall> = t
         .stalls()
         .map(|(i, s)| {
-            let waits_for = match s.op {
-                Op::Wait { slot, .. } => layout.key(slot).map(|k| k.peer),
-                _ => None,
+            // Only a wait stalls.
+            let waits_for = if let Op::Wait { slot, .. } = s.op {
+                layout.key(slot).map(|k| k.peer)
+            } else {
+                None
             };
             let (target, found) = s.stall.unwrap_or((0, 0));
             Stall {

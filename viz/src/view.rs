@@ -73,11 +73,13 @@ fn hang_report(t: &crate::model::Trace, id: &'static str, compared: bool) -> Htm
             <h3>{ format!("{whose}: {} wait(s) never finished", h.stalls.len()) }</h3>
             <ul>
             { for h.stalls.iter().map(|s| {
-                let slot = match t.spans[s.span].op {
-                    symm_core::op::Op::Wait { slot, .. } => layout.key(slot)
+                // Only a wait stalls.
+                let slot = if let symm_core::op::Op::Wait { slot, .. } = t.spans[s.span].op {
+                    layout.key(slot)
                         .map(|k| format!("(c{}, {} from r{})", k.channel, k.kind.name(), k.peer))
-                        .unwrap_or_else(|| format!("#{slot}")),
-                    _ => String::new(),
+                        .unwrap_or_else(|| format!("#{slot}"))
+                } else {
+                    String::new()
                 };
                 html! { <li>{ format!(
                     "rank {} channel {} op #{}: waits on slot {slot}: expected {}, found {}{}",

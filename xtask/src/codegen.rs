@@ -92,7 +92,7 @@ pub fn generate() -> String {
         ("a_buf", "unsigned char", offset_of!(PlanOp, a_buf)),
         ("b_buf", "unsigned char", offset_of!(PlanOp, b_buf)),
         ("dst_buf", "unsigned char", offset_of!(PlanOp, dst_buf)),
-        ("pad0", "unsigned char", offset_of!(PlanOp, pad0)),
+        ("format", "unsigned char", offset_of!(PlanOp, format)),
         ("a_rank", "unsigned short", offset_of!(PlanOp, a_rank)),
         ("b_rank", "unsigned short", offset_of!(PlanOp, b_rank)),
         ("dst_rank", "unsigned short", offset_of!(PlanOp, dst_rank)),
@@ -156,6 +156,19 @@ pub fn generate() -> String {
             "#define SYMM_REDOP_{} {}",
             o.name().to_uppercase(),
             o as u8
+        );
+    }
+
+    let _ = writeln!(
+        w,
+        "\n// Line formats of the low-latency ops (symm_core::ll::Format, the op's format byte)."
+    );
+    for f in symm_core::ll::Format::ALL {
+        let _ = writeln!(
+            w,
+            "#define SYMM_LL_FORMAT_{} {}",
+            f.name().to_uppercase(),
+            f as u8
         );
     }
 

@@ -13,6 +13,7 @@
 
 use super::{Buf, Loc, McLoc, OpKind, Ranks, SignalOp};
 use crate::dtype::{DType, ReduceOp};
+use crate::ll::Format;
 
 /// A location as an encoding holds it: the buffer code is not checked yet.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -64,6 +65,8 @@ pub struct OpFields {
     pub peer: u16,
     /// Source list or low-latency regions.
     pub fanin: Fanin,
+    /// [`Format`] code of a low-latency op's lines.
+    pub format: u8,
 }
 
 impl OpFields {
@@ -87,6 +90,7 @@ impl OpFields {
             sigop: 0,
             peer: 0,
             fanin: Fanin { n: 0, lo: 0, hi: 0 },
+            format: 0,
         }
     }
 }
@@ -106,6 +110,8 @@ pub enum FieldError {
     /// A k-way reduce names no source, more than [`super::MAX_FANIN`], or has ranks past its
     /// count; or a low-latency reduce names no region.
     BadFanin(u16),
+    /// The line-format code is unknown.
+    BadFormat(u8),
 }
 
 impl core::fmt::Display for FieldError {
@@ -116,6 +122,7 @@ impl core::fmt::Display for FieldError {
             FieldError::BadReduceOp(v) => write!(f, "unknown reduce operator code {v}"),
             FieldError::BadSignalOp(v) => write!(f, "unknown signal operation code {v}"),
             FieldError::BadFanin(n) => write!(f, "bad source count {n}"),
+            FieldError::BadFormat(v) => write!(f, "unknown line format code {v}"),
         }
     }
 }
@@ -196,6 +203,15 @@ impl Place<SignalOp> for u8 {
     }
     fn get(&self) -> Result<SignalOp, FieldError> {
         SignalOp::from_u8(*self).ok_or(FieldError::BadSignalOp(*self))
+    }
+}
+
+impl Place<Format> for u8 {
+    fn put(&mut self, v: Format) {
+        *self = v as u8;
+    }
+    fn get(&self) -> Result<Format, FieldError> {
+        Format::from_u8(*self).ok_or(FieldError::BadFormat(*self))
     }
 }
 

@@ -16,7 +16,11 @@
 //!   convert every op;
 //! * the trace record's fields (each field in declaration order, postcard), both ways;
 //! * [`Op::example`](super::Op::example), an op of each kind with distinct nonzero fields, which
-//!   the table's tests round-trip through every encoding.
+//!   the table's tests round-trip through every encoding;
+//! * the columns: [`OpKind::reduces`](super::OpKind::reduces) (a row marked `reduces`),
+//!   [`Op::line_format`](super::Op::line_format) (the field at the `format` place, which a trace
+//!   carries in the tag: a row's second tag names its 128-byte line form,
+//!   [`Op::trace_tag`](super::Op::trace_tag)).
 //!
 //! Every match it writes is exhaustive. What an op *does* (in host memory, on the GPU, in the
 //! symbolic model, in the cost model) stays in exhaustive matches at those places, so the
@@ -24,6 +28,7 @@
 
 use super::{Buf, Loc, McLoc, Ranks, SignalOp, MAX_FANIN};
 use crate::dtype::{DType, ReduceOp};
+use crate::ll::Format;
 
 /// What the table needs of every field type.
 pub(crate) trait OpField: Sized {
@@ -75,6 +80,12 @@ impl OpField for DType {
 impl OpField for ReduceOp {
     fn example(i: u8) -> ReduceOp {
         ReduceOp::ALL[1 + usize::from(i) % (ReduceOp::ALL.len() - 1)]
+    }
+}
+
+impl OpField for Format {
+    fn example(_: u8) -> Format {
+        Format::Ll128
     }
 }
 
@@ -174,10 +185,23 @@ macro_rules! ops {
     (@slot [$($other:tt)*] $x:ident, $p:ident, $s:ident) => { $x };
     (@cast multicast) => { true };
     (@cast unicast) => { false };
+    (@reduces reduces) => { true };
+    (@reduces) => { false };
+    (@format [format] $x:ident, $r:ident) => { $r = Some(*$x) };
+    (@format [$($other:tt)*] $x:ident, $r:ident) => { let _ = $x; };
+    (@write [format] $x:ident, $s:ident) => { let _ = $x; };
+    (@write [$($other:tt)*] $x:ident, $s:ident) => { $s.field($x)? };
+    (@read [format] $t:ty, $s:ident, $fmt:ident) => { $fmt };
+    (@read [$($other:tt)*] $t:ty, $s:ident, $fmt:ident) => { $s.field::<$t>()? };
+    (@wide $op:ident, $tag:literal) => { $tag };
+    (@wide $op:ident, $tag:literal, $wide:literal) => {
+        if matches!($op.line_format(), Some(Format::Ll128)) { $wide } else { $tag }
+    };
     ($(
         $(#[$doc:meta])*
-        $v:ident = $tag:literal, $cname:ident = $code:literal, $name:literal, $cast:ident
-            $(, locs = $locs:path)? {
+        $v:ident = $tag:literal $(| $wide:literal)?, $cname:ident = $code:literal,
+            $name:literal $(| $wname:literal)?,
+            $cast:ident $($red:ident)? $(, locs = $locs:path)? {
             $( $(#[$fdoc:meta])* $f:ident : $t:ty => $($place:ident).+ $([$check:path])? ),* $(,)?
         }
     )*) => {
@@ -268,6 +292,27 @@ macro_rules! ops {
                 }
             }
 
+            /// Whether the kind combines elements (a reduction of any form): its row's
+            /// `reduces` column.
+            pub const fn reduces(self) -> bool {
+                match self {
+                    $( OpKind::$v => ops!(@reduces $($red)?), )*
+                }
+            }
+
+            /// The kind and line format that trace tag `tag` names: a kind's own tag names
+            /// its 16-byte line form (or the kind, when it has no line format), the second tag
+            /// of a row its 128-byte line form.
+            pub const fn from_trace_tag(tag: u8) -> Option<(OpKind, Format)> {
+                match tag {
+                    $(
+                        $tag => Some((OpKind::$v, Format::Ll)),
+                        $( $wide => Some((OpKind::$v, Format::Ll128)), )?
+                    )*
+                    _ => None,
+                }
+            }
+
             /// The kind of `op`.
             pub const fn of(op: &Op) -> OpKind {
                 match op {
@@ -284,6 +329,12 @@ macro_rules! ops {
                 i += 1;
             }
             assert!(table::distinct(&OpKind::CODES), "plan codes are distinct");
+            assert!(
+                table::distinct(&table::by_code([
+                    $( ("", $tag), $( ("", $wide), )? )*
+                ])),
+                "trace tags are distinct"
+            );
         };
 
         impl Op {
@@ -352,22 +403,53 @@ macro_rules! ops {
                 }
             }
 
-            /// Writes the fields of a trace record, in declaration order.
+            /// The line format of a low-latency op (the field at its row's `format` place).
+            #[allow(unused_mut, unused_assignments)]
+            pub fn line_format(&self) -> Option<Format> {
+                match self {
+                    $( Op::$v { $($f),* } => {
+                        let mut r: Option<Format> = None;
+                        $( ops!(@format [$($place).+] $f, r); )*
+                        r
+                    } )*
+                }
+            }
+
+            /// Short name of the op: its kind's, or its row's 128-byte line form's
+            /// (`ll128_put`).
+            pub fn kind_name(&self) -> &'static str {
+                match self {
+                    $( Op::$v { .. } => ops!(@wide self, $name $(, $wname)?), )*
+                }
+            }
+
+            /// The op's tag in a trace: its kind's tag, or the tag of its row's 128-byte line
+            /// form ([`OpKind::from_trace_tag`]).
+            pub fn trace_tag(&self) -> u8 {
+                match self {
+                    $( Op::$v { .. } => ops!(@wide self, $tag $(, $wide)?), )*
+                }
+            }
+
+            /// Writes the fields of a trace record, in declaration order (the line format is
+            /// in the tag: [`Op::trace_tag`]).
             pub(crate) fn write_fields<S: table::FieldSink>(&self, s: &mut S) -> Result<(), S::Error> {
                 match self {
-                    $( Op::$v { $($f),* } => { $( s.field($f)?; )* } )*
+                    $( Op::$v { $($f),* } => { $( ops!(@write [$($place).+] $f, s); )* } )*
                 }
                 Ok(())
             }
 
-            /// Reads the fields of a trace record of `kind`.
+            /// Reads the fields of a trace record of `kind` whose tag named `format`.
             pub(crate) fn read_fields<S: table::FieldSource>(
                 kind: OpKind,
+                format: Format,
                 s: &mut S,
             ) -> Result<Op, S::Error> {
+                let _ = format;
                 Ok(match kind {
                     $( OpKind::$v => {
-                        $( let $f: $t = s.field()?; )*
+                        $( let $f: $t = ops!(@read [$($place).+] $t, s, format); )*
                         Op::$v { $($f),* }
                     } )*
                 })
@@ -405,6 +487,29 @@ mod tests {
         }
         for (t, k) in OpKind::ALL.iter().enumerate() {
             assert_eq!(k.tag() as usize, t);
+        }
+        // The 128-byte line forms keep the trace tags of the ops they were before the line
+        // format became a field; the reducing column.
+        use crate::ll::Format;
+        for (tag, want) in [
+            (5, Some((OpKind::LlPut, Format::Ll))),
+            (9, Some((OpKind::LlPut, Format::Ll128))),
+            (10, Some((OpKind::LlReduce, Format::Ll128))),
+            (11, None),
+        ] {
+            assert_eq!(OpKind::from_trace_tag(tag), want, "{tag}");
+        }
+        assert_eq!(OpKind::trace_tag_name(9), Some("ll128_put"));
+        assert_eq!(OpKind::trace_tag_name(6), Some("ll_reduce"));
+        assert_eq!(OpKind::trace_tag_name(11), None);
+        let reducing: [OpKind; 4] = [
+            OpKind::Reduce,
+            OpKind::ReduceN,
+            OpKind::LlReduce,
+            OpKind::McReduce,
+        ];
+        for k in OpKind::ALL {
+            assert_eq!(k.reduces(), reducing.contains(&k), "{k:?}");
         }
         assert_eq!(OpKind::from_tag(OpKind::ALL.len() as u8), None);
         assert_eq!(OpKind::from_tag(u8::MAX), None);

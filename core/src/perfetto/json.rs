@@ -80,44 +80,39 @@ fn op_args(out: &mut dyn Write, op: &Op, layout: Option<&SlotLayout>) -> Result 
             loc(out, "dst", dst)?;
             write!(out, ",\"elems\":{elems},\"bytes\":{}", op.bytes())
         }
-        Op::LlPut { .. } | Op::Ll128Put { .. } | Op::LlReduce { .. } | Op::Ll128Reduce { .. } => {
-            match op.as_ll() {
-                Some(crate::ll::LlOp::Put {
-                    format,
-                    src,
-                    dst,
-                    bytes,
-                    ..
-                }) => {
-                    loc(out, "src", &src)?;
-                    out.write_char(',')?;
-                    loc(out, "dst", &dst)?;
-                    write!(
-                        out,
-                        ",\"bytes\":{bytes},\"protocol\":\"{}\"",
-                        protocol(format)
-                    )
-                }
-                Some(crate::ll::LlOp::Reduce {
-                    format,
-                    src,
-                    sources,
-                    dst,
-                    elems,
-                    ..
-                }) => {
-                    loc(out, "src", &src)?;
-                    out.write_char(',')?;
-                    loc(out, "dst", &dst)?;
-                    write!(
-                        out,
-                        ",\"sources\":{sources},\"elems\":{elems},\"bytes\":{},\"protocol\":\"{}\"",
-                        op.bytes(),
-                        protocol(format)
-                    )
-                }
-                None => Ok(()),
-            }
+        Op::LlPut {
+            format,
+            src,
+            dst,
+            bytes,
+            ..
+        } => {
+            loc(out, "src", src)?;
+            out.write_char(',')?;
+            loc(out, "dst", dst)?;
+            write!(
+                out,
+                ",\"bytes\":{bytes},\"protocol\":\"{}\"",
+                protocol(*format)
+            )
+        }
+        Op::LlReduce {
+            format,
+            src,
+            sources,
+            dst,
+            elems,
+            ..
+        } => {
+            loc(out, "src", src)?;
+            out.write_char(',')?;
+            loc(out, "dst", dst)?;
+            write!(
+                out,
+                ",\"sources\":{sources},\"elems\":{elems},\"bytes\":{},\"protocol\":\"{}\"",
+                op.bytes(),
+                protocol(*format)
+            )
         }
         Op::McReduce {
             src, dst, elems, ..

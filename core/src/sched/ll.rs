@@ -21,7 +21,7 @@
 //! request takes `k` times that (`SchedError::AboveLimit` past that).
 //!
 //! **128-byte lines.** `one_shot_ll128` and `direct_ll128` are the same programs over
-//! [`ll::Format::Ll128`] lines ([`Op::Ll128Put`], [`Op::Ll128Reduce`]): a sixteenth of overhead
+//! [`ll::Format::Ll128`] lines ([`Op::LlPut`], [`Op::LlReduce`] with that `format`): a sixteenth of overhead
 //! instead of a half, [`ll::MAX_BYTES_128`] per channel, and regions of their own size
 //! (`Format::region`), so a scratch buffer holds one format's lines at a time.
 
@@ -127,7 +127,7 @@ impl Call {
     /// This channel's part of the input from byte `block` on, as lines into region `me` of
     /// rank `q`'s regions of this channel.
     fn put(&self, q: u64, block: u64, out: &mut Batch) {
-        let op = ll::LlOp::Put {
+        let op = Op::LlPut {
             format: self.format,
             src: Loc::new(self.me, Buf::Input, block + self.at),
             dst: Loc::new(q as u16, Buf::Scratch, self.base + self.me as u64 * self.region),
@@ -135,13 +135,13 @@ impl Call {
             slot: self.slot,
             flip: self.flip,
         };
-        let _ = out.push(op.op());
+        let _ = out.push(op);
     }
 
     /// Folds `sources` of this rank's regions, from region `from` on, into its output at
     /// element byte `to` of this channel's part, divided by `div`.
     fn reduce(&self, ctx: &Ctx, sources: u16, from: u64, to: u64, div: u32, out: &mut Batch) {
-        let op = ll::LlOp::Reduce {
+        let op = Op::LlReduce {
             format: self.format,
             src: Loc::new(self.me, Buf::Scratch, self.base + from * self.region),
             stride: self.region,
@@ -154,7 +154,7 @@ impl Call {
             slot: self.slot,
             flip: self.flip,
         };
-        let _ = out.push(op.op());
+        let _ = out.push(op);
     }
 }
 
@@ -386,16 +386,22 @@ mod tests {
                         }
                         let lo = ch as u64 * span;
                         for op in &ops {
-                            let scratch = match op.as_ll() {
-                                Some(ll::LlOp::Put { dst, format, .. }) => {
+                            let scratch = match *op {
+                                Op::LlPut { dst, format, .. } => {
                                     assert_eq!(format, f);
                                     dst
                                 }
-                                Some(ll::LlOp::Reduce { src, format, .. }) => {
+                                Op::LlReduce { src, format, .. } => {
                                     assert_eq!(format, f);
                                     src
                                 }
-                                None => continue,
+                                Op::Copy { .. }
+                                | Op::Reduce { .. }
+                                | Op::Signal { .. }
+                                | Op::Wait { .. }
+                                | Op::ReduceN { .. }
+                                | Op::McReduce { .. }
+                                | Op::McStore { .. } => continue,
                             };
                             assert!(
                                 scratch.offset >= lo && scratch.offset < lo + span,

@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 
 use super::{Sym, SymError, SymWorld};
 use crate::exec::LlPoll;
-use crate::ll::{Format, LlOp};
+use crate::ll::Format;
 use crate::op::{Buf, Loc, Op};
 
 impl SymWorld {
@@ -47,8 +47,8 @@ impl SymWorld {
             rank,
             loc: Loc::new(rank, Buf::Scratch, 0),
         };
-        match op.as_ll().ok_or(bad)? {
-            LlOp::Put {
+        match *op {
+            Op::LlPut {
                 format,
                 src,
                 dst,
@@ -67,7 +67,7 @@ impl SymWorld {
                 }
                 Ok((LlPoll::Done, None))
             }
-            LlOp::Reduce {
+            Op::LlReduce {
                 format,
                 src,
                 stride,
@@ -100,6 +100,13 @@ impl SymWorld {
                 let m = self.put(rank, dst, &x)?;
                 Ok((LlPoll::Done, Some(m)))
             }
+            Op::Copy { .. }
+            | Op::Reduce { .. }
+            | Op::Signal { .. }
+            | Op::Wait { .. }
+            | Op::ReduceN { .. }
+            | Op::McReduce { .. }
+            | Op::McStore { .. } => Err(bad),
         }
     }
 }

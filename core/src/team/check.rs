@@ -84,10 +84,7 @@ impl Fabric for View<'_> {
             Op::McReduce { .. } | Op::McStore { .. } => {
                 Err(SymError::Team(super::TeamError::Multicast))
             }
-            Op::LlPut { .. }
-            | Op::LlReduce { .. }
-            | Op::Ll128Put { .. }
-            | Op::Ll128Reduce { .. } => Err(SymError::OutOfBounds {
+            Op::LlPut { .. } | Op::LlReduce { .. } => Err(SymError::OutOfBounds {
                 rank: self.rank,
                 loc: crate::op::Loc::new(self.rank, crate::op::Buf::Scratch, 0),
             }),

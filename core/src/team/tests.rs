@@ -69,13 +69,12 @@ fn maps_ranks_slots_and_offsets() {
         op: crate::op::SignalOp::Add,
         value: 1,
     };
-    match m.op(op).unwrap() {
-        Op::Signal { peer, slot, .. } => {
-            assert_eq!(peer, 4);
-            assert_eq!(slot, outer.index_unchecked(2, 1, SlotKind::Data, 2));
-        }
-        other => panic!("{other:?}"),
-    }
+    let mapped = m.op(op).unwrap();
+    let Op::Signal { peer, slot, .. } = mapped else {
+        panic!("{mapped:?}")
+    };
+    assert_eq!(peer, 4);
+    assert_eq!(slot, outer.index_unchecked(2, 1, SlotKind::Data, 2));
     let copy = Op::Copy {
         src: Loc::new(2, crate::op::Buf::Output, 8),
         dst: Loc::new(1, crate::op::Buf::Scratch, 16),

@@ -3,7 +3,7 @@
 use super::wire::{self, OpLayout, WireError};
 use super::{Event, Fnv, Header, TraceError, END_LEN, HEADER_OFFSET, MAGIC, MAX_HEADER};
 use super::{MIN_VERSION, TAG_END, TAG_EVENT, VERSION};
-use crate::op::{Op, OpKind};
+use crate::op::Op;
 use crate::sched::Algorithm;
 
 /// A streaming trace decoder over a byte slice.
@@ -183,15 +183,16 @@ fn detect(start: Cursor<'_>, algorithm: Algorithm) -> Cursor<'_> {
 /// Whether `op` is one that symm's schedules for `algorithm` write: the low-latency ops only in
 /// the traces of the low-latency algorithms of their line format, the multicast ops only in the multicast algorithm's.
 fn fits(op: &Op, algorithm: Algorithm) -> bool {
-    match op.kind() {
-        OpKind::LlPut | OpKind::LlReduce => {
-            matches!(algorithm, Algorithm::OneShotLl | Algorithm::DirectLl)
-        }
-        OpKind::Ll128Put | OpKind::Ll128Reduce => {
+    use crate::ll::Format;
+    if op.is_multicast() {
+        return algorithm == Algorithm::Multicast;
+    }
+    match op.line_format() {
+        Some(Format::Ll) => matches!(algorithm, Algorithm::OneShotLl | Algorithm::DirectLl),
+        Some(Format::Ll128) => {
             matches!(algorithm, Algorithm::OneShotLl128 | Algorithm::DirectLl128)
         }
-        OpKind::McReduce | OpKind::McStore => algorithm == Algorithm::Multicast,
-        _ => true,
+        None => true,
     }
 }
 

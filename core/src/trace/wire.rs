@@ -28,9 +28,12 @@
 //! ```
 //!
 //! The fields of each kind are the same in every layout. Versions 1 and 2 were only ever
-//! written with the original layout.
+//! written with the original layout. Version 4 also tags the 128-byte line form of the
+//! low-latency ops apart (9: `ll_put`, 10: `ll_reduce` in 128-byte lines), and a record of a
+//! low-latency op carries no format field: the tag names it ([`crate::op::Op::trace_tag`]).
 
 use super::{Event, EventKind, TraceError};
+use crate::ll::Format;
 use crate::op::table::{FieldSink, FieldSource};
 use crate::op::{Op, OpKind};
 use serde::de::DeserializeOwned;
@@ -102,18 +105,34 @@ impl OpLayout {
 
     /// The op kind tag `tag` stands for, if any.
     pub fn kind(self, tag: u32) -> Option<OpKind> {
+        self.entry(tag).map(|(k, _)| k)
+    }
+
+    /// The op kind and line format tag `tag` stands for, if any: version 4 tags the 128-byte
+    /// line form of a low-latency op apart ([`OpKind::from_trace_tag`]); older layouts know
+    /// only 16-byte lines.
+    pub fn entry(self, tag: u32) -> Option<(OpKind, Format)> {
         let table: &[OpKind] = match self {
             OpLayout::Original => &ORIGINAL,
             OpLayout::KWay => &KWAY,
             OpLayout::LowLatency => &LOW_LATENCY,
-            OpLayout::Stable => return u8::try_from(tag).ok().and_then(OpKind::from_tag),
+            OpLayout::Stable => {
+                return u8::try_from(tag).ok().and_then(OpKind::from_trace_tag);
+            }
         };
-        table.get(usize::try_from(tag).ok()?).copied()
+        let k = table.get(usize::try_from(tag).ok()?).copied()?;
+        Some((k, Format::Ll))
     }
 
     /// The tag of `kind`, if the layout has one.
     pub fn tag(self, kind: OpKind) -> Option<u32> {
         (0..16u32).find(|&t| self.kind(t) == Some(kind))
+    }
+
+    /// The tag of `op` (its kind and line format), if the layout has one.
+    pub fn tag_of(self, op: &Op) -> Option<u32> {
+        let want = (op.kind(), op.line_format().unwrap_or(Format::Ll));
+        (0..16u32).find(|&t| self.entry(t) == Some(want))
     }
 
     /// Short name.
@@ -159,7 +178,7 @@ impl Out<'_> {
 pub(crate) fn encode(e: &Event, layout: OpLayout, out: &mut [u8]) -> Result<usize, TraceError> {
     let mut o = Out { buf: out, at: 0 };
     o.put(&(e.time, e.rank, e.channel, e.index, e.kind))?;
-    let tag = layout.tag(e.op.kind()).ok_or(TraceError::TooLarge)?;
+    let tag = layout.tag_of(&e.op).ok_or(TraceError::TooLarge)?;
     match layout {
         OpLayout::Stable => o.put(&(tag as u8))?,
         _ => o.put(&tag)?,
@@ -210,7 +229,8 @@ pub(crate) fn decode(bytes: &[u8], layout: OpLayout) -> Result<(Event, usize), W
         OpLayout::Stable => u32::from(i.take::<u8>()?),
         _ => i.take::<u32>()?,
     };
-    let op = Op::read_fields(layout.kind(tag).ok_or(WireError::UnknownOp(tag))?, &mut i)?;
+    let (op_kind, format) = layout.entry(tag).ok_or(WireError::UnknownOp(tag))?;
+    let op = Op::read_fields(op_kind, format, &mut i)?;
     let contents = i.take::<Option<u64>>()?;
     let used = bytes.len() - i.rest.len();
     let e = Event {

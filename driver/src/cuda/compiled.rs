@@ -23,6 +23,7 @@ use super::device::{self, Device};
 use super::error::{CudaError, Result};
 use super::launch::Kernel;
 use super::plan::RankPlan;
+use symm_core::ll::Format;
 use symm_core::plan::{self as plan_code, PlanOp};
 
 /// The compiled kernel's entry point.
@@ -148,18 +149,14 @@ pub fn source(plan: &RankPlan) -> Result<String> {
     Ok(s)
 }
 
-/// The bits (`1 << dtype`) of the dtypes that `plan`'s reducing ops use.
+/// The bits (`1 << dtype`) of the dtypes that `plan`'s unicast reducing ops use (the
+/// multicast load-reduce's dispatch is not masked).
 fn dtype_mask(plan: &RankPlan) -> u32 {
     plan.ops
         .iter()
         .filter(|o| {
-            matches!(
-                o.kind,
-                plan_code::REDUCE
-                    | plan_code::REDUCE_N
-                    | plan_code::LL_REDUCE
-                    | plan_code::LL128_REDUCE
-            )
+            symm_core::op::OpKind::from_code(o.kind)
+                .is_some_and(|k| k.reduces() && !k.is_multicast())
         })
         .filter(|o| o.dtype < 32)
         .fold(0, |m, o| m | 1 << o.dtype)
@@ -233,10 +230,12 @@ fn epoch_pair(sig: &PlanOp, wait: &PlanOp) -> bool {
         && wait.count == sig.count
 }
 
-/// Whether `q` is a low-latency put that one fused step can store with `first`.
+/// Whether `q` is a low-latency put that one fused step can store with `first` (both in
+/// 16-byte lines: `symm_ll_put_n` stores those).
 fn same_put(first: &PlanOp, q: &PlanOp) -> bool {
-    first.kind == plan_code::LL_PUT
-        && q.kind == plan_code::LL_PUT
+    let ll16 = |o: &PlanOp| o.kind == plan_code::LL_PUT && o.format == Format::Ll as u8;
+    ll16(first)
+        && ll16(q)
         && (q.a_rank, q.a_buf, q.a_off) == (first.a_rank, first.a_buf, first.a_off)
         && (q.count, q.slot, q.reserved) == (first.count, first.slot, first.reserved)
 }

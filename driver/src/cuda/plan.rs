@@ -6,8 +6,7 @@
 //! buffer sizes and the pad, so a bad plan is a typed error on the host, never a stray access on
 //! the device.
 
-use symm_core::ll::LlOp;
-use symm_core::op::{Buf, Op};
+use symm_core::op::{At, Buf, Op};
 use symm_core::plan::PlanOp;
 use symm_core::sched::{BufferSizes, Request, Schedule};
 
@@ -189,112 +188,31 @@ impl RankPlan {
                     decode,
                 };
                 let op = p.decode().map_err(|e| bad(Some(e)))?;
-                let in_buf = |l: symm_core::op::Loc, len: u64| {
-                    l.rank < world
-                        && l.offset
-                            .checked_add(len)
-                            .is_some_and(|end| end <= size(l.buf))
+                if op.is_multicast() && !multicast {
+                    return Err(McError::NoObject {
+                        rank,
+                        channel: u16::try_from(c).unwrap_or(u16::MAX),
+                        op_index: u32::try_from(i).unwrap_or(u32::MAX),
+                    }
+                    .into());
+                }
+                let fits = |buf: Buf, offset: u64, len: u64| {
+                    offset.checked_add(len).is_some_and(|end| end <= size(buf))
                 };
-                let in_mc = |l: symm_core::op::McLoc, len: u64| {
-                    l.offset
-                        .checked_add(len)
-                        .is_some_and(|end| end <= size(l.buf))
-                };
-                let ok = match op {
-                    Op::Copy { src, dst, bytes } => in_buf(src, bytes) && in_buf(dst, bytes),
-                    Op::Reduce {
-                        a,
-                        b,
-                        dst,
-                        elems,
-                        dtype,
-                        ..
-                    } => {
-                        let n = elems.saturating_mul(dtype.size());
-                        in_buf(a, n) && in_buf(b, n) && in_buf(dst, n)
-                    }
-                    Op::ReduceN {
-                        buf,
-                        offset,
-                        ranks,
-                        dst,
-                        elems,
-                        dtype,
-                        ..
-                    } => {
-                        let n = elems.saturating_mul(dtype.size());
-                        in_buf(dst, n)
-                            && ranks
-                                .as_slice()
-                                .iter()
-                                .all(|&r| in_buf(symm_core::op::Loc::new(r, buf, offset), n))
-                    }
-                    Op::LlPut { .. }
-                    | Op::LlReduce { .. }
-                    | Op::Ll128Put { .. }
-                    | Op::Ll128Reduce { .. } => match op.as_ll() {
-                        Some(LlOp::Put {
-                            format,
-                            src,
-                            dst,
-                            bytes,
-                            slot,
-                            flip,
-                        }) => {
-                            let lines = symm_core::ll::put_span_of(format, flip, bytes);
-                            slot < pad_slots
-                                && dst.buf == Buf::Scratch
-                                && dst.offset.is_multiple_of(16)
-                                && flip.is_multiple_of(16)
-                                && in_buf(src, bytes)
-                                && in_buf(dst, lines)
-                        }
-                        Some(LlOp::Reduce {
-                            format,
-                            src,
-                            stride,
-                            sources,
-                            dst,
-                            elems,
-                            dtype,
-                            slot,
-                            flip,
-                            ..
-                        }) => {
-                            let n = elems.saturating_mul(dtype.size());
-                            let span =
-                                symm_core::ll::reduce_span_of(format, sources, stride, flip, n);
-                            slot < pad_slots
-                                && sources >= 1
-                                && src.buf == Buf::Scratch
-                                && (src.offset | stride | flip).is_multiple_of(16)
-                                && in_buf(src, span)
-                                && in_buf(dst, n)
-                        }
-                        None => false,
-                    },
-                    Op::Signal { peer, slot, .. } => peer < world && slot < pad_slots,
-                    Op::Wait { slot, .. } => slot < pad_slots,
-                    Op::McReduce { .. } | Op::McStore { .. } if !multicast => {
-                        return Err(McError::NoObject {
-                            rank,
-                            channel: u16::try_from(c).unwrap_or(u16::MAX),
-                            op_index: u32::try_from(i).unwrap_or(u32::MAX),
-                        }
-                        .into());
-                    }
-                    Op::McReduce {
-                        src,
-                        dst,
-                        elems,
-                        dtype,
-                        ..
-                    } => {
-                        let n = elems.saturating_mul(dtype.size());
-                        in_mc(src, n) && in_buf(dst, n)
-                    }
-                    Op::McStore { src, dst, bytes } => in_buf(src, bytes) && in_mc(dst, bytes),
-                };
+                let fp = op.footprint();
+                // Every range inside its buffer on a rank of the world; lines only in the
+                // scratch, aligned; the slot inside the pad, a signal's peer inside the world.
+                let ok = fp.ranges().iter().all(|r| {
+                    let placed = match r.at {
+                        At::Rank(l) => l.rank < world && fits(l.buf, l.offset, r.span),
+                        At::Every(m) => fits(m.buf, m.offset, r.span),
+                    };
+                    placed
+                        && r.lines
+                            .is_none_or(|l| l.aligned && r.at.buf() == Buf::Scratch)
+                }) && fp
+                    .slot
+                    .is_none_or(|s| s.slot < pad_slots && s.peer.is_none_or(|p| p < world));
                 if !ok {
                     return Err(bad(None));
                 }
@@ -342,11 +260,8 @@ mod tests {
     }
 
     /// Changes a put's (dst, bytes, flip, slot) through `f`.
-    fn set_put(
-        v: &mut symm_core::ll::LlOp,
-        f: impl Fn(&mut symm_core::op::Loc, &mut u64, &mut u64, &mut u32),
-    ) {
-        if let symm_core::ll::LlOp::Put {
+    fn set_put(v: &mut Op, f: impl Fn(&mut symm_core::op::Loc, &mut u64, &mut u64, &mut u32)) {
+        if let Op::LlPut {
             dst,
             bytes,
             flip,
@@ -359,8 +274,8 @@ mod tests {
     }
 
     /// Changes a reduce's (stride, sources, flip) through `f`.
-    fn set_reduce(v: &mut symm_core::ll::LlOp, f: impl Fn(&mut u64, &mut u16, &mut u64)) {
-        if let symm_core::ll::LlOp::Reduce {
+    fn set_reduce(v: &mut Op, f: impl Fn(&mut u64, &mut u16, &mut u64)) {
+        if let Op::LlReduce {
             stride,
             sources,
             flip,
@@ -377,7 +292,6 @@ mod tests {
     /// outside the world are refused, and the plan compiler makes no source of them.
     #[test]
     fn hostile_128_byte_line_ops_are_refused() {
-        use symm_core::ll::LlOp;
         use symm_core::op::{Buf, Loc};
         let req = Request::new(
             Collective::AllReduce,
@@ -391,23 +305,24 @@ mod tests {
         let slots = req.layout().slots();
         let plan = RankPlan::schedule(&req, 0).unwrap();
         plan.validate(0, 2, &sizes, slots, false).unwrap();
-        let views: Vec<(usize, LlOp)> = plan
+        let views: Vec<(usize, Op)> = plan
             .ops
             .iter()
             .enumerate()
-            .filter_map(|(i, p)| Some((i, p.decode().ok()?.as_ll()?)))
+            .filter_map(|(i, p)| Some((i, p.decode().ok()?)))
+            .filter(|(_, o)| o.line_format() == Some(symm_core::ll::Format::Ll128))
             .collect();
         assert!(views.len() >= 3, "two puts and a reduce: {views:?}");
         let mut refused = 0;
         for (i, v) in views {
             // `v` with one thing changed by `f`.
-            let with = |f: &dyn Fn(&mut LlOp)| {
+            let with = |f: &dyn Fn(&mut Op)| {
                 let mut b = v;
                 f(&mut b);
                 b
             };
-            let bad: Vec<LlOp> = match v {
-                LlOp::Put { .. } => vec![
+            let bad: Vec<Op> = match v {
+                Op::LlPut { .. } => vec![
                     with(&|b| set_put(b, |_, _, flip, _| *flip = sizes.scratch)),
                     with(&|b| set_put(b, |_, bytes, _, _| *bytes = sizes.scratch)),
                     with(&|b| set_put(b, |_, bytes, _, _| *bytes = u64::MAX)),
@@ -416,17 +331,24 @@ mod tests {
                     with(&|b| set_put(b, |dst, _, _, _| dst.rank = 2)),
                     with(&|b| set_put(b, |_, _, _, slot| *slot = slots)),
                 ],
-                LlOp::Reduce { .. } => vec![
+                Op::LlReduce { .. } => vec![
                     with(&|b| set_reduce(b, |stride, _, _| *stride = u64::MAX)),
                     with(&|b| set_reduce(b, |stride, _, _| *stride = sizes.scratch)),
                     with(&|b| set_reduce(b, |_, sources, _| *sources = u16::MAX)),
                     with(&|b| set_reduce(b, |_, sources, _| *sources = 0)),
                     with(&|b| set_reduce(b, |_, _, flip| *flip = sizes.scratch)),
                 ],
+                Op::Copy { .. }
+                | Op::Reduce { .. }
+                | Op::Signal { .. }
+                | Op::Wait { .. }
+                | Op::ReduceN { .. }
+                | Op::McReduce { .. }
+                | Op::McStore { .. } => vec![],
             };
             for b in bad {
                 let mut p = plan.clone();
-                p.ops[i] = PlanOp::encode(&b.op());
+                p.ops[i] = PlanOp::encode(&b);
                 assert!(p.validate(0, 2, &sizes, slots, false).is_err(), "{b:?}");
                 assert!(
                     crate::cuda::compiled::checked_source(&p, 0, 2, &sizes, slots).is_err(),
@@ -471,6 +393,7 @@ mod tests {
             .position(|o| matches!(o, Op::LlReduce { .. }))
             .unwrap();
         let Op::LlPut {
+            format,
             src,
             dst,
             bytes,
@@ -482,6 +405,7 @@ mod tests {
         };
         for bad in [
             Op::LlPut {
+                format,
                 src,
                 dst,
                 bytes,
@@ -489,6 +413,7 @@ mod tests {
                 flip: sizes.scratch,
             },
             Op::LlPut {
+                format,
                 src,
                 dst: Loc {
                     offset: dst.offset + 8,
@@ -499,6 +424,7 @@ mod tests {
                 flip,
             },
             Op::LlPut {
+                format,
                 src,
                 dst: Loc::new(1, Buf::Output, 0),
                 bytes,
@@ -506,6 +432,7 @@ mod tests {
                 flip,
             },
             Op::LlPut {
+                format,
                 src,
                 dst,
                 bytes: u64::MAX,
@@ -513,6 +440,7 @@ mod tests {
                 flip,
             },
             Op::LlPut {
+                format,
                 src,
                 dst,
                 bytes,
@@ -523,6 +451,7 @@ mod tests {
             assert!(with(put, bad).is_err(), "{bad:?}");
         }
         let Op::LlReduce {
+            format,
             src,
             dst,
             elems,
@@ -537,6 +466,7 @@ mod tests {
             unreachable!()
         };
         let reduce = |stride: u64, sources: u16| Op::LlReduce {
+            format,
             src,
             stride,
             sources,

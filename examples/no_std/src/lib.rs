@@ -33,7 +33,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-use symm_core::op::Op;
+use symm_core::op::{At, Op};
 use symm_core::plan::PlanOp;
 use symm_core::sched::{Request, SchedError, Schedule};
 
@@ -66,40 +66,19 @@ impl Tally {
 
     /// Counts one op that rank `me` runs.
     fn add(&mut self, me: u16, op: &Op) {
-        let remote = match *op {
-            Op::Copy { src, dst, .. } => {
-                self.copies += 1;
-                src.rank != me || dst.rank != me
-            }
-            Op::Reduce { a, b, dst, .. } => {
-                self.reduces += 1;
-                a.rank != me || b.rank != me || dst.rank != me
-            }
-            Op::ReduceN { ranks, dst, .. } => {
-                self.reduces += 1;
-                dst.rank != me || ranks.as_slice().iter().any(|&r| r != me)
-            }
-            Op::LlPut { src, dst, .. } | Op::Ll128Put { src, dst, .. } => {
-                self.copies += 1;
-                src.rank != me || dst.rank != me
-            }
-            Op::LlReduce { src, dst, .. } | Op::Ll128Reduce { src, dst, .. } => {
-                self.reduces += 1;
-                src.rank != me || dst.rank != me
-            }
-            Op::Signal { .. } => {
-                self.signals += 1;
-                false
-            }
-            Op::Wait { .. } => {
-                self.waits += 1;
-                false
-            }
-            Op::McReduce { .. } | Op::McStore { .. } => {
-                self.multicast += 1;
-                true
-            }
-        };
+        match op {
+            Op::Copy { .. } | Op::LlPut { .. } => self.copies += 1,
+            Op::Reduce { .. } | Op::ReduceN { .. } | Op::LlReduce { .. } => self.reduces += 1,
+            Op::Signal { .. } => self.signals += 1,
+            Op::Wait { .. } => self.waits += 1,
+            Op::McReduce { .. } | Op::McStore { .. } => self.multicast += 1,
+        }
+        // Whether it touches another rank's bytes: its footprint names them (a multicast
+        // range names every rank's).
+        let remote = op.footprint().ranges().iter().any(|r| match r.at {
+            At::Rank(l) => l.rank != me,
+            At::Every(_) => true,
+        });
         self.bytes += op.bytes();
         if remote {
             self.remote_bytes += op.bytes();

@@ -41,7 +41,8 @@
 use std::collections::BTreeMap;
 
 use symm_core::cost::Link;
-use symm_core::op::Op;
+use symm_core::ll::Format;
+use symm_core::op::{Access, At, Op};
 
 /// What one channel (a GPU thread block) can do on its own, besides sharing its rank's ports.
 ///
@@ -209,106 +210,78 @@ impl Ports {
     }
 
     /// Charges `op`, executed by `me` from `begin`, to the ports; waits are the caller's.
+    ///
+    /// The op's footprint says what moves: each plain range it reads on another rank crosses
+    /// that rank's egress and this rank's ingress, its write to another rank this rank's egress
+    /// and that rank's ingress, and an op that does neither loads this rank's memory. Lines an
+    /// op reads are its own memory once they are there (their arrival is the wait).
     pub(super) fn run(&mut self, op: &Op, me: u16, begin: u64) -> Timing {
         let hop = ns(self.link.alpha_us);
-        let moved = |sources: &mut dyn Iterator<Item = u16>, dst: u16, bytes: u64| {
-            let mut loads: Vec<(u16, Kind, u64)> = Vec::new();
-            let mut add = |rank: u16, kind: Kind, b: u64| match loads
-                .iter_mut()
-                .find(|l| l.0 == rank && l.1 == kind)
-            {
-                Some(l) => l.2 = l.2.saturating_add(b),
-                None => loads.push((rank, kind, b)),
+        if op.is_multicast() {
+            let begin = begin + ns(self.block.op_us);
+            let done = self.serve(begin, &[(me, Kind::Switch, op.bytes())]);
+            let done = done.max(begin + self.block.min_ns(op.bytes(), op.reduces())) + hop;
+            return Timing {
+                end: done,
+                landed: done,
             };
-            let mut read = false;
-            let mut loaded = 0u64;
-            for s in sources {
-                loaded = loaded.saturating_add(bytes);
-                if s == me {
-                    continue;
-                }
-                read = true;
-                add(s, Kind::Egress, bytes);
-                add(me, Kind::Ingress, bytes);
-            }
-            let write = dst != me;
-            if write {
-                add(me, Kind::Egress, bytes);
-                add(dst, Kind::Ingress, bytes);
-            }
-            if !read && !write {
-                add(me, Kind::Memory, bytes);
-            }
-            let block = if loaded == 0 { bytes } else { loaded };
-            (loads, read, write, block)
-        };
-        let (loads, read, write, block) = match *op {
-            Op::Copy { src, dst, bytes } => moved(&mut [src.rank].into_iter(), dst.rank, bytes),
-            Op::Reduce { a, b, dst, .. } => {
-                moved(&mut [a.rank, b.rank].into_iter(), dst.rank, op.bytes())
-            }
-            Op::ReduceN {
-                ranks,
-                dst,
-                elems,
-                dtype,
-                ..
-            } => {
-                let each = elems.saturating_mul(dtype.size());
-                moved(&mut ranks.as_slice().iter().copied(), dst.rank, each)
-            }
-            Op::LlPut { .. }
-            | Op::Ll128Put { .. }
-            | Op::LlReduce { .. }
-            | Op::Ll128Reduce { .. } => {
-                match op.as_ll() {
-                    Some(symm_core::ll::LlOp::Put {
-                        format, dst, bytes, ..
-                    }) => moved(&mut core::iter::empty(), dst.rank, format.line_bytes(bytes)),
-                    // Reading its own memory once the lines are there (their arrival is the
-                    // wait).
-                    Some(symm_core::ll::LlOp::Reduce { elems, dtype, .. }) => {
-                        let b = elems.saturating_mul(dtype.size());
-                        moved(&mut core::iter::empty(), me, b)
-                    }
-                    None => moved(&mut core::iter::empty(), me, 0),
-                }
-            }
-            Op::McReduce { .. } | Op::McStore { .. } => {
-                let begin = begin + ns(self.block.op_us);
-                let done = self.serve(begin, &[(me, Kind::Switch, op.bytes())]);
-                let reduce = matches!(op, Op::McReduce { .. });
-                let done = done.max(begin + self.block.min_ns(op.bytes(), reduce)) + hop;
-                return Timing {
-                    end: done,
-                    landed: done,
-                };
-            }
-            Op::Signal { .. } => {
+        }
+        let fp = op.footprint();
+        let Some(dst) = fp.writes().next().copied() else {
+            // A signal (it writes a slot) or a wait.
+            if fp.slot.is_some_and(|s| s.access == Access::Write) {
                 let end = begin + ns(self.link.issue_us());
                 return Timing {
                     end,
                     landed: end + hop,
                 };
             }
-            Op::Wait { .. } => {
-                return Timing {
-                    end: begin,
-                    landed: begin,
-                }
-            }
+            return Timing {
+                end: begin,
+                landed: begin,
+            };
         };
-        let reduces = matches!(
-            op,
-            Op::Reduce { .. } | Op::ReduceN { .. } | Op::LlReduce { .. } | Op::Ll128Reduce { .. }
-        );
+        let bytes = dst.bytes;
+        let mut loads: Vec<(u16, Kind, u64)> = Vec::new();
+        let mut add = |rank: u16, kind: Kind, b: u64| match loads
+            .iter_mut()
+            .find(|l| l.0 == rank && l.1 == kind)
+        {
+            Some(l) => l.2 = l.2.saturating_add(b),
+            None => loads.push((rank, kind, b)),
+        };
+        let mut read = false;
+        let mut loaded = 0u64;
+        for r in fp.reads().filter(|r| r.lines.is_none()) {
+            let At::Rank(src) = r.at else { continue };
+            loaded = loaded.saturating_add(r.bytes);
+            if src.rank == me {
+                continue;
+            }
+            read = true;
+            add(src.rank, Kind::Egress, r.bytes);
+            add(me, Kind::Ingress, r.bytes);
+        }
+        let dst_rank = match dst.at {
+            At::Rank(l) => l.rank,
+            At::Every(_) => me,
+        };
+        let write = dst_rank != me;
+        if write {
+            add(me, Kind::Egress, bytes);
+            add(dst_rank, Kind::Ingress, bytes);
+        }
+        if !read && !write {
+            add(me, Kind::Memory, bytes);
+        }
+        let block = loaded.max(bytes);
         let begin = begin + ns(self.block.op_us);
         let done = self
             .serve(begin, &loads)
-            .max(begin + self.block.min_ns(block, reduces));
+            .max(begin + self.block.min_ns(block, op.reduces()));
         let end = if read { done + hop } else { done };
         let landed = if write { done + hop } else { end };
-        if write && matches!(op, Op::Ll128Put { .. }) {
+        if write && dst.lines.is_some_and(|l| l.format == Format::Ll128) {
             // 128-byte lines: the flag words are released after the data landed (the release
             // waits for the data's acknowledgement), and land a hop after that.
             return Timing {

@@ -75,8 +75,8 @@ pub fn height(tracks: &[&Trace]) -> u32 {
 fn colour(t: &Trace, s: &symm_core::perfetto::Span) -> usize {
     match s.op {
         Op::Copy { .. } => 0,
-        Op::Reduce { .. } | Op::ReduceN { .. } | Op::LlReduce { .. } | Op::Ll128Reduce { .. } => 1,
-        Op::LlPut { .. } | Op::Ll128Put { .. } => 0,
+        Op::Reduce { .. } | Op::ReduceN { .. } | Op::LlReduce { .. } => 1,
+        Op::LlPut { .. } => 0,
         Op::Signal { .. } => 2,
         Op::McReduce { .. } | Op::McStore { .. } => 9,
         Op::Wait { .. } => match s.end {

@@ -193,7 +193,9 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
                     }
                 }
             }
-            _ => {}
+            // A copy within a rank, signals and low-latency reduces (their lines arrived
+            // with their puts) move nothing between ranks.
+            Op::Copy { .. } | Op::LlPut { .. } | Op::Signal { .. } | Op::LlReduce { .. } => {}
         }
     }
     // Ranks.
