@@ -18,6 +18,8 @@ pub struct Device {
     pub(crate) ordinal: i32,
     pub(crate) dev: ffi::Device,
     pub(crate) ctx: Ctx,
+    /// `ctx`'s handle, read on every launch (`Device::context`).
+    context: Handle,
     pub(crate) name: String,
     pub(crate) arch: u32,
 }
@@ -52,6 +54,7 @@ impl Device {
         Ok(Device {
             ordinal,
             dev,
+            context: ctx.raw(),
             ctx,
             name,
             arch: (major * 10 + minor) as u32,
@@ -75,7 +78,7 @@ impl Device {
 
     /// The primary context (retained as long as `self`), for a caller's own driver calls.
     pub fn context(&self) -> Handle {
-        self.ctx.raw()
+        self.context
     }
 
     /// Another retain of the primary context, for an object made from this device to hold.

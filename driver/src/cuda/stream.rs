@@ -14,20 +14,16 @@ use super::ffi::driver::{self as ffi, Handle};
 /// A stream of one device, destroyed on drop unless borrowed from its owner.
 pub struct Stream {
     pub(crate) raw: Handle,
-    owner: Owner,
+    /// Its context, alive as long as `self` (retained by `retain`, or by the device a lent
+    /// stream borrows).
+    ctx: Handle,
+    /// Its retain of the context: a stream made here or [`Stream::borrowed`] holds one; a
+    /// [`Stream::lent`] one does not (the device it borrows keeps the context alive).
+    retain: Option<Ctx>,
+    /// Made here ([`Stream::new`]): destroyed on drop. A caller's never is.
+    owned: bool,
     /// What tells streams apart ([`Stream::key`]).
     key: u64,
-}
-
-/// Who owns a [`Stream`] and what keeps its context alive.
-enum Owner {
-    /// Made here ([`Stream::new`]): destroyed on drop, its context retained.
-    Made(Ctx),
-    /// A caller's ([`Stream::borrowed`]): never destroyed here, its context retained.
-    Retained(Ctx),
-    /// A caller's, lent for a call ([`Stream::lent`]): never destroyed here, its context kept
-    /// alive by the [`Device`] the [`StreamRef`] borrows (no retain, so no driver call).
-    Lent(Handle),
 }
 
 /// A caller's stream lent for as long as `'a`, the life of a borrow of the [`Device`] whose
@@ -71,7 +67,9 @@ impl Stream {
         })?;
         Ok(Stream {
             raw,
-            owner: Owner::Made(ctx),
+            ctx: ctx.raw(),
+            retain: Some(ctx),
+            owned: true,
             key: next_stream_key(),
         })
     }
@@ -85,9 +83,12 @@ impl Stream {
     /// context, and stay valid for as long as the returned value and any work enqueued
     /// through it.
     pub unsafe fn borrowed(raw: Handle, dev: &Device) -> Result<Stream> {
+        let ctx = dev.retain()?;
         Ok(Stream {
             raw,
-            owner: Owner::Retained(dev.retain()?),
+            ctx: ctx.raw(),
+            retain: Some(ctx),
+            owned: false,
             key: borrowed_key(raw),
         })
     }
@@ -107,7 +108,9 @@ impl Stream {
         StreamRef {
             stream: Stream {
                 raw,
-                owner: Owner::Lent(dev.context()),
+                ctx: dev.context(),
+                retain: None,
+                owned: false,
                 key: borrowed_key(raw),
             },
             _dev: core::marker::PhantomData,
@@ -127,10 +130,7 @@ impl Stream {
 
     /// The context the stream belongs to.
     pub fn context(&self) -> Handle {
-        match &self.owner {
-            Owner::Made(c) | Owner::Retained(c) => c.raw(),
-            Owner::Lent(h) => *h,
-        }
+        self.ctx
     }
 
     /// Makes the stream's context current on the calling thread.
@@ -193,7 +193,7 @@ fn borrowed_key(raw: Handle) -> u64 {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        let Owner::Made(ctx) = &self.owner else {
+        let Some(ctx) = self.retain.as_ref().filter(|_| self.owned) else {
             return;
         };
         if let Ok(api) = driver() {
