@@ -204,3 +204,18 @@ impl Drop for Stream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_callers_stream_is_known_by_its_handle_apart_from_streams_made_here() {
+        let (a, b) = (0x1000usize as Handle, 0x2000usize as Handle);
+        assert_eq!(borrowed_key(a), borrowed_key(a));
+        assert_ne!(borrowed_key(a), borrowed_key(b));
+        // The legacy default stream (null) too; no key made here has the top bit.
+        assert_ne!(borrowed_key(core::ptr::null_mut()) & 1 << 63, 0);
+        assert_eq!(next_stream_key() & 1 << 63, 0);
+    }
+}
