@@ -347,6 +347,8 @@ def all_reduce(t: Any, op: str = "sum", *, stream: Any = None, algorithm: Option
             j.all_reduces[key] = r
         p = t.data_ptr()
         j.collective(r, p, n, p, n, j.current_stream() if stream is None else _stream(j, stream))
+    else:
+        _check(j, t, "t")  # an empty tensor of a dtype symm does not take is still refused
     return t
 
 
