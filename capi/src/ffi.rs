@@ -19,7 +19,7 @@ use crate::types::{
     symm_buffer_sizes, symm_buffers, symm_comm, symm_comm_options, symm_event, symm_link, symm_op,
     symm_request, symm_schedule, symm_trace_writer,
 };
-use symm_driver::cuda::device::Stream;
+use symm_driver::cuda::device::{Stream, StreamRef};
 use symm_driver::cuda::Comm;
 
 /// Runs `body`, records the outcome for `symm_last_error` and returns the status (or the body's
@@ -649,15 +649,16 @@ pub unsafe extern "C" fn symm_comm_ptr(
     })
 }
 
-/// Wraps the caller's `CUstream` without taking it over.
+/// Wraps the caller's `CUstream` without taking it over, lent for the call (`Stream::lent`:
+/// no retain of the context, which `comm`'s device holds).
 ///
 /// # Safety
 /// `stream` is null (the legacy default stream) or a valid stream of `comm`'s device context
 /// that outlives the wrapper and every piece of work enqueued through it.
-unsafe fn borrow_stream(comm: &Comm, stream: *mut ()) -> Result<Stream, Error> {
-    // SAFETY: the caller's contract is `Stream::borrowed`'s: a valid stream (or null) of the
+unsafe fn borrow_stream(comm: &Comm, stream: *mut ()) -> Result<StreamRef<'_>, Error> {
+    // SAFETY: the caller's contract is `Stream::lent`'s: a valid stream (or null) of the
     // device's primary context, valid as long as the wrapper and the work enqueued through it.
-    Ok(unsafe { Stream::borrowed(stream.cast(), comm.device()) }?)
+    Ok(unsafe { Stream::lent(stream.cast(), comm.device()) })
 }
 
 /// Enqueues a valid request's collective on buffers of [`symm_comm_alloc`] on the caller's

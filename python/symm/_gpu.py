@@ -71,6 +71,11 @@ class _Job:
         # symm.Request per call shape (names and forced choices as the caller gave them); the
         # runtime decides and caches the automatic choice, this only saves rebuilding it.
         self.requests: dict[tuple[Any, ...], Any] = {}
+        # all_reduce's requests by (bytes, torch dtype, op, algorithm, channels): its cached
+        # call is one lookup here, with no dtype name to find first.
+        self.all_reduces: dict[tuple[Any, ...], Any] = {}
+        # The bound method every collective calls (no attribute chain per call).
+        self.collective = comm.collective
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         idx = self.index
         if raw is not None:
@@ -324,16 +329,26 @@ def all_reduce(t: Any, op: str = "sum", *, stream: Any = None, algorithm: Option
     rank's GPU (staged through a symmetric workspace). ``op``: sum, prod, min, max.
     Every rank passes the same shape, dtype and kind of tensor. Returns ``t``.
     """
+    # The hot path of an eager call: the checks inline (`_check` only to raise, or to accept a
+    # tensor subclass), one dict lookup for the request, one call into the runtime.
     j = _job
     if j is None:
         j = _get()
-    dt = _check(j, t, "t")
+    if type(t) is not j.tensor or t.get_device() != j.index or not t.is_contiguous():
+        _check(j, t, "t")
     n = t.nbytes
     if n:
+        key = (n, t.dtype, op, algorithm, channels)
+        r = j.all_reduces.get(key)
+        if r is None:
+            r = _request(j, "all_reduce", n, _check(j, t, "t"), op, algorithm, channels)
+            if len(j.all_reduces) >= _MAX_REQUESTS:
+                j.all_reduces.clear()
+            j.all_reduces[key] = r
         p = t.data_ptr()
-        r = _request(j, "all_reduce", n, dt, op, algorithm, channels)
-        j.comm.collective(r, p, n, p, n,
-                          j.current_stream() if stream is None else _stream(j, stream))
+        j.collective(r, p, n, p, n, j.current_stream() if stream is None else _stream(j, stream))
+    else:
+        _check(j, t, "t")  # an empty tensor of a dtype symm does not take is still refused
     return t
 
 
@@ -348,7 +363,7 @@ def broadcast(t: Any, src: int = 0, *, stream: Any = None, algorithm: Optional[s
     if n:
         p = t.data_ptr()
         r = _request(j, "broadcast", n, dt, "sum", algorithm, channels, src)
-        j.comm.collective(r, p, n, p, n, _stream(j, stream))
+        j.collective(r, p, n, p, n, _stream(j, stream))
     return t
 
 
@@ -371,8 +386,8 @@ def all_gather_into_tensor(output: Any, input: Any, *, stream: Any = None,
     dt, block = _pair(j, output, input, j.world, 1)
     if block:
         r = _request(j, "all_gather", block, dt, "sum", algorithm, channels)
-        j.comm.collective(r, input.data_ptr(), block, output.data_ptr(), block * j.world,
-                          _stream(j, stream))
+        j.collective(r, input.data_ptr(), block, output.data_ptr(), block * j.world,
+                     _stream(j, stream))
     return output
 
 
@@ -385,8 +400,8 @@ def reduce_scatter_tensor(output: Any, input: Any, op: str = "sum", *, stream: A
     dt, block = _pair(j, output, input, 1, j.world)
     if block:
         r = _request(j, "reduce_scatter", block, dt, op, algorithm, channels)
-        j.comm.collective(r, input.data_ptr(), block * j.world, output.data_ptr(), block,
-                          _stream(j, stream))
+        j.collective(r, input.data_ptr(), block * j.world, output.data_ptr(), block,
+                     _stream(j, stream))
     return output
 
 
@@ -407,8 +422,8 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Optional[Sequ
             raise ValueError(f"input's {nin} bytes do not split into {w} equal blocks")
         if nin:
             r = _request(j, "all_to_all", nin // w, dt, "sum", algorithm, channels)
-            j.comm.collective(r, input.data_ptr(), nin, output.data_ptr(), nin,
-                              _stream(j, stream))
+            j.collective(r, input.data_ptr(), nin, output.data_ptr(), nin,
+                         _stream(j, stream))
         return output
     _check(j, output, "output")
     _check(j, input, "input")
@@ -540,7 +555,7 @@ class SymmHandle:
         j = self._j
         p = self._bar.data_ptr()
         r = _request(j, "all_reduce", 8, "u64", "sum", None, None)
-        j.comm.collective(r, p, 8, p + 16, 8, _stream(j, stream))
+        j.collective(r, p, 8, p + 16, 8, _stream(j, stream))
 
     def put_signal(self, peer: int, slot: int = 0, stream: Any = None) -> None:
         """Set signal ``slot`` in ``peer``'s pad after this rank's earlier work on the stream."""

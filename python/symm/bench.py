@@ -13,10 +13,13 @@ of ``--graph-calls`` calls:
 * ``nccl``: ``dist.all_reduce`` with NCCL, only when every rank has a GPU of its own.
 
 It also measures the Python layer's cost: host microseconds per :func:`symm.all_reduce` call
-against the same enqueue made from a Rust loop in the same process (``host_loop_us``). It
-writes ``bench-py-wN.json`` in the Rust bench's format (``samples`` of collective, size,
-system, mode, us, algbw, busbw, wrong) plus ``python_overhead``, and rank 0 prints a table of
-times and ratios.
+against the same enqueue made from a Rust loop in the same process (``host_loop_us``), both
+beside the floor under them, a bare launch of an empty kernel with the same grid and parameter
+block size (``launch_floor_us``). It writes ``bench-py-wN.json`` in the Rust bench's format
+(``samples`` of collective, size, system, mode, us, algbw, busbw, wrong) plus
+``python_overhead`` (``rust_us``, ``python_us``, ``extra_us``, ``checks_us``, and where the
+floor was measured ``floor_us``, ``rust_above_floor_us``, ``python_above_floor_us``), and
+rank 0 prints a table of times and ratios.
 """
 
 from __future__ import annotations
@@ -239,16 +242,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         notes["nccl"] = "skipped: NCCL needs a GPU per rank"
 
-    # The Python layer's cost: host time per enqueue, Python call against a Rust loop.
+    # The Python layer's cost: host time per enqueue, Python call against a Rust loop, both
+    # against the floor under them (a bare launch of an empty kernel with the same grid).
     t = big[:2048]
-    comm = _gpu._get().comm
-    stream = _gpu._get().current_stream()
+    j = _gpu._get()
+    comm = j.comm
+    stream = j.current_stream()
     p = t.data_ptr()
     calls = a.overhead_calls
-    rust_us, py_us = [], []
+    req = _gpu._request(j, "all_reduce", 4096, "bf16", "sum", None, None)
+    rust_us, py_us, floor_us = [], [], []
     for _ in range(5):
         torch.cuda.synchronize()
-        req = _gpu._request(_gpu._get(), "all_reduce", 4096, "bf16", "sum", None, None)
         rust_us.append(comm.host_loop_us(req, p, 4096, p, 4096, stream, calls))
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -256,17 +261,28 @@ def main(argv: Optional[list[str]] = None) -> int:
             _gpu.all_reduce(t)
         py_us.append((time.perf_counter() - t0) * 1e6 / calls)
         torch.cuda.synchronize()
+        try:
+            floor_us.append(comm.launch_floor_us(req, stream, calls))
+        except Exception as e:  # noqa: BLE001 - no floor where the empty kernel does not build
+            notes["launch_floor"] = repr(e)[:200]
+        torch.cuda.synchronize()
     _gpu.synchronize()
-    # What the Python side's argument handling alone costs (no enqueue).
-    j = _gpu._get()
+    # What the Python side's argument handling alone costs (all_reduce's hot path, no enqueue).
     t0 = time.perf_counter()
     for _ in range(calls):
-        _gpu._check(j, t, "t")
-        _ = t.nbytes, t.data_ptr(), j.current_stream()
+        if type(t) is not j.tensor or t.get_device() != j.index or not t.is_contiguous():
+            _gpu._check(j, t, "t")
+        n = t.nbytes
+        _ = j.all_reduces.get((n, t.dtype, "sum", None, None)), t.data_ptr(), j.current_stream()
     checks_us = (time.perf_counter() - t0) * 1e6 / calls
-    overhead = {"calls": calls, "python_us": round(min(py_us), 3), "checks_us": round(checks_us, 3),
-                "rust_us": round(min(rust_us), 3),
-                "extra_us": round(min(py_us) - min(rust_us), 3)}
+    rust, py = min(rust_us), min(py_us)
+    overhead = {"calls": calls, "python_us": round(py, 3), "checks_us": round(checks_us, 3),
+                "rust_us": round(rust, 3), "extra_us": round(py - rust, 3)}
+    if floor_us:
+        floor = min(floor_us)
+        overhead.update({"floor_us": round(floor, 3),
+                         "rust_above_floor_us": round(rust - floor, 3),
+                         "python_above_floor_us": round(py - floor, 3)})
 
     doc = {"world": world, "dtype": "bf16", "redop": "sum", "topology": comm.topology,
            "plans": plans,
@@ -335,9 +351,13 @@ def _print_table(doc: dict[str, Any]) -> None:
                 cells.append(f"{v:>9.2f} ({v / base:4.2f})")
         print(f"{size:>10} {mode:>6} " + " ".join(cells))
     o = doc["python_overhead"]
-    print(f"python layer: {o['python_us']} us per symm.all_reduce call from Python, "
-          f"{o['rust_us']} us from Rust: {o['extra_us']} us extra per eager call "
-          f"({o['checks_us']} us of it the tensor checks); 0 in a graph (replays run no Python)")
+    floor = (f"bare launch {o['floor_us']} us (the floor), " if "floor_us" in o else "")
+    above = (f", {o['rust_above_floor_us']} us above the floor" if "floor_us" in o else "")
+    print(f"host time per cached 4 KiB symm.all_reduce call: {floor}"
+          f"Rust {o['rust_us']} us{above}, Python {o['python_us']} us")
+    print(f"python layer: {o['extra_us']} us extra per eager call over Rust "
+          f"({o['checks_us']} us of it the argument handling); 0 in a graph (replays run no "
+          "Python)")
     for k, v in doc["notes"].items():
         print(f"note {k}: {v}")
 

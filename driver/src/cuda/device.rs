@@ -5,12 +5,12 @@
 //! any thread may drive any rank.
 
 use core::ffi::c_char;
-use core::sync::atomic::{AtomicU64, Ordering};
 
 pub use super::ctx::{current_context, keep_current, Ctx, KeepCurrent};
 use super::error::{check, driver, CudaError, Result};
 use super::ffi::driver::{self as ffi, DevPtr, Handle};
 pub use super::hostmap::HostMapped;
+pub use super::stream::{Stream, StreamRef};
 
 /// A GPU with a retain of its primary context (released on drop). Every object made from it
 /// holds a retain of its own ([`Ctx`]), so the Device may be dropped before them.
@@ -18,6 +18,8 @@ pub struct Device {
     pub(crate) ordinal: i32,
     pub(crate) dev: ffi::Device,
     pub(crate) ctx: Ctx,
+    /// `ctx`'s handle, read on every launch (`Device::context`).
+    context: Handle,
     pub(crate) name: String,
     pub(crate) arch: u32,
 }
@@ -52,6 +54,7 @@ impl Device {
         Ok(Device {
             ordinal,
             dev,
+            context: ctx.raw(),
             ctx,
             name,
             arch: (major * 10 + minor) as u32,
@@ -75,7 +78,7 @@ impl Device {
 
     /// The primary context (retained as long as `self`), for a caller's own driver calls.
     pub fn context(&self) -> Handle {
-        self.ctx.raw()
+        self.context
     }
 
     /// Another retain of the primary context, for an object made from this device to hold.
@@ -331,140 +334,9 @@ impl DevBuf {
     }
 }
 
-/// A stream of one device, destroyed on drop unless borrowed from its owner.
-pub struct Stream {
-    pub(crate) raw: Handle,
-    ctx: Ctx,
-    owned: bool,
-    /// What tells streams apart ([`Stream::key`]).
-    key: u64,
-}
-
-/// A number no other stream this process made has.
-fn next_stream_key() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-// SAFETY: streams may be used from any thread once their context is bound.
-unsafe impl Send for Stream {}
-// SAFETY: as above.
-unsafe impl Sync for Stream {}
-
-impl Stream {
-    /// A non-blocking stream on `dev`.
-    pub fn new(dev: &Device) -> Result<Stream> {
-        let _ctx = keep_current()?;
-        let ctx = dev.retain()?;
-        ctx.bind()?;
-        let api = driver()?;
-        let mut raw = core::ptr::null_mut();
-        // SAFETY: context bound; valid out-pointer.
-        check("cuStreamCreate", unsafe {
-            (api.stream_create)(&mut raw, ffi::STREAM_NON_BLOCKING)
-        })?;
-        Ok(Stream {
-            raw,
-            ctx,
-            owned: true,
-            key: next_stream_key(),
-        })
-    }
-
-    /// A caller's stream of `dev`'s primary context, used without taking ownership (never
-    /// destroyed here).
-    ///
-    /// # Safety
-    ///
-    /// `raw` must be a valid stream (or null, the legacy default stream) of `dev`'s primary
-    /// context, and stay valid for as long as the returned value and any work enqueued
-    /// through it.
-    pub unsafe fn borrowed(raw: Handle, dev: &Device) -> Result<Stream> {
-        Ok(Stream {
-            raw,
-            ctx: dev.retain()?,
-            owned: false,
-            // A caller's stream is known by its handle (every wrapper of it is the same stream);
-            // the top bit keeps these apart from the streams made here.
-            key: (raw as usize as u64) | 1 << 63,
-        })
-    }
-
-    /// The handle (for a caller's own launches on this stream; it stays owned by `self`).
-    pub fn raw(&self) -> Handle {
-        self.raw
-    }
-
-    /// What tells this stream apart from others: a number of its own for a stream made here
-    /// (never reused, even after it is destroyed), the handle for a caller's stream.
-    pub(crate) fn key(&self) -> u64 {
-        self.key
-    }
-
-    /// The context the stream belongs to.
-    pub fn context(&self) -> Handle {
-        self.ctx.raw()
-    }
-
-    /// Whether the stream is capturing work into a graph (the work does not run now).
-    pub fn is_capturing(&self) -> Result<bool> {
-        let _ctx = keep_current()?;
-        self.ctx.bind()?;
-        self.capturing_bound()
-    }
-
-    /// [`Stream::is_capturing`] when the caller has the stream's context bound already (a
-    /// Comm's launch: its guard bound it), without binding it again.
-    pub(crate) fn capturing_bound(&self) -> Result<bool> {
-        let api = driver()?;
-        let mut status = ffi::CAPTURE_STATUS_NONE;
-        // SAFETY: valid stream of the bound context; valid out-pointer.
-        check("cuStreamIsCapturing", unsafe {
-            (api.stream_is_capturing)(self.raw, &mut status)
-        })?;
-        Ok(status != ffi::CAPTURE_STATUS_NONE)
-    }
-
-    /// Makes later work on this stream wait for `event`'s last record (on any stream).
-    pub(crate) fn wait_event(&self, event: &Event) -> Result<()> {
-        let _ctx = keep_current()?;
-        self.ctx.bind()?;
-        let api = driver()?;
-        // SAFETY: valid stream and event of the bound context.
-        check("cuStreamWaitEvent", unsafe {
-            (api.stream_wait_event)(self.raw, event.raw, 0)
-        })
-    }
-
-    /// Waits for the stream's work.
-    pub fn synchronize(&self) -> Result<()> {
-        let _ctx = keep_current()?;
-        let api = driver()?;
-        // SAFETY: valid stream; binding its context first.
-        check("cuStreamSynchronize", unsafe {
-            (api.ctx_set_current)(self.ctx.raw());
-            (api.stream_synchronize)(self.raw)
-        })
-    }
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        if !self.owned {
-            return;
-        }
-        if let Ok(api) = driver() {
-            // SAFETY: destroyed once, with its context (retained by `self.ctx`) bound.
-            self.ctx.with(api, || unsafe {
-                (api.stream_destroy)(self.raw);
-            });
-        }
-    }
-}
-
 /// A timing event.
 pub struct Event {
-    raw: Handle,
+    pub(crate) raw: Handle,
     ctx: Ctx,
 }
 
@@ -505,6 +377,16 @@ impl Event {
         // SAFETY: event and stream belong to the bound context.
         check("cuEventRecord", unsafe {
             (api.ctx_set_current)(self.ctx.raw());
+            (api.event_record)(self.raw, s.raw)
+        })
+    }
+
+    /// [`Event::record`] when the caller has the context bound already (a Comm's launch: its
+    /// guard bound it): one driver call.
+    pub(crate) fn record_bound(&self, s: &Stream) -> Result<()> {
+        let api = driver()?;
+        // SAFETY: event and stream belong to the bound context (the caller's guard bound it).
+        check("cuEventRecord", unsafe {
             (api.event_record)(self.raw, s.raw)
         })
     }

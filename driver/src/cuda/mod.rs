@@ -45,6 +45,7 @@ pub mod placement;
 pub mod plan;
 pub mod records;
 pub mod rendezvous;
+mod stream;
 pub mod trace;
 pub mod vmm;
 
@@ -52,10 +53,11 @@ pub use auto::AutoRequests;
 pub use bounds::{Buffers, MAX_HEAP_BYTES, MAX_WAIT};
 pub use comm::{
     A2avLayer, Admitted, AllocSizes, Capture, Comm, CommGraph, CommOptions, CommTeam, Executor,
-    Memory, MoeLayer, MoeStatus, Signals, Span, Tensors, TokenType, Tracer, MAX_GPU_EXPERTS,
+    LaunchFloor, Memory, MoeLayer, MoeStatus, Signals, Span, Tensors, TokenType, Tracer,
+    MAX_GPU_EXPERTS,
 };
 pub use copy_engine::CopyEngine;
-pub use device::Stream;
+pub use device::{Stream, StreamRef};
 pub use device_plan::DevicePlan;
 pub use error::{CudaError, ErrorKind, HeapCall, Result};
 pub use symm_kernels::abi::SymmWorld;

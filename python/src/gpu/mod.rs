@@ -18,6 +18,7 @@
 //! * [`join`]: joining the job the way every entry point does.
 //! * [`moe`]: the MoE and device-count all-to-allv layers.
 
+mod args;
 mod block;
 mod errors;
 mod join;
@@ -30,13 +31,13 @@ pub use moe::{PyA2avLayer, PyMoeLayer};
 
 use std::sync::Arc;
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use symm_driver::cuda::compiled::PlanPath;
-use symm_driver::cuda::{AutoRequests, Comm, Span, Stream};
+use symm_driver::cuda::AutoRequests;
 
+use args::{span, stream, u16_arg};
 use runtime::Runtime;
 
 use crate::parse::{collective, dtype, reduce_op};
@@ -51,25 +52,6 @@ pub struct GpuComm {
     auto: AutoRequests,
     /// The kernel that runs plans, as the Comm was opened with.
     plans: PlanPath,
-}
-
-/// The stream handle `raw` of torch, wrapped for the runtime.
-fn stream(comm: &Comm, raw: u64) -> PyResult<Stream> {
-    // SAFETY: `raw` is the handle of a live CUDA stream of the device's primary context (what
-    // torch's `cuda_stream` gives; the Python layer passes nothing else), or 0 for the legacy
-    // default stream; it outlives this call and the work enqueued on it.
-    unsafe { Stream::borrowed(raw as usize as *mut std::ffi::c_void, comm.device()) }
-        .map_err(|e| PyValueError::new_err(e.to_string()))
-}
-
-/// A span from the Python layer's (address, bytes) pair.
-fn span(ptr: u64, len: u64) -> Span {
-    Span { ptr, len }
-}
-
-fn u16_arg(what: &str, v: i64) -> PyResult<u16> {
-    u16::try_from(v)
-        .map_err(|_| PyValueError::new_err(format!("{what} must be in 0..=65535, got {v}")))
 }
 
 #[pymethods]
@@ -138,7 +120,7 @@ impl GpuComm {
     /// object is dropped (by torch, when the last tensor over it dies).
     fn alloc(&self, py: Python<'_>, nbytes: u64, stream_handle: u64) -> PyResult<Block> {
         let rt = &*self.rt;
-        let s = stream(&rt.comm, stream_handle)?;
+        let s = stream(&rt.comm, stream_handle);
         let (offset, ptr) = py
             .allow_threads(|| {
                 let off = rt.tensors.alloc_block(&rt.comm, nbytes, &s)?;
@@ -177,7 +159,7 @@ impl GpuComm {
         stream_handle: u64,
     ) -> PyResult<()> {
         let rt = &*self.rt;
-        let s = stream(&rt.comm, stream_handle)?;
+        let s = stream(&rt.comm, stream_handle);
         let peer = u16_arg("peer", peer)?;
         rt.signals(&s)
             .and_then(|k| k.put(&rt.comm, (pad, pad_len), peer, slot, &s))
@@ -195,7 +177,7 @@ impl GpuComm {
         stream_handle: u64,
     ) -> PyResult<()> {
         let rt = &*self.rt;
-        let s = stream(&rt.comm, stream_handle)?;
+        let s = stream(&rt.comm, stream_handle);
         let peer = u16_arg("peer", peer)?;
         rt.signals(&s)
             .and_then(|k| k.wait(&rt.comm, (pad, pad_len), peer, slot, &s))
@@ -276,7 +258,7 @@ impl GpuComm {
         stream_handle: u64,
     ) -> PyResult<()> {
         let (req, rt) = (&request.req, &*self.rt);
-        let s = stream(&rt.comm, stream_handle)?;
+        let s = stream(&rt.comm, stream_handle);
         let (input, output) = (span(in_ptr, in_len), span(out_ptr, out_len));
         // Both enqueues below: the spans are live tensors' storage (the Python layer passes
         // `data_ptr()` and their byte sizes, and keeps the tensors alive until the stream
@@ -303,7 +285,7 @@ impl GpuComm {
     /// Waits for stream `stream_handle`, then checks.
     fn synchronize(&self, py: Python<'_>, stream_handle: u64) -> PyResult<()> {
         let comm = &self.rt.comm;
-        let s = stream(comm, stream_handle)?;
+        let s = stream(comm, stream_handle);
         py.allow_threads(|| comm.synchronize(&s))
             .map_err(|e| py_err(py, e))
     }
@@ -345,18 +327,27 @@ impl GpuComm {
         iters: u32,
     ) -> PyResult<f64> {
         let rt = &*self.rt;
-        let s = stream(&rt.comm, stream_handle)?;
-        let (input, output) = (span(in_ptr, in_len), span(out_ptr, out_len));
-        let t0 = std::time::Instant::now();
-        for _ in 0..iters.max(1) {
-            // SAFETY: as in `collective`.
-            unsafe {
-                rt.tensors
-                    .enqueue(&rt.comm, &request.req, input, output, &s)
-            }
-            .map_err(|e| py_err(py, e))?;
-        }
-        Ok(t0.elapsed().as_secs_f64() * 1e6 / f64::from(iters.max(1)))
+        let s = stream(&rt.comm, stream_handle);
+        let spans = (span(in_ptr, in_len), span(out_ptr, out_len));
+        // SAFETY: as in `collective`.
+        unsafe { rt.host_loop_us(&request.req, spans, &s, iters) }.map_err(|e| py_err(py, e))
+    }
+
+    /// Times `calls` bare launches of an empty kernel with `request`'s grid and block and a
+    /// parameter block of the interpreter's size on stream `stream_handle` from Rust: host
+    /// microseconds per launch, the floor under every cached call (`LaunchFloor`). The first
+    /// call compiles the kernel (or finds it in the kernel cache). Local.
+    fn launch_floor_us(
+        &self,
+        py: Python<'_>,
+        request: &PyRequest,
+        stream_handle: u64,
+        calls: u32,
+    ) -> PyResult<f64> {
+        let rt = &*self.rt;
+        let s = stream(&rt.comm, stream_handle);
+        rt.launch_floor_us(&request.req, &s, calls)
+            .map_err(|e| py_err(py, e))
     }
 
     /// Collective, not while capturing: a MoE layer of `experts` experts, `topk` per token, at
@@ -375,7 +366,7 @@ impl GpuComm {
         stream_handle: u64,
         rows_max: Option<u32>,
     ) -> PyResult<PyMoeLayer> {
-        let s = stream(&self.rt.comm, stream_handle)?;
+        let s = stream(&self.rt.comm, stream_handle);
         let (rt, dt) = (&self.rt, dtype);
         moe::layer(py, rt, experts, topk, tokens_max, hidden, dt, &s, rows_max)
     }
@@ -400,7 +391,7 @@ impl GpuComm {
     ) -> PyResult<()> {
         let mode = moe::mode(mode)?;
         let rt = &*self.rt;
-        let s = stream(&rt.comm, stream_handle)?;
+        let s = stream(&rt.comm, stream_handle);
         let (x, idx) = (span(x_ptr, x_len), span(idx_ptr, idx_len));
         let w = span(weights_ptr, weights_len);
         // SAFETY: the spans are live tensors' storage (the Python layer passes `data_ptr()` and
@@ -428,7 +419,7 @@ impl GpuComm {
     ) -> PyResult<()> {
         let mode = moe::mode(mode)?;
         let rt = &*self.rt;
-        let s = stream(&rt.comm, stream_handle)?;
+        let s = stream(&rt.comm, stream_handle);
         let (input, out) = (span(expert_out_ptr, expert_out_len), span(out_ptr, out_len));
         // SAFETY: as in `moe_dispatch`.
         unsafe { (layer.layer).combine(&rt.comm, &rt.tensors, mode, input, out, &s) }
@@ -454,7 +445,7 @@ impl GpuComm {
         out_max: u64,
         stream_handle: u64,
     ) -> PyResult<PyA2avLayer> {
-        let s = stream(&self.rt.comm, stream_handle)?;
+        let s = stream(&self.rt.comm, stream_handle);
         moe::a2av_layer(py, &self.rt, elem, out_max, &s)
     }
 
@@ -476,7 +467,7 @@ impl GpuComm {
         stream_handle: u64,
     ) -> PyResult<()> {
         let rt = &*self.rt;
-        let s = stream(&rt.comm, stream_handle)?;
+        let s = stream(&rt.comm, stream_handle);
         let send = span(send_counts_ptr, send_counts_len);
         let recv = span(recv_counts_ptr, recv_counts_len);
         let input = span(input_ptr, input_len);

@@ -8,7 +8,8 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use symm_driver::cuda::{Comm, CudaError, Result, Signals, Stream, Tensors};
+use symm_core::sched::Request;
+use symm_driver::cuda::{Comm, CudaError, LaunchFloor, Result, Signals, Span, Stream, Tensors};
 
 /// One rank's runtime (see the module doc).
 ///
@@ -22,8 +23,10 @@ pub(crate) struct Runtime {
     pub(crate) tensors: Tensors,
     /// The stream signals kernel, loaded on first use.
     signals: OnceLock<Signals>,
-    /// Serialises the signals kernel's first load.
+    /// Serialises the signals kernel's and the launch floor's first load.
     loading: Mutex<()>,
+    /// The empty kernel that times the bare launch, loaded on first use.
+    floor: OnceLock<LaunchFloor>,
     /// The Comm everything above was made from: it goes last.
     pub(crate) comm: Comm,
 }
@@ -35,6 +38,7 @@ impl Runtime {
             tensors: Tensors::new(&comm),
             signals: OnceLock::new(),
             loading: Mutex::new(()),
+            floor: OnceLock::new(),
             comm,
         }
     }
@@ -63,6 +67,52 @@ impl Runtime {
             return Err(CudaError::NotPrepared);
         }
         self.load_signals()
+    }
+
+    /// Host microseconds per call of `iters` enqueues of `req` over `(input, output)` on
+    /// `stream` (a Rust loop, the stream not waited for). Collective.
+    ///
+    /// # Safety
+    /// As [`Tensors::enqueue`]: the spans are live device memory until the work has run.
+    pub(crate) unsafe fn host_loop_us(
+        &self,
+        req: &Request,
+        (input, output): (Span, Span),
+        stream: &Stream,
+        iters: u32,
+    ) -> Result<f64> {
+        let iters = iters.max(1);
+        let t0 = std::time::Instant::now();
+        for _ in 0..iters {
+            // SAFETY: the caller's contract is this one.
+            unsafe { self.tensors.enqueue(&self.comm, req, input, output, stream) }?;
+        }
+        Ok(t0.elapsed().as_secs_f64() * 1e6 / f64::from(iters))
+    }
+
+    /// Host microseconds per bare launch with `req`'s grid ([`LaunchFloor::time`]), the empty
+    /// kernel loaded on first use. Local (the admission of `req` is found, or made here).
+    pub(crate) fn launch_floor_us(
+        &self,
+        req: &Request,
+        stream: &Stream,
+        calls: u32,
+    ) -> Result<f64> {
+        let a = self.comm.admit(req)?;
+        let floor = match self.floor.get() {
+            Some(f) => f,
+            None => {
+                let _one = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+                match self.floor.get() {
+                    Some(f) => f,
+                    None => {
+                        let f = LaunchFloor::load(&self.comm)?;
+                        self.floor.get_or_init(|| f)
+                    }
+                }
+            }
+        };
+        floor.time(&self.comm, &a, stream, calls)
     }
 
     /// Local and non-blocking: gives heap block `offset` back (what a dropped tensor or layer

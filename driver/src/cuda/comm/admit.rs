@@ -144,6 +144,16 @@ impl Admitted {
         self.0.team
     }
 
+    /// Blocks of its kernel (its plan's channels).
+    pub(super) fn channels(&self) -> u32 {
+        self.0.channels
+    }
+
+    /// Its kernel's parameter block as admitted (no buffers, no trace).
+    pub(super) fn params(&self) -> &InterpParams {
+        &self.0.params
+    }
+
     pub(crate) fn plan_arc(&self) -> &Arc<DevicePlan> {
         &self.0.plan
     }
@@ -332,7 +342,7 @@ impl Comm {
     /// itself are reported later by [`Comm::check`] or [`Comm::synchronize`].
     pub fn launch(&self, a: &Admitted, b: &Buffers, stream: &Stream) -> Result<()> {
         let _g = self.enter_on(stream)?;
-        self.launch_entered(a, b, stream, None)
+        self.launch_entered(a, b, stream, None, None)
     }
 
     /// Enqueues this rank's part of collective `req` over buffers `b` on `stream`: a lookup of
@@ -364,39 +374,42 @@ impl Comm {
             let mut l = self.launch_lock()?;
             let Launching { order, admitted } = &mut *l;
             if let Some(a) = admitted.get(&key) {
-                return self.launch_locked(order, a, b, stream, None);
+                return self.launch_locked(order, a, b, (stream, None), None);
             }
         }
         let a = admit(self)?;
-        self.launch_entered(&a, b, stream, None)
+        self.launch_entered(&a, b, stream, None, None)
     }
 
-    /// [`Comm::launch`] inside a guard whose stream was checked; `traced` runs the traced
-    /// kernel (or times copy-engine ops) into its buffers.
+    /// [`Comm::launch`] inside a guard whose stream was checked; `capturing` is whether the
+    /// stream captures when the caller asked already (`None`: the order asks when it matters);
+    /// `traced` runs the traced kernel (or times copy-engine ops) into its buffers.
     pub(crate) fn launch_entered(
         &self,
         a: &Admitted,
         b: &Buffers,
         stream: &Stream,
+        capturing: Option<bool>,
         traced: Option<&TraceTarget<'_>>,
     ) -> Result<()> {
         let mut l = self.launch_lock()?;
-        self.launch_locked(&mut l.order, a, b, stream, traced)
+        self.launch_locked(&mut l.order, a, b, (stream, capturing), traced)
     }
 
-    /// The launch itself, launch lock held (`order` is its state).
+    /// The launch itself, launch lock held (`order` is its state), on `on`: the stream and
+    /// whether it captures when known.
     fn launch_locked(
         &self,
         order: &mut StreamOrder,
         a: &Admitted,
         b: &Buffers,
-        stream: &Stream,
+        on: (&Stream, Option<bool>),
         traced: Option<&TraceTarget<'_>>,
     ) -> Result<()> {
+        let (stream, capturing) = on;
         let (plan, team) = (&*a.0.plan, a.0.team);
         a.check(self, b)?;
-        let channels = a.0.channels;
-        if channels == 0 {
+        if a.0.channels == 0 {
             return Ok(());
         }
         let r = match (a.0.exec, plan.flags()) {
@@ -414,15 +427,16 @@ impl Comm {
                 // heap's buffer area; the flag words follow the counters in every rank's pad.
                 let enqueue =
                     || unsafe { copy_engine::enqueue(flags, &area, &self.dev, stream, marks) };
-                self.order_before(order, team, stream).and_then(|record| {
-                    enqueue()?;
-                    self.ordered_after(order, team, stream, record)
-                })
+                self.order_before(order, team, stream, capturing)
+                    .and_then(|record| {
+                        enqueue()?;
+                        self.ordered_after(order, team, stream, record)
+                    })
             }
             (Executor::CopyEngines, None) => Err(CudaError::Invalid(
                 "a plan admitted for copy engines has no flag form".into(),
             )),
-            _ => self.launch_kernel(order, a, b, stream, channels, traced),
+            _ => self.launch_kernel(order, a, b, on, traced),
         };
         if let Err(e) = &r {
             self.poison.raise(e);
@@ -437,11 +451,10 @@ impl Comm {
         order: &mut StreamOrder,
         a: &Admitted,
         b: &Buffers,
-        stream: &Stream,
-        channels: u32,
+        (stream, capturing): (&Stream, Option<bool>),
         traced: Option<&TraceTarget<'_>>,
     ) -> Result<()> {
-        let (plan, team) = (&*a.0.plan, a.0.team);
+        let (plan, team, channels) = (&*a.0.plan, a.0.team, a.0.channels);
         let params = InterpParams {
             buf_off: [b.input, b.output, b.scratch],
             trace: traced.map_or(0, |t| t.events),
@@ -465,10 +478,11 @@ impl Comm {
         // context is bound by the caller's guard.
         let launch =
             || unsafe { kernel.launch(stream, channels, symm_kernels::INTERP_THREADS, &params) };
-        self.order_before(order, team, stream).and_then(|record| {
-            launch()?;
-            self.ordered_after(order, team, stream, record)
-        })
+        self.order_before(order, team, stream, capturing)
+            .and_then(|record| {
+                launch()?;
+                self.ordered_after(order, team, stream, record)
+            })
     }
 
     /// The interpreter's parameter block for `plan` of `channels` channels, without buffers or

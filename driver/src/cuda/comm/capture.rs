@@ -49,7 +49,7 @@ impl Capture<'_> {
         a.check(self.comm, b)?;
         // Pinned before the graph names them: a `free` on another thread meanwhile is refused.
         self.pin(b);
-        self.comm.launch_entered(a, b, self.stream, None)?;
+        self.comm.launch_entered(a, b, self.stream, None, None)?;
         self.teams.borrow_mut().push(a.team());
         Ok(())
     }
@@ -182,7 +182,7 @@ impl CommGraph<'_> {
         let order = &mut l.order;
         let mut record = Vec::with_capacity(self.teams.len());
         for &t in &self.teams {
-            record.push(comm.order_before(order, t, stream)?);
+            record.push(comm.order_before(order, t, stream, None)?);
         }
         let r = self.graph.launch(stream);
         if let Err(e) = &r {

@@ -16,9 +16,13 @@
 //! * after that, a collective on a stream other than the last one first makes its stream wait
 //!   for that event (`cuStreamWaitEvent`: on the GPU, no host synchronisation).
 //!
-//! A single-stream program pays nothing. Work enqueued while a stream is capturing into a graph
-//! runs only at a replay, so it is not ordered here; [`super::CommGraph::launch`] orders every
-//! replay the same way. The state lives under the Comm's launch lock.
+//! A single-stream program pays nothing: a launch on the team's last stream, with no event
+//! yet, does not even ask whether the stream is capturing (the answer would change nothing).
+//! Once a second stream was used, each launch asks (unless its caller knows: `capturing`) and
+//! records the event after itself: two driver calls, made with the context the launch's guard
+//! bound. Work enqueued while a stream is capturing into a graph runs only at a replay, so it is
+//! not ordered here; [`super::CommGraph::launch`] orders every replay the same way. The state
+//! lives under the Comm's launch lock.
 
 use std::collections::HashMap;
 
@@ -40,38 +44,55 @@ struct Lane {
     event: Option<Event>,
 }
 
+impl Lane {
+    /// Whether work on the stream of key `key` needs nothing from the order whether or not
+    /// its stream captures: the team's last stream, and no event to record.
+    fn in_order(&self, key: u64) -> bool {
+        self.last == Some(key) && self.event.is_none()
+    }
+}
+
 impl Comm {
     /// Orders work about to be enqueued on `stream` after the Comm's earlier collectives
-    /// (launch lock held: `order` is its state). Returns whether the event must be recorded
-    /// after the work ([`Comm::ordered_after`]).
+    /// (launch lock held: `order` is its state; the context bound by the caller's guard).
+    /// `capturing` is whether `stream` captures when the caller asked already (`None`: asked
+    /// here, only when it matters). Returns whether the event must be recorded after the work
+    /// ([`Comm::ordered_after`]).
     pub(super) fn order_before(
         &self,
         order: &mut StreamOrder,
         team: u16,
         stream: &Stream,
+        capturing: Option<bool>,
     ) -> Result<bool> {
-        // The caller's guard bound this Comm's context, the stream's.
-        if stream.capturing_bound()? {
+        let key = stream.key();
+        let lane = order.lanes.entry(team).or_default();
+        if lane.in_order(key) {
             return Ok(false);
         }
-        let key = stream.key();
-        let order = order.lanes.entry(team).or_default();
-        match (order.last, &order.event) {
+        let capturing = match capturing {
+            Some(c) => c,
+            None => stream.capturing_bound()?,
+        };
+        if capturing {
+            return Ok(false);
+        }
+        match (lane.last, &lane.event) {
             (None, _) => {}
             (Some(k), _) if k == key => {}
-            (Some(_), Some(event)) => stream.wait_event(event)?,
+            (Some(_), Some(event)) => stream.wait_event_bound(event)?,
             (Some(_), None) => {
                 // The first switch: nothing of the earlier streams runs after this.
                 self.sync_device()?;
-                order.event = Some(Event::untimed(&self.dev)?);
+                lane.event = Some(Event::untimed(&self.dev)?);
             }
         }
-        order.last = Some(key);
-        Ok(order.event.is_some())
+        lane.last = Some(key);
+        Ok(lane.event.is_some())
     }
 
     /// Records the order event after work enqueued on `stream` when
-    /// [`Comm::order_before`] asked for it.
+    /// [`Comm::order_before`] asked for it (the context bound by the caller's guard).
     pub(super) fn ordered_after(
         &self,
         order: &StreamOrder,
@@ -79,12 +100,28 @@ impl Comm {
         stream: &Stream,
         record: bool,
     ) -> Result<()> {
-        match (
-            order.lanes.get(&team).and_then(|l| l.event.as_ref()),
-            record,
-        ) {
-            (Some(e), true) => e.record(stream),
-            _ => Ok(()),
+        if !record {
+            return Ok(());
         }
+        match order.lanes.get(&team).and_then(|l| l.event.as_ref()) {
+            Some(e) => e.record_bound(stream),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_last_stream_without_an_event_skips_the_capture_query() {
+        let mut lane = Lane::default();
+        // The first launch sets the lane: it must know whether it captures.
+        assert!(!lane.in_order(7));
+        lane.last = Some(7);
+        assert!(lane.in_order(7));
+        // Another stream is ordered.
+        assert!(!lane.in_order(8));
     }
 }

@@ -203,7 +203,8 @@ impl Tensors {
         if in_heap.is_none() {
             copy(comm.heap_ptr(comm.job.rank, ws.input)?, input, stream)?;
         }
-        comm.launch_entered(&a, &b, stream, None)?;
+        // Whether the stream captures was asked once, above: the launch's order reuses it.
+        comm.launch_entered(&a, &b, stream, Some(capturing), None)?;
         if out_heap.is_none() {
             let from = Span {
                 ptr: comm.heap_ptr(comm.job.rank, ws.output)?,
