@@ -18,7 +18,9 @@ beside the floor under them, a bare launch of an empty kernel with the same grid
 block size (``launch_floor_us``). It writes ``bench-py-wN.json`` in the Rust bench's format
 (``samples`` of collective, size, system, mode, us, algbw, busbw, wrong) plus
 ``python_overhead`` (``rust_us``, ``python_us``, ``extra_us``, ``checks_us``, and where the
-floor was measured ``floor_us``, ``rust_above_floor_us``, ``python_above_floor_us``), and
+floor was measured ``floor_us``, ``rust_above_floor_us``, ``python_above_floor_us``, and the
+same Rust loop into a second symmetric buffer, with no staging: ``rust_out_of_place_us``,
+``rust_out_of_place_above_floor_us``), and
 rank 0 prints a table of times and ratios.
 """
 
@@ -251,10 +253,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = t.data_ptr()
     calls = a.overhead_calls
     req = _gpu._request(j, "all_reduce", 4096, "bf16", "sum", None, None)
-    rust_us, py_us, floor_us = [], [], []
+    rust_us, py_us, floor_us, apart_us = [], [], [], []
+    # In place (the output staged through the workspace: one more copy), and into a second
+    # symmetric buffer (the kernel writes the output itself: the cached call alone).
+    q = big[2048:4096].data_ptr()
     for _ in range(5):
         torch.cuda.synchronize()
         rust_us.append(comm.host_loop_us(req, p, 4096, p, 4096, stream, calls))
+        torch.cuda.synchronize()
+        apart_us.append(comm.host_loop_us(req, p, 4096, q, 4096, stream, calls))
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):
@@ -281,6 +288,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if floor_us:
         floor = min(floor_us)
         overhead.update({"floor_us": round(floor, 3),
+                         "rust_out_of_place_us": round(min(apart_us), 3),
+                         "rust_out_of_place_above_floor_us": round(min(apart_us) - floor, 3),
                          "rust_above_floor_us": round(rust - floor, 3),
                          "python_above_floor_us": round(py - floor, 3)})
 
@@ -354,7 +363,12 @@ def _print_table(doc: dict[str, Any]) -> None:
     floor = (f"bare launch {o['floor_us']} us (the floor), " if "floor_us" in o else "")
     above = (f", {o['rust_above_floor_us']} us above the floor" if "floor_us" in o else "")
     print(f"host time per cached 4 KiB symm.all_reduce call: {floor}"
-          f"Rust {o['rust_us']} us{above}, Python {o['python_us']} us")
+          f"Rust {o['rust_us']} us{above}, Python {o['python_us']} us (in place: the output "
+          "staged)")
+    if "rust_out_of_place_us" in o:
+        print(f"the same call into a second symmetric buffer (no staging): Rust "
+              f"{o['rust_out_of_place_us']} us, {o['rust_out_of_place_above_floor_us']} us above "
+              "the floor")
     print(f"python layer: {o['extra_us']} us extra per eager call over Rust "
           f"({o['checks_us']} us of it the argument handling); 0 in a graph (replays run no "
           "Python)")

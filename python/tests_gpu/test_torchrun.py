@@ -29,13 +29,12 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32]
 
 @pytest.fixture(scope="module", autouse=True)
 def job():
-    dist.init_process_group("gloo")
+    # The session's process group (conftest.py).
     symm.init(timeout=5.0)
     # init makes the rank's GPU torch's current device: device="cuda" below means it.
     assert torch.cuda.current_device() == symm.device().index
     yield
     symm.finalize()
-    dist.destroy_process_group()
 
 
 def rank_input(n, dtype, rank, salt=0):

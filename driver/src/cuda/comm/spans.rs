@@ -182,8 +182,10 @@ impl Tensors {
                 });
             }
         }
+        // A staged span inside this rank's buffer area (an output over its own input) is heap
+        // memory already: only a span from elsewhere costs the driver's pointer query.
         for (s, heap) in [(input, in_heap), (output, out_heap)] {
-            if heap.is_none() && s.len > 0 {
+            if heap.is_none() && s.len > 0 && comm.heap_offset(s).is_none() {
                 comm.check_device_span(s)?;
             }
         }
