@@ -88,6 +88,28 @@ mod tests {
         }
     }
 
+    /// Hostile shapes (no ranks, every rank a u16 holds, sizes at the ends of u64, sizes no
+    /// element divides) give a request, never a panic; whatever it is, validation judges it.
+    #[test]
+    fn hostile_shapes_never_panic() {
+        for topology in Topology::ALL {
+            for world in [0, 1, 2, 1000, u16::MAX] {
+                for c in Collective::ALL {
+                    for bytes in [0, 1, 3, 4097, u64::MAX / 2, u64::MAX - 1, u64::MAX] {
+                        for dt in [DType::F32, DType::Bf16, DType::I64] {
+                            let r = Request::auto(c, world, bytes, dt, ReduceOp::Sum, topology);
+                            assert_eq!((r.collective, r.world, r.bytes), (c, world, bytes));
+                            let _ = r.validate();
+                            let _ = r
+                                .with_choice(Some(Algorithm::Ring), Some(u16::MAX))
+                                .validate();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Where a calibration table measured the shape, the automatic request is its entry, and
     /// only on the topology it was measured on.
     #[test]
