@@ -42,7 +42,8 @@ pub fn ci_checks() -> Result<(), String> {
     let variants_s = t.elapsed().as_secs_f64();
     // Compiled plans: generated sources of real schedules (ring, tree, one-shot, two-shot, the
     // low-latency all-reduce and all-to-all with their fused steps, the 128-byte-line all-reduce
-    // and reduce-scatter, pairwise all-to-all, over 1 to 4 channels) compile too, plain and
+    // and reduce-scatter, pairwise all-to-all, direct ones of 32 and 64 channels whose channels share
+    // one shape) compile too, plain and
     // traced.
     let t = Instant::now();
     let mut plans = 0;
@@ -51,6 +52,9 @@ pub fn ci_checks() -> Result<(), String> {
         (Collective::AllReduce, Algorithm::Tree, 4096, 1),
         (Collective::AllReduce, Algorithm::OneShot, 1024, 1),
         (Collective::AllReduce, Algorithm::TwoShot, 16 << 10, 4),
+        (Collective::AllReduce, Algorithm::TwoShot, 1 << 20, 64),
+        (Collective::ReduceScatter, Algorithm::Direct, 1 << 20, 32),
+        (Collective::AllGather, Algorithm::Direct, 1 << 20, 32),
         (Collective::AllGather, Algorithm::Ring, 4096, 1),
         (Collective::AllToAll, Algorithm::Pairwise, 4096, 2),
         (Collective::AllReduce, Algorithm::OneShotLl, 96 << 10, 2),

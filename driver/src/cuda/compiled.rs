@@ -1,20 +1,25 @@
-//! Compiled plans: one rank's plan as straight-line CUDA, for small messages.
+//! Compiled plans: one rank's plan as straight-line CUDA.
 //!
 //! The interpreter (`symm/interp.cu`) reads each op from memory and dispatches on its kind.
-//! A compiled plan is a kernel generated for one validated [`RankPlan`]: block `c` calls channel
-//! `c`'s function (not inlined: NVRTC then optimises each channel on its own, and its time grows
-//! with the ops instead of faster; a 64-channel plan of 1024 ops compiled in 33 s instead of
-//! 124 on one core), which runs the channel's ops in order, each a call of the interpreter's
-//! own `symm_run_op` (`symm/ops.cuh`)
-//! with the op's encoded words as constants, so NVRTC folds the dispatch, the offsets, sizes,
-//! peers, slots and counts into the code. The kernel takes the interpreter's parameter block
-//! (heap, buffers, counters, records, trace), so the same buffer checks, timeouts, records and
-//! trace events apply, and a traced compiled plan emits the interpreter's trace.
+//! A compiled plan is a kernel generated for one validated [`RankPlan`]. Its channels are
+//! grouped by shape: two channels have the same shape when their ops do the same things to the
+//! same ranks (kind, dtype, operator, buffers, line format, ranks, divisor; [`shape`]), and
+//! differ at most in offsets, counts and slots, as the channels of a direct algorithm do. Each
+//! shape is one function (not inlined: NVRTC then optimises each on its own, and its time grows
+//! with the ops instead of faster), which runs the ops in order, each a call of the
+//! interpreter's own `symm_run_op` (`symm/ops.cuh`) with the shape's words as constants, so
+//! NVRTC folds the dispatch, the peers and the reduction's loop away; the offsets, counts and
+//! slots it reads from the uploaded plan. Block `c` calls its channel's shape with channel
+//! `c`'s ops. So a two-shot of 64 channels compiles one channel's ops, and every size of it is
+//! one source and one cached cubin. The kernel takes the interpreter's parameter block (heap,
+//! buffers, counters, records, trace), so the same buffer checks, timeouts, records and trace
+//! events apply, and a traced compiled plan emits the interpreter's trace.
 //!
-//! Only plans that passed [`RankPlan::validate`] are compiled, and the generator writes nothing
-//! but numbers from their encoded ops: a hostile plan is refused by the validation (ranks,
-//! ranges, slots) or by [`MAX_COMPILED_OPS`], never turned into a kernel. Cubins are cached by
-//! the hash of their source, headers, options and compiler ([`crate::kernel_cache`]).
+//! Only plans that passed [`RankPlan::validate`] are compiled and launched with their own
+//! uploaded ops; the generator writes nothing but numbers from their encoded ops: a hostile
+//! plan is refused by the validation (ranks, ranges, slots) or by [`MAX_COMPILED_OPS`], never
+//! turned into a kernel. Cubins are cached by the hash of their source, headers, options and
+//! compiler ([`crate::kernel_cache`]).
 
 use std::fmt::Write as _;
 
@@ -28,15 +33,15 @@ use symm_core::plan::{self as plan_code, PlanOp};
 
 /// The compiled kernel's entry point.
 pub const COMPILED_ENTRY: &str = "symm_compiled";
-/// Most ops a compiled plan may hold (over all channels); longer plans are interpreted.
+/// Most ops a compiled kernel may hold ([`compiled_ops`]); longer plans are interpreted.
 pub const MAX_COMPILED_OPS: usize = 4096;
 
 /// Which kernel runs a plan.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PlanPath {
-    /// Compiled plans for requests of at most [`AUTO_COMPILED_BYTES`] whose plan holds at most
-    /// [`AUTO_COMPILED_OPS`] ops, else the interpreter.
+    /// Compiled plans for requests of at most [`AUTO_COMPILED_BYTES`] whose kernel holds at most
+    /// [`AUTO_COMPILED_OPS`] ops ([`compiled_ops`]), else the interpreter.
     #[default]
     Auto,
     /// Always the interpreter.
@@ -49,11 +54,10 @@ pub enum PlanPath {
 /// plans ran 1.3 to 1.8 times faster than interpreted ones from 1 KiB to 1 MiB (docs/perf.md).
 pub const AUTO_COMPILED_BYTES: u64 = 1 << 20;
 
-/// The longest plan (ops of all its channels) `PlanPath::Auto` compiles. NVRTC takes 20 to
-/// 90 ms per op on one core (the low-latency ops the most), so a plan of this many ops compiles
-/// in seconds; a 1 MiB two-shot of 64 channels at world 4 holds 1024 ops and took over a minute.
-/// Every small-message winner of the world-2 benchmark fits (the 16-channel low-latency
-/// all-reduce: 80 ops at world 2, 112 at world 4).
+/// The most ops ([`compiled_ops`]: one channel of each shape) a kernel that `PlanPath::Auto`
+/// compiles holds. NVRTC takes 20 to 90 ms per op on one core (the low-latency ops the most),
+/// so a kernel of this many ops compiles in seconds. Channels of one shape count once: a 1 MiB
+/// two-shot of 64 channels at world 4 holds 1024 ops but compiles 16.
 pub const AUTO_COMPILED_OPS: usize = 128;
 
 impl PlanPath {
@@ -75,7 +79,8 @@ impl PlanPath {
         PlanPath::ALL.into_iter().find(|p| p.name() == s)
     }
 
-    /// Whether a plan of `ops` ops for a request of `bytes` runs compiled.
+    /// Whether a plan whose kernel holds `ops` ops ([`compiled_ops`]) for a request of `bytes`
+    /// runs compiled.
     pub fn compiles(self, bytes: u64, ops: usize) -> bool {
         ops <= MAX_COMPILED_OPS
             && match self {
@@ -86,43 +91,53 @@ impl PlanPath {
     }
 }
 
-/// The CUDA source of `plan` (validated by the caller), or [`CudaError::TooLarge`] past
-/// [`MAX_COMPILED_OPS`].
+/// The CUDA source of `plan` (validated by the caller), or [`CudaError::TooLarge`] when it
+/// would hold more than [`MAX_COMPILED_OPS`] ops ([`compiled_ops`]).
+///
+/// Channels whose ops have the same shape ([`shape`]: what each op does and to whom) share one
+/// function; it reads the rest of each op (offsets, counts, slots) from the uploaded plan
+/// (`p.plan`, at `p.chan_start[channel]`). So a 64-channel two-shot compiles one channel's ops,
+/// and every size of it the same source (one cubin in the kernel cache).
 pub fn source(plan: &RankPlan) -> Result<String> {
-    if plan.ops.len() > MAX_COMPILED_OPS {
+    let groups = Groups::of(plan);
+    if groups.ops() > MAX_COMPILED_OPS {
         return Err(CudaError::TooLarge {
             what: "compiled plan ops",
-            size: plan.ops.len() as u64,
+            size: groups.ops() as u64,
             limit: MAX_COMPILED_OPS as u64,
         });
     }
-    let mut s = String::with_capacity(256 + plan.ops.len() * 400);
+    let mut s = String::with_capacity(1024 + groups.ops() * 300);
     s.push_str("// Generated by symm_driver::cuda::compiled from one rank's validated plan.\n");
     // Only the reductions of the dtypes the plan reduces are instantiated (compile time).
     let _ = writeln!(s, "#define SYMM_DTYPE_MASK 0x{:x}u", dtype_mask(plan));
     s.push_str(
         "#include \"symm/ops.cuh\"\n\
-         #define SYMM_OP(i, ...) { const symm_u64 w_[SYMM_OP_BYTES / 8] = {__VA_ARGS__}; \
-         symm_plan_op op_; memcpy(&op_, w_, sizeof op_); \
-         symm_run_op(p, op_, i, stop, trace_len); if (stop) return; }\n\
-         #define SYMM_FUSED(i, k, call, ...) { const symm_u64 w_[(k) * (SYMM_OP_BYTES / 8)] = {__VA_ARGS__}; \
-         symm_plan_op o_[k]; memcpy(o_, w_, sizeof o_); call; if (stop) return; }\n",
+         #define SYMM_MK(o, i, w0, w1, dv, bo, rs) { const symm_plan_op& m_ = ops[i]; \
+         const symm_u64 h_[2] = {w0, w1}; memcpy(&(o), h_, 16); (o).slot = m_.slot; (o).div = dv; \
+         (o).a_off = m_.a_off; (o).b_off = bo; (o).dst_off = m_.dst_off; (o).count = m_.count; \
+         (o).reserved = rs; }\n\
+         #define SYMM_OP(i, w0, w1, dv, bo, rs) { symm_plan_op op_; SYMM_MK(op_, i, w0, w1, dv, bo, rs); \
+         symm_run_op(p, op_, i, stop, trace_len); if (stop) return; }\n",
     );
-    // One function per channel, not inlined into the kernel: NVRTC optimises each channel's
-    // straight-line code on its own, so the compile time grows with the ops, not faster.
-    for c in 0..plan.channels() {
-        let (a, b) = (plan.chan_start[c] as usize, plan.chan_start[c + 1] as usize);
+    // One function per shape, not inlined into the kernel: NVRTC optimises each on its own, so
+    // the compile time grows with the ops, not faster.
+    for (g, (first, steps)) in groups.shapes.iter().enumerate() {
+        let (a, b) = (
+            plan.chan_start[*first] as usize,
+            plan.chan_start[*first + 1] as usize,
+        );
         let ops = &plan.ops[a..b];
         let _ = writeln!(
             s,
-            "static __device__ __noinline__ void symm_channel_{c}(const symm_interp_params& p, \
-             int& stop, symm_u32& trace_len) {{\n#if SYMM_TRACE"
+            "static __device__ __noinline__ void symm_shape_{g}(const symm_interp_params& p, \
+             const symm_plan_op* __restrict__ ops, int& stop, symm_u32& trace_len) {{\n#if SYMM_TRACE"
         );
         for (i, op) in ops.iter().enumerate() {
             op_line(&mut s, i, op);
         }
         s.push_str("#else\n");
-        fused_lines(&mut s, ops);
+        fused_lines(&mut s, ops, steps);
         s.push_str("#endif\n}\n");
     }
     s.push_str(
@@ -132,12 +147,13 @@ pub fn source(plan: &RankPlan) -> Result<String> {
          \x20 if (blockIdx.x >= p.channels || blockIdx.x >= SYMM_MAX_CHANNELS) return;\n\
          \x20 if (threadIdx.x == 0) stop = 0;\n\
          \x20 __syncthreads();\n\
+         \x20 const symm_plan_op* ops = p.plan + p.chan_start[blockIdx.x];\n\
          \x20 switch (blockIdx.x) {\n",
     );
-    for c in 0..plan.channels() {
+    for (c, g) in groups.of_channel.iter().enumerate() {
         let _ = writeln!(
             s,
-            "  case {c}: symm_channel_{c}(p, stop, trace_len); break;"
+            "  case {c}: symm_shape_{g}(p, ops, stop, trace_len); break;"
         );
     }
     s.push_str(
@@ -147,6 +163,85 @@ pub fn source(plan: &RankPlan) -> Result<String> {
          #endif\n}\n",
     );
     Ok(s)
+}
+
+/// Ops a compiled kernel of `plan` holds: those of one channel of each shape (what NVRTC's
+/// time grows with, and what [`PlanPath::compiles`] limits).
+pub fn compiled_ops(plan: &RankPlan) -> usize {
+    Groups::of(plan).ops()
+}
+
+/// What a compiled kernel holds of an op as constants: the words that fix what it does and to
+/// whom (kind, dtype, operator, buffers, line format, ranks, divisor, and a k-way reduce's
+/// packed source ranks). The rest (offsets, counts, slots, a low-latency op's region stride
+/// and half offset) the kernel reads from the uploaded plan, so channels and sizes that differ
+/// only there share the code.
+fn shape(op: &PlanOp) -> [u64; 5] {
+    let b = op.to_bytes();
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    let ranks = op.kind == plan_code::REDUCE_N;
+    [
+        word(0),
+        word(8),
+        u64::from(op.div),
+        if ranks { op.b_off } else { 0 },
+        if ranks { op.reserved } else { 0 },
+    ]
+}
+
+/// How an untraced kernel runs one channel's ops: one op, or a fused step of `k` ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Step {
+    /// One op (`symm_run_op`).
+    Op,
+    /// A signal to this rank's own slot and the wait for it (`symm_local_epoch`).
+    Epoch,
+    /// `k` low-latency puts of one source (`symm_ll_put_n`).
+    Puts(usize),
+}
+
+/// A plan's channels grouped by shape: the ops' shapes and the untraced kernel's steps.
+struct Groups {
+    /// Per shape: its first channel and the steps of its untraced body.
+    shapes: Vec<(usize, Vec<Step>)>,
+    /// Per channel: its shape.
+    of_channel: Vec<usize>,
+    /// Ops per shape.
+    lens: Vec<usize>,
+}
+
+impl Groups {
+    fn of(plan: &RankPlan) -> Groups {
+        let mut keys: std::collections::HashMap<(Vec<[u64; 5]>, Vec<Step>), usize> =
+            std::collections::HashMap::new();
+        let mut g = Groups {
+            shapes: Vec::new(),
+            of_channel: Vec::with_capacity(plan.channels()),
+            lens: Vec::new(),
+        };
+        for c in 0..plan.channels() {
+            let (a, b) = (plan.chan_start[c] as usize, plan.chan_start[c + 1] as usize);
+            let ops = plan.ops.get(a..b).unwrap_or(&[]);
+            let steps = steps(ops);
+            let key = (ops.iter().map(shape).collect::<Vec<_>>(), steps.clone());
+            let next = g.shapes.len();
+            let id = *keys.entry(key).or_insert(next);
+            if id == next {
+                g.shapes.push((c, steps));
+                g.lens.push(ops.len());
+            }
+            g.of_channel.push(id);
+        }
+        g
+    }
+
+    fn ops(&self) -> usize {
+        self.lens.iter().sum()
+    }
 }
 
 /// The bits (`1 << dtype`) of the dtypes that `plan`'s unicast reducing ops use (the
@@ -162,43 +257,41 @@ fn dtype_mask(plan: &RankPlan) -> u32 {
         .fold(0, |m, o| m | 1 << o.dtype)
 }
 
-/// Appends op `i` as one `SYMM_OP` line: its index and its eight encoded words.
+/// Appends op `i` as one `SYMM_OP` line: its index and its shape's constants ([`shape`]).
 fn op_line(s: &mut String, i: usize, op: &PlanOp) {
     let _ = write!(s, "    SYMM_OP({i}");
-    words(s, op);
+    consts(s, op);
     s.push_str(")\n");
 }
 
-/// Appends the eight encoded words of `op`, each as `, 0x..ull`.
-fn words(s: &mut String, op: &PlanOp) {
-    for w in op.to_bytes().chunks_exact(8) {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(w);
-        let _ = write!(s, ", 0x{:x}ull", u64::from_le_bytes(word));
+/// Appends `op`'s constants as the arguments `w0, w1, div, b_off, reserved` of `SYMM_MK`: the
+/// first two words, the divisor, and a k-way reduce's packed source ranks; an op's other
+/// `b_off` and `reserved` are read from the plan (`m_`).
+fn consts(s: &mut String, op: &PlanOp) {
+    let [w0, w1, div, b_off, reserved] = shape(op);
+    let _ = write!(s, ", 0x{w0:x}ull, 0x{w1:x}ull, 0x{div:x}u");
+    if op.kind == plan_code::REDUCE_N {
+        let _ = write!(s, ", 0x{b_off:x}ull, 0x{reserved:x}ull");
+    } else {
+        s.push_str(", m_.b_off, m_.reserved");
     }
 }
 
 /// Most low-latency puts one fused step of an untraced compiled kernel stores.
 pub const MAX_FUSED_PUTS: usize = 8;
 
-/// Appends one channel's ops for the untraced kernel, runs of ops that have the shape of a fused
-/// step of `symm/ops.cuh` as that step: a signal that adds to a slot followed by the wait for
+/// One channel's steps for the untraced kernel: runs of ops that have the shape of a fused step
+/// of `symm/ops.cuh` become that step: a signal that adds to a slot followed by the wait for
 /// the same count on it (`symm_local_epoch`, which checks on the device that the signal goes
 /// to the rank's own pad and otherwise runs both ops), and 2 to [`MAX_FUSED_PUTS`] low-latency
-/// puts of one source, size, slot and half offset (`symm_ll_put_n`). Everything else is a
-/// `SYMM_OP` line.
-fn fused_lines(s: &mut String, ops: &[PlanOp]) {
+/// puts of one source, size, slot and half offset (`symm_ll_put_n`). Everything else is an op.
+fn steps(ops: &[PlanOp]) -> Vec<Step> {
+    let mut out = Vec::new();
     let mut i = 0;
     while i < ops.len() {
         let op = &ops[i];
-        if let Some(next) = ops.get(i + 1).filter(|w| epoch_pair(op, w)) {
-            let _ = write!(
-                s,
-                "    SYMM_FUSED({i}, 2, symm_local_epoch(p, o_[0], o_[1], {i}, stop, trace_len)"
-            );
-            words(s, op);
-            words(s, next);
-            s.push_str(")\n");
+        if ops.get(i + 1).is_some_and(|w| epoch_pair(op, w)) {
+            out.push(Step::Epoch);
             i += 2;
             continue;
         }
@@ -208,16 +301,41 @@ fn fused_lines(s: &mut String, ops: &[PlanOp]) {
             .take_while(|q| same_put(op, q))
             .count();
         if run >= 2 {
-            let _ = write!(s, "    SYMM_FUSED({i}, {run}, symm_ll_put_n<{run}>(p, o_)");
-            for q in &ops[i..i + run] {
-                words(s, q);
-            }
-            s.push_str(")\n");
+            out.push(Step::Puts(run));
             i += run;
             continue;
         }
-        op_line(s, i, op);
+        out.push(Step::Op);
         i += 1;
+    }
+    out
+}
+
+/// Appends one channel's ops for the untraced kernel as `steps` ([`steps`] of these ops, or of
+/// another channel of the same shape): a fused step builds its ops with `SYMM_MK` and calls it.
+fn fused_lines(s: &mut String, ops: &[PlanOp], steps: &[Step]) {
+    let mut i = 0;
+    for step in steps {
+        let (k, call) = match step {
+            Step::Op => {
+                op_line(s, i, &ops[i]);
+                i += 1;
+                continue;
+            }
+            Step::Epoch => (
+                2,
+                format!("symm_local_epoch(p, o_[0], o_[1], {i}, stop, trace_len)"),
+            ),
+            Step::Puts(k) => (*k, format!("symm_ll_put_n<{k}>(p, o_)")),
+        };
+        let _ = write!(s, "    {{ symm_plan_op o_[{k}];");
+        for (j, op) in ops[i..i + k].iter().enumerate() {
+            let _ = write!(s, " SYMM_MK(o_[{j}], {}", i + j);
+            consts(s, op);
+            s.push(')');
+        }
+        let _ = writeln!(s, " {call}; if (stop) return; }}");
+        i += k;
     }
 }
 
@@ -299,29 +417,36 @@ mod tests {
     use symm_core::sched::{Algorithm, Collective, Request};
 
     #[test]
-    fn the_source_holds_every_op_as_constants_and_nothing_else_of_the_plan() {
-        let req = Request::new(
-            Collective::AllReduce,
-            Algorithm::OneShot,
-            4,
-            4096,
-            DType::Bf16,
-            ReduceOp::Sum,
-        )
-        .with_channels(2);
-        let plan = RankPlan::schedule(&req, 1).expect("schedules");
+    fn channels_of_one_shape_share_a_function_and_sizes_share_the_source() {
+        let req = |bytes: u64, ch: u16| {
+            Request::new(
+                Collective::AllReduce,
+                Algorithm::TwoShot,
+                4,
+                bytes,
+                DType::Bf16,
+                ReduceOp::Sum,
+            )
+            .with_channels(ch)
+        };
+        let plan = RankPlan::schedule(&req(1 << 20, 64), 1).expect("schedules");
+        let per_channel = plan.ops.len() / plan.channels();
+        assert_eq!(plan.ops.len(), 64 * per_channel);
+        // Every channel of a two-shot has one shape: the kernel holds one channel's ops.
+        assert_eq!(compiled_ops(&plan), per_channel);
         let src = source(&plan).expect("short enough");
-        // Once in the traced body of each channel, plus the macro's definition.
-        let traced: String = sections(&src, "#if SYMM_TRACE", "#else");
-        assert_eq!(traced.matches("SYMM_OP(").count(), plan.ops.len());
+        assert_eq!(src.matches("__noinline__ void symm_shape_").count(), 1);
         assert_eq!(src.matches("  case ").count(), plan.channels());
-        // Each channel is a function of its own, so NVRTC's time grows with the ops.
-        assert_eq!(
-            src.matches("__noinline__ void symm_channel_").count(),
-            plan.channels()
-        );
-        assert_eq!(ops_in(&sections(&src, "#else", "#endif")), plan.ops.len());
-        // Only numbers come from the plan: every op line is SYMM_OP(i, 0x..ull x 8).
+        let traced = sections(&src, "#if SYMM_TRACE", "#else");
+        assert_eq!(traced.matches("SYMM_OP(").count(), per_channel);
+        assert_eq!(ops_in(&sections(&src, "#else", "#endif")), per_channel);
+        // Sizes that differ only in offsets and counts compile to the same source (one cubin).
+        let other = RankPlan::schedule(&req(4 << 20, 64), 1).expect("schedules");
+        assert_eq!(source(&other).expect("short"), src);
+        // Another rank's plan reduces from other ranks first: another shape, another source.
+        let rank0 = RankPlan::schedule(&req(1 << 20, 64), 0).expect("schedules");
+        assert_ne!(source(&rank0).expect("short"), src);
+        // No offset, count or slot of the plan is in the source: only the shape's words.
         for line in src
             .lines()
             .filter(|l| l.trim_start().starts_with("SYMM_OP("))
@@ -331,12 +456,50 @@ mod tests {
                 .trim_start_matches("SYMM_OP(")
                 .trim_end_matches(')');
             let parts: Vec<&str> = inner.split(", ").collect();
-            assert_eq!(parts.len(), 1 + 64 / 8, "{line}");
+            assert_eq!(parts.len(), 6, "{line}");
             assert!(parts[0].parse::<usize>().is_ok());
-            assert!(parts[1..]
-                .iter()
-                .all(|w| w.starts_with("0x") && w.ends_with("ull")));
+            assert!(parts[1..4].iter().all(|w| w.starts_with("0x")), "{line}");
+            assert!(
+                parts[4..]
+                    .iter()
+                    .all(|w| w.starts_with("0x") || w.starts_with("m_.")),
+                "{line}"
+            );
         }
+    }
+
+    #[test]
+    fn channels_of_different_shapes_get_functions_of_their_own() {
+        // A ring's channels differ in their ranks (alternate directions): no op is run by a
+        // function of another shape, and every op is in the kernel once per shape.
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            4,
+            64 << 10,
+            DType::F32,
+            ReduceOp::Sum,
+        )
+        .with_channels(4);
+        let plan = RankPlan::schedule(&req, 2).expect("schedules");
+        let g = Groups::of(&plan);
+        for (c, id) in g.of_channel.iter().enumerate() {
+            let first = g.shapes[*id].0;
+            let ops = |c: usize| {
+                plan.ops[plan.chan_start[c] as usize..plan.chan_start[c + 1] as usize]
+                    .iter()
+                    .map(shape)
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(ops(c), ops(first), "channel {c}");
+        }
+        let src = source(&plan).expect("short");
+        let traced = sections(&src, "#if SYMM_TRACE", "#else");
+        assert_eq!(traced.matches("SYMM_OP(").count(), compiled_ops(&plan));
+        assert_eq!(
+            src.matches("__noinline__ void symm_shape_").count(),
+            g.shapes.len()
+        );
     }
 
     /// The lines of `src` between each `open` line and the next `close` line.
@@ -356,16 +519,14 @@ mod tests {
         out
     }
 
-    /// Ops a body's lines stand for: one per `SYMM_OP` line, `k` per `SYMM_FUSED(i, k, ..)`,
-    /// every one of whose words is a number.
+    /// Ops a body's lines stand for: one per `SYMM_OP` line, `k` per fused step
+    /// (`{ symm_plan_op o_[k]; SYMM_MK(..) x k call; .. }`).
     fn ops_in(body: &str) -> usize {
         let mut n = 0;
         for line in body.lines().map(str::trim) {
-            if let Some(rest) = line.strip_prefix("SYMM_FUSED(") {
-                let parts: Vec<&str> = rest.trim_end_matches(')').split(", ").collect();
-                let k: usize = parts[1].parse().expect("a count");
-                let w = parts.iter().filter(|w| w.starts_with("0x")).count();
-                assert_eq!(w, k * 8, "{line}");
+            if let Some(rest) = line.strip_prefix("{ symm_plan_op o_[") {
+                let k: usize = rest.split(']').next().unwrap().parse().expect("a count");
+                assert_eq!(line.matches("SYMM_MK(").count(), k, "{line}");
                 n += k;
             } else if line.starts_with("SYMM_OP(") {
                 n += 1;
@@ -389,11 +550,11 @@ mod tests {
         let fused = sections(&src, "#else", "#endif");
         assert_eq!(fused.matches("symm_local_epoch(").count(), 1, "{fused}");
         assert_eq!(fused.matches("symm_ll_put_n<4>(").count(), 1, "{fused}");
-        assert_eq!(ops_in(&fused), plan.ops.len());
+        assert_eq!(ops_in(&fused), compiled_ops(&plan));
         // The traced kernel runs the ops one by one, as the interpreter does.
         let traced = sections(&src, "#if SYMM_TRACE", "#else");
-        assert!(!traced.contains("SYMM_FUSED("));
-        assert_eq!(traced.matches("SYMM_OP(").count(), plan.ops.len());
+        assert!(!traced.contains("o_["));
+        assert_eq!(traced.matches("SYMM_OP(").count(), compiled_ops(&plan));
         // Puts of different sources are not fused.
         let ring = Request::new(
             Collective::AllReduce,
@@ -406,7 +567,7 @@ mod tests {
         let plan = RankPlan::schedule(&ring, 0).expect("schedules");
         let fused = sections(&source(&plan).expect("short"), "#else", "#endif");
         assert!(!fused.contains("symm_ll_put_n"));
-        assert_eq!(ops_in(&fused), plan.ops.len());
+        assert_eq!(ops_in(&fused), compiled_ops(&plan));
     }
 
     #[test]

@@ -26,6 +26,8 @@ pub struct DevicePlan {
     compiled: [std::sync::OnceLock<super::launch::Kernel>; 2],
     /// The plan's flag form, when the owner runs it on copy engines ([`super::copy_engine`]).
     flags: Option<super::copy_engine::FlagPlan>,
+    /// Ops its compiled kernel holds ([`super::compiled::compiled_ops`]).
+    compiled_ops: usize,
 }
 
 /// A number no other `World` or `Comm` of this process has: what ties a plan to its owner.
@@ -69,7 +71,9 @@ impl DevicePlan {
             .collect();
         let chan = DevBuf::zeroed(dev, cs.len().max(1))?;
         chan.upload(&cs)?;
+        let compiled_ops = super::compiled::compiled_ops(&plan);
         Ok(DevicePlan {
+            compiled_ops,
             host: plan,
             sizes,
             ops,
@@ -105,6 +109,12 @@ impl DevicePlan {
             let _ = slot.set(super::compiled::load(compiler, dev, &self.host, trace)?);
         }
         Ok(())
+    }
+
+    /// Ops its compiled kernel holds: one channel of each shape
+    /// ([`super::compiled::compiled_ops`]).
+    pub(crate) fn compiled_ops(&self) -> usize {
+        self.compiled_ops
     }
 
     /// The compiled kernel of this plan (traced or not), when it was compiled.

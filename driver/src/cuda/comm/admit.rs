@@ -44,7 +44,8 @@ pub enum Executor {
 }
 
 impl Executor {
-    /// The executor of a plan of `ops` ops for a request of `bytes` bytes: copy engines when
+    /// The executor of a plan whose kernel holds `ops` ops (`compiled::compiled_ops`) for a
+    /// request of `bytes` bytes: copy engines when
     /// the copy-engine option takes the request, else compiled when `path` compiles it, else
     /// the interpreter.
     pub(crate) fn choose(engines: bool, path: PlanPath, bytes: u64, ops: usize) -> Executor {

@@ -101,7 +101,7 @@ impl Comm {
         let full = (key.0, key.1, engines);
         let path = self.opts.plans;
         if let Some(p) = self.plans.get(&full) {
-            let exec = Executor::choose(engines, path, key.1.bytes, p.host().ops.len());
+            let exec = Executor::choose(engines, path, key.1.bytes, p.compiled_ops());
             if now && path == PlanPath::Auto && exec == Executor::Compiled {
                 // Prepared: a plan the background compiler has not finished yet is compiled
                 // now (forced mode compiled it when it was built; a plan that does not compile
@@ -113,8 +113,8 @@ impl Comm {
         let host = build()?;
         let sizes = key.1.buffer_sizes();
         host.validate(self.job.rank, self.job.world, &sizes, self.pad_slots, false)?;
-        let exec = Executor::choose(engines, path, key.1.bytes, host.ops.len());
         let mut p = DevicePlan::upload(&self.dev, host, sizes, (self.job.id, self.job.rank))?;
+        let exec = Executor::choose(engines, path, key.1.bytes, p.compiled_ops());
         if engines {
             p = p.on_copy_engines()?;
         }
