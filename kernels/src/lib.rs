@@ -41,12 +41,16 @@ pub const REDUCE_CUH: &str = include_str!("../symm/reduce.cuh");
 /// The ops of plans on the GPU (`symm_run_op`), shared by the interpreter and compiled plans.
 pub const OPS_CUH: &str = include_str!("../symm/ops.cuh");
 
+/// Fused steps of compiled plans (several ops of one shape in one pass, one fence or one poll).
+pub const FUSED_CUH: &str = include_str!("../symm/fused.cuh");
+
 /// Headers by include name.
-pub const HEADERS: [(&str, &str); 5] = [
+pub const HEADERS: [(&str, &str); 6] = [
     ("symm/plan.cuh", PLAN_CUH),
     ("symm/device.cuh", DEVICE_CUH),
     ("symm/reduce.cuh", REDUCE_CUH),
     ("symm/ops.cuh", OPS_CUH),
+    ("symm/fused.cuh", FUSED_CUH),
     ("symm/moe.cuh", MOE_CUH),
 ];
 

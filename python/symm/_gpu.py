@@ -131,8 +131,9 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
     through the group's store; otherwise ``SYMM_JOB`` and ``SYMM_TOKEN`` are read, as symm-run
     sets them. ``heap_bytes`` is each rank's symmetric heap, ``timeout`` the deadline (seconds)
     of every device wait, ``bootstrap_timeout`` that of joining and host exchanges. ``plans``
-    picks the kernel that runs collectives: ``"auto"`` (plans compiled to their own kernels for
-    messages up to 1 MiB whose plan holds at most 128 ops, at the first call of each shape: a
+    picks the kernel that runs collectives: ``"auto"`` (plans compiled to their own kernels when
+    the kernel holds at most 128 ops, channels of one shape counted once, at any size, at the
+    first call of each shape: a
     fraction of a second to seconds of NVRTC the first time on a machine, then a disk cache;
     the interpreter otherwise), ``"interpreted"``
     or ``"compiled"``; default ``SYMM_PLANS``, else auto. The other variables that configure a

@@ -276,6 +276,13 @@ impl Direct {
                 }
             }
         }
+        // A body that writes peers' outputs tells them in the completion phase, after every
+        // write: the writes of a channel go out together and one fence releases them all.
+        match d.body {
+            Body::Reduce { push: true, .. } => (d.done_kind, d.done_to) = (Data, Peers::All),
+            Body::Send { to, .. } => (d.done_kind, d.done_to) = (Data, to),
+            _ => {}
+        }
         d
     }
 
@@ -389,7 +396,6 @@ impl Direct {
                 let q = ((me as u64 + (u - steps)) % w) as u16;
                 if push && q != me {
                     let _ = out.push(ctx.copy(own, ctx.loc(q, Buf::Output, dst), len));
-                    let _ = out.push(ctx.signal(q, Data));
                 }
             }
             Body::Send {
@@ -408,7 +414,6 @@ impl Direct {
                     }
                 } else if to.has(me, q) {
                     let _ = out.push(ctx.copy(from, ctx.loc(q, Buf::Output, dst), len));
-                    let _ = out.push(ctx.signal(q, Data));
                 }
             }
             Body::Mc {

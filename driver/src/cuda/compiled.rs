@@ -40,8 +40,10 @@ pub const MAX_COMPILED_OPS: usize = 4096;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PlanPath {
-    /// Compiled plans for requests of at most [`AUTO_COMPILED_BYTES`] whose kernel holds at most
-    /// [`AUTO_COMPILED_OPS`] ops ([`compiled_ops`]), else the interpreter.
+    /// Compiled plans whose kernel holds at most [`AUTO_COMPILED_OPS`] ops ([`compiled_ops`]),
+    /// at every size, else the interpreter. Compiled plans ran 1.3 to 1.8 times faster than
+    /// interpreted ones from 1 KiB to 1 MiB, and, since channels of one shape share their code,
+    /// led from 4 MiB to 64 MiB at world 4 too (docs/perf.md).
     #[default]
     Auto,
     /// Always the interpreter.
@@ -49,10 +51,6 @@ pub enum PlanPath {
     /// Compiled whenever the plan is short enough ([`MAX_COMPILED_OPS`]).
     Compiled,
 }
-
-/// The largest request `PlanPath::Auto` compiles (bytes as the request counts them): compiled
-/// plans ran 1.3 to 1.8 times faster than interpreted ones from 1 KiB to 1 MiB (docs/perf.md).
-pub const AUTO_COMPILED_BYTES: u64 = 1 << 20;
 
 /// The most ops ([`compiled_ops`]: one channel of each shape) a kernel that `PlanPath::Auto`
 /// compiles holds. NVRTC takes 20 to 90 ms per op on one core (the low-latency ops the most),
@@ -79,12 +77,11 @@ impl PlanPath {
         PlanPath::ALL.into_iter().find(|p| p.name() == s)
     }
 
-    /// Whether a plan whose kernel holds `ops` ops ([`compiled_ops`]) for a request of `bytes`
-    /// runs compiled.
-    pub fn compiles(self, bytes: u64, ops: usize) -> bool {
+    /// Whether a plan whose kernel holds `ops` ops ([`compiled_ops`]) runs compiled.
+    pub fn compiles(self, ops: usize) -> bool {
         ops <= MAX_COMPILED_OPS
             && match self {
-                PlanPath::Auto => bytes <= AUTO_COMPILED_BYTES && ops <= AUTO_COMPILED_OPS,
+                PlanPath::Auto => ops <= AUTO_COMPILED_OPS,
                 PlanPath::Interpreted => false,
                 PlanPath::Compiled => true,
             }
@@ -112,7 +109,7 @@ pub fn source(plan: &RankPlan) -> Result<String> {
     // Only the reductions of the dtypes the plan reduces are instantiated (compile time).
     let _ = writeln!(s, "#define SYMM_DTYPE_MASK 0x{:x}u", dtype_mask(plan));
     s.push_str(
-        "#include \"symm/ops.cuh\"\n\
+        "#include \"symm/fused.cuh\"\n\
          #define SYMM_MK(o, i, w0, w1, dv, bo, rs) { const symm_plan_op& m_ = ops[i]; \
          const symm_u64 h_[2] = {w0, w1}; memcpy(&(o), h_, 16); (o).slot = m_.slot; (o).div = dv; \
          (o).a_off = m_.a_off; (o).b_off = bo; (o).dst_off = m_.dst_off; (o).count = m_.count; \
@@ -202,6 +199,12 @@ enum Step {
     Epoch,
     /// `k` low-latency puts of one source (`symm_ll_put_n`).
     Puts(usize),
+    /// `k` signals behind one fence (`symm_signal_n`).
+    Signals(usize),
+    /// `k` waits on different slots, polled at once (`symm_wait_n`).
+    Waits(usize),
+    /// `k` copies of one source, loaded once (`symm_copy_n`).
+    Copies(usize),
 }
 
 /// A plan's channels grouped by shape: the ops' shapes and the untraced kernel's steps.
@@ -280,11 +283,25 @@ fn consts(s: &mut String, op: &PlanOp) {
 /// Most low-latency puts one fused step of an untraced compiled kernel stores.
 pub const MAX_FUSED_PUTS: usize = 8;
 
+/// Most copies one fused step stores (`symm_copy_n`: a destination pointer each).
+pub const MAX_FUSED_COPIES: usize = 8;
+
+/// Most signals or waits one fused step holds (`symm_wait_n`: a thread of one warp each).
+pub const MAX_FUSED_SIGNALS: usize = 32;
+
 /// One channel's steps for the untraced kernel: runs of ops that have the shape of a fused step
-/// of `symm/ops.cuh` become that step: a signal that adds to a slot followed by the wait for
-/// the same count on it (`symm_local_epoch`, which checks on the device that the signal goes
-/// to the rank's own pad and otherwise runs both ops), and 2 to [`MAX_FUSED_PUTS`] low-latency
-/// puts of one source, size, slot and half offset (`symm_ll_put_n`). Everything else is an op.
+/// of `symm/fused.cuh` become that step:
+/// * a signal that adds to a slot followed by the wait for the same count on it
+///   (`symm_local_epoch`, which checks on the device that the signal goes to the rank's own pad
+///   and otherwise runs both ops);
+/// * 2 to [`MAX_FUSED_PUTS`] low-latency puts of one source, size, slot and half offset
+///   (`symm_ll_put_n`);
+/// * 2 to [`MAX_FUSED_SIGNALS`] signals (`symm_signal_n`: one fence; one to the rank's own pad
+///   runs them one by one);
+/// * 2 to [`MAX_FUSED_SIGNALS`] waits on different slots (`symm_wait_n`);
+/// * 2 to [`MAX_FUSED_COPIES`] copies of one source and size (`symm_copy_n`).
+///
+/// Everything else is an op.
 fn steps(ops: &[PlanOp]) -> Vec<Step> {
     let mut out = Vec::new();
     let mut i = 0;
@@ -295,20 +312,49 @@ fn steps(ops: &[PlanOp]) -> Vec<Step> {
             i += 2;
             continue;
         }
-        let run = ops[i..]
-            .iter()
-            .take(MAX_FUSED_PUTS)
-            .take_while(|q| same_put(op, q))
-            .count();
-        if run >= 2 {
-            out.push(Step::Puts(run));
-            i += run;
-            continue;
-        }
-        out.push(Step::Op);
-        i += 1;
+        let rest = &ops[i..];
+        let run = |max: usize, same: &dyn Fn(&[PlanOp], &PlanOp) -> bool| {
+            let mut n = 0;
+            while n < rest.len().min(max) && same(&rest[..n], &rest[n]) {
+                n += 1;
+            }
+            n
+        };
+        let (puts, signals, waits, copies) = (
+            run(MAX_FUSED_PUTS, &|_, q| same_put(op, q)),
+            run(MAX_FUSED_SIGNALS, &|_, q| q.kind == plan_code::SIGNAL),
+            run(MAX_FUSED_SIGNALS, &|seen, q| {
+                q.kind == plan_code::WAIT && seen.iter().all(|w| w.slot != q.slot)
+            }),
+            run(MAX_FUSED_COPIES, &|_, q| same_copy(op, q)),
+        );
+        let step = if puts >= 2 {
+            Step::Puts(puts)
+        } else if signals >= 2 {
+            Step::Signals(signals)
+        } else if waits >= 2 {
+            Step::Waits(waits)
+        } else if copies >= 2 {
+            Step::Copies(copies)
+        } else {
+            Step::Op
+        };
+        i += match step {
+            Step::Puts(k) | Step::Signals(k) | Step::Waits(k) | Step::Copies(k) => k,
+            Step::Op | Step::Epoch => 1,
+        };
+        out.push(step);
     }
     out
+}
+
+/// Whether `q` is a copy that one fused step can store with `first`: both copies, of the same
+/// source and size.
+fn same_copy(first: &PlanOp, q: &PlanOp) -> bool {
+    first.kind == plan_code::COPY
+        && q.kind == plan_code::COPY
+        && (q.a_rank, q.a_buf, q.a_off, q.count)
+            == (first.a_rank, first.a_buf, first.a_off, first.count)
 }
 
 /// Appends one channel's ops for the untraced kernel as `steps` ([`steps`] of these ops, or of
@@ -327,6 +373,12 @@ fn fused_lines(s: &mut String, ops: &[PlanOp], steps: &[Step]) {
                 format!("symm_local_epoch(p, o_[0], o_[1], {i}, stop, trace_len)"),
             ),
             Step::Puts(k) => (*k, format!("symm_ll_put_n<{k}>(p, o_)")),
+            Step::Signals(k) => (
+                *k,
+                format!("symm_signal_n<{k}>(p, o_, {i}, stop, trace_len)"),
+            ),
+            Step::Waits(k) => (*k, format!("symm_wait_n<{k}>(p, o_, {i}, stop)")),
+            Step::Copies(k) => (*k, format!("symm_copy_n<{k}>(p, o_)")),
         };
         let _ = write!(s, "    {{ symm_plan_op o_[{k}];");
         for (j, op) in ops[i..i + k].iter().enumerate() {
@@ -466,6 +518,51 @@ mod tests {
                 "{line}"
             );
         }
+    }
+
+    #[test]
+    fn a_direct_channel_signals_behind_one_fence_waits_at_once_and_copies_once() {
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::TwoShot,
+            4,
+            1 << 20,
+            DType::Bf16,
+            ReduceOp::Sum,
+        )
+        .with_channels(64);
+        let plan = RankPlan::schedule(&req, 1).expect("schedules");
+        let g = Groups::of(&plan);
+        assert_eq!(g.shapes.len(), 1);
+        use Step::*;
+        assert_eq!(
+            g.shapes[0].1,
+            [Signals(3), Waits(3), Op, Copies(3), Signals(3), Waits(3)]
+        );
+        let fused = sections(&source(&plan).unwrap(), "#else", "#endif");
+        for call in ["symm_signal_n<3>(", "symm_wait_n<3>(", "symm_copy_n<3>("] {
+            assert!(fused.contains(call), "{call}: {fused}");
+        }
+        assert_eq!(ops_in(&fused), compiled_ops(&plan));
+        // Waits on one slot are not polled at once (the second counts from the first).
+        let wait = |slot| PlanOp {
+            kind: plan_code::WAIT,
+            slot,
+            count: 1,
+            ..PlanOp::default()
+        };
+        assert_eq!(steps(&[wait(3), wait(3)]), [Op, Op]);
+        assert_eq!(steps(&[wait(3), wait(4), wait(3)]), [Waits(2), Op]);
+        // Copies of different sources are not one step.
+        let copy = |a_off, dst_rank| PlanOp {
+            kind: plan_code::COPY,
+            a_off,
+            dst_rank,
+            count: 64,
+            ..PlanOp::default()
+        };
+        assert_eq!(steps(&[copy(0, 1), copy(64, 2)]), [Op, Op]);
+        assert_eq!(steps(&[copy(0, 1), copy(0, 2)]), [Copies(2)]);
     }
 
     #[test]
@@ -638,16 +735,14 @@ mod tests {
             chan_start: vec![0, MAX_COMPILED_OPS as u32 + 1],
         };
         assert!(matches!(source(&big), Err(CudaError::TooLarge { .. })));
-        assert!(PlanPath::Auto.compiles(4096, 10));
-        assert!(PlanPath::Auto.compiles(1 << 20, 10));
-        assert!(!PlanPath::Auto.compiles((1 << 20) + 1, 10));
-        assert!(!PlanPath::Interpreted.compiles(16, 1));
-        assert!(PlanPath::Compiled.compiles(1 << 30, 100));
-        assert!(!PlanPath::Compiled.compiles(16, MAX_COMPILED_OPS + 1));
-        // Auto compiles short plans only: NVRTC's time grows with the ops.
-        assert!(PlanPath::Auto.compiles(1 << 20, AUTO_COMPILED_OPS));
-        assert!(!PlanPath::Auto.compiles(1024, AUTO_COMPILED_OPS + 1));
-        assert!(PlanPath::Compiled.compiles(1024, AUTO_COMPILED_OPS + 1));
+        assert!(PlanPath::Auto.compiles(10));
+        assert!(!PlanPath::Interpreted.compiles(1));
+        assert!(PlanPath::Compiled.compiles(100));
+        assert!(!PlanPath::Compiled.compiles(MAX_COMPILED_OPS + 1));
+        // Auto compiles short kernels only: NVRTC's time grows with the ops.
+        assert!(PlanPath::Auto.compiles(AUTO_COMPILED_OPS));
+        assert!(!PlanPath::Auto.compiles(AUTO_COMPILED_OPS + 1));
+        assert!(PlanPath::Compiled.compiles(AUTO_COMPILED_OPS + 1));
         assert_eq!(PlanPath::parse("compiled"), Some(PlanPath::Compiled));
         assert_eq!(PlanPath::parse("Compiled"), None);
     }

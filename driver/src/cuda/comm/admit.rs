@@ -44,14 +44,13 @@ pub enum Executor {
 }
 
 impl Executor {
-    /// The executor of a plan whose kernel holds `ops` ops (`compiled::compiled_ops`) for a
-    /// request of `bytes` bytes: copy engines when
-    /// the copy-engine option takes the request, else compiled when `path` compiles it, else
-    /// the interpreter.
-    pub(crate) fn choose(engines: bool, path: PlanPath, bytes: u64, ops: usize) -> Executor {
+    /// The executor of a plan whose kernel holds `ops` ops (`compiled::compiled_ops`): copy
+    /// engines when the copy-engine option takes the request, else compiled when `path`
+    /// compiles it, else the interpreter.
+    pub(crate) fn choose(engines: bool, path: PlanPath, ops: usize) -> Executor {
         if engines {
             Executor::CopyEngines
-        } else if path.compiles(bytes, ops) {
+        } else if path.compiles(ops) {
             Executor::Compiled
         } else {
             Executor::Interpreter
@@ -542,27 +541,24 @@ mod tests {
     fn the_executor_is_fixed_by_the_option_and_the_plan() {
         // Copy engines win over any plan path.
         for path in [PlanPath::Auto, PlanPath::Compiled, PlanPath::Interpreted] {
-            assert_eq!(
-                Executor::choose(true, path, 1 << 20, 8),
-                Executor::CopyEngines
-            );
+            assert_eq!(Executor::choose(true, path, 8), Executor::CopyEngines);
         }
         assert_eq!(
-            Executor::choose(false, PlanPath::Interpreted, 64, 8),
+            Executor::choose(false, PlanPath::Interpreted, 8),
             Executor::Interpreter
         );
         assert_eq!(
-            Executor::choose(false, PlanPath::Compiled, 1 << 30, 8),
+            Executor::choose(false, PlanPath::Compiled, 8),
             Executor::Compiled
         );
-        // Auto compiles small requests only.
-        let small = crate::cuda::compiled::AUTO_COMPILED_BYTES;
+        // Auto compiles short kernels only.
+        let short = crate::cuda::compiled::AUTO_COMPILED_OPS;
         assert_eq!(
-            Executor::choose(false, PlanPath::Auto, small, 8),
+            Executor::choose(false, PlanPath::Auto, short),
             Executor::Compiled
         );
         assert_eq!(
-            Executor::choose(false, PlanPath::Auto, small + 1, 8),
+            Executor::choose(false, PlanPath::Auto, short + 1),
             Executor::Interpreter
         );
     }

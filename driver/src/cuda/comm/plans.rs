@@ -101,7 +101,7 @@ impl Comm {
         let full = (key.0, key.1, engines);
         let path = self.opts.plans;
         if let Some(p) = self.plans.get(&full) {
-            let exec = Executor::choose(engines, path, key.1.bytes, p.compiled_ops());
+            let exec = Executor::choose(engines, path, p.compiled_ops());
             if now && path == PlanPath::Auto && exec == Executor::Compiled {
                 // Prepared: a plan the background compiler has not finished yet is compiled
                 // now (forced mode compiled it when it was built; a plan that does not compile
@@ -114,7 +114,7 @@ impl Comm {
         let sizes = key.1.buffer_sizes();
         host.validate(self.job.rank, self.job.world, &sizes, self.pad_slots, false)?;
         let mut p = DevicePlan::upload(&self.dev, host, sizes, (self.job.id, self.job.rank))?;
-        let exec = Executor::choose(engines, path, key.1.bytes, p.compiled_ops());
+        let exec = Executor::choose(engines, path, p.compiled_ops());
         if engines {
             p = p.on_copy_engines()?;
         }
@@ -189,9 +189,9 @@ impl Comm {
         }
     }
 
-    /// Admits `reqs` now ([`Comm::admit`]), and for each whose plan runs compiled (auto:
-    /// requests of at most [`crate::cuda::compiled::AUTO_COMPILED_BYTES`] whose plan holds at
-    /// most [`crate::cuda::compiled::AUTO_COMPILED_OPS`] ops) compiles its kernel now too: the
+    /// Admits `reqs` now ([`Comm::admit`]), and for each whose plan runs compiled (auto: plans
+    /// whose kernel holds at most [`crate::cuda::compiled::AUTO_COMPILED_OPS`] ops, one channel
+    /// of each shape) compiles its kernel now too: the
     /// kernels on several threads first (into the kernel cache, from which the preparation then
     /// loads them), a fraction of a second to seconds of NVRTC per plan the first time, then
     /// the disk cache. The first [`Comm::enqueue`] of a request builds the plan otherwise, with
@@ -243,8 +243,8 @@ impl Comm {
                 )
                 .ok()?;
                 // What its admission will decide ([`Executor::choose`]).
-                let exec =
-                    Executor::choose(engines.takes(r), self.opts.plans, r.bytes, p.ops.len());
+                let ops = crate::cuda::compiled::compiled_ops(&p);
+                let exec = Executor::choose(engines.takes(r), self.opts.plans, ops);
                 (exec == Executor::Compiled).then_some(p)
             })
             .collect();
