@@ -67,10 +67,12 @@ static __device__ __forceinline__ void symm_ll_put_n(const symm_interp_params& p
   __syncthreads();
 }
 
-// K signals to peers (SYMM_OP_SIGNAL, none to this rank's own pad): one system fence releases
-// the block's writes, then thread 0 raises every slot (a release each, as the op does). The
-// same pad values as K signal ops, with one fence instead of K. When one of them goes to this
-// rank's own pad, the ops run one by one.
+// K signals to peers (SYMM_OP_SIGNAL, none to this rank's own pad): thread 0 releases the
+// block's writes with one system fence and then raises every slot with a relaxed system-scope
+// write (a fence.acq_rel followed by a strong write is PTX's release pattern, so each signal
+// is a release, as the op's own `red.release` is). The same pad values as K signal ops, with
+// one fence instead of two per op. When one of them goes to this rank's own pad, the ops run
+// one by one.
 template <int K>
 static __device__ __forceinline__ void symm_signal_n(const symm_interp_params& p, const symm_plan_op (&ops)[K],
                                                      const symm_u32 index, int& stop, symm_u32& trace_len) {
@@ -92,9 +94,9 @@ static __device__ __forceinline__ void symm_signal_n(const symm_interp_params& p
       symm_u64* slot =
           (symm_u64*)(p.base + (symm_u64)ops[j].dst_rank * p.stride + p.pad_off + (symm_u64)ops[j].slot * 8);
       if (ops[j].sigop == SYMM_SIGNAL_SET) {
-        symm_st_signal(slot, ops[j].count);
+        asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(slot), "l"(ops[j].count) : "memory");
       } else {
-        symm_red_signal(slot, ops[j].count);
+        asm volatile("red.relaxed.sys.global.add.u64 [%0], %1;" ::"l"(slot), "l"(ops[j].count) : "memory");
       }
     }
   }
@@ -184,5 +186,15 @@ static __device__ __forceinline__ void symm_copy_n(const symm_interp_params& p, 
 #pragma unroll
     for (int j = 0; j < K; j++) dst[j][b] = c;
   }
+  __syncthreads();
+}
+
+// Stages `n` encoded ops at `src` (a channel's ops in the uploaded plan) in shared memory, every
+// thread of the block a share of the 16-byte words, so the fields a compiled shape reads from the
+// plan cost one round trip for the block instead of one per op.
+static __device__ __forceinline__ void symm_stage_ops(const symm_plan_op* src, symm_plan_op* staged, symm_u32 n) {
+  const uint4* s = (const uint4*)src;
+  uint4* d = (uint4*)staged;
+  for (symm_u32 i = threadIdx.x; i < n * (SYMM_OP_BYTES / 16); i += blockDim.x) d[i] = s[i];
   __syncthreads();
 }

@@ -415,6 +415,9 @@ template <int DT, class S>
 static __device__ void symm_reduce_n_wide(char* dst, const char* const* src, int k, symm_u64 n, int op, unsigned d) {
   if (k <= 2) {
     symm_reduce_n_block<DT, S, 4, 2>(dst, src, k, n, op, d);
+  } else if (k <= 4) {
+    // Two vectors of each of up to four sources in flight per thread.
+    symm_reduce_n_block<DT, S, 2, 4>(dst, src, k, n, op, d);
   } else {
     symm_reduce_n_block<DT, S, 1, 8>(dst, src, k, n, op, d);
   }

@@ -92,9 +92,11 @@ impl PlanPath {
 /// would hold more than [`MAX_COMPILED_OPS`] ops ([`compiled_ops`]).
 ///
 /// Channels whose ops have the same shape ([`shape`]: what each op does and to whom) share one
-/// function; it reads the rest of each op (offsets, counts, slots) from the uploaded plan
-/// (`p.plan`, at `p.chan_start[channel]`). So a 64-channel two-shot compiles one channel's ops,
-/// and every size of it the same source (one cubin in the kernel cache).
+/// function. A field that every channel of the shape holds alike is a constant in it; one that
+/// differs between them (offsets, slots) it reads from the uploaded plan, which the block first
+/// stages in shared memory (one round trip; shapes of more than [`MAX_STAGED_OPS`] ops read
+/// it in place). So a 64-channel two-shot compiles one channel's ops, and a one-channel plan is
+/// constants only.
 pub fn source(plan: &RankPlan) -> Result<String> {
     let groups = Groups::of(plan);
     if groups.ops() > MAX_COMPILED_OPS {
@@ -110,31 +112,27 @@ pub fn source(plan: &RankPlan) -> Result<String> {
     let _ = writeln!(s, "#define SYMM_DTYPE_MASK 0x{:x}u", dtype_mask(plan));
     s.push_str(
         "#include \"symm/fused.cuh\"\n\
-         #define SYMM_MK(o, i, w0, w1, dv, bo, rs) { const symm_plan_op& m_ = ops[i]; \
-         const symm_u64 h_[2] = {w0, w1}; memcpy(&(o), h_, 16); (o).slot = m_.slot; (o).div = dv; \
-         (o).a_off = m_.a_off; (o).b_off = bo; (o).dst_off = m_.dst_off; (o).count = m_.count; \
-         (o).reserved = rs; }\n\
-         #define SYMM_OP(i, w0, w1, dv, bo, rs) { symm_plan_op op_; SYMM_MK(op_, i, w0, w1, dv, bo, rs); \
+         #define SYMM_MK(o, w0, w1, dv, sl, ao, bo, dso, ct, rs) { const symm_u64 h_[2] = {w0, w1}; \
+         memcpy(&(o), h_, 16); (o).slot = sl; (o).div = dv; (o).a_off = ao; (o).b_off = bo; \
+         (o).dst_off = dso; (o).count = ct; (o).reserved = rs; }\n\
+         #define SYMM_OP(i, ...) { symm_plan_op op_; SYMM_MK(op_, __VA_ARGS__); \
          symm_run_op(p, op_, i, stop, trace_len); if (stop) return; }\n",
     );
     // One function per shape, not inlined into the kernel: NVRTC optimises each on its own, so
     // the compile time grows with the ops, not faster.
-    for (g, (first, steps)) in groups.shapes.iter().enumerate() {
-        let (a, b) = (
-            plan.chan_start[*first] as usize,
-            plan.chan_start[*first + 1] as usize,
-        );
-        let ops = &plan.ops[a..b];
+    for (g, shape) in groups.shapes.iter().enumerate() {
+        let ops = channel(plan, shape.members[0]);
         let _ = writeln!(
             s,
             "static __device__ __noinline__ void symm_shape_{g}(const symm_interp_params& p, \
-             const symm_plan_op* __restrict__ ops, int& stop, symm_u32& trace_len) {{\n#if SYMM_TRACE"
+             const symm_plan_op* __restrict__ ops, int& stop, symm_u32& trace_len) {{\n\
+             \x20 (void)ops;\n#if SYMM_TRACE"
         );
         for (i, op) in ops.iter().enumerate() {
-            op_line(&mut s, i, op);
+            op_line(&mut s, i, op, shape.varying[i]);
         }
         s.push_str("#else\n");
-        fused_lines(&mut s, ops, steps);
+        fused_lines(&mut s, ops, shape);
         s.push_str("#endif\n}\n");
     }
     s.push_str(
@@ -143,14 +141,39 @@ pub fn source(plan: &RankPlan) -> Result<String> {
          \x20 symm_u32 trace_len = 0;\n\
          \x20 if (blockIdx.x >= p.channels || blockIdx.x >= SYMM_MAX_CHANNELS) return;\n\
          \x20 if (threadIdx.x == 0) stop = 0;\n\
-         \x20 __syncthreads();\n\
-         \x20 const symm_plan_op* ops = p.plan + p.chan_start[blockIdx.x];\n\
-         \x20 switch (blockIdx.x) {\n",
+         \x20 __syncthreads();\n",
     );
+    let staged = groups
+        .shapes
+        .iter()
+        .filter(|g| g.reads() && g.len <= MAX_STAGED_OPS)
+        .map(|g| g.len)
+        .max();
+    if let Some(n) = staged {
+        let _ = writeln!(s, "  __shared__ symm_plan_op staged[{n}];");
+    }
+    s.push_str("  switch (blockIdx.x) {\n");
     for (c, g) in groups.of_channel.iter().enumerate() {
+        let shape = &groups.shapes[*g];
+        let at = plan.chan_start[c];
+        let ops = if !shape.reads() {
+            "nullptr".to_string()
+        } else if shape.len <= MAX_STAGED_OPS {
+            let _ = write!(
+                s,
+                "  case {c}: symm_stage_ops(p.plan + {at}u, staged, {});",
+                shape.len
+            );
+            s.push_str(&format!(
+                " symm_shape_{g}(p, staged, stop, trace_len); break;\n"
+            ));
+            continue;
+        } else {
+            format!("p.plan + {at}u")
+        };
         let _ = writeln!(
             s,
-            "  case {c}: symm_shape_{g}(p, ops, stop, trace_len); break;"
+            "  case {c}: symm_shape_{g}(p, {ops}, stop, trace_len); break;"
         );
     }
     s.push_str(
@@ -160,6 +183,16 @@ pub fn source(plan: &RankPlan) -> Result<String> {
          #endif\n}\n",
     );
     Ok(s)
+}
+
+/// Most ops of a shape whose differing fields a block stages in shared memory (64 bytes an op)
+/// before it runs them; a longer shape reads them from the plan in global memory.
+pub const MAX_STAGED_OPS: usize = 64;
+
+/// Channel `c`'s ops.
+fn channel(plan: &RankPlan, c: usize) -> &[PlanOp] {
+    let (a, b) = (plan.chan_start[c] as usize, plan.chan_start[c + 1] as usize);
+    plan.ops.get(a..b).unwrap_or(&[])
 }
 
 /// Ops a compiled kernel of `plan` holds: those of one channel of each shape (what NVRTC's
@@ -207,14 +240,45 @@ enum Step {
     Copies(usize),
 }
 
+/// The fields of an op besides its shape, in `SYMM_MK`'s order.
+const FIELDS: [&str; 6] = ["slot", "a_off", "b_off", "dst_off", "count", "reserved"];
+
+/// `op`'s [`FIELDS`].
+fn fields(op: &PlanOp) -> [u64; 6] {
+    [
+        u64::from(op.slot),
+        op.a_off,
+        op.b_off,
+        op.dst_off,
+        op.count,
+        op.reserved,
+    ]
+}
+
+/// The channels of one shape.
+struct Shape {
+    /// Its channels, the first one's ops written out.
+    members: Vec<usize>,
+    /// The steps of its untraced body.
+    steps: Vec<Step>,
+    /// Ops per channel.
+    len: usize,
+    /// Per op, per field of [`FIELDS`]: whether the channels differ there (read from the plan).
+    varying: Vec<[bool; 6]>,
+}
+
+impl Shape {
+    /// Whether the kernel reads any field of this shape from the plan.
+    fn reads(&self) -> bool {
+        self.varying.iter().flatten().any(|v| *v)
+    }
+}
+
 /// A plan's channels grouped by shape: the ops' shapes and the untraced kernel's steps.
 struct Groups {
-    /// Per shape: its first channel and the steps of its untraced body.
-    shapes: Vec<(usize, Vec<Step>)>,
+    shapes: Vec<Shape>,
     /// Per channel: its shape.
     of_channel: Vec<usize>,
-    /// Ops per shape.
-    lens: Vec<usize>,
 }
 
 impl Groups {
@@ -224,18 +288,29 @@ impl Groups {
         let mut g = Groups {
             shapes: Vec::new(),
             of_channel: Vec::with_capacity(plan.channels()),
-            lens: Vec::new(),
         };
         for c in 0..plan.channels() {
-            let (a, b) = (plan.chan_start[c] as usize, plan.chan_start[c + 1] as usize);
-            let ops = plan.ops.get(a..b).unwrap_or(&[]);
+            let ops = channel(plan, c);
             let steps = steps(ops);
             let key = (ops.iter().map(shape).collect::<Vec<_>>(), steps.clone());
             let next = g.shapes.len();
             let id = *keys.entry(key).or_insert(next);
             if id == next {
-                g.shapes.push((c, steps));
-                g.lens.push(ops.len());
+                g.shapes.push(Shape {
+                    members: vec![c],
+                    steps,
+                    len: ops.len(),
+                    varying: vec![[false; 6]; ops.len()],
+                });
+            } else {
+                let first = channel(plan, g.shapes[id].members[0]);
+                for (i, (a, b)) in first.iter().zip(ops).enumerate() {
+                    let (fa, fb) = (fields(a), fields(b));
+                    for f in 0..6 {
+                        g.shapes[id].varying[i][f] |= fa[f] != fb[f];
+                    }
+                }
+                g.shapes[id].members.push(c);
             }
             g.of_channel.push(id);
         }
@@ -243,7 +318,7 @@ impl Groups {
     }
 
     fn ops(&self) -> usize {
-        self.lens.iter().sum()
+        self.shapes.iter().map(|s| s.len).sum()
     }
 }
 
@@ -260,23 +335,25 @@ fn dtype_mask(plan: &RankPlan) -> u32 {
         .fold(0, |m, o| m | 1 << o.dtype)
 }
 
-/// Appends op `i` as one `SYMM_OP` line: its index and its shape's constants ([`shape`]).
-fn op_line(s: &mut String, i: usize, op: &PlanOp) {
+/// Appends op `i` as one `SYMM_OP` line: its index and its arguments ([`args`]).
+fn op_line(s: &mut String, i: usize, op: &PlanOp, varying: [bool; 6]) {
     let _ = write!(s, "    SYMM_OP({i}");
-    consts(s, op);
+    args(s, i, op, varying);
     s.push_str(")\n");
 }
 
-/// Appends `op`'s constants as the arguments `w0, w1, div, b_off, reserved` of `SYMM_MK`: the
-/// first two words, the divisor, and a k-way reduce's packed source ranks; an op's other
-/// `b_off` and `reserved` are read from the plan (`m_`).
-fn consts(s: &mut String, op: &PlanOp) {
-    let [w0, w1, div, b_off, reserved] = shape(op);
+/// Appends op `i`'s arguments of `SYMM_MK` after its target: the shape's words ([`shape`]) as
+/// constants, then each of [`FIELDS`] as a constant, or where the shape's channels differ
+/// (`varying`) as a read of the plan (`ops[i].field`).
+fn args(s: &mut String, i: usize, op: &PlanOp, varying: [bool; 6]) {
+    let [w0, w1, div, ..] = shape(op);
     let _ = write!(s, ", 0x{w0:x}ull, 0x{w1:x}ull, 0x{div:x}u");
-    if op.kind == plan_code::REDUCE_N {
-        let _ = write!(s, ", 0x{b_off:x}ull, 0x{reserved:x}ull");
-    } else {
-        s.push_str(", m_.b_off, m_.reserved");
+    for ((name, value), vary) in FIELDS.iter().zip(fields(op)).zip(varying) {
+        if vary {
+            let _ = write!(s, ", ops[{i}].{name}");
+        } else {
+            let _ = write!(s, ", 0x{value:x}ull");
+        }
     }
 }
 
@@ -357,14 +434,15 @@ fn same_copy(first: &PlanOp, q: &PlanOp) -> bool {
             == (first.a_rank, first.a_buf, first.a_off, first.count)
 }
 
-/// Appends one channel's ops for the untraced kernel as `steps` ([`steps`] of these ops, or of
-/// another channel of the same shape): a fused step builds its ops with `SYMM_MK` and calls it.
-fn fused_lines(s: &mut String, ops: &[PlanOp], steps: &[Step]) {
+/// Appends one channel's ops for the untraced kernel as its shape's steps ([`steps`] of these
+/// ops, and of every channel of the shape): a fused step builds its ops with `SYMM_MK` and
+/// calls it.
+fn fused_lines(s: &mut String, ops: &[PlanOp], shape: &Shape) {
     let mut i = 0;
-    for step in steps {
+    for step in &shape.steps {
         let (k, call) = match step {
             Step::Op => {
-                op_line(s, i, &ops[i]);
+                op_line(s, i, &ops[i], shape.varying[i]);
                 i += 1;
                 continue;
             }
@@ -382,8 +460,8 @@ fn fused_lines(s: &mut String, ops: &[PlanOp], steps: &[Step]) {
         };
         let _ = write!(s, "    {{ symm_plan_op o_[{k}];");
         for (j, op) in ops[i..i + k].iter().enumerate() {
-            let _ = write!(s, " SYMM_MK(o_[{j}], {}", i + j);
-            consts(s, op);
+            let _ = write!(s, " SYMM_MK(o_[{j}]");
+            args(s, i + j, op, shape.varying[i + j]);
             s.push(')');
         }
         let _ = writeln!(s, " {call}; if (stop) return; }}");
@@ -469,7 +547,7 @@ mod tests {
     use symm_core::sched::{Algorithm, Collective, Request};
 
     #[test]
-    fn channels_of_one_shape_share_a_function_and_sizes_share_the_source() {
+    fn channels_of_one_shape_share_a_function_that_reads_only_what_differs() {
         let req = |bytes: u64, ch: u16| {
             Request::new(
                 Collective::AllReduce,
@@ -489,35 +567,44 @@ mod tests {
         let src = source(&plan).expect("short enough");
         assert_eq!(src.matches("__noinline__ void symm_shape_").count(), 1);
         assert_eq!(src.matches("  case ").count(), plan.channels());
+        // Each block stages its channel's ops (one round trip) before it runs them.
+        assert_eq!(src.matches("symm_stage_ops(p.plan + ").count(), 64);
         let traced = sections(&src, "#if SYMM_TRACE", "#else");
         assert_eq!(traced.matches("SYMM_OP(").count(), per_channel);
         assert_eq!(ops_in(&sections(&src, "#else", "#endif")), per_channel);
-        // Sizes that differ only in offsets and counts compile to the same source (one cubin).
-        let other = RankPlan::schedule(&req(4 << 20, 64), 1).expect("schedules");
-        assert_eq!(source(&other).expect("short"), src);
-        // Another rank's plan reduces from other ranks first: another shape, another source.
-        let rank0 = RankPlan::schedule(&req(1 << 20, 64), 0).expect("schedules");
-        assert_ne!(source(&rank0).expect("short"), src);
-        // No offset, count or slot of the plan is in the source: only the shape's words.
-        for line in src
+        // The channels differ in offsets and slots, not in sizes: those are read, these are
+        // constants.
+        assert!(
+            traced.contains(".dst_off") && traced.contains(".slot"),
+            "{traced}"
+        );
+        assert!(!traced.contains(".count"), "{traced}");
+        // Only numbers and reads of the plan: SYMM_OP(i, three shape words, six fields).
+        for line in traced
             .lines()
-            .filter(|l| l.trim_start().starts_with("SYMM_OP("))
+            .map(str::trim)
+            .filter(|l| l.starts_with("SYMM_OP("))
         {
-            let inner = line
-                .trim()
-                .trim_start_matches("SYMM_OP(")
-                .trim_end_matches(')');
+            let inner = line.trim_start_matches("SYMM_OP(").trim_end_matches(')');
             let parts: Vec<&str> = inner.split(", ").collect();
-            assert_eq!(parts.len(), 6, "{line}");
+            assert_eq!(parts.len(), 10, "{line}");
             assert!(parts[0].parse::<usize>().is_ok());
             assert!(parts[1..4].iter().all(|w| w.starts_with("0x")), "{line}");
+            let read = format!("ops[{}].", parts[0]);
             assert!(
                 parts[4..]
                     .iter()
-                    .all(|w| w.starts_with("0x") || w.starts_with("m_.")),
+                    .all(|w| w.starts_with("0x") || w.starts_with(&read)),
                 "{line}"
             );
         }
+        // One channel: every field a constant, nothing read or staged.
+        let one = source(&RankPlan::schedule(&req(1 << 20, 1), 1).expect("schedules")).unwrap();
+        assert!(
+            !one.contains("ops[") && !one.contains("symm_stage_ops(p."),
+            "{one}"
+        );
+        assert!(one.contains("symm_shape_0(p, nullptr"));
     }
 
     #[test]
@@ -536,7 +623,7 @@ mod tests {
         assert_eq!(g.shapes.len(), 1);
         use Step::*;
         assert_eq!(
-            g.shapes[0].1,
+            g.shapes[0].steps,
             [Signals(3), Waits(3), Op, Copies(3), Signals(3), Waits(3)]
         );
         let fused = sections(&source(&plan).unwrap(), "#else", "#endif");
@@ -581,7 +668,7 @@ mod tests {
         let plan = RankPlan::schedule(&req, 2).expect("schedules");
         let g = Groups::of(&plan);
         for (c, id) in g.of_channel.iter().enumerate() {
-            let first = g.shapes[*id].0;
+            let first = g.shapes[*id].members[0];
             let ops = |c: usize| {
                 plan.ops[plan.chan_start[c] as usize..plan.chan_start[c + 1] as usize]
                     .iter()
