@@ -32,8 +32,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-__all__ = ["LLAMA_70B", "HostAllReduce", "Layer", "LayerShape", "make_weights", "reference",
-           "run_sharded_on_host", "shard"]
+__all__ = ["ATOL", "LLAMA_70B", "MAX_REL_ERR", "RTOL", "HostAllReduce", "Layer", "LayerShape",
+           "compare", "make_weights", "reference", "run_sharded_on_host", "shard"]
 
 
 @dataclass(frozen=True)
@@ -189,9 +189,10 @@ def _attend(q: Any, k: Any, v: Any, group: int) -> Any:
     """
     import torch.nn.functional as F
 
-    if group > 1:
-        k = k.repeat_interleave(group, dim=0)
-        v = v.repeat_interleave(group, dim=0)
+    if group > 1:  # each key/value head repeated for its queries (expand: no host sync)
+        n, t, d = k.shape
+        k = k[:, None].expand(n, group, t, d).reshape(n * group, t, d)
+        v = v[:, None].expand(n, group, t, d).reshape(n * group, t, d)
     a = F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0),
                                        is_causal=True)[0]
     return a.transpose(0, 1).reshape(q.shape[1], -1)
@@ -252,9 +253,11 @@ class Layer:
 
 def reference(weights: dict[str, Any], shape: LayerShape, x: Any) -> Any:
     """The unsharded layer on the full ``weights``: what every rank's sharded output must equal
-    up to rounding. Written apart from :class:`Layer` (separate q, k, v, gate and up matrices,
-    every head at once).
+    up to rounding. Written apart from :class:`Layer`: separate q, k, v, gate and up matrices,
+    every head at once, and attention as softmax of masked scores in f32 rather than
+    ``scaled_dot_product_attention``.
     """
+    import torch
     import torch.nn.functional as F
 
     shape.check()
@@ -264,7 +267,14 @@ def reference(weights: dict[str, Any], shape: LayerShape, x: Any) -> Any:
     k = F.linear(n, weights["k"]).reshape(t, shape.kv_heads, d).transpose(0, 1)
     v = F.linear(n, weights["v"]).reshape(t, shape.kv_heads, d).transpose(0, 1)
     cos, sin = _rope_table(shape, t, x.device, x.dtype)
-    a = _attend(_rope(q, cos, sin), _rope(k, cos, sin), v, shape.heads // shape.kv_heads)
+    q, k = _rope(q, cos, sin).float(), _rope(k, cos, sin).float()
+    # Attention spelled out in f32: query head i reads key/value head i // (heads / kv_heads).
+    kv_of = torch.arange(shape.heads, device=x.device) // (shape.heads // shape.kv_heads)
+    k, v = k[kv_of], v.float()[kv_of]
+    scores = q @ k.transpose(1, 2) / math.sqrt(d)
+    future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+    a = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ v
+    a = a.to(x.dtype).transpose(0, 1).reshape(t, shape.heads * d)
     h = x + F.linear(a, weights["o"])
     m = _rms_norm(h, weights["post_norm"], shape.eps)
     g, u = F.linear(m, weights["gate"]), F.linear(m, weights["up"])
@@ -329,12 +339,13 @@ def run_sharded_on_host(weights: dict[str, Any], shape: LayerShape, world: int,
 #: an output element may differ by a few units in the last place of bf16 (2**-8 relative):
 #: RTOL is 4 of them (2**-5). Elements near zero inherit absolute errors from the larger
 #: values they were computed from: ATOL is 2**-4 for outputs of unit scale (the layer keeps
-#: its residual stream near unit variance). Measured on the host at world 2..8, the worst
-#: element reaches about half of this bound; a missing or doubled partial misses it in most
-#: elements.
+#: its residual stream near unit variance). Measured on the host (hidden 1024, 1..512 tokens,
+#: world 1..8), the worst element reaches half of this bound; a missing partial misses it in
+#: most elements.
 ATOL, RTOL = 2.0 ** -4, 2.0 ** -5
-#: The bound of :func:`compare` on the relative 2-norm of the error; rounding gives about 2**-8.
-MAX_REL_ERR = 1e-2
+#: The bound of :func:`compare` on the relative 2-norm of the error. Rounding alone gave 0.003
+#: to 0.005 in the same measurement, a missing partial about 0.5.
+MAX_REL_ERR = 2e-2
 
 
 def compare(out: Any, ref: Any) -> tuple[int, float]:
