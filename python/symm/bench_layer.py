@@ -142,8 +142,6 @@ def _backends(torch: Any, dist: Any, dev: Any, numel: int, own_gpus: bool,
         import torch.distributed._symmetric_memory as symm_mem
 
         name = dist.group.WORLD.group_name
-        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # torch releases that need it
-            symm_mem.enable_symm_mem_for_group(name)
         bufs = [symm_mem.empty(numel, dtype=torch.bfloat16, device=dev) for _ in range(2)]
         for b in bufs:
             symm_mem.rendezvous(b, name)
