@@ -23,7 +23,8 @@ Each runs eager (``--iters`` forwards after ``--warmup``) and as a CUDA graph of
 mean per forward. ``added_us`` is a backend's time less ``none``'s: what the two all-reduces
 add. Every output (eager, and the graph's after a replay) is checked against the unsharded
 layer on the same GPU (:func:`symm.layer.compare`); a mismatch is ``wrong`` and makes the exit
-status 1. Rank 0 writes ``bench-layer-wN.json`` and ``bench-layer-wN.md`` into ``--out``.
+status 1, as does a symm cell that fails (a peer that fails is left out with a note). Rank 0
+writes ``bench-layer-wN.json`` and ``bench-layer-wN.md`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -196,7 +197,11 @@ def run(a: argparse.Namespace) -> int:
     backends = _backends(torch, dist, dev, max(tokens) * shape.hidden,
                          torch.cuda.device_count() >= world, notes)
 
+    def cell(name: str, variant: str, t: int, mode: str) -> str:
+        return f"{name}{':' + variant if variant else ''}@{t}/{mode}"
+
     samples: list[dict[str, Any]] = []
+    failed = 0  # symm cells that did not run on every rank
     for t in tokens:
         x = xs[:t]
         for mode in ("eager", "graph"):
@@ -212,16 +217,16 @@ def run(a: argparse.Namespace) -> int:
                         else:
                             us, out = _graph(torch, layer, x, a.graph_calls, replays)
                         wrong, rel = (0, 0.0) if name == "none" else compare(out, refs[t])
+                        del out
+                        torch.cuda.synchronize()
                     except Exception as e:  # noqa: BLE001 - the cell is dropped with a note
-                        notes[f"{name}{':' + variant if variant else ''}@{t}/{mode}"] = (
-                            repr(e)[:300])
+                        notes[cell(name, variant, t, mode)] = repr(e)[:300]
                         ok, us, wrong, rel = 0.0, 0.0, 0, 0.0
-                    torch.cuda.synchronize()
                     # A cell counts only where every rank ran it.
                     neg_ok, us, wrong_f, rel = _slowest(torch, dist, [-ok, us, wrong, rel])
                     if neg_ok != -1.0:
-                        notes.setdefault(f"{name}{':' + variant if variant else ''}@{t}/{mode}",
-                                         "failed on another rank")
+                        notes.setdefault(cell(name, variant, t, mode), "failed on another rank")
+                        failed += name == "symm"
                         continue
                     smp = {"tokens": t, "mode": mode, "backend": name, "us": round(us, 3),
                            "added_us": None, "wrong": None if name == "none" else int(wrong_f),
@@ -247,7 +252,7 @@ def run(a: argparse.Namespace) -> int:
            "topology": _gpu._get().comm.topology, "plans": _gpu._get().comm.plans,
            "tokens": tokens, "iters": iters, "warmup": a.warmup, "graph_calls": a.graph_calls,
            "graph_replays": replays, "samples": samples, "notes": notes}
-    bad = any(s["wrong"] for s in samples)
+    bad = failed > 0 or any(s["wrong"] for s in samples)
     if rank == 0:
         os.makedirs(a.out, exist_ok=True)
         stem = os.path.join(a.out, f"bench-layer-w{world}{a.tag}")
