@@ -153,7 +153,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--min-bytes", type=int, default=4096)
     ap.add_argument("--max-bytes", type=int, default=64 << 20)
     ap.add_argument("--factor", type=int, default=4)
-    ap.add_argument("--iters", type=int, default=None, help="default 50; 20 with --layer")
+    ap.add_argument("--iters", type=int, default=None, help="default 50; 40 with --layer")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--graph-calls", type=int, default=None, help="default 10; 5 with --layer")
     ap.add_argument("--overhead-calls", type=int, default=200)
@@ -179,7 +179,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "(default 8192,64,8,28672)")
     a = ap.parse_args(argv)
     if a.layer:
-        a.iters = 20 if a.iters is None else a.iters
+        a.iters = 40 if a.iters is None else a.iters
         a.graph_calls = 5 if a.graph_calls is None else a.graph_calls
         if a.iters < 1 or a.warmup < 0 or a.graph_calls < 1:
             ap.error("need iters >= 1, warmup >= 0, graph-calls >= 1")
