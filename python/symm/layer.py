@@ -258,6 +258,19 @@ def reference(weights: dict[str, Any], shape: LayerShape, x: Any) -> Any:
     ``scaled_dot_product_attention``.
     """
     import torch
+
+    # Full-precision reductions inside cuBLAS's bf16 GEMMs for the reference (restored after).
+    mm = torch.backends.cuda.matmul
+    prev = mm.allow_bf16_reduced_precision_reduction
+    mm.allow_bf16_reduced_precision_reduction = False
+    try:
+        return _reference(weights, shape, x)
+    finally:
+        mm.allow_bf16_reduced_precision_reduction = prev
+
+
+def _reference(weights: dict[str, Any], shape: LayerShape, x: Any) -> Any:
+    import torch
     import torch.nn.functional as F
 
     shape.check()
