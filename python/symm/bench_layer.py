@@ -150,6 +150,10 @@ def _backends(torch: Any, dist: Any, dev: Any, numel: int, own_gpus: bool,
                              for v in ("one_shot", "two_shot")]
     except Exception as e:  # noqa: BLE001 - a peer that does not run here is noted
         notes["torch_symm"] = f"skipped: {e!r}"[:300]
+    # Every rank runs the same cells: a backend missing on one rank is dropped on all.
+    if _slowest(torch, dist, [0.0 if "torch_symm" in out else 1.0])[0]:
+        notes.setdefault("torch_symm", "skipped: failed on another rank")
+        out.pop("torch_symm", None)
     out["symm"] = [("", lambda t: _gpu.all_reduce(t))]
     return out
 

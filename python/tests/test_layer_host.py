@@ -195,3 +195,30 @@ def test_layer_rejects_bad_input(torch):
                 torch.zeros(0, SMALL.hidden)):
         with pytest.raises(ValueError, match="x must be"):
             layer(bad)
+
+
+def test_torch_symm_backend_copies_through_alternating_buffers(torch):
+    from types import SimpleNamespace
+
+    seen = []
+
+    class Ops:
+        def one_shot_all_reduce(self, b, op, group):
+            seen.append(("one", b.data_ptr(), b.numel(), op, group))
+            return b * 2
+
+        def two_shot_all_reduce_(self, b, op, group):
+            seen.append(("two", b.data_ptr(), b.numel(), op, group))
+            b.mul_(3)
+
+    fake = SimpleNamespace(ops=SimpleNamespace(symm_mem=Ops()))
+    bufs = [torch.zeros(64), torch.zeros(64)]
+    for one_shot, factor in ((True, 2), (False, 3)):
+        seen.clear()
+        ar = bench_layer._TorchSymm(fake, bufs, "g0", one_shot)
+        t = torch.arange(12.0).reshape(3, 4)
+        ar(t)
+        ar(t)
+        assert torch.equal(t, torch.arange(12.0).reshape(3, 4) * factor * factor)
+        assert [s[1] for s in seen] == [bufs[0].data_ptr(), bufs[1].data_ptr()]
+        assert all(s[2:] == (12, "sum", "g0") for s in seen)
