@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from typing import Any, Callable, Optional
 
 from . import _gpu
@@ -172,6 +173,7 @@ def run(a: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
+    start = time.perf_counter()
     if not dist.is_initialized():
         dist.init_process_group("gloo")
     _gpu.init(heap_bytes=1 << 30, plans=a.plans)
@@ -255,7 +257,8 @@ def run(a: argparse.Namespace) -> int:
                      "head_dim": shape.head_dim, "intermediate": shape.intermediate},
            "topology": _gpu._get().comm.topology, "plans": _gpu._get().comm.plans,
            "tokens": tokens, "iters": iters, "warmup": a.warmup, "graph_calls": a.graph_calls,
-           "graph_replays": replays, "samples": samples, "notes": notes}
+           "graph_replays": replays, "seconds": round(time.perf_counter() - start, 1),
+           "samples": samples, "notes": notes}
     bad = failed > 0 or any(s["wrong"] for s in samples)
     if rank == 0:
         os.makedirs(a.out, exist_ok=True)
@@ -268,6 +271,7 @@ def run(a: argparse.Namespace) -> int:
         print(md, end="")
         for k, v in notes.items():
             print(f"note {k}: {v}")
+        print(f"{doc['seconds']} s on rank 0, from joining the job to the table")
     _gpu.finalize()
     dist.destroy_process_group()
     return 1 if bad else 0
