@@ -174,7 +174,9 @@ def run(a: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     start = time.perf_counter()
-    if not dist.is_initialized():
+    # A process group or job the caller made is left as it was at the end.
+    own_group, own_job = not dist.is_initialized(), not _gpu.is_initialized()
+    if own_group:
         dist.init_process_group("gloo")
     _gpu.init(heap_bytes=1 << 30, plans=a.plans)
     rank, world, dev = _gpu.rank(), _gpu.world_size(), _gpu.device()
@@ -184,8 +186,7 @@ def run(a: argparse.Namespace) -> int:
     except ValueError as e:
         if rank == 0:
             print(f"symm.bench --layer: {e}")
-        _gpu.finalize()
-        dist.destroy_process_group()
+        _leave(dist, own_group, own_job)
         return 2
     tokens = a.layer_tokens
     iters, replays = a.iters, max(2, a.iters // 2)
@@ -272,9 +273,15 @@ def run(a: argparse.Namespace) -> int:
         for k, v in notes.items():
             print(f"note {k}: {v}")
         print(f"{doc['seconds']} s on rank 0, from joining the job to the table")
-    _gpu.finalize()
-    dist.destroy_process_group()
+    _leave(dist, own_group, own_job)
     return 1 if bad else 0
+
+
+def _leave(dist: Any, own_group: bool, own_job: bool) -> None:
+    if own_job:
+        _gpu.finalize()
+    if own_group:
+        dist.destroy_process_group()
 
 
 def table(doc: dict[str, Any]) -> str:

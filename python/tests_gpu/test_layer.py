@@ -5,7 +5,8 @@
 A small layer (hidden 1024, 16 query and 8 key/value heads, MLP 2816, bf16) sharded over the
 ranks, its two all-reduces run by :func:`symm.all_reduce` on the plain tensors the projections
 return, must match the unsharded layer on every rank (within :func:`symm.layer.compare`'s bf16
-tolerance), eager and replayed from a CUDA graph with new inputs. N must divide 8.
+tolerance), eager and replayed from a CUDA graph with new inputs. N must divide 8. The last
+test runs ``python -m symm.bench --layer`` on the same small layer.
 """
 
 import os
@@ -15,11 +16,13 @@ os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
 os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
 import gc  # noqa: E402
+import json  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import symm  # noqa: E402
+from symm import bench  # noqa: E402
 from symm.layer import Layer, LayerShape, compare, make_weights, reference  # noqa: E402
 
 if "WORLD_SIZE" not in os.environ:
@@ -94,3 +97,22 @@ def test_graph_of_the_layer_replays_with_new_inputs(model, tokens):
         assert wrong == 0, f"rank {symm.rank()}, replay {salt}: rel err {rel}"
     del g
     gc.collect()
+
+
+def test_layer_bench_runs_and_checks_every_cell(model, tmp_path):
+    out = tmp_path / "bench"
+    rc = bench.main(["--layer", "--layer-shape", "1024,16,8,2816", "--layer-tokens", "1,8,64",
+                     "--iters", "4", "--warmup", "1", "--graph-calls", "2", "--out", str(out)])
+    assert rc == 0
+    if symm.rank() != 0:
+        return
+    w = symm.world_size()
+    doc = json.loads((out / f"bench-layer-w{w}.json").read_text())
+    assert (out / f"bench-layer-w{w}.md").read_text().startswith("Decoder layer (hidden 1024")
+    cells = {(s["tokens"], s["mode"], s["backend"]): s for s in doc["samples"]}
+    for t in (1, 8, 64):
+        for mode in ("eager", "graph"):
+            assert cells[(t, mode, "none")]["added_us"] == 0.0
+            s = cells[(t, mode, "symm")]
+            assert s["wrong"] == 0 and s["us"] > 0 and s["added_us"] is not None, s
+    assert not any(s["wrong"] for s in doc["samples"]), doc["notes"]
