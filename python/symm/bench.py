@@ -22,6 +22,9 @@ floor was measured ``floor_us``, ``rust_above_floor_us``, ``python_above_floor_u
 same Rust loop into a second symmetric buffer, with no staging: ``rust_out_of_place_us``,
 ``rust_out_of_place_above_floor_us``), and
 rank 0 prints a table of times and ratios.
+
+With ``--layer`` it instead times a tensor-parallel Llama-70B decoder layer's forward with each
+all-reduce (no communication, NCCL, torch SymmetricMemory, symm): see :mod:`symm.bench_layer`.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ import json  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Callable, Optional  # noqa: E402
 
-from . import _gpu  # noqa: E402
+from . import _gpu, bench_layer  # noqa: E402
+from .layer import LLAMA_70B  # noqa: E402
 
 
 def _time_eager(torch: Any, fn: Callable[[], Any], iters: int, warmup: int) -> float:
@@ -149,9 +153,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--min-bytes", type=int, default=4096)
     ap.add_argument("--max-bytes", type=int, default=64 << 20)
     ap.add_argument("--factor", type=int, default=4)
-    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--iters", type=int, default=None, help="default 50; 40 with --layer")
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--graph-calls", type=int, default=10)
+    ap.add_argument("--graph-calls", type=int, default=None, help="default 10; 5 with --layer")
     ap.add_argument("--overhead-calls", type=int, default=200)
     ap.add_argument("--out", default=".")
     ap.add_argument("--plans", choices=["auto", "interpreted", "compiled"], default=None,
@@ -163,7 +167,25 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "symm only")
     ap.add_argument("--algorithms", default="auto",
                     help="comma list of symm algorithm names for --collectives; auto: symm's pick")
+    ap.add_argument("--layer", action="store_true",
+                    help="time a tensor-parallel Llama-70B decoder layer with each all-reduce "
+                         "instead (symm.bench_layer)")
+    ap.add_argument("--layer-tokens", type=bench_layer.parse_tokens,
+                    default=list(bench_layer.TOKENS),
+                    help="with --layer: comma list of token counts per forward "
+                         "(default 1,8,32,128,512)")
+    ap.add_argument("--layer-shape", type=bench_layer.parse_shape, default=LLAMA_70B,
+                    help="with --layer: hidden,heads,kv_heads,intermediate "
+                         "(default 8192,64,8,28672)")
     a = ap.parse_args(argv)
+    if a.layer:
+        a.iters = 40 if a.iters is None else a.iters
+        a.graph_calls = 5 if a.graph_calls is None else a.graph_calls
+        if a.iters < 1 or a.warmup < 0 or a.graph_calls < 1:
+            ap.error("need iters >= 1, warmup >= 0, graph-calls >= 1")
+        return bench_layer.run(a)
+    a.iters = 50 if a.iters is None else a.iters
+    a.graph_calls = 10 if a.graph_calls is None else a.graph_calls
     known = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}
     unknown = [c for c in a.collectives.split(",") if c and c not in known]
     if unknown:
