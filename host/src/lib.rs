@@ -42,7 +42,7 @@ pub use sim::{
     LinkFit, SimOptions,
 };
 pub use teams::{run_teams, run_teams_traced, TeamJob, TeamMode, TeamOutputs};
-pub use threads::{run_streams, run_threads, ThreadOptions};
+pub use threads::{run_streams, run_threads, run_threads_in_place, ThreadOptions};
 
 use symm_core::cost::Link;
 use symm_core::op::Loc;
@@ -154,6 +154,14 @@ pub enum HostError {
     Trace(TraceError),
     /// A team could not be formed or mapped onto the world.
     Team(symm_core::team::TeamError),
+    /// The request's output cannot be its input: its sizes differ, or its algorithm does not
+    /// run in place (`Request::runs_in_place`).
+    NotInPlace {
+        /// The request's collective.
+        collective: &'static str,
+        /// Its algorithm.
+        algorithm: &'static str,
+    },
 }
 
 impl std::fmt::Display for HostError {
@@ -180,6 +188,10 @@ impl std::fmt::Display for HostError {
             HostError::ThreadPanicked => write!(f, "a rank thread panicked"),
             HostError::Trace(e) => write!(f, "trace: {e}"),
             HostError::Team(e) => write!(f, "team: {e}"),
+            HostError::NotInPlace { collective, algorithm } => write!(
+                f,
+                "{collective} by {algorithm} does not run in place (its output cannot be its input)"
+            ),
         }
     }
 }

@@ -41,6 +41,9 @@ pub struct WorldMem {
     ranks: Vec<RankMem>,
     /// Whether data ops move bytes (false: signal pads only, for timing-only simulation).
     data: bool,
+    /// Whether each rank's output is its input (an in-place collective): `Buf::Output` names
+    /// the input's bytes.
+    in_place: bool,
 }
 
 /// One rank's view of a [`WorldMem`]: the fabric its executors run on.
@@ -145,7 +148,29 @@ impl WorldMem {
                 ll: ll_words(sz.scratch),
             })
             .collect();
-        Ok(WorldMem { ranks, data: true })
+        Ok(WorldMem {
+            ranks,
+            data: true,
+            in_place: false,
+        })
+    }
+
+    /// Memory for `req` whose outputs are its inputs (an in-place collective: the request's
+    /// input and output sizes must be equal, else [`HostError::NotInPlace`]).
+    pub fn in_place(req: &Request, inputs: &[Vec<u8>]) -> Result<WorldMem, HostError> {
+        let sz = req.buffer_sizes();
+        if sz.input != sz.output {
+            return Err(HostError::NotInPlace {
+                collective: req.collective.name(),
+                algorithm: req.algorithm.name(),
+            });
+        }
+        let mut mem = WorldMem::new(req, inputs, 0)?;
+        for r in &mut mem.ranks {
+            r.bufs[1] = Vec::new();
+        }
+        mem.in_place = true;
+        Ok(mem)
     }
 
     /// Memory of `world` ranks with buffers of `sizes` (input, output, scratch) poisoned, and
@@ -159,7 +184,11 @@ impl WorldMem {
                 ll: ll_words(sizes[2]),
             })
             .collect();
-        WorldMem { ranks, data: true }
+        WorldMem {
+            ranks,
+            data: true,
+            in_place: false,
+        }
     }
 
     /// Writes `data` at `l` (host side, before any executor runs).
@@ -179,11 +208,25 @@ impl WorldMem {
                 ll: Vec::new(),
             })
             .collect();
-        Ok(WorldMem { ranks, data: false })
+        Ok(WorldMem {
+            ranks,
+            data: false,
+            in_place: false,
+        })
+    }
+
+    /// Where buffer `b`'s bytes are: the input's for the output of an in-place memory.
+    fn index(&self, b: Buf) -> usize {
+        if self.in_place && b == Buf::Output {
+            Buf::Input as usize
+        } else {
+            b as usize
+        }
     }
 
     fn span(&self, l: Loc, len: u64) -> Result<&[AtomicU8], Oob> {
-        let buf = &self.ranks.get(l.rank as usize).ok_or(Oob(Some(l)))?.bufs[l.buf as usize];
+        let i = self.index(l.buf);
+        let buf = &self.ranks.get(l.rank as usize).ok_or(Oob(Some(l)))?.bufs[i];
         let end = l.offset.checked_add(len).ok_or(Oob(Some(l)))?;
         buf.get(l.offset as usize..end as usize).ok_or(Oob(Some(l)))
     }
@@ -303,8 +346,9 @@ impl WorldMem {
 
     /// A copy of `rank`'s buffer `buf` (empty when the rank does not exist).
     pub fn buffer(&self, rank: usize, buf: Buf) -> Vec<u8> {
+        let i = self.index(buf);
         self.ranks.get(rank).map_or_else(Vec::new, |r| {
-            r.bufs[buf as usize]
+            r.bufs[i]
                 .iter()
                 .map(|b| b.load(Ordering::Relaxed))
                 .collect()

@@ -162,6 +162,41 @@ where
 {
     check_inputs(req, inputs)?;
     let mem = WorldMem::new(req, inputs, super::POISON)?;
+    run_on(req, &mem, opts, make)
+}
+
+/// Runs `req` in place with threads: each rank's output is its input buffer, as a framework's
+/// in-place all-reduce hands it. Refused ([`HostError::NotInPlace`]) unless the request runs in
+/// place ([`Request::runs_in_place`]); the outputs are the inputs' buffers after the run.
+pub fn run_threads_in_place(
+    req: &Request,
+    inputs: &[Vec<u8>],
+    opts: &ThreadOptions,
+) -> Result<Run, HostError> {
+    check_inputs(req, inputs)?;
+    if !req.runs_in_place() {
+        return Err(HostError::NotInPlace {
+            collective: req.collective.name(),
+            algorithm: req.algorithm.name(),
+        });
+    }
+    let mem = WorldMem::in_place(req, inputs)?;
+    run_on(req, &mem, opts, |r, c| {
+        Schedule::new(*req, r, c).map_err(HostError::Sched)
+    })
+}
+
+/// Runs the op streams `make` gives over `mem`, a thread per (rank, channel).
+fn run_on<I, F>(
+    req: &Request,
+    mem: &WorldMem,
+    opts: &ThreadOptions,
+    make: F,
+) -> Result<Run, HostError>
+where
+    I: Iterator<Item = Op> + Send,
+    F: Fn(u16, u16) -> Result<I, HostError>,
+{
     let abort = AtomicBool::new(false);
     let t0 = Instant::now();
     let mut jobs = Vec::new();
@@ -174,7 +209,7 @@ where
         let handles: Vec<_> = jobs
             .into_iter()
             .map(|(rc, ops)| {
-                let (mem, abort) = (&mem, &abort);
+                let abort = &abort;
                 s.spawn(move || {
                     let r = stream(req, mem, abort, opts, t0, rc, ops);
                     if r.is_err() {

@@ -29,9 +29,15 @@ writes ``bench-layer-wN.json`` and ``bench-layer-wN.md`` into ``--out``.
 
 from __future__ import annotations
 
+import os
+
+# NVLink multicast off before torch (and NCCL) load.
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
+
 import argparse
 import json
-import os
 import time
 from typing import Any, Callable, Optional
 

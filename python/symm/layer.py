@@ -27,6 +27,13 @@ Nothing here imports torch until a function that needs it runs.
 
 from __future__ import annotations
 
+import os
+
+# NVLink multicast off before torch (and NCCL) load.
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
+
 import math
 import threading
 from dataclasses import dataclass

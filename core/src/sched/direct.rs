@@ -608,6 +608,7 @@ pub(crate) const ONE_SHOT: Desc = Desc {
     cost: one_shot_cost,
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
+    in_place: 0,
 };
 
 /// Two-shot all-reduce.
@@ -618,6 +619,7 @@ pub(crate) const TWO_SHOT: Desc = Desc {
     cost: two_shot_cost,
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
+    in_place: serves::ALL_REDUCE,
 };
 
 /// The host model of NVLink multicast (never launched on shared GPUs).
@@ -628,6 +630,7 @@ pub(crate) const MULTICAST: Desc = Desc {
     cost: multicast_cost,
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
+    in_place: serves::ALL_REDUCE,
 };
 
 /// Direct reads and writes of the peers' buffers.
@@ -644,6 +647,7 @@ pub(crate) const DIRECT: Desc = Desc {
     cost: direct_cost,
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
+    in_place: 0,
 };
 
 /// Pairwise all-to-all.
@@ -654,4 +658,5 @@ pub(crate) const PAIRWISE: Desc = Desc {
     cost: pairwise_cost,
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
+    in_place: 0,
 };

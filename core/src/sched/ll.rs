@@ -215,6 +215,7 @@ pub(crate) const ONE_SHOT_LL: Desc = Desc {
     cost: cost::<false>,
     scratch: scratch::<false>,
     max_bytes: max_bytes::<false>,
+    in_place: serves::ALL_REDUCE,
 };
 
 /// One-shot all-reduce over 128-byte lines.
@@ -225,6 +226,7 @@ pub(crate) const ONE_SHOT_LL128: Desc = Desc {
     cost: cost::<true>,
     scratch: scratch::<true>,
     max_bytes: max_bytes::<true>,
+    in_place: serves::ALL_REDUCE,
 };
 
 /// The low-latency exchange for the collectives in which every rank sends to and receives from
@@ -309,6 +311,7 @@ pub(crate) const DIRECT_LL: Desc = Desc {
     cost: direct_cost::<false>,
     scratch: scratch::<false>,
     max_bytes: max_bytes::<false>,
+    in_place: 0,
 };
 
 /// The low-latency exchange over 128-byte lines.
@@ -319,6 +322,7 @@ pub(crate) const DIRECT_LL128: Desc = Desc {
     cost: direct_cost::<true>,
     scratch: scratch::<true>,
     max_bytes: max_bytes::<true>,
+    in_place: 0,
 };
 
 #[cfg(test)]

@@ -310,6 +310,16 @@ impl Request {
         Ok(())
     }
 
+    /// Whether each rank's output may be its input, byte for byte (an in-place all-reduce):
+    /// the algorithm reads a place of a rank's input only before anything writes that place of
+    /// its output. Two-shot (a rank reduces and writes back only its own segment), the one-shot
+    /// low-latency all-reduces (peers read the lines in their own scratch, never the input) and
+    /// the multicast model; not one-shot (peers read the whole input while it writes its
+    /// output), ring, tree or recursive halving. The host's `run_threads_in_place` checks it.
+    pub fn runs_in_place(&self) -> bool {
+        self.algorithm.desc().in_place & self.collective.bit() != 0
+    }
+
     /// Input, output and scratch bytes each rank needs.
     pub fn buffer_sizes(&self) -> BufferSizes {
         // Saturating: a request whose buffers do not fit in u64 is refused by `validate`

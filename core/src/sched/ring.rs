@@ -330,4 +330,5 @@ pub(crate) const DESC: Desc = Desc {
     cost,
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
+    in_place: 0,
 };

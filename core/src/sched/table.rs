@@ -77,6 +77,10 @@ pub struct Desc {
     pub(crate) scratch: fn(&Request) -> u64,
     /// Largest `Request::bytes` the algorithm takes on a number of channels.
     pub(crate) max_bytes: fn(u16) -> u64,
+    /// The collectives (bits of `serves`) whose output may be the input, byte for byte: the
+    /// schedule reads a place of a rank's input only before anything writes that place of its
+    /// output ([`Request::runs_in_place`](super::Request::runs_in_place)).
+    pub(crate) in_place: u16,
 }
 
 impl core::fmt::Debug for Desc {

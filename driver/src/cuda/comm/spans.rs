@@ -7,8 +7,10 @@
 //! * **Where the data sits.** A span that lies in this rank's buffer area, 16-byte aligned, is
 //!   used in place. Any other span is staged: it is checked to lie in one device allocation of this rank's context,
 //!   copied into the request's workspace before the collective and out of it after, by the copy
-//!   engine on the same stream. An output that overlaps the input (an in-place all-reduce) is
-//!   staged too: the schedules read peers' inputs while writing outputs.
+//!   engine on the same stream. An output that overlaps the input is staged too (most
+//!   schedules read peers' inputs while writing outputs), except an output that is the input of
+//!   a request that runs in place (`Request::runs_in_place`: two-shot and the one-shot
+//!   low-latency all-reduces), which runs on the symmetric tensor itself.
 //! * **Workspaces.** Each distinct request gets buffers of its own, allocated collectively on
 //!   its first use and kept as long as the Comm (so no captured graph outlives them, and no
 //!   low-latency line of one request lies in another's scratch).
@@ -83,13 +85,16 @@ impl Comm {
     }
 
     /// Where each side runs: its heap offset when used in place, `None` when staged (outside
-    /// the heap or misaligned; an output overlapping the input is always staged).
-    fn sides(&self, input: Span, output: Span) -> (Option<u64>, Option<u64>) {
+    /// the heap or misaligned). An output that overlaps the input is staged, unless it is the
+    /// input itself and the request runs in place ([`Request::runs_in_place`]: the schedule
+    /// reads each place of the input before it writes that place of the output).
+    fn sides(&self, req: &Request, input: Span, output: Span) -> (Option<u64>, Option<u64>) {
         let overlaps = output.ptr < input.ptr.saturating_add(input.len)
             && input.ptr < output.ptr.saturating_add(output.len);
+        let aliased = output == input && req.runs_in_place();
         (
             self.heap_offset(input),
-            self.heap_offset(output).filter(|_| !overlaps),
+            self.heap_offset(output).filter(|_| !overlaps || aliased),
         )
     }
 }
@@ -157,7 +162,7 @@ impl Tensors {
     ) -> Result<bool> {
         self.own(comm)?;
         let _g = comm.enter_on(stream)?;
-        let (in_heap, out_heap) = comm.sides(input, output);
+        let (in_heap, out_heap) = comm.sides(req, input, output);
         let args = (*req, in_heap, out_heap);
         let found = self.spans_lock()?.ready.get(&args).cloned();
         let found = found.filter(|r| r.engines == comm.copy_engine());
