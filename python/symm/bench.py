@@ -276,8 +276,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     calls = a.overhead_calls
     req = _gpu._request(j, "all_reduce", 4096, "bf16", "sum", None, None)
     rust_us, py_us, floor_us, apart_us = [], [], [], []
-    # In place (the output staged through the workspace: one more copy), and into a second
-    # symmetric buffer (the kernel writes the output itself: the cached call alone).
+    # In place (on the tensor itself where the request runs in place, `Request::runs_in_place`;
+    # else the output staged through the workspace), and into a second symmetric buffer.
     q = big[2048:4096].data_ptr()
     for _ in range(5):
         torch.cuda.synchronize()
@@ -385,10 +385,9 @@ def _print_table(doc: dict[str, Any]) -> None:
     floor = (f"bare launch {o['floor_us']} us (the floor), " if "floor_us" in o else "")
     above = (f", {o['rust_above_floor_us']} us above the floor" if "floor_us" in o else "")
     print(f"host time per cached 4 KiB symm.all_reduce call: {floor}"
-          f"Rust {o['rust_us']} us{above}, Python {o['python_us']} us (in place: the output "
-          "staged)")
+          f"Rust {o['rust_us']} us{above}, Python {o['python_us']} us (in place)")
     if "rust_out_of_place_us" in o:
-        print(f"the same call into a second symmetric buffer (no staging): Rust "
+        print(f"the same call into a second symmetric buffer: Rust "
               f"{o['rust_out_of_place_us']} us, {o['rust_out_of_place_above_floor_us']} us above "
               "the floor")
     print(f"python layer: {o['extra_us']} us extra per eager call over Rust "
