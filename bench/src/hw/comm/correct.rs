@@ -15,6 +15,8 @@
 //!   rank, the parts are merged and compared op by op with the host simulator's trace;
 //! * the copy-engine path: its matrix, traces, graph replays and alternation with the kernel
 //!   path (`engines.rs`);
+//! * in-place all-reduces on symmetric blocks, on the block where the request runs in place
+//!   and staged where not (`in_place.rs`);
 //! * a forced timeout (rank 1 skips a collective): `Timeout` from `synchronize`, `Poisoned`
 //!   after it, 100 bit-exact collectives after `reset()`;
 //! * hostile calls (short buffers, buffers over the pad, divergent allocation), last;
@@ -112,6 +114,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         "teams: split 1+1, reversed 2, strided; concurrent",
         4,
         || teams(&comm, p.max_bytes),
+    ));
+    checks.push(Check::timed(
+        "in-place all-reduce on a symmetric block, on the block or staged",
+        32,
+        || super::in_place::all_reduce(&comm, &stream),
     ));
     checks.push(Check::timed(
         "one team's collectives on two streams, in the Comm's order",

@@ -21,6 +21,7 @@ mod correct;
 mod engines;
 mod fold;
 mod host_cost;
+mod in_place;
 mod life;
 mod moe;
 mod moe_a2av;
