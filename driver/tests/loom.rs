@@ -353,7 +353,7 @@ fn ll_three_calls(
             .find_map(|o| o.line_format())
             .map_or(16, |f| f.line());
         let sizes = [input_len as u64, output_len as u64, 4 * line];
-        let mem = Arc::new(WorldMem::blank(2, sizes, slots, POISON));
+        let mem = Arc::new(WorldMem::blank(2, sizes, slots, POISON).expect("two small ranks"));
         let handles: Vec<_> = (0..2u16)
             .map(|rank| {
                 let mem = mem.clone();
@@ -463,7 +463,7 @@ fn flag_form_all_gather_three_calls_2_ranks() {
     symm_core::flag::check(&req).unwrap();
     model(move || {
         let slots = req.layout().slots();
-        let mem = Arc::new(WorldMem::blank(2, [2, 4, 0], slots, POISON));
+        let mem = Arc::new(WorldMem::blank(2, [2, 4, 0], slots, POISON).expect("two small ranks"));
         let handles: Vec<_> = (0..2u16)
             .map(|rank| {
                 let mem = mem.clone();

@@ -77,12 +77,15 @@ mod tests {
         symm_core::flag::check(&req).unwrap();
         let sizes = req.buffer_sizes();
         let slots = req.layout().slots();
-        let mem = Arc::new(WorldMem::blank(
-            req.world,
-            [sizes.input, sizes.output, sizes.scratch],
-            slots,
-            POISON,
-        ));
+        let mem = Arc::new(
+            WorldMem::blank(
+                req.world,
+                [sizes.input, sizes.output, sizes.scratch],
+                slots,
+                POISON,
+            )
+            .expect("a small world"),
+        );
         let wants: Vec<Vec<Vec<u8>>> = (0..calls)
             .map(|c| reference(&req, &random_inputs(&req, c)))
             .collect();

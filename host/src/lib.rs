@@ -35,7 +35,7 @@ mod threads;
 pub mod trace_diff;
 
 pub use flags::{FlagStep, FlagStream};
-pub use mem::{Oob, RankFabric, Temps, WorldMem};
+pub use mem::{check_footprint, footprint, Oob, RankFabric, Temps, WorldMem, MAX_HOST_BYTES};
 pub use reference::{alltoallv_reference, compare, random_inputs, reference, Mismatch, POISON};
 pub use sim::{
     check_inputs, fit_link, simulate, simulate_streams, Block, FitError, FitRow, FitSample,
@@ -154,6 +154,14 @@ pub enum HostError {
     Trace(TraceError),
     /// A team could not be formed or mapped onto the world.
     Team(symm_core::team::TeamError),
+    /// The run's memory (every rank's buffers, low-latency words and pad) would be over the
+    /// host backend's bound (`mem::MAX_HOST_BYTES`); nothing was allocated.
+    TooLarge {
+        /// Bytes the run would take.
+        bytes: u64,
+        /// The bound.
+        limit: u64,
+    },
     /// The request's output cannot be its input: its sizes differ, or its algorithm does not
     /// run in place (`Request::runs_in_place`).
     NotInPlace {
@@ -188,6 +196,10 @@ impl std::fmt::Display for HostError {
             HostError::ThreadPanicked => write!(f, "a rank thread panicked"),
             HostError::Trace(e) => write!(f, "trace: {e}"),
             HostError::Team(e) => write!(f, "team: {e}"),
+            HostError::TooLarge { bytes, limit } => write!(
+                f,
+                "the run's memory would take {bytes} bytes (every rank's buffers, scratch and pad); the host backend takes at most {limit}"
+            ),
             HostError::NotInPlace { collective, algorithm } => write!(
                 f,
                 "{collective} by {algorithm} does not run in place (its output cannot be its input)"

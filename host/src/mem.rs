@@ -32,6 +32,50 @@ struct RankMem {
     ll: Vec<AtomicU64>,
 }
 
+/// Most bytes the memory of one host run may take: every rank's input, output and scratch, the
+/// low-latency words over its scratch and its signal pad. A request over it is refused with
+/// [`HostError::TooLarge`] before anything is allocated.
+pub const MAX_HOST_BYTES: u64 = 4 << 30;
+
+/// Bytes a host run's memory takes for `world` ranks with buffers of `sizes` (input, output,
+/// scratch) and pads of `slots` slots, saturating (`data`: false counts the pads only).
+pub fn footprint(world: u16, sizes: [u64; 3], slots: u64, data: bool) -> u64 {
+    let [input, output, scratch] = sizes;
+    let per_rank = if data {
+        // Bytes, then one 8-byte low-latency word per 8 scratch bytes.
+        input
+            .saturating_add(output)
+            .saturating_add(scratch.saturating_mul(2))
+    } else {
+        0
+    }
+    .saturating_add(slots.saturating_mul(8));
+    per_rank.saturating_mul(u64::from(world))
+}
+
+/// [`footprint`] of `req`'s memory, refused over [`MAX_HOST_BYTES`].
+pub fn check_footprint(req: &Request, data: bool) -> Result<u64, HostError> {
+    let sz = req.buffer_sizes();
+    let slots = req.layout().slots();
+    bounded(footprint(
+        req.world,
+        [sz.input, sz.output, sz.scratch],
+        u64::from(slots),
+        data,
+    ))
+}
+
+fn bounded(bytes: u64) -> Result<u64, HostError> {
+    if bytes > MAX_HOST_BYTES {
+        Err(HostError::TooLarge {
+            bytes,
+            limit: MAX_HOST_BYTES,
+        })
+    } else {
+        Ok(bytes)
+    }
+}
+
 fn ll_words(scratch: u64) -> Vec<AtomicU64> {
     (0..scratch / 8).map(|_| AtomicU64::new(0)).collect()
 }
@@ -131,9 +175,11 @@ pub struct Oob(pub Option<Loc>);
 
 impl WorldMem {
     /// Memory for `req` with the given inputs and poisoned outputs and scratch; the request
-    /// must validate and there must be one input of the request's size per rank.
+    /// must validate, there must be one input of the request's size per rank, and the whole
+    /// must fit [`MAX_HOST_BYTES`] ([`HostError::TooLarge`] before anything is allocated).
     pub fn new(req: &Request, inputs: &[Vec<u8>], poison: u8) -> Result<WorldMem, HostError> {
         check_inputs(req, inputs)?;
+        check_footprint(req, true)?;
         let sz = req.buffer_sizes();
         let slots = req.layout().slots() as usize;
         let ranks = inputs
@@ -175,8 +221,14 @@ impl WorldMem {
 
     /// Memory of `world` ranks with buffers of `sizes` (input, output, scratch) poisoned, and
     /// pads of `slots` slots: what several teams' collectives share (their inputs are written
-    /// with [`WorldMem::write_at`]).
-    pub fn blank(world: u16, sizes: [u64; 3], slots: u32, poison: u8) -> WorldMem {
+    /// with [`WorldMem::write_at`]). Refused over [`MAX_HOST_BYTES`].
+    pub fn blank(
+        world: u16,
+        sizes: [u64; 3],
+        slots: u32,
+        poison: u8,
+    ) -> Result<WorldMem, HostError> {
+        bounded(footprint(world, sizes, u64::from(slots), true))?;
         let ranks = (0..world)
             .map(|_| RankMem {
                 bufs: sizes.map(|n| bytes(n, poison)),
@@ -184,11 +236,11 @@ impl WorldMem {
                 ll: ll_words(sizes[2]),
             })
             .collect();
-        WorldMem {
+        Ok(WorldMem {
             ranks,
             data: true,
             in_place: false,
-        }
+        })
     }
 
     /// Writes `data` at `l` (host side, before any executor runs).
@@ -200,6 +252,7 @@ impl WorldMem {
     /// simulation of a request too large to hold in memory runs on.
     pub fn pads_only(req: &Request) -> Result<WorldMem, HostError> {
         req.validate().map_err(HostError::Sched)?;
+        check_footprint(req, false)?;
         let slots = req.layout().slots() as usize;
         let ranks = (0..req.world)
             .map(|_| RankMem {

@@ -99,7 +99,7 @@ pub fn run_teams_traced(
             *t = t.saturating_add(n.div_ceil(16) * 16);
         }
     }
-    let mem = WorldMem::blank(world, total, outer.slots(), POISON);
+    let mem = WorldMem::blank(world, total, outer.slots(), POISON)?;
     let mut streams: Vec<Stream> = Vec::new();
     for (ji, j) in jobs.iter().enumerate() {
         for (local, inp) in j.inputs.iter().enumerate() {

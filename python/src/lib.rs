@@ -93,6 +93,8 @@ impl Args<'_> {
                 "the run would hold {total} bytes of buffers; at most {MAX_SIM_BYTES} are allowed"
             )));
         }
+        // The whole run's memory (scratch and pads too) within the host backend's bound.
+        host::check_footprint(&req, true).map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(req)
     }
 }
@@ -185,7 +187,7 @@ fn simulate<'py>(
     .data_request()?;
     let inputs = host::random_inputs(&req, seed);
     let run = host::simulate(&req, &inputs, &SimOptions::default())
-        .map_err(|e| PyValueError::new_err(format!("the simulator failed: {e:?}")))?;
+        .map_err(|e| PyValueError::new_err(format!("the simulator failed: {e}")))?;
     let want = host::reference(&req, &inputs);
     let matches = host::compare(&req, &run.outputs, &want).is_ok();
     let d = PyDict::new(py);
@@ -232,7 +234,7 @@ fn reference<'py>(
     }
     .data_request()?;
     host::check_inputs(&req, &inputs)
-        .map_err(|e| PyValueError::new_err(format!("bad inputs: {e:?}")))?;
+        .map_err(|e| PyValueError::new_err(format!("bad inputs: {e}")))?;
     bytes_list(py, &host::reference(&req, &inputs))
 }
 

@@ -138,8 +138,9 @@ def simulate(collective: str, algorithm: str, world: int, nbytes: int, dtype: st
     ``nbytes`` is the size the collective counts (per rank, or per block for reduce-scatter,
     all-gather, scatter, gather and all-to-all). ``root`` is the root of broadcast, reduce,
     scatter and gather; ``src`` and ``dst`` (default the last rank) the peers of send_recv.
-    Raises ValueError for an unknown name, a request that does not schedule or buffers over
-    1 GiB in all.
+    Raises ValueError for an unknown name, a request that does not schedule, inputs and
+    outputs over 1 GiB in all, or a run whose whole memory (every rank's buffers, scratch and
+    signal pad) is over the host backend's bound of 4 GiB.
     """
     d = _symm.simulate(collective, algorithm, world, nbytes, dtype, op, channels, seed, root,
                        src, dst)

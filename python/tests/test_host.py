@@ -250,3 +250,14 @@ def test_names_come_from_the_one_list():
     n = symm.names()
     assert "all_to_allv" not in n["collectives"] and "send_recv" in n["collectives"]
     assert n["topologies"] == ["nvlink", "shared_device"]
+
+
+def test_a_run_over_the_host_memory_bound_is_a_value_error_not_an_abort():
+    # Four bytes over 1024 ranks: the low-latency scratch of every rank is over the bound.
+    for alg in ("one_shot_ll", "one_shot_ll128"):
+        with pytest.raises(ValueError, match="host backend takes at most"):
+            symm.simulate("all_reduce", alg, world=1024, nbytes=4)
+    # The error speaks the user's words, not Rust's debug text.
+    with pytest.raises(ValueError) as e:
+        symm.simulate("all_reduce", "one_shot_ll", world=72, nbytes=4096, channels=16)
+    assert "TooLarge" not in str(e.value)
