@@ -25,10 +25,11 @@ failures, :class:`SymmError` for the rest (the C ABI's statuses follow the same 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from . import _arrays, _symm, cost, moe
+from . import _args, _arrays, _symm, cost, moe
 from ._gpu import (
     SIGNAL_SLOTS,
     SymmHandle,
@@ -142,6 +143,8 @@ def simulate(collective: str, algorithm: str, world: int, nbytes: int, dtype: st
     outputs over 1 GiB in all, or a run whose whole memory (every rank's buffers, scratch and
     signal pad) is over the host backend's bound of 4 GiB.
     """
+    _args.ints(world=world, nbytes=nbytes, channels=channels, seed=seed, root=root, src=src,
+               dst=dst)
     d = _symm.simulate(collective, algorithm, world, nbytes, dtype, op, channels, seed, root,
                        src, dst)
     conv = [[_arrays.buffer(b, dtype) for b in d[k]] for k in ("inputs", "outputs", "reference")]
@@ -156,7 +159,15 @@ def reference(collective: str, algorithm: str, world: int, nbytes: int, inputs: 
     object with the buffer protocol, of the request's input size). Outputs the collective
     leaves undefined hold the poison byte 0xA5. Returned like :attr:`SimResult.outputs`.
     """
-    raw = [bytes(memoryview(b).cast("B")) for b in inputs]
+    _args.ints(world=world, nbytes=nbytes, channels=channels, root=root, src=src, dst=dst)
+    if isinstance(inputs, (bytes, bytearray, memoryview, str)):
+        raise TypeError("inputs is one buffer per rank (a list), not a single "
+                        f"{type(inputs).__name__}")
+    try:
+        raw = [bytes(memoryview(b).cast("B")) for b in inputs]
+    except TypeError as e:
+        raise TypeError(f"inputs holds one buffer per rank (bytes or a buffer object): {e}") \
+            from None
     out = _symm.reference(collective, algorithm, world, nbytes, raw, dtype, op, channels, root,
                           src, dst)
     return [_arrays.buffer(b, dtype) for b in out]
@@ -166,7 +177,9 @@ class Trace:
     """A decoded symm trace (any format version), from ``bytes`` or a file path.
 
     The input is untrusted: anything but a well-formed trace raises :class:`TraceError`
-    naming the byte offset, and inputs over ``max_bytes`` are refused before they are read.
+    naming the byte offset, inputs over ``max_bytes`` (a positive int) are refused having read
+    at most one byte past it (a regular file by its size, before reading), and event times
+    that overflow 64-bit nanoseconds are refused.
     A trace cut short (a crash while writing) reads up to the cut, with :attr:`warning` set.
 
     ``header`` is a dict (``collective``, ``algorithm``, ``world``, ``channels``, ``bytes``,
@@ -177,15 +190,25 @@ class Trace:
 
     def __init__(self, source: Union[bytes, bytearray, memoryview, str, os.PathLike],
                  max_bytes: int = MAX_TRACE_BYTES) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+            raise TypeError(f"max_bytes must be an int, not {type(max_bytes).__name__}")
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
         if isinstance(source, (bytes, bytearray, memoryview)):
+            if memoryview(source).nbytes > max_bytes:
+                raise TraceError(f"the trace has {memoryview(source).nbytes} bytes; at most "
+                                 f"{max_bytes} are read")
             data = bytes(source)
-            if len(data) > max_bytes:
-                raise TraceError(f"the trace has {len(data)} bytes; at most {max_bytes} are read")
         elif isinstance(source, (str, os.PathLike)):
             with open(source, "rb") as f:
-                data = f.read(max_bytes + 1)
-            if len(data) > max_bytes:
-                raise TraceError(f"{os.fspath(source)!r} is over {max_bytes} bytes")
+                st = os.fstat(f.fileno())
+                # A regular file is refused by its size, before anything is read; any other
+                # (a device, a pipe) is read up to the limit, and one byte more tells it is over.
+                if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:
+                    raise TraceError(f"{os.fspath(source)!r} is over {max_bytes} bytes")
+                data = f.read(max_bytes)
+                if f.read(1):
+                    raise TraceError(f"{os.fspath(source)!r} is over {max_bytes} bytes")
         else:
             raise TypeError(f"Trace takes bytes or a path, not {type(source).__name__}")
         d = _symm.decode_trace(data)
@@ -203,6 +226,11 @@ class Trace:
         unit = self.header["time_unit_ns"]
         time = _arrays.column(d["time"], "Q")
         np = _arrays.numpy()
+        # Times are 64-bit nanoseconds: a trace whose times overflow them is refused, with or
+        # without numpy (whose arithmetic would wrap where Python's ints would not).
+        latest = (int(time.max()) if len(time) else 0) if np is not None else max(time, default=0)
+        if unit and latest > ((1 << 64) - 1) // unit:
+            raise TraceError(f"event time {latest} x {unit} ns overflows 64-bit nanoseconds")
         #: Event times in nanoseconds.
         self.time_ns: Any = time * unit if np is not None else [t * unit for t in time]
         #: Rank of each event.

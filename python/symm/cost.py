@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import _symm
+from . import _args, _symm
 
 __all__ = ["predict", "select", "tune"]
 
@@ -21,6 +21,7 @@ def predict(collective: str, algorithm: str, world: int, nbytes: int, dtype: str
 
     Raises ValueError for an unknown name or a request that does not schedule.
     """
+    _args.ints(world=world, nbytes=nbytes, channels=channels, root=root, src=src, dst=dst)
     return _symm.predict(collective, algorithm, world, nbytes, dtype, op, channels, topology,
                          root, src, dst)
 
@@ -31,6 +32,7 @@ def select(collective: str, world: int, nbytes: int, dtype: str = "f32", op: str
     """The name of the algorithm with the lowest predicted time (multicast only when
     ``multicast``).
     """
+    _args.ints(world=world, nbytes=nbytes, channels=channels, root=root, src=src, dst=dst)
     return _symm.select(collective, world, nbytes, dtype, op, channels, topology, multicast,
                         root, src, dst)
 
@@ -41,4 +43,5 @@ def tune(collective: str, world: int, nbytes: int, dtype: str = "f32", op: str =
     """symm's default choice: ``(algorithm, channels, source)``, where ``source`` is
     ``"calibrated"`` (the measured table's nearest entry) or ``"model"`` (the cost model).
     """
+    _args.ints(world=world, nbytes=nbytes, root=root, src=src, dst=dst)
     return _symm.tune(collective, world, nbytes, dtype, op, topology, root, src, dst)

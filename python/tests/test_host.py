@@ -1,5 +1,6 @@
 """Host-side tests of the symm Python package: no GPU, no torch."""
 
+import os
 import random
 import subprocess
 import sys
@@ -261,3 +262,38 @@ def test_a_run_over_the_host_memory_bound_is_a_value_error_not_an_abort():
     with pytest.raises(ValueError) as e:
         symm.simulate("all_reduce", "one_shot_ll", world=72, nbytes=4096, channels=16)
     assert "TooLarge" not in str(e.value)
+
+
+def test_integer_arguments_out_of_range_are_value_errors_and_non_integers_type_errors():
+    with pytest.raises(ValueError, match="nbytes"):
+        symm.simulate("all_reduce", "ring", world=2, nbytes=2**64)
+    with pytest.raises(ValueError, match="world"):
+        symm.cost.predict("all_reduce", "ring", world=-(2**70), nbytes=64)
+    with pytest.raises(TypeError, match="nbytes"):
+        symm.cost.tune("all_reduce", world=2, nbytes="64")
+    with pytest.raises(TypeError, match="world"):
+        symm.reference("all_reduce", "ring", world=True, nbytes=64, inputs=[b"\0" * 64] * 2)
+    with pytest.raises(ValueError, match="seed"):
+        symm.simulate("all_reduce", "ring", world=2, nbytes=64, seed=-1)
+
+
+def test_reference_wants_a_buffer_per_rank():
+    with pytest.raises(TypeError, match="one buffer per rank"):
+        symm.reference("all_reduce", "ring", world=2, nbytes=8, inputs=b"\0" * 16)
+    with pytest.raises(TypeError, match="one buffer per rank"):
+        symm.reference("all_reduce", "ring", world=2, nbytes=8, inputs=[1, 2])
+
+
+def test_a_trace_limit_is_positive_and_a_file_is_read_at_most_one_byte_past_it(tmp_path):
+    with pytest.raises(ValueError, match="positive"):
+        symm.Trace(b"", max_bytes=-1)
+    with pytest.raises(TypeError, match="max_bytes"):
+        symm.Trace(b"", max_bytes=1.5)
+    big = tmp_path / "big.trace"
+    big.write_bytes(b"\0" * 4096)
+    with pytest.raises(symm.TraceError, match="over 100 bytes"):
+        symm.Trace(big, max_bytes=100)
+    # A device is read up to the limit and one byte more, then refused.
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(symm.TraceError, match="over 1000 bytes"):
+            symm.Trace("/dev/zero", max_bytes=1000)
