@@ -288,3 +288,46 @@ fn combine_needs_a_dispatch_and_the_right_lengths() {
     assert!(matches!(e, MoeThreadError::Shape { .. }), "{e:?}");
     assert_eq!(to_f32s(&r.combine(&mw, &f32s(&[3.0])).unwrap()), [3.0]);
 }
+
+#[test]
+fn a_world_serves_run_after_run_and_refuses_runs_after_a_failure() {
+    let mut rng = Rng::new(5);
+    let dtype = MoeDtype::Bf16;
+    let cfg = MoeConfig::new(3, 12, 2, 5, 3).unwrap();
+    let mw = MoeWorld::new(cfg, dtype, Duration::from_secs(5)).unwrap();
+    let check = |calls: &[MoeCall], got: &[(Vec<MoeRankDispatch>, Vec<Vec<u8>>)]| {
+        for (inputs, (d, c)) in calls.iter().zip(got) {
+            let want = moe_reference(&cfg, dtype, inputs).unwrap();
+            assert_eq!(d, &want);
+            let y: Vec<Vec<u8>> = want.iter().map(|d| expert(dtype, &cfg, d)).collect();
+            assert_eq!(c, &moe_combine_reference(&cfg, dtype, inputs, &y).unwrap());
+        }
+    };
+    // Runs of 3, 1 and 2 calls on one world: each goes on from the last one's epochs (a new
+    // run starting again at epoch 1 would read the first run's headers as its own).
+    for n in [3, 1, 2] {
+        let calls: Vec<MoeCall> = (0..n)
+            .map(|i| call(&mut rng, &cfg, dtype, i == 1))
+            .collect();
+        let got = run_moe_threads(&mw, &calls, |_, d| expert(dtype, &cfg, d)).unwrap();
+        check(&calls, &got);
+    }
+    // A call that gives rank 2 no input fails the run, and the world says so from then on.
+    let mut bad = call(&mut rng, &cfg, dtype, false);
+    bad.truncate(2);
+    let err = run_moe_threads(&mw, &[bad], |_, d| expert(dtype, &cfg, d)).unwrap_err();
+    assert!(
+        matches!(err, MoeThreadError::Shape { rank: 2, .. }),
+        "{err}"
+    );
+    let good = vec![call(&mut rng, &cfg, dtype, false)];
+    let err = run_moe_threads(&mw, &good, |_, d| expert(dtype, &cfg, d)).unwrap_err();
+    assert_eq!(err, MoeThreadError::WorldFailed);
+    assert!(err.to_string().contains("make a new MoeWorld"));
+    // A new world runs it.
+    let fresh = MoeWorld::new(cfg, dtype, Duration::from_secs(5)).unwrap();
+    check(
+        &good,
+        &run_moe_threads(&fresh, &good, |_, d| expert(dtype, &cfg, d)).unwrap(),
+    );
+}

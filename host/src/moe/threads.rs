@@ -53,12 +53,20 @@ struct Area {
 }
 
 /// The symmetric areas of every rank, shared by the rank threads.
+///
+/// A world serves any number of [`run_moe_threads`] runs, one at a time: each run's calls go
+/// on from the epochs the last one reached, so its headers are never mistaken for an earlier
+/// run's. A run that fails leaves a call half done on some rank, and the world refuses every
+/// later run ([`MoeThreadError::WorldFailed`]).
 pub struct MoeWorld {
     cfg: MoeConfig,
     dtype: MoeDtype,
     areas: Vec<Area>,
     deadline: Duration,
     abort: AtomicBool,
+    /// The next run's first (dispatch, combine) epochs, held for the whole of a run; `None`
+    /// once a run failed.
+    next: std::sync::Mutex<Option<(u32, u32)>>,
 }
 
 impl MoeWorld {
@@ -81,6 +89,7 @@ impl MoeWorld {
             areas,
             deadline,
             abort: AtomicBool::new(false),
+            next: std::sync::Mutex::new(Some((1, 1))),
         })
     }
 
@@ -153,10 +162,16 @@ pub struct MoeRank {
 impl MoeRank {
     /// Rank `rank`, before its first call (both epochs 1).
     pub fn new(rank: u16) -> MoeRank {
+        MoeRank::resume(rank, (1, 1))
+    }
+
+    /// Rank `rank` going on from the (dispatch, combine) epochs `(epoch, cepoch)`: what every
+    /// rank of a world reached in its earlier calls.
+    pub fn resume(rank: u16, (epoch, cepoch): (u32, u32)) -> MoeRank {
         MoeRank {
             rank,
-            epoch: 1,
-            cepoch: 1,
+            epoch,
+            cepoch,
             last: None,
         }
     }
@@ -421,8 +436,9 @@ fn pause(spins: &mut u32) {
 pub type MoeCall = Vec<MoeRankInput>;
 
 /// Runs `calls` back to back on one OS thread per rank, each a dispatch and then a combine of
-/// the expert outputs `expert(rank, &dispatch)` gives, with no barrier anywhere. Returns, per
-/// call, every rank's dispatch result and combined output. (Under `cfg(loom)` the atomics are
+/// the expert outputs `expert(rank, &dispatch)` gives, with no barrier anywhere, going on from
+/// the world's earlier runs. Returns, per call, every rank's dispatch result and combined
+/// output. A world whose earlier run failed is refused ([`MoeThreadError::WorldFailed`]). (Under `cfg(loom)` the atomics are
 /// loom's and only a loom model may run it.)
 #[allow(clippy::type_complexity)]
 pub fn run_moe_threads<F>(
@@ -434,13 +450,18 @@ where
     F: Fn(u16, &MoeRankDispatch) -> Vec<u8> + Sync,
 {
     let ranks = world.cfg.world;
+    // One run at a time, going on from the epochs the last one reached.
+    let mut next = world.next.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(start) = *next else {
+        return Err(MoeThreadError::WorldFailed);
+    };
     let per_rank: Vec<Result<Vec<(MoeRankDispatch, Vec<u8>)>, MoeThreadError>> =
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..ranks)
                 .map(|r| {
                     let expert = &expert;
                     s.spawn(move || {
-                        let mut rank = MoeRank::new(r);
+                        let mut rank = MoeRank::resume(r, start);
                         let run = calls
                             .iter()
                             .map(|call| {
@@ -486,8 +507,11 @@ where
         }
     }
     if let Some((_, e)) = first {
+        *next = None;
         return Err(e);
     }
+    let n = u32::try_from(calls.len()).unwrap_or(u32::MAX);
+    *next = Some((start.0.wrapping_add(n), start.1.wrapping_add(n)));
     Ok((0..calls.len())
         .map(|c| results.iter().map(|r| r[c].clone()).unzip())
         .collect())

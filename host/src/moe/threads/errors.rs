@@ -80,6 +80,10 @@ pub enum MoeThreadError {
     },
     /// A rank thread panicked.
     ThreadPanicked,
+    /// An earlier run on this world failed: its areas hold the words of a call that did not
+    /// finish on every rank, so no later call could tell them from its own. Make a new
+    /// [`MoeWorld`](super::MoeWorld).
+    WorldFailed,
 }
 
 impl std::fmt::Display for MoeThreadError {
@@ -106,6 +110,10 @@ impl std::fmt::Display for MoeThreadError {
                 write!(f, "rank {rank}: combine without a dispatch before it")
             }
             MoeThreadError::ThreadPanicked => write!(f, "a rank thread panicked"),
+            MoeThreadError::WorldFailed => write!(
+                f,
+                "an earlier run on this MoE world failed and left a call half done: make a new MoeWorld"
+            ),
         }
     }
 }
