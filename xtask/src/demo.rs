@@ -130,10 +130,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let dir = util::target_dir().join("symm/traces");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let t0 = Instant::now();
+    println!(
+        "demo: simulating every collective and algorithm at worlds 4 and 8 on the host, each \
+         checked against the reference, traces into {} (about a minute)...",
+        dir.display()
+    );
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "{:<15} {:<12} {:>5} {:>9} {:>7} {:>11} {:>11}  check",
+        "{:<15} {:<14} {:>5} {:>9} {:>7} {:>11} {:>11}  check",
         "collective", "algorithm", "world", "bytes", "ops", "model us", "sim us"
     );
     let (mut passed, mut failed) = (0u32, 0u32);
@@ -167,7 +172,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 std::fs::write(dir.join(&name), &run.trace).map_err(|e| format!("{name}: {e}"))?;
                 let _ = writeln!(
                     table,
-                    "{:<15} {:<12} {:>5} {:>9} {:>7} {:>11.1} {:>11.1}  {}",
+                    "{:<15} {:<14} {:>5} {:>9} {:>7} {:>11.1} {:>11.1}  {}",
                     c.name(),
                     a.name(),
                     world,
@@ -186,7 +191,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     std::fs::write(dir.join(name), &run.trace).map_err(|e| format!("{name}: {e}"))?;
     let _ = writeln!(
         table,
-        "{:<15} {:<12} {:>5} {:>9} {:>7} {:>11} {:>11.1}  {}",
+        "{:<15} {:<14} {:>5} {:>9} {:>7} {:>11} {:>11.1}  {}",
         "moe_dispatch",
         "staging",
         req.world,
