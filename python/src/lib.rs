@@ -14,7 +14,7 @@ mod request;
 
 use parse::{algorithm, collective, dtype, reduce_op, topology};
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
@@ -96,6 +96,40 @@ impl Args<'_> {
         // The whole run's memory (scratch and pads too) within the host backend's bound.
         host::check_footprint(&req, true).map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(req)
+    }
+}
+
+/// Runs `work` on a thread of its own with the GIL released, and answers Python's signals while
+/// it runs: Ctrl-C raises `KeyboardInterrupt` at once (the work finishes in the background, its
+/// memory bounded as every host run's is, and its result is dropped).
+fn interruptible<T: Send + 'static>(
+    py: Python<'_>,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> PyResult<T> {
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    let (tx, rx) = channel();
+    std::thread::Builder::new()
+        .name("symm-simulate".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .map_err(|e| PyRuntimeError::new_err(format!("no thread for the run: {e}")))?;
+    let mut rx = rx;
+    loop {
+        let (back, got) = py.allow_threads(move || {
+            let got = rx.recv_timeout(std::time::Duration::from_millis(50));
+            (rx, got)
+        });
+        rx = back;
+        match got {
+            Ok(v) => return Ok(v),
+            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(PyRuntimeError::new_err(
+                    "the run's thread ended without a result",
+                ))
+            }
+        }
     }
 }
 
@@ -186,8 +220,11 @@ fn simulate<'py>(
     }
     .data_request()?;
     let inputs = host::random_inputs(&req, seed);
-    let run = host::simulate(&req, &inputs, &SimOptions::default())
-        .map_err(|e| PyValueError::new_err(format!("the simulator failed: {e}")))?;
+    let run = interruptible(py, {
+        let inputs = inputs.clone();
+        move || host::simulate(&req, &inputs, &SimOptions::default())
+    })?
+    .map_err(|e| PyValueError::new_err(format!("the simulator failed: {e}")))?;
     let want = host::reference(&req, &inputs);
     let matches = host::compare(&req, &run.outputs, &want).is_ok();
     let d = PyDict::new(py);

@@ -297,3 +297,28 @@ def test_a_trace_limit_is_positive_and_a_file_is_read_at_most_one_byte_past_it(t
     if os.path.exists("/dev/zero"):
         with pytest.raises(symm.TraceError, match="over 1000 bytes"):
             symm.Trace("/dev/zero", max_bytes=1000)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
+def test_ctrl_c_interrupts_a_long_simulation():
+    import signal
+    import time
+
+    # A simulation of about a minute; Ctrl-C must end it within a second or two.
+    code = ("import symm\n"
+            "print('started', flush=True)\n"
+            "symm.simulate('all_reduce', 'ring', world=512, nbytes=256 << 10, channels=8)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "started"
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        t = time.monotonic()
+        _, err = p.communicate(timeout=20)
+        assert time.monotonic() - t < 5, "the run ignored Ctrl-C"
+        assert "KeyboardInterrupt" in err, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
