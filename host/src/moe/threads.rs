@@ -255,11 +255,15 @@ impl MoeRank {
             }
         }
         // Then the header, to every rank: my count for it and my count of each of its experts.
+        // The count word publishes the rows: its release store comes after every row, and the
+        // receiver acquires every word before it reads a row, so that one release suffices. The
+        // expert counts are data the receiver reads from the words themselves: relaxed, on
+        // purpose (the loom models fail when the count word's store is weakened).
         for q in 0..w {
             let words = &world.areas[q].head[half][usize::from(me) * hw..][..hw];
             words[0].store(tag(epoch, routed.counts[q]), HEADER_PUBLISH);
             for (j, word) in words[1..].iter().enumerate() {
-                word.store(tag(epoch, routed.ecounts[q * l + j]), HEADER_PUBLISH);
+                word.store(tag(epoch, routed.ecounts[q * l + j]), Ordering::Relaxed);
             }
         }
         let mine = &world.areas[usize::from(me)];
