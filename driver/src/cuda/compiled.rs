@@ -3,7 +3,7 @@
 //! The interpreter (`symm/interp.cu`) reads each op from memory and dispatches on its kind.
 //! A compiled plan is a kernel generated for one validated [`RankPlan`]. Its channels are
 //! grouped by shape: two channels have the same shape when their ops do the same things to the
-//! same ranks (kind, dtype, operator, buffers, line format, ranks, divisor; [`shape`]), and
+//! same ranks (kind, dtype, operator, buffers, line format, ranks, divisor; `shape`), and
 //! differ at most in offsets, counts and slots, as the channels of a direct algorithm do. Each
 //! shape is one function (not inlined: NVRTC then optimises each on its own, and its time grows
 //! with the ops instead of faster), which runs the ops in order, each a call of the
@@ -91,7 +91,7 @@ impl PlanPath {
 /// The CUDA source of `plan` (validated by the caller), or [`CudaError::TooLarge`] when it
 /// would hold more than [`MAX_COMPILED_OPS`] ops ([`compiled_ops`]).
 ///
-/// Channels whose ops have the same shape ([`shape`]: what each op does and to whom) share one
+/// Channels whose ops have the same shape (`shape`: what each op does and to whom) share one
 /// function. A field that every channel of the shape holds alike is a constant in it; one that
 /// differs between them (offsets, slots) it reads from the uploaded plan, which the block first
 /// stages in shared memory (one round trip; shapes of more than [`MAX_STAGED_OPS`] ops read
@@ -342,7 +342,7 @@ fn op_line(s: &mut String, i: usize, op: &PlanOp, varying: [bool; 6]) {
     s.push_str(")\n");
 }
 
-/// Appends op `i`'s arguments of `SYMM_MK` after its target: the shape's words ([`shape`]) as
+/// Appends op `i`'s arguments of `SYMM_MK` after its target: the shape's words (`shape`) as
 /// constants, then each of [`FIELDS`] as a constant, or where the shape's channels differ
 /// (`varying`) as a read of the plan (`ops[i].field`).
 fn args(s: &mut String, i: usize, op: &PlanOp, varying: [bool; 6]) {
