@@ -18,8 +18,9 @@
 //! **Reuse without a barrier.** Call `e` writes into half `e & 1` of the receiver's region
 //! ([`half`]). A sender reaches call `e + 2` only after finishing call `e + 1`, which needed the
 //! receiver's lines of call `e + 1`, which the receiver wrote after it finished reading call
-//! `e`; so a half is never overwritten while it is read. The region belongs to LL alone: a
-//! collective of another algorithm must not share the scratch buffer of an LL collective.
+//! `e`; so a half is never overwritten while it is read. The region belongs to LL alone and to one
+//! request: a collective of another algorithm, or an LL request of another size or channel count
+//! (whose regions lie elsewhere), must not share the scratch buffer of an LL collective.
 //!
 //! Executors take the epoch from their counters and pass it to [`crate::exec::Fabric::ll`];
 //! [`lines`], [`pack`] and [`unpack`] are the one definition of the line format, which the host
@@ -122,7 +123,9 @@ impl Format {
         self.lines(bytes).saturating_mul(self.line())
     }
 
-    /// Bytes of one source's region in one half: the lines of [`Format::max_bytes`].
+    /// The most bytes of one source's region in one half: the lines of [`Format::max_bytes`]
+    /// (a request's regions hold the lines of its own largest channel part, see
+    /// [`crate::sched`]'s low-latency programs).
     pub const fn region(self) -> u64 {
         self.line_bytes(self.max_bytes())
     }

@@ -179,7 +179,6 @@ impl WorldMem {
     /// must fit [`MAX_HOST_BYTES`] ([`HostError::TooLarge`] before anything is allocated).
     pub fn new(req: &Request, inputs: &[Vec<u8>], poison: u8) -> Result<WorldMem, HostError> {
         check_inputs(req, inputs)?;
-        check_footprint(req, true)?;
         let sz = req.buffer_sizes();
         let slots = req.layout().slots() as usize;
         let ranks = inputs

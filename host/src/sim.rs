@@ -83,9 +83,13 @@ impl Default for SimOptions {
     }
 }
 
-/// The request validates and there is one input of its size per rank.
+/// The request validates, its memory fits [`crate::MAX_HOST_BYTES`] ([`HostError::TooLarge`]),
+/// and there is one input of its size per rank.
 pub fn check_inputs(req: &Request, inputs: &[Vec<u8>]) -> Result<(), HostError> {
     req.validate().map_err(HostError::Sched)?;
+    // The bound before the inputs: a request too large to run is named as such, whatever its
+    // inputs hold.
+    super::mem::check_footprint(req, true)?;
     if inputs.len() != req.world as usize {
         return Err(HostError::BadWorld {
             expected: req.world,

@@ -253,15 +253,21 @@ def test_names_come_from_the_one_list():
     assert n["topologies"] == ["nvlink", "shared_device"]
 
 
-def test_a_run_over_the_host_memory_bound_is_a_value_error_not_an_abort():
-    # Four bytes over 1024 ranks: the low-latency scratch of every rank is over the bound.
+def test_low_latency_scratch_is_sized_by_the_message():
+    # Four bytes over 1024 ranks and 16 channels at world 72 run, in the memory their messages
+    # need, and match the reference.
     for alg in ("one_shot_ll", "one_shot_ll128"):
-        with pytest.raises(ValueError, match="host backend takes at most"):
-            symm.simulate("all_reduce", alg, world=1024, nbytes=4)
-    # The error speaks the user's words, not Rust's debug text.
-    with pytest.raises(ValueError) as e:
-        symm.simulate("all_reduce", "one_shot_ll", world=72, nbytes=4096, channels=16)
-    assert "TooLarge" not in str(e.value)
+        assert symm.simulate("all_reduce", alg, world=1024, nbytes=4).matches
+    assert symm.simulate("all_reduce", "one_shot_ll", world=72, nbytes=4096, channels=16).matches
+
+
+def test_a_run_over_the_host_memory_bound_is_a_value_error_not_an_abort():
+    # 64 KiB over 1024 ranks: 256 MiB of low-latency regions per rank, over the bound.
+    for alg in ("one_shot_ll", "one_shot_ll128"):
+        with pytest.raises(ValueError, match="host backend takes at most") as e:
+            symm.simulate("all_reduce", alg, world=1024, nbytes=64 << 10)
+        # The error speaks the user's words, not Rust's debug text.
+        assert "TooLarge" not in str(e.value)
 
 
 def test_integer_arguments_out_of_range_are_value_errors_and_non_integers_type_errors():

@@ -79,3 +79,31 @@ fn cross_section_on_real_threads() {
         t.elapsed()
     );
 }
+
+/// The non-power-of-two worlds 6 to 31 at small sizes (every collective x algorithm, f32 and
+/// bf16 sum): where low-latency scratch once grew with the world whatever the message. Run by
+/// hand to time the simulator (`cargo test --release -p symm-tests --test conformance --
+/// --ignored odd_worlds`).
+#[test]
+#[ignore = "timing run, minutes"]
+fn odd_worlds_on_the_simulator() {
+    let t = Instant::now();
+    let m = Matrix {
+        worlds: (6..32).filter(|w: &u16| !w.is_power_of_two()).collect(),
+        sizes: vec![0, 1, 148, 1024],
+        dtypes: vec![DType::F32, DType::Bf16],
+        ops: vec![ReduceOp::Sum],
+        keep: |_| true,
+        ..host_matrix()
+    };
+    let mut sim = Simulator {
+        opts: SimOptions::default(),
+    };
+    let rep = matrix::run(&mut sim, &m, &mut 0);
+    assert!(rep.failures.is_empty(), "{}", rep.failures.join("\n"));
+    println!(
+        "odd worlds (simulator): {} runs passed in {:.2?}",
+        rep.cases,
+        t.elapsed()
+    );
+}

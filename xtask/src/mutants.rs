@@ -5,10 +5,18 @@
 //! (`host/src/pad.rs`) read them from there. This command copies the workspace's sources
 //! into a temporary folder and, one mutant at a time, weakens a single `Release`, `Acquire`,
 //! `AcqRel` or `SeqCst` of the protocol to `Relaxed` (in the `order` module, or anywhere in the
-//! host pad and memory code and the MoE protocol's threads), builds the loom models against the copy and runs them. A mutant is
-//! *killed* when a model fails, and *survives* when every model passes: a survivor means an
-//! ordering nothing checks. The unmutated copy runs first and must pass, so a kill is the
-//! mutation's doing. The command fails unless every mutant is killed.
+//! host pad and memory code and the MoE protocol's threads), builds the loom models against the
+//! copy and runs them.
+//!
+//! A named ordering (a constant of the `order` module, or a `const NAME: Ordering` of a host
+//! file) is weakened twice over: at its definition, which weakens every use at once, and at each
+//! of its call sites alone, so a store that needs its ordering is caught even when another use
+//! of the same name would be enough for the models. A name with one call site gets no call-site
+//! mutant: weakening that site is the same program as weakening the definition.
+//!
+//! A mutant is *killed* when a model fails, and *survives* when every model passes: a survivor
+//! means an ordering nothing checks. The unmutated copy runs first and must pass, so a kill is
+//! the mutation's doing. The command fails unless every mutant is killed.
 
 use crate::util::{self, cargo};
 use std::path::{Path, PathBuf};
@@ -38,8 +46,8 @@ pub struct Mutant {
     pub file: &'static str,
     /// 1-based line.
     pub line: usize,
-    /// The ordering replaced.
-    pub from: &'static str,
+    /// The text replaced: an ordering, or a name of one at a call site.
+    pub from: String,
     /// The constant or expression the line defines (for the table).
     pub label: String,
     /// Byte offset of the replaced text in the file.
@@ -83,7 +91,7 @@ pub fn mutants_of(file: &'static str, src: &str) -> Vec<Mutant> {
                     out.push(Mutant {
                         file,
                         line: i + 1,
-                        from,
+                        from: from.to_string(),
                         label,
                         offset: offset + at,
                     });
@@ -96,6 +104,69 @@ pub fn mutants_of(file: &'static str, src: &str) -> Vec<Mutant> {
         offset += line.len();
     }
     out
+}
+
+/// The name a definition mutant's label gives (`SIGNAL_ADD`, `const HEADER_PUBLISH`), as its
+/// call sites spell it in `file`: `order::NAME` for the `order` module's constants, `NAME` for
+/// a constant of the file itself.
+fn call_name(def: &Mutant, file: &str) -> Option<String> {
+    let name = def.label.strip_prefix("const ").unwrap_or(&def.label);
+    let name: String = name
+        .chars()
+        .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+        .collect();
+    if name.is_empty() {
+        return None;
+    }
+    if def.file == "core/src/signal.rs" {
+        Some(format!("order::{name}"))
+    } else if def.file == file {
+        Some(name)
+    } else {
+        None
+    }
+}
+
+/// Every call site, in `src` (the contents of host file `file`), of the named orderings that
+/// `defs` define: a use of the name outside comments and outside its own definition.
+pub fn call_sites_of(file: &'static str, src: &str, defs: &[Mutant]) -> Vec<Mutant> {
+    let mut out = Vec::new();
+    let names: Vec<String> = defs.iter().filter_map(|d| call_name(d, file)).collect();
+    let mut offset = 0;
+    for (i, line) in src.split_inclusive('\n').enumerate() {
+        let code = !line.trim_start().starts_with("//") && !line.contains(": Ordering =");
+        for name in names.iter().filter(|_| code) {
+            for (at, _) in line.match_indices(name.as_str()) {
+                // A whole name: not a prefix of a longer one.
+                let next = line[at + name.len()..].chars().next();
+                let before = line[..at].chars().next_back();
+                let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                if word(next) || (word(before) && !name.starts_with("order::")) {
+                    continue;
+                }
+                out.push(Mutant {
+                    file,
+                    line: i + 1,
+                    from: name.clone(),
+                    label: format!("{} (call)", name.trim_start_matches("order::")),
+                    offset: offset + at,
+                });
+            }
+        }
+        offset += line.len();
+    }
+    out
+}
+
+/// The call-site mutants worth running: those of names with two or more call sites (one call
+/// site is the definition's own mutant).
+fn shared_sites(sites: Vec<Mutant>) -> Vec<Mutant> {
+    let count = |from: &str| sites.iter().filter(|m| m.from == from).count();
+    sites
+        .iter()
+        .filter(|m| count(&m.from) >= 2)
+        .cloned()
+        .collect()
 }
 
 /// Copies the files git knows (tracked or untracked, not ignored) from `root` into `to`.
@@ -203,6 +274,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         all.extend(mutants_of(file, &text));
         originals.push((file, text));
     }
+    let mut sites = Vec::new();
+    for (file, text) in &originals {
+        sites.extend(call_sites_of(file, text, &all));
+    }
+    all.extend(shared_sites(sites));
     if all.is_empty() {
         return Err("no orderings found to mutate".into());
     }
@@ -217,7 +293,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .find(|(f, _)| *f == m.file)
             .ok_or("lost a file")?;
         let mut mutated = text.clone();
-        mutated.replace_range(m.offset..m.offset + m.from.len(), "Ordering::Relaxed");
+        mutated.replace_range(
+            m.offset..m.offset + m.from.len(),
+            "core::sync::atomic::Ordering::Relaxed",
+        );
         let path = tmp.0.join(m.file);
         std::fs::write(&path, &mutated).map_err(|e| e.to_string())?;
         let t = Instant::now();
@@ -231,12 +310,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
         rows.push((m, verdict, t.elapsed().as_secs_f64()));
     }
     println!(
-        "\n{:<28} {:<5} {:<20} {:<18} {:<9} {:>6}",
+        "\n{:<28} {:<5} {:<24} {:<26} {:<9} {:>6}",
         "file", "line", "constant", "weakened", "verdict", "s"
     );
     for (m, v, s) in &rows {
         println!(
-            "{:<28} {:<5} {:<20} {:<18} {:<9} {:>6.1}",
+            "{:<28} {:<5} {:<24} {:<26} {:<9} {:>6.1}",
             m.file,
             m.line,
             m.label,
@@ -280,7 +359,7 @@ mod tests {
             ]
         );
         for x in &m {
-            assert_eq!(&src[x.offset..x.offset + x.from.len()], x.from);
+            assert_eq!(&src[x.offset..x.offset + x.from.len()], x.from.as_str());
         }
     }
 
@@ -289,7 +368,10 @@ mod tests {
         let file = "host/src/moe/threads.rs";
         let src = std::fs::read_to_string(util::root().join(file)).unwrap();
         let m = mutants_of(file, &src);
-        let sites: Vec<(&str, &str)> = m.iter().map(|m| (m.label.as_str(), m.from)).collect();
+        let sites: Vec<(&str, &str)> = m
+            .iter()
+            .map(|m| (m.label.as_str(), m.from.as_str()))
+            .collect();
         assert_eq!(
             sites,
             [
@@ -306,5 +388,64 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].line, 2);
         assert_eq!(m[0].from, "Ordering::Acquire");
+    }
+
+    #[test]
+    fn call_sites_of_a_name_used_twice_are_mutants_of_their_own() {
+        let mut defs = Vec::new();
+        let mut sites = Vec::new();
+        let mut texts = Vec::new();
+        for file in FILES {
+            let src = std::fs::read_to_string(util::root().join(file)).unwrap();
+            defs.extend(mutants_of(file, &src));
+            texts.push((file, src));
+        }
+        for (file, src) in &texts {
+            sites.extend(call_sites_of(file, src, &defs));
+        }
+        for x in &sites {
+            let src = &texts.iter().find(|t| t.0 == x.file).unwrap().1;
+            assert_eq!(&src[x.offset..x.offset + x.from.len()], x.from.as_str());
+        }
+        // Every order constant is used once, in the host pad and memory.
+        for name in [
+            "SIGNAL_ADD",
+            "WAIT",
+            "FLAG_RAISE",
+            "LL128_PUBLISH",
+            "LL128_OBSERVE",
+        ] {
+            let n = sites
+                .iter()
+                .filter(|m| m.from == format!("order::{name}"))
+                .count();
+            assert_eq!(n, 1, "{name}");
+        }
+        // The MoE header's publishing name has two stores: the dispatch's count word and the
+        // combine's header; each is a mutant of its own.
+        let run = shared_sites(sites);
+        let lines: Vec<(&str, &str)> = run.iter().map(|m| (m.file, m.from.as_str())).collect();
+        assert_eq!(
+            lines,
+            [
+                ("host/src/moe/threads.rs", "HEADER_PUBLISH"),
+                ("host/src/moe/threads.rs", "HEADER_PUBLISH")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_call_site_is_a_whole_name_outside_comments_and_definitions() {
+        let defs = mutants_of(
+            "host/src/moe/threads.rs",
+            "const HEADER_PUBLISH: Ordering = Ordering::Release;\n",
+        );
+        let src = "const HEADER_PUBLISH: Ordering = Ordering::Release;\n\
+                   // HEADER_PUBLISH in a comment\n\
+                   w.store(1, HEADER_PUBLISH);\n\
+                   w.store(1, HEADER_PUBLISH_2);\n";
+        let m = call_sites_of("host/src/moe/threads.rs", src, &defs);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].line, 3);
     }
 }

@@ -10,20 +10,23 @@
 //!
 //! **Channels.** A message is split over `k = ll::channels(req.channels)` channels (at most
 //! [`ll::MAX_CHANNELS`]), channel `c` carrying part `c` of the elements ([`part`]) as an LL
-//! instance of its own: its own `Epoch` slot, and its own regions at a place that depends only
-//! on `(world, c)`: `2 x world` regions of `REGION = ll::Format::region()` bytes (the lines of
-//! the format's bound) from `c x 2 x world x REGION`, half `h` and source `s` at
-//! `(h * world + s) * REGION` within them.
-//! So a region is only ever written and read by the same channel of every call, whatever the
-//! message size and channel count, and the reuse argument of [`crate::ll`] holds per channel.
+//! instance of its own: its own `Epoch` slot, and its own regions: `2 x world` regions of
+//! `REGION` bytes (the lines of the largest channel part of this message, so at most
+//! [`ll::Format::region`]) from `c x 2 x world x REGION`, half `h` and source `s` at
+//! `(h * world + s) * REGION` within them. So the scratch a request takes is sized by its message and channels (a 4-byte call at
+//! world 1024 takes 32 KiB per rank, not 256 MiB), and within the scratch of one request a region
+//! is only ever written and read by the same channel of every call: the reuse argument of
+//! [`crate::ll`] holds per channel. A scratch buffer is laid out for one request: requests of
+//! another size or channel count place their regions elsewhere in it, so they must not share it
+//! (the runtime gives every request a workspace of its own).
 //! Channels past `k`, and channels whose part is empty (on every rank alike), do nothing. A
 //! channel's part is at most the format's bound ([`ll::MAX_BYTES`] for 16-byte lines), so a
 //! request takes `k` times that (`SchedError::AboveLimit` past that).
 //!
 //! **128-byte lines.** `one_shot_ll128` and `direct_ll128` are the same programs over
 //! [`ll::Format::Ll128`] lines ([`Op::LlPut`], [`Op::LlReduce`] with that `format`): a sixteenth of overhead
-//! instead of a half, [`ll::MAX_BYTES_128`] per channel, and regions of their own size
-//! (`Format::region`), so a scratch buffer holds one format's lines at a time.
+//! instead of a half, [`ll::MAX_BYTES_128`] per channel, and regions of their own lines, so a
+//! scratch buffer holds one format's lines at a time.
 
 use super::part::{part, Part};
 use super::table::{no_streams, one_slot, serves, Desc};
@@ -99,7 +102,7 @@ struct Call {
 impl Call {
     fn of(ctx: &Ctx, format: ll::Format) -> Option<Call> {
         let part = share(ctx);
-        let region = format.region();
+        let region = region_of(format, &ctx.req);
         let Op::Wait { slot, .. } = ctx.wait(ctx.rank, Epoch, 1) else {
             return None;
         };
@@ -171,9 +174,17 @@ fn max_bytes<const L128: bool>(channels: u16) -> u64 {
     format(L128).max_bytes() * ll::channels(channels) as u64
 }
 
+/// Bytes of one source's region in one half for `r` over lines of `format`: the lines of the
+/// largest channel part (part 0), at least one line.
+fn region_of(format: ll::Format, r: &Request) -> u64 {
+    let k = ll::channels(r.channels) as u64;
+    let largest = part(r.elems(), 0, k).len.saturating_mul(r.dtype.size());
+    format.line_bytes(largest).max(format.line())
+}
+
 fn scratch<const L128: bool>(r: &Request) -> u64 {
     2u64.saturating_mul(r.world as u64)
-        .saturating_mul(format(L128).region())
+        .saturating_mul(region_of(format(L128), r))
         .saturating_mul(ll::channels(r.channels) as u64)
 }
 
@@ -380,8 +391,9 @@ mod tests {
                     (Collective::AllGather, Algorithm::DirectLl128, ll::Format::Ll128),
                     (Collective::AllToAll, Algorithm::DirectLl128, ll::Format::Ll128),
                 ] {
-                    let span = 2 * 3 * f.region();
                     let r = req(c, a, bytes, channels);
+                    let span = region_of(f, &r) * 2 * 3;
+                    assert!(span <= 2 * 3 * f.region());
                     for ch in 0..channels {
                         let ops: alloc::vec::Vec<Op> = Schedule::new(r, 1, ch).unwrap().collect();
                         if ch >= ll::MAX_CHANNELS || (bytes / 2) <= ch as u64 {
