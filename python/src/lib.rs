@@ -20,7 +20,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 
 use symm_core::cost::{self, Choice};
 use symm_core::op::OpKind;
-use symm_core::sched::Request;
+use symm_core::sched::{Collective, Request};
 use symm_core::trace::{EventKind, Reader, TraceError};
 use symm_driver::host::{self, SimOptions};
 
@@ -86,6 +86,12 @@ impl Args<'_> {
     /// The validated request, with buffers small enough to hold in memory.
     fn data_request(&self) -> PyResult<Request> {
         let req = self.request()?;
+        if req.collective == Collective::AllToAllV {
+            return Err(PyValueError::new_err(
+                "all_to_allv needs per-pair counts, which simulate and reference do not take: \
+                 use symm.moe.all_to_allv on the GPU (symm.cost and symm.Request take it)",
+            ));
+        }
         let sz = req.buffer_sizes();
         let total = (sz.input + sz.output).saturating_mul(u64::from(req.world));
         if total > MAX_SIM_BYTES {

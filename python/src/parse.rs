@@ -25,8 +25,9 @@ fn rank(what: &str, r: i64, world: u16) -> PyResult<u16> {
 }
 
 /// The collective named `name` at `world` ranks, with its root (`root`) or its sender and
-/// receiver (`src`, `dst`, the last rank when `None`). All-to-allv is refused: it needs per-pair
-/// counts, which no request here carries.
+/// receiver (`src`, `dst`, the last rank when `None`). An all-to-allv request's `nbytes` is
+/// every rank's buffer size (the largest row or column total of its counts): enough for its
+/// sizes and its cost; the runs that need its counts refuse it ([`crate`]'s data requests).
 pub(crate) fn collective(
     name: &str,
     world: u16,
@@ -35,11 +36,6 @@ pub(crate) fn collective(
     dst: Option<i64>,
 ) -> PyResult<Collective> {
     Ok(match Collective::parse(name).map_err(unknown)? {
-        Collective::AllToAllV => {
-            return Err(PyValueError::new_err(
-                "all_to_allv needs per-pair counts: use symm.moe.all_to_allv on the GPU",
-            ))
-        }
         Collective::SendRecv { .. } => Collective::SendRecv {
             src: rank("src", src, world)?,
             dst: rank("dst", dst.unwrap_or(i64::from(world) - 1), world)?,
@@ -74,11 +70,7 @@ pub(crate) fn topology(name: &str) -> PyResult<Topology> {
 
 /// Every name of every kind, for `symm.names()`: (kind, names).
 pub(crate) fn all() -> Vec<(&'static str, Vec<&'static str>)> {
-    let coll = Collective::ALL
-        .iter()
-        .filter(|c| **c != Collective::AllToAllV)
-        .map(|c| c.name())
-        .collect();
+    let coll = Collective::ALL.iter().map(|c| c.name()).collect();
     vec![
         ("collectives", coll),
         (

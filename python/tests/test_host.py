@@ -228,7 +228,6 @@ def test_a_request_keeps_what_the_caller_forces():
     "kwargs, match",
     [
         ({"collective": "all_reduc"}, "unknown collective"),
-        ({"collective": "all_to_allv"}, "per-pair counts"),
         ({"dtype": "float33"}, "unknown dtype"),
         ({"op": "plus"}, "unknown op"),
         ({"algorithm": "rink"}, "unknown algorithm"),
@@ -249,7 +248,7 @@ def test_bad_requests_raise_value_error(kwargs, match):
 
 def test_names_come_from_the_one_list():
     n = symm.names()
-    assert "all_to_allv" not in n["collectives"] and "send_recv" in n["collectives"]
+    assert "all_to_allv" in n["collectives"] and "send_recv" in n["collectives"]
     assert n["topologies"] == ["nvlink", "shared_device"]
 
 
@@ -328,3 +327,17 @@ def test_ctrl_c_interrupts_a_long_simulation():
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_all_to_allv_is_reachable_where_the_other_collectives_are():
+    # Its nbytes is every rank's buffer: the largest row or column total of its counts.
+    r = symm.Request("all_to_allv", 4, 1 << 20)
+    assert r.algorithm == "pairwise"
+    assert symm.cost.predict("all_to_allv", "pairwise", 4, 1 << 20) > 0
+    assert symm.cost.select("all_to_allv", 4, 1 << 20) == "pairwise"
+    assert symm.cost.tune("all_to_allv", 4, 1 << 20)[0] == "pairwise"
+    # Runs that need its per-pair counts say so.
+    with pytest.raises(ValueError, match="per-pair counts"):
+        symm.simulate("all_to_allv", "pairwise", 4, 64)
+    with pytest.raises(ValueError, match="per-pair counts"):
+        symm.reference("all_to_allv", "pairwise", 4, 64, inputs=[b"\0" * 64] * 4)

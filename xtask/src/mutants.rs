@@ -251,8 +251,8 @@ impl Drop for TempDir {
 pub const USAGE: &str = "usage: cargo xtask mutants
   copies the sources to a temporary folder and, one at a time, weakens each Release, Acquire,
   AcqRel or SeqCst of the signal protocol (core/src/signal.rs's order module, the host pad and
-  memory code, the MoE header words of host/src/moe/threads.rs) to Relaxed, then runs
-  the loom models (target directory <target>/loom, <target> being $CARGO_TARGET_DIR when set,
+  memory code, the MoE header words of host/src/moe/threads.rs) to Relaxed, and each call
+  site of a named ordering used more than once on its own, then runs the loom models (target directory <target>/loom, <target> being $CARGO_TARGET_DIR when set,
   else target/); fails unless a model catches every mutant";
 
 /// `cargo xtask mutants`.
