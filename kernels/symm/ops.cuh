@@ -105,9 +105,12 @@ static __device__ void symm_mc_store(char* mc_dst, const char* src, symm_u64 byt
 // The interpreter.
 // ---------------------------------------------------------------------------------------------
 
+// The address of `off` bytes into buffer `buf` of `rank`. Computed on integers, which wrap: a
+// side the request owns lies outside the heap, its `buf_off` being its address minus this rank's
+// heap base (only this rank's own ops name it).
 static __device__ __forceinline__ char* symm_loc(const symm_interp_params& p, symm_u32 rank, symm_u32 buf,
                                                  symm_u64 off) {
-  return p.base + (symm_u64)rank * p.stride + p.buf_off[buf < SYMM_BUFS ? buf : 0] + off;
+  return (char*)((symm_u64)p.base + (symm_u64)rank * p.stride + p.buf_off[buf < SYMM_BUFS ? buf : 0] + off);
 }
 
 // Bytes of one element of `dtype`; 0 for a value that names no dtype.

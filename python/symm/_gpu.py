@@ -327,7 +327,9 @@ def all_reduce(t: Any, op: str = "sum", *, stream: Any = None, algorithm: Option
     """Reduce ``t`` over every rank, in place, on the current stream (or ``stream``).
 
     ``t`` may be a symmetric tensor (read in place) or any contiguous CUDA tensor of this
-    rank's GPU (staged through a symmetric workspace). ``op``: sum, prod, min, max.
+    rank's GPU: used where it lies by the algorithms no peer reads it in (the low-latency
+    ones, at small sizes), else staged through a symmetric workspace. ``op``: sum, prod, min,
+    max.
     Every rank passes the same shape, dtype and kind of tensor. Returns ``t``.
     """
     # The hot path of an eager call: the checks inline (`_check` only to raise, or to accept a

@@ -16,7 +16,8 @@ after down_proj, each ``T x 8192`` bf16 on a plain tensor) run through one backe
 * ``torch_symm``: torch SymmetricMemory, the tensor copied into a symmetric buffer, reduced
   there with ``one_shot_all_reduce`` or ``two_shot_all_reduce_`` (whichever is faster at that
   size and mode, as a torch user would pick; ``variant`` says which) and copied back;
-* ``symm``: :func:`symm.all_reduce` on the plain tensor, in place (symm stages it).
+* ``symm``: :func:`symm.all_reduce` on the plain tensor, in place (used where it lies by the
+  low-latency algorithms, staged by the others).
 
 Each runs eager (``--iters`` forwards after ``--warmup``) and as a CUDA graph of
 ``--graph-calls`` forwards replayed ``--iters / 2`` times; a time is the slowest rank's CUDA-event

@@ -609,6 +609,7 @@ pub(crate) const ONE_SHOT: Desc = Desc {
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
     in_place: 0,
+    own: [0, serves::ALL_REDUCE],
 };
 
 /// Two-shot all-reduce.
@@ -620,6 +621,7 @@ pub(crate) const TWO_SHOT: Desc = Desc {
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
     in_place: serves::ALL_REDUCE,
+    own: [0, 0],
 };
 
 /// The host model of NVLink multicast (never launched on shared GPUs).
@@ -631,6 +633,7 @@ pub(crate) const MULTICAST: Desc = Desc {
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
     in_place: serves::ALL_REDUCE,
+    own: [serves::ALL_GATHER | serves::BROADCAST, serves::REDUCE_SCATTER],
 };
 
 /// Direct reads and writes of the peers' buffers.
@@ -648,6 +651,7 @@ pub(crate) const DIRECT: Desc = Desc {
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
     in_place: 0,
+    own: [serves::ALL_GATHER | serves::BROADCAST | serves::SCATTER | serves::GATHER | serves::SEND_RECV, serves::REDUCE_SCATTER | serves::REDUCE],
 };
 
 /// Pairwise all-to-all.
@@ -659,4 +663,5 @@ pub(crate) const PAIRWISE: Desc = Desc {
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
     in_place: 0,
+    own: [serves::ALL_TO_ALL, 0],
 };

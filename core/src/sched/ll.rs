@@ -227,6 +227,7 @@ pub(crate) const ONE_SHOT_LL: Desc = Desc {
     scratch: scratch::<false>,
     max_bytes: max_bytes::<false>,
     in_place: serves::ALL_REDUCE,
+    own: [serves::ALL_REDUCE, serves::ALL_REDUCE],
 };
 
 /// One-shot all-reduce over 128-byte lines.
@@ -238,6 +239,7 @@ pub(crate) const ONE_SHOT_LL128: Desc = Desc {
     scratch: scratch::<true>,
     max_bytes: max_bytes::<true>,
     in_place: serves::ALL_REDUCE,
+    own: [serves::ALL_REDUCE, serves::ALL_REDUCE],
 };
 
 /// The low-latency exchange for the collectives in which every rank sends to and receives from
@@ -323,6 +325,7 @@ pub(crate) const DIRECT_LL: Desc = Desc {
     scratch: scratch::<false>,
     max_bytes: max_bytes::<false>,
     in_place: 0,
+    own: [serves::ALL_GATHER | serves::REDUCE_SCATTER | serves::ALL_TO_ALL, serves::ALL_GATHER | serves::REDUCE_SCATTER | serves::ALL_TO_ALL],
 };
 
 /// The low-latency exchange over 128-byte lines.
@@ -334,6 +337,7 @@ pub(crate) const DIRECT_LL128: Desc = Desc {
     scratch: scratch::<true>,
     max_bytes: max_bytes::<true>,
     in_place: 0,
+    own: [serves::ALL_GATHER | serves::REDUCE_SCATTER | serves::ALL_TO_ALL, serves::ALL_GATHER | serves::REDUCE_SCATTER | serves::ALL_TO_ALL],
 };
 
 #[cfg(test)]

@@ -320,6 +320,19 @@ impl Request {
         self.algorithm.desc().in_place & self.collective.bit() != 0
     }
 
+    /// Whether only each rank itself touches its input (`[0]`) and its output (`[1]`): no op of
+    /// any rank's schedule names another rank's input (or output). Such a side need not be
+    /// symmetric memory: the runtime runs it on any device memory of the rank, with no staging
+    /// copy. The low-latency algorithms own both sides (peers write lines into the scratch
+    /// only); ring, tree, recursive halving, pairwise and the pushing direct collectives own
+    /// their input; one-shot and the pulling direct reduce-scatter and reduce own their output;
+    /// two-shot owns neither. A test scans every schedule against this column.
+    pub fn owns(&self) -> [bool; 2] {
+        let d = self.algorithm.desc();
+        let bit = self.collective.bit();
+        [d.own[0] & bit != 0, d.own[1] & bit != 0]
+    }
+
     /// Input, output and scratch bytes each rank needs.
     pub fn buffer_sizes(&self) -> BufferSizes {
         // Saturating: a request whose buffers do not fit in u64 is refused by `validate`

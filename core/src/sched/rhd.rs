@@ -329,4 +329,5 @@ pub(crate) const DESC: Desc = Desc {
     scratch: no_scratch,
     max_bytes: super::table::unbounded,
     in_place: 0,
+    own: [serves::ALL_REDUCE, 0],
 };

@@ -81,6 +81,11 @@ pub struct Desc {
     /// schedule reads a place of a rank's input only before anything writes that place of its
     /// output ([`Request::runs_in_place`](super::Request::runs_in_place)).
     pub(crate) in_place: u16,
+    /// The collectives (bits of `serves`) in which only a rank itself reads its input (`[0]`)
+    /// or writes its output (`[1]`): no peer's op names them, so a binding may hand the kernel
+    /// any device memory of the rank for that side, unstaged
+    /// ([`Request::owns`](super::Request::owns)).
+    pub(crate) own: [u16; 2],
 }
 
 impl core::fmt::Debug for Desc {

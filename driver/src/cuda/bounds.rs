@@ -31,10 +31,24 @@ pub struct Buffers {
 /// Checks buffers of the given sizes at the given offsets against what a plan needs and the
 /// buffer area `[lo, hi)` of the heap.
 pub fn check_buffers(b: &Buffers, need: &BufferSizes, lo: u64, hi: u64) -> Result<()> {
-    for (name, off, have, need) in [
-        ("input", b.input, b.sizes.input, need.input),
-        ("output", b.output, b.sizes.output, need.output),
-        ("scratch", b.scratch, b.sizes.scratch, need.scratch),
+    check_buffers_on(b, need, (lo, hi), [false; 2])
+}
+
+/// [`check_buffers`], except that an input (`owned[0]`) or output (`owned[1]`) the caller
+/// owns lies outside the heap: its offset is the address of a span of this rank's device memory
+/// relative to the rank's heap base, which the caller checked (one device allocation of this
+/// context, 16-byte aligned, exactly the sizes the plan needs), and which only this rank's own
+/// ops name (`Request::owns`). Only its size is checked here.
+pub(crate) fn check_buffers_on(
+    b: &Buffers,
+    need: &BufferSizes,
+    (lo, hi): (u64, u64),
+    owned: [bool; 2],
+) -> Result<()> {
+    for (name, off, have, need, owned) in [
+        ("input", b.input, b.sizes.input, need.input, owned[0]),
+        ("output", b.output, b.sizes.output, need.output, owned[1]),
+        ("scratch", b.scratch, b.sizes.scratch, need.scratch, false),
     ] {
         if have < need {
             return Err(CudaError::TooSmall {
@@ -42,6 +56,9 @@ pub fn check_buffers(b: &Buffers, need: &BufferSizes, lo: u64, hi: u64) -> Resul
                 have,
                 need,
             });
+        }
+        if owned {
+            continue;
         }
         if need > 0 && !off.is_multiple_of(16) {
             return Err(CudaError::Misaligned {

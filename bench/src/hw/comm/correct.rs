@@ -17,6 +17,7 @@
 //!   path (`engines.rs`);
 //! * in-place all-reduces on symmetric blocks, on the block where the request runs in place
 //!   and staged where not (`in_place.rs`);
+//! * collectives on plain device buffers, the sides a request owns unstaged (`plain.rs`);
 //! * a forced timeout (rank 1 skips a collective): `Timeout` from `synchronize`, `Poisoned`
 //!   after it, 100 bit-exact collectives after `reset()`;
 //! * hostile calls (short buffers, buffers over the pad, divergent allocation), last;
@@ -119,6 +120,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         "in-place all-reduce on a symmetric block, on the block or staged",
         32,
         || super::in_place::all_reduce(&comm, &stream),
+    ));
+    checks.push(Check::timed(
+        "plain device buffers: owned sides where they lie, the others staged",
+        18,
+        || super::plain::run(&comm, &stream),
     ));
     checks.push(Check::timed(
         "one team's collectives on two streams, in the Comm's order",

@@ -25,6 +25,7 @@ mod in_place;
 mod life;
 mod moe;
 mod moe_a2av;
+mod plain;
 mod plans;
 mod streams;
 

@@ -22,7 +22,7 @@ use symm_core::sched::{BufferSizes, Request};
 
 use super::order::StreamOrder;
 use super::{Comm, ABORT_BYTES};
-use crate::cuda::bounds::{check_buffers, Buffers};
+use crate::cuda::bounds::{check_buffers, check_buffers_on, Buffers};
 use crate::cuda::compiled::PlanPath;
 use crate::cuda::copy_engine;
 use crate::cuda::device::Stream;
@@ -130,6 +130,22 @@ impl Admitted {
     /// Fails unless `comm` admitted it and `b` holds the admitted sizes inside the admitted
     /// area: what every launch checks.
     pub(crate) fn check(&self, comm: &Comm, b: &Buffers) -> Result<()> {
+        self.check_owned(comm, b, [false; 2])
+    }
+
+    /// [`Admitted::check`], with the sides in `owned` outside the heap
+    /// ([`check_buffers_on`]): allowed only where the request owns them (`Request::owns`) and a
+    /// kernel runs it (the copy engines address every side in the heap).
+    fn check_owned(&self, comm: &Comm, b: &Buffers, owned: [bool; 2]) -> Result<()> {
+        let owns = self.0.req.owns();
+        let kernel = self.0.exec != Executor::CopyEngines;
+        if (0..2).any(|i| owned[i] && !(owns[i] && kernel)) {
+            return Err(CudaError::Invalid(format!(
+                "{} on {:?} does not own the sides {owned:?} it was given outside the heap",
+                self.0.req.algorithm.name(),
+                self.0.exec
+            )));
+        }
         if self.0.owner != comm.job.id {
             // Its plan was validated by another Comm (every plan an admission holds is its
             // Comm's).
@@ -137,7 +153,7 @@ impl Admitted {
                 "the request was admitted by another Comm".into(),
             ));
         }
-        check_buffers(b, &self.0.plan.sizes, self.0.area.0, self.0.area.1)
+        check_buffers_on(b, &self.0.plan.sizes, self.0.area, owned)
     }
 
     pub(crate) fn team(&self) -> u16 {
@@ -374,7 +390,7 @@ impl Comm {
             let mut l = self.launch_lock()?;
             let Launching { order, admitted } = &mut *l;
             if let Some(a) = admitted.get(&key) {
-                return self.launch_locked(order, a, b, (stream, None), None);
+                return self.launch_locked(order, a, (b, [false; 2]), (stream, None), None);
             }
         }
         let a = admit(self)?;
@@ -393,7 +409,28 @@ impl Comm {
         traced: Option<&TraceTarget<'_>>,
     ) -> Result<()> {
         let mut l = self.launch_lock()?;
-        self.launch_locked(&mut l.order, a, b, (stream, capturing), traced)
+        self.launch_locked(
+            &mut l.order,
+            a,
+            (b, [false; 2]),
+            (stream, capturing),
+            traced,
+        )
+    }
+
+    /// [`Comm::launch_entered`] of an untraced launch whose input (`owned[0]`) or output
+    /// (`owned[1]`) lies outside the heap, in memory the caller checked
+    /// ([`check_buffers_on`]).
+    pub(crate) fn launch_owned(
+        &self,
+        a: &Admitted,
+        b: &Buffers,
+        owned: [bool; 2],
+        stream: &Stream,
+        capturing: Option<bool>,
+    ) -> Result<()> {
+        let mut l = self.launch_lock()?;
+        self.launch_locked(&mut l.order, a, (b, owned), (stream, capturing), None)
     }
 
     /// The launch itself, launch lock held (`order` is its state), on `on`: the stream and
@@ -402,13 +439,13 @@ impl Comm {
         &self,
         order: &mut StreamOrder,
         a: &Admitted,
-        b: &Buffers,
+        (b, owned): (&Buffers, [bool; 2]),
         on: (&Stream, Option<bool>),
         traced: Option<&TraceTarget<'_>>,
     ) -> Result<()> {
         let (stream, capturing) = on;
         let (plan, team) = (&*a.0.plan, a.0.team);
-        a.check(self, b)?;
+        a.check_owned(self, b, owned)?;
         if a.0.channels == 0 {
             return Ok(());
         }
@@ -474,8 +511,10 @@ impl Comm {
         // the heap, the counters and the records it names live as long as `self`, and the
         // trace buffers (`cap` events per channel) as long as the caller's tracer; the plan was
         // validated against this job, the pad and `plan.sizes`, and `b` was checked to hold
-        // those sizes inside the admitted area, which lies in the heap's buffer area. The
-        // context is bound by the caller's guard.
+        // those sizes inside the admitted area, which lies in the heap's buffer area, except a
+        // side the request owns (only this rank's ops name it, `Request::owns`, checked in
+        // `check_owned`), which the caller checked to be exactly those sizes of one device
+        // allocation of this context. The context is bound by the caller's guard.
         let launch =
             || unsafe { kernel.launch(stream, channels, symm_kernels::INTERP_THREADS, &params) };
         self.order_before(order, team, stream, capturing)

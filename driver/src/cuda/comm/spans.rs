@@ -5,9 +5,12 @@
 //! [`Tensors::enqueue`] runs the request over them on the caller's stream:
 //!
 //! * **Where the data sits.** A span that lies in this rank's buffer area, 16-byte aligned, is
-//!   used in place. Any other span is staged: it is checked to lie in one device allocation of this rank's context,
-//!   copied into the request's workspace before the collective and out of it after, by the copy
-//!   engine on the same stream. An output that overlaps the input is staged too (most
+//!   used in place. Any other span is checked to lie in one device allocation of this rank's
+//!   context. It runs where it lies too when the request owns that side (`Request::owns`: no
+//!   peer's op names it, as in the low-latency algorithms, a ring's input or one-shot's output),
+//!   a kernel runs the request and the span is 16-byte aligned: the kernel addresses it from
+//!   this rank's heap base. Otherwise it is staged: copied into the request's workspace before
+//!   the collective and out of it after, by the copy engine on the same stream. An output that overlaps the input is staged too (most
 //!   schedules read peers' inputs while writing outputs), except an output that is the input of
 //!   a request that runs in place (`Request::runs_in_place`: two-shot and the one-shot
 //!   low-latency all-reduces), which runs on the symmetric tensor itself.
@@ -96,6 +99,34 @@ impl Comm {
             self.heap_offset(input),
             self.heap_offset(output).filter(|_| !overlaps || aliased),
         )
+    }
+
+    /// Which sides outside the heap (`None` offsets) run where they lie, unstaged: those the
+    /// request owns (`Request::owns`: only this rank's ops name them) when a kernel runs it,
+    /// 16-byte aligned and not empty. An owned output that overlaps the input runs unstaged
+    /// only when the input is staged (the kernel reads the copy) or the output is the input
+    /// and the request runs in place; otherwise it is staged, as `sides` does in the heap.
+    fn owned_sides(
+        &self,
+        a: &Admitted,
+        (input, in_heap): (Span, Option<u64>),
+        (output, out_heap): (Span, Option<u64>),
+    ) -> [bool; 2] {
+        let req = a.request();
+        let owns = req.owns();
+        let kernel = a.executor() != crate::cuda::comm::Executor::CopyEngines;
+        let ok = |s: Span, heap: Option<u64>, own: bool| {
+            heap.is_none() && own && kernel && s.len > 0 && s.ptr.is_multiple_of(16)
+        };
+        let i = ok(input, in_heap, owns[0]);
+        let o = ok(output, out_heap, owns[1]);
+        let overlaps = output.ptr < input.ptr.saturating_add(input.len)
+            && input.ptr < output.ptr.saturating_add(output.len);
+        let aliased = output == input && req.runs_in_place();
+        // Over the input, an output may be written where it lies only when the kernel reads
+        // the input elsewhere (staged into the workspace) or the request runs in place on it.
+        let staged_in = in_heap.is_none() && !i;
+        [i, o && (!overlaps || aliased || staged_in)]
     }
 }
 
@@ -198,21 +229,34 @@ impl Tensors {
             Some(r) => (r.work, r.admitted, stream.capturing_bound()?),
             None => self.first_use(comm, args, stream)?,
         };
+        let owned = comm.owned_sides(&a, (input, in_heap), (output, out_heap));
+        let me = comm.heap_ptr(comm.job.rank, 0)?;
+        // An owned side is addressed from this rank's heap base (the kernel's sum wraps).
+        let at = |s: Span, heap: Option<u64>, owned: bool, work: u64| match heap {
+            Some(o) => o,
+            None if owned => s.ptr.wrapping_sub(me),
+            None => work,
+        };
         let b = Buffers {
-            input: in_heap.unwrap_or(ws.input),
-            output: out_heap.unwrap_or(ws.output),
+            input: at(input, in_heap, owned[0], ws.input),
+            output: at(output, out_heap, owned[1], ws.output),
             scratch: ws.scratch,
             sizes: need,
         };
         if capturing {
-            self.pin_to_capture(stream, &[(b.input, need.input), (b.output, need.output)])?;
+            let heap = [
+                (in_heap.is_some() || !owned[0], (b.input, need.input)),
+                (out_heap.is_some() || !owned[1], (b.output, need.output)),
+            ];
+            let ranges: Vec<(u64, u64)> = heap.iter().filter(|h| h.0).map(|h| h.1).collect();
+            self.pin_to_capture(stream, &ranges)?;
         }
-        if in_heap.is_none() {
+        if in_heap.is_none() && !owned[0] {
             copy(comm.heap_ptr(comm.job.rank, ws.input)?, input, stream)?;
         }
         // Whether the stream captures was asked once, above: the launch's order reuses it.
-        comm.launch_entered(&a, &b, stream, Some(capturing), None)?;
-        if out_heap.is_none() {
+        comm.launch_owned(&a, &b, owned, stream, Some(capturing))?;
+        if out_heap.is_none() && !owned[1] {
             let from = Span {
                 ptr: comm.heap_ptr(comm.job.rank, ws.output)?,
                 len: output.len,
