@@ -85,3 +85,30 @@ pub(crate) fn all() -> Vec<(&'static str, Vec<&'static str>)> {
         ),
     ]
 }
+
+/// An integer argument of a class the extension defines (the functions check theirs in
+/// `symm._args` first): an `int` that is not a `bool` (`TypeError` otherwise), within a signed
+/// 64-bit integer (`ValueError` otherwise, never the `OverflowError` of the conversion).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Int(pub(crate) i64);
+
+impl<'py> FromPyObject<'py> for Int {
+    fn extract_bound(ob: &Bound<'py, PyAny>) -> PyResult<Self> {
+        use pyo3::exceptions::PyTypeError;
+        use pyo3::types::{PyBool, PyInt};
+        if ob.is_instance_of::<PyBool>() || !ob.is_instance_of::<PyInt>() {
+            return Err(PyTypeError::new_err(format!(
+                "must be an int, not {}",
+                ob.get_type().name()?
+            )));
+        }
+        ob.extract::<i64>().map(Int).map_err(|_| {
+            PyValueError::new_err(format!(
+                "{} is outside what symm takes ({} to {})",
+                ob.str().map(|s| s.to_string()).unwrap_or_default(),
+                i64::MIN,
+                i64::MAX
+            ))
+        })
+    }
+}

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 
 use symm_core::sched::{Collective, Request, MAX_CHANNELS, MAX_WORLD};
 
-use crate::parse::{algorithm, collective, dtype, reduce_op, topology};
+use crate::parse::{algorithm, collective, dtype, reduce_op, topology, Int};
 
 /// A collective request: what to compute and how symm runs it (algorithm and channels).
 ///
@@ -28,21 +28,23 @@ pub struct PyRequest {
 #[pymethods]
 impl PyRequest {
     #[new]
-    #[pyo3(signature = (collective, world, nbytes, dtype="f32", op="sum", *, algorithm=None, channels=None, root=0, src=0, dst=None, topology="nvlink"))]
+    #[pyo3(signature = (collective, world, nbytes, dtype="f32", op="sum", *, algorithm=None, channels=None, root=Int(0), src=Int(0), dst=None, topology="nvlink"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         collective: &str,
-        world: i64,
-        nbytes: i64,
+        world: Int,
+        nbytes: Int,
         dtype: &str,
         op: &str,
         algorithm: Option<&str>,
-        channels: Option<i64>,
-        root: i64,
-        src: i64,
-        dst: Option<i64>,
+        channels: Option<Int>,
+        root: Int,
+        src: Int,
+        dst: Option<Int>,
         topology: &str,
     ) -> PyResult<PyRequest> {
+        let (world, nbytes, root, src) = (world.0, nbytes.0, root.0, src.0);
+        let (channels, dst) = (channels.map(|c| c.0), dst.map(|d| d.0));
         let world = u16::try_from(world)
             .ok()
             .filter(|w| (1..=MAX_WORLD).contains(w))
