@@ -178,26 +178,7 @@ impl WorldMem {
     /// must validate, there must be one input of the request's size per rank, and the whole
     /// must fit [`MAX_HOST_BYTES`] ([`HostError::TooLarge`] before anything is allocated).
     pub fn new(req: &Request, inputs: &[Vec<u8>], poison: u8) -> Result<WorldMem, HostError> {
-        check_inputs(req, inputs)?;
-        let sz = req.buffer_sizes();
-        let slots = req.layout().slots() as usize;
-        let ranks = inputs
-            .iter()
-            .map(|inp| RankMem {
-                bufs: [
-                    inp.iter().map(|&b| AtomicU8::new(b)).collect(),
-                    bytes(sz.output, poison),
-                    bytes(sz.scratch, poison),
-                ],
-                pad: Pad::new(slots),
-                ll: ll_words(sz.scratch),
-            })
-            .collect();
-        Ok(WorldMem {
-            ranks,
-            data: true,
-            in_place: false,
-        })
+        WorldMem::with_inputs(req, inputs, poison, false)
     }
 
     /// Memory for `req` whose outputs are its inputs (an in-place collective: the request's
@@ -210,12 +191,37 @@ impl WorldMem {
                 algorithm: req.algorithm.name(),
             });
         }
-        let mut mem = WorldMem::new(req, inputs, 0)?;
-        for r in &mut mem.ranks {
-            r.bufs[1] = Vec::new();
-        }
-        mem.in_place = true;
-        Ok(mem)
+        WorldMem::with_inputs(req, inputs, 0, true)
+    }
+
+    /// [`WorldMem::new`]; with `in_place`, no output buffer (the output is the input).
+    fn with_inputs(
+        req: &Request,
+        inputs: &[Vec<u8>],
+        poison: u8,
+        in_place: bool,
+    ) -> Result<WorldMem, HostError> {
+        check_inputs(req, inputs)?;
+        let sz = req.buffer_sizes();
+        let slots = req.layout().slots() as usize;
+        let output = if in_place { 0 } else { sz.output };
+        let ranks = inputs
+            .iter()
+            .map(|inp| RankMem {
+                bufs: [
+                    inp.iter().map(|&b| AtomicU8::new(b)).collect(),
+                    bytes(output, poison),
+                    bytes(sz.scratch, poison),
+                ],
+                pad: Pad::new(slots),
+                ll: ll_words(sz.scratch),
+            })
+            .collect();
+        Ok(WorldMem {
+            ranks,
+            data: true,
+            in_place,
+        })
     }
 
     /// Memory of `world` ranks with buffers of `sizes` (input, output, scratch) poisoned, and
