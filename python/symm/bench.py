@@ -42,6 +42,7 @@ import time  # noqa: E402
 from typing import Any, Callable, Optional  # noqa: E402
 
 from . import _gpu, bench_layer  # noqa: E402
+from ._timing import graph_run  # noqa: E402
 from .layer import LLAMA_70B  # noqa: E402
 
 
@@ -59,24 +60,10 @@ def _time_eager(torch: Any, fn: Callable[[], Any], iters: int, warmup: int) -> f
 
 
 def _time_graph(torch: Any, fn: Callable[[], Any], calls: int, replays: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=side):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(replays):
-        g.replay()
-    e.record()
-    torch.cuda.synchronize()
-    del g
-    return s.elapsed_time(e) * 1000.0 / (replays * calls)
+    """Microseconds per call of ``fn`` captured ``calls`` times in a CUDA graph and replayed
+    ``replays`` times.
+    """
+    return graph_run(torch, fn, calls, replays)[0]
 
 
 def _sample(system: str, mode: str, size: int, us: float, world: int,

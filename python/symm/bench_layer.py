@@ -43,6 +43,7 @@ import time
 from typing import Any, Callable, Optional
 
 from . import _gpu
+from ._timing import graph_run
 from .layer import LLAMA_70B, Layer, LayerShape, compare, make_weights, reference
 
 #: Token counts timed by default: decode at 1..128, prefill at 512.
@@ -118,29 +119,6 @@ def _eager(torch: Any, layer: Layer, x: Any, iters: int, warmup: int) -> tuple[f
         torch.cuda.synchronize()
         best = min(best, s.elapsed_time(e) * 1000.0 / per)
     return best, out
-
-
-def _graph(torch: Any, layer: Layer, x: Any, calls: int, replays: int) -> tuple[float, Any]:
-    layer(x)  # symm admits its plans before capture
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=side):
-        for _ in range(calls):
-            out = layer(x)
-    out.zero_()
-    g.replay()
-    torch.cuda.synchronize()
-    out = out.clone()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(replays):
-        g.replay()
-    e.record()
-    torch.cuda.synchronize()
-    del g
-    return s.elapsed_time(e) * 1000.0 / (replays * calls), out
 
 
 def _backends(torch: Any, dist: Any, dev: Any, numel: int, own_gpus: bool,
@@ -247,7 +225,7 @@ def run(a: argparse.Namespace) -> int:
                         if mode == "eager":
                             us, out = _eager(torch, layer, x, iters, a.warmup)
                         else:
-                            us, out = _graph(torch, layer, x, a.graph_calls, replays)
+                            us, out = graph_run(torch, lambda x=x: layer(x), a.graph_calls, replays)
                         wrong, rel = (0, 0.0) if name == "none" else compare(out, refs[t])
                         del out
                         torch.cuda.synchronize()
