@@ -8,11 +8,8 @@
 //! host pad and memory code and the MoE protocol's threads), builds the loom models against the
 //! copy and runs them.
 //!
-//! A named ordering (a constant of the `order` module, or a `const NAME: Ordering` of a host
-//! file) is weakened twice over: at its definition, which weakens every use at once, and at each
-//! of its call sites alone, so a store that needs its ordering is caught even when another use
-//! of the same name would be enough for the models. A name with one call site gets no call-site
-//! mutant: weakening that site is the same program as weakening the definition.
+//! A named ordering (an `order` constant, or a `const NAME: Ordering` of a host file) is also
+//! weakened at each call site alone when it has several, so every store that needs it is caught.
 //!
 //! A mutant is *killed* when a model fails, and *survives* when every model passes: a survivor
 //! means an ordering nothing checks. The unmutated copy runs first and must pass, so a kill is
@@ -106,67 +103,52 @@ pub fn mutants_of(file: &'static str, src: &str) -> Vec<Mutant> {
     out
 }
 
-/// The name a definition mutant's label gives (`SIGNAL_ADD`, `const HEADER_PUBLISH`), as its
-/// call sites spell it in `file`: `order::NAME` for the `order` module's constants, `NAME` for
-/// a constant of the file itself.
-fn call_name(def: &Mutant, file: &str) -> Option<String> {
-    let name = def.label.strip_prefix("const ").unwrap_or(&def.label);
-    let name: String = name
-        .chars()
-        .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
-        .collect();
-    if name.is_empty() {
-        return None;
-    }
-    if def.file == "core/src/signal.rs" {
-        Some(format!("order::{name}"))
-    } else if def.file == file {
-        Some(name)
-    } else {
-        None
-    }
-}
-
-/// Every call site, in `src` (the contents of host file `file`), of the named orderings that
-/// `defs` define: a use of the name outside comments and outside its own definition.
+/// The call-site mutants of the names `defs` define, in `src` (host file `file`): each use of
+/// `order::NAME` (a core constant) or of a `const NAME: Ordering` of `file`, outside comments and
+/// definitions, for names used at two or more sites in `file` (one site is the definition's own
+/// mutant).
 pub fn call_sites_of(file: &'static str, src: &str, defs: &[Mutant]) -> Vec<Mutant> {
-    let mut out = Vec::new();
-    let names: Vec<String> = defs.iter().filter_map(|d| call_name(d, file)).collect();
-    let mut offset = 0;
-    for (i, line) in src.split_inclusive('\n').enumerate() {
-        let code = !line.trim_start().starts_with("//") && !line.contains(": Ordering =");
-        for name in names.iter().filter(|_| code) {
-            for (at, _) in line.match_indices(name.as_str()) {
-                // A whole name: not a prefix of a longer one.
-                let next = line[at + name.len()..].chars().next();
-                let before = line[..at].chars().next_back();
-                let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
-                if word(next) || (word(before) && !name.starts_with("order::")) {
-                    continue;
-                }
-                out.push(Mutant {
-                    file,
-                    line: i + 1,
-                    from: name.clone(),
-                    label: format!("{} (call)", name.trim_start_matches("order::")),
-                    offset: offset + at,
-                });
-            }
+    let name = |d: &Mutant| {
+        let n = d.label.trim_start_matches("const ");
+        let n = n
+            .split(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+            .next()?;
+        match d.file {
+            _ if n.is_empty() => None,
+            "core/src/signal.rs" => Some(format!("order::{n}")),
+            f => (f == file).then(|| n.to_string()),
         }
-        offset += line.len();
+    };
+    let mut names: Vec<String> = defs.iter().filter_map(name).collect();
+    names.sort();
+    names.dedup();
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
+    let mut out = Vec::new();
+    for name in names {
+        let (mut offset, mut sites) = (0, Vec::new());
+        for (i, line) in src.split_inclusive('\n').enumerate() {
+            let code = !line.trim_start().starts_with("//") && !line.contains(": Ordering =");
+            for (at, _) in line.match_indices(name.as_str()).filter(|_| code) {
+                if !word(line[at + name.len()..].chars().next()) && !word(line[..at].chars().last())
+                {
+                    let label = format!("{} (call)", name.trim_start_matches("order::"));
+                    let (line, from, offset) = (i + 1, name.clone(), offset + at);
+                    sites.push(Mutant {
+                        file,
+                        line,
+                        from,
+                        label,
+                        offset,
+                    });
+                }
+            }
+            offset += line.len();
+        }
+        if sites.len() >= 2 {
+            out.extend(sites);
+        }
     }
     out
-}
-
-/// The call-site mutants worth running: those of names with two or more call sites (one call
-/// site is the definition's own mutant).
-fn shared_sites(sites: Vec<Mutant>) -> Vec<Mutant> {
-    let count = |from: &str| sites.iter().filter(|m| m.from == from).count();
-    sites
-        .iter()
-        .filter(|m| count(&m.from) >= 2)
-        .cloned()
-        .collect()
 }
 
 /// Copies the files git knows (tracked or untracked, not ignored) from `root` into `to`.
@@ -252,8 +234,9 @@ pub const USAGE: &str = "usage: cargo xtask mutants
   copies the sources to a temporary folder and, one at a time, weakens each Release, Acquire,
   AcqRel or SeqCst of the signal protocol (core/src/signal.rs's order module, the host pad and
   memory code, the MoE header words of host/src/moe/threads.rs) to Relaxed, and each call
-  site of a named ordering used more than once on its own, then runs the loom models (target directory <target>/loom, <target> being $CARGO_TARGET_DIR when set,
-  else target/); fails unless a model catches every mutant";
+  site of a named ordering used more than once on its own, then runs the loom models (target
+  directory <target>/loom, <target> being $CARGO_TARGET_DIR when set, else target/); fails
+  unless a model catches every mutant";
 
 /// `cargo xtask mutants`.
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -274,11 +257,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         all.extend(mutants_of(file, &text));
         originals.push((file, text));
     }
-    let mut sites = Vec::new();
-    for (file, text) in &originals {
-        sites.extend(call_sites_of(file, text, &all));
-    }
-    all.extend(shared_sites(sites));
+    let defs = all.clone();
+    (originals.iter()).for_each(|(f, text)| all.extend(call_sites_of(f, text, &defs)));
     if all.is_empty() {
         return Err("no orderings found to mutate".into());
     }
@@ -346,18 +326,8 @@ mod tests {
         let src = std::fs::read_to_string(util::root().join("core/src/signal.rs")).unwrap();
         let m = mutants_of("core/src/signal.rs", &src);
         let labels: Vec<&str> = m.iter().map(|m| m.label.as_str()).collect();
-        assert_eq!(
-            labels,
-            [
-                "SIGNAL_ADD",
-                "SIGNAL_SET",
-                "WAIT",
-                "FLAG_RAISE",
-                "FLAG_WAIT",
-                "LL128_PUBLISH",
-                "LL128_OBSERVE"
-            ]
-        );
+        let want = "SIGNAL_ADD SIGNAL_SET WAIT FLAG_RAISE FLAG_WAIT LL128_PUBLISH LL128_OBSERVE";
+        assert_eq!(labels.join(" "), want);
         for x in &m {
             assert_eq!(&src[x.offset..x.offset + x.from.len()], x.from.as_str());
         }
@@ -368,84 +338,39 @@ mod tests {
         let file = "host/src/moe/threads.rs";
         let src = std::fs::read_to_string(util::root().join(file)).unwrap();
         let m = mutants_of(file, &src);
-        let sites: Vec<(&str, &str)> = m
+        let sites: Vec<String> = m
             .iter()
-            .map(|m| (m.label.as_str(), m.from.as_str()))
+            .map(|m| format!("{} {}", m.label, m.from))
             .collect();
+        let want = "const HEADER_PUBLISH Ordering::Release,const HEADER_OBSERVE Ordering::Acquire";
+        assert_eq!(sites.join(","), want);
+    }
+
+    #[test]
+    fn host_code_and_call_sites_outside_comments_are_in_scope() {
+        let m = mutants_of(
+            "host/src/mem.rs",
+            "// Ordering::Release\nx(Ordering::Acquire);",
+        );
+        assert_eq!((m.len(), m[0].line), (1, 2));
+        let (file, root) = ("host/src/moe/threads.rs", util::root());
+        let read = |f: &str| std::fs::read_to_string(root.join(f)).unwrap();
+        let mut defs = mutants_of("core/src/signal.rs", &read("core/src/signal.rs"));
+        let def = "const HEADER_PUBLISH: Ordering = Ordering::Release;\n";
+        let src = format!("{def}// HEADER_PUBLISH\nb.store(1, HEADER_PUBLISH);\nc.store(1, X);\n");
+        let src =
+            src.replace("X", "HEADER_PUBLISH_2") + "d.store(1, HEADER_PUBLISH);\nl(order::WAIT);\n";
+        let m = call_sites_of(file, &src, &[defs.clone(), mutants_of(file, def)].concat());
+        // Lines 3 and 5; the one WAIT site is the definition's own mutant.
+        let whole = |m: &Mutant| (m.line, src[m.offset..].starts_with("HEADER_PUBLISH);"));
         assert_eq!(
-            sites,
-            [
-                ("const HEADER_PUBLISH", "Ordering::Release"),
-                ("const HEADER_OBSERVE", "Ordering::Acquire")
-            ]
+            m.iter().map(whole).collect::<Vec<_>>(),
+            [(3, true), (5, true)]
         );
-    }
-
-    #[test]
-    fn host_code_outside_comments_is_in_scope() {
-        let src = "// Ordering::Release in a comment\nx.load(Ordering::Acquire);\n";
-        let m = mutants_of("host/src/mem.rs", src);
-        assert_eq!(m.len(), 1);
-        assert_eq!(m[0].line, 2);
-        assert_eq!(m[0].from, "Ordering::Acquire");
-    }
-
-    #[test]
-    fn call_sites_of_a_name_used_twice_are_mutants_of_their_own() {
-        let mut defs = Vec::new();
-        let mut sites = Vec::new();
-        let mut texts = Vec::new();
-        for file in FILES {
-            let src = std::fs::read_to_string(util::root().join(file)).unwrap();
-            defs.extend(mutants_of(file, &src));
-            texts.push((file, src));
-        }
-        for (file, src) in &texts {
-            sites.extend(call_sites_of(file, src, &defs));
-        }
-        for x in &sites {
-            let src = &texts.iter().find(|t| t.0 == x.file).unwrap().1;
-            assert_eq!(&src[x.offset..x.offset + x.from.len()], x.from.as_str());
-        }
-        // Every order constant is used once, in the host pad and memory.
-        for name in [
-            "SIGNAL_ADD",
-            "WAIT",
-            "FLAG_RAISE",
-            "LL128_PUBLISH",
-            "LL128_OBSERVE",
-        ] {
-            let n = sites
-                .iter()
-                .filter(|m| m.from == format!("order::{name}"))
-                .count();
-            assert_eq!(n, 1, "{name}");
-        }
-        // The MoE header's publishing name has two stores: the dispatch's count word and the
-        // combine's header; each is a mutant of its own.
-        let run = shared_sites(sites);
-        let lines: Vec<(&str, &str)> = run.iter().map(|m| (m.file, m.from.as_str())).collect();
-        assert_eq!(
-            lines,
-            [
-                ("host/src/moe/threads.rs", "HEADER_PUBLISH"),
-                ("host/src/moe/threads.rs", "HEADER_PUBLISH")
-            ]
-        );
-    }
-
-    #[test]
-    fn a_call_site_is_a_whole_name_outside_comments_and_definitions() {
-        let defs = mutants_of(
-            "host/src/moe/threads.rs",
-            "const HEADER_PUBLISH: Ordering = Ordering::Release;\n",
-        );
-        let src = "const HEADER_PUBLISH: Ordering = Ordering::Release;\n\
-                   // HEADER_PUBLISH in a comment\n\
-                   w.store(1, HEADER_PUBLISH);\n\
-                   w.store(1, HEADER_PUBLISH_2);\n";
-        let m = call_sites_of("host/src/moe/threads.rs", src, &defs);
-        assert_eq!(m.len(), 1);
-        assert_eq!(m[0].line, 3);
+        // The real file: the MoE's publishing name has two stores, each a mutant of its own.
+        defs.extend(mutants_of(file, &read(file)));
+        let sites = call_sites_of(file, &read(file), &defs);
+        let names: Vec<&str> = sites.iter().map(|m| m.from.as_str()).collect();
+        assert_eq!(names, ["HEADER_PUBLISH"; 2]);
     }
 }
