@@ -119,9 +119,7 @@ pub fn call_sites_of(file: &'static str, src: &str, defs: &[Mutant]) -> Vec<Muta
             f => (f == file).then(|| n.to_string()),
         }
     };
-    let mut names: Vec<String> = defs.iter().filter_map(name).collect();
-    names.sort();
-    names.dedup();
+    let names: std::collections::BTreeSet<String> = defs.iter().filter_map(name).collect();
     let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
     let mut out = Vec::new();
     for name in names {
@@ -258,7 +256,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         originals.push((file, text));
     }
     let defs = all.clone();
-    (originals.iter()).for_each(|(f, text)| all.extend(call_sites_of(f, text, &defs)));
+    for (f, text) in &originals {
+        all.extend(call_sites_of(f, text, &defs));
+    }
     if all.is_empty() {
         return Err("no orderings found to mutate".into());
     }
