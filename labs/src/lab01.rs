@@ -11,6 +11,7 @@ pub mod solution;
 
 use crate::grade::{Graded, Grader};
 use crate::kit::Kit;
+use crate::problem::count;
 use crate::problem::Problem;
 use crate::run::{self, Case, Plan};
 use symm_core::dtype::{DType, ReduceOp};
@@ -27,7 +28,10 @@ pub fn case(world: u16, elems: u64) -> Case {
         DType::F32,
         ReduceOp::Sum,
     );
-    Case::new(format!("world {world}, {elems} elements per block"), req)
+    Case::new(
+        format!("world {world}, {} per block", count(elems, "element")),
+        req,
+    )
 }
 
 /// The fault behind a failing lab-1 schedule, read off its ops: the checker's problem says what

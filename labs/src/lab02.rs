@@ -9,6 +9,7 @@ pub mod skeleton;
 pub mod solution;
 
 use crate::grade::{Graded, Grader};
+use crate::problem::count;
 use crate::problem::Problem;
 use crate::run::{Case, Plan};
 use symm_core::dtype::{DType, ReduceOp};
@@ -26,7 +27,10 @@ fn reduce_scatter(world: u16, n: u64) -> Case {
     )
     .with_pipeline(n * 4, world as u8 - 1);
     Case::new(
-        format!("reduce-scatter, world {world}, {n} elements per block"),
+        format!(
+            "reduce-scatter, world {world}, {} per block",
+            count(n, "element")
+        ),
         req,
     )
 }
@@ -42,7 +46,10 @@ fn all_reduce(world: u16, n: u64) -> Case {
         ReduceOp::Sum,
     )
     .with_pipeline(seg * 4, world as u8 - 1);
-    Case::new(format!("all-reduce, world {world}, {n} elements"), req)
+    Case::new(
+        format!("all-reduce, world {world}, {}", count(n, "element")),
+        req,
+    )
 }
 
 fn hint(p: &Problem) -> Option<String> {

@@ -11,6 +11,7 @@ pub mod skeleton;
 pub mod solution;
 
 use crate::grade::{Graded, Grader};
+use crate::problem::count;
 use crate::problem::Problem;
 use crate::run::{Case, Plan};
 use symm_core::dtype::{DType, ReduceOp};
@@ -26,7 +27,7 @@ fn case(world: u16, n: u64) -> Case {
         ReduceOp::Sum,
     )
     .with_pipeline(n * 4, 1);
-    Case::new(format!("world {world}, {n} elements"), req)
+    Case::new(format!("world {world}, {}", count(n, "element")), req)
 }
 
 fn hint(p: &Problem) -> Option<String> {

@@ -11,6 +11,7 @@ pub mod skeleton;
 pub mod solution;
 
 use crate::grade::{Graded, Grader};
+use crate::problem::count;
 use crate::problem::Problem;
 use crate::run::{self, Case, Plan};
 use symm_core::cost::{predict, Link};
@@ -65,7 +66,11 @@ pub fn time_us(
 }
 
 fn case(algorithm: Algorithm, world: u16, n: u64) -> Case {
-    let label = format!("{}, world {world}, {n} elements", algorithm.name());
+    let label = format!(
+        "{}, world {world}, {}",
+        algorithm.name(),
+        count(n, "element")
+    );
     Case::new(label, request(algorithm, world, n * 4))
 }
 

@@ -11,6 +11,7 @@ pub mod skeleton;
 pub mod solution;
 
 use crate::grade::{Graded, Grader};
+use crate::problem::count;
 use crate::problem::Problem;
 use crate::run::{Case, Plan};
 use symm_core::cost::predict;
@@ -31,7 +32,7 @@ fn request(algorithm: Algorithm, world: u16, bytes: u64) -> Request {
 }
 
 fn case(world: u16, n: u64) -> Case {
-    let label = format!("world {world}, {n} elements");
+    let label = format!("world {world}, {}", count(n, "element"));
     Case::new(label, request(Algorithm::Multicast, world, n * 4))
 }
 

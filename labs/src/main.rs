@@ -72,8 +72,13 @@ fn check(l: &Lab, which: Which, out: PathBuf, slots: Option<u64>) -> bool {
     };
     let yours = out.join("yours.trace");
     if yours.exists() {
+        // With --solution the reference ran in the student's place.
+        let whose = match which {
+            Which::Student => "yours",
+            Which::Solution => "the reference solution, run by --solution",
+        };
         println!(
-            "traces: {} (yours) and {} (the reference solution)",
+            "traces: {} ({whose}) and {} (the reference solution)",
             yours.display(),
             out.join("reference.trace").display()
         );

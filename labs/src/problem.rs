@@ -203,14 +203,23 @@ fn range_words(req: &Request, l: Loc, elems: u64) -> String {
     )
 }
 
+/// `n` and its noun, singular for one: "1 element", "3 elements".
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// An op in words, in elements.
 pub fn op_words(req: &Request, op: &Op) -> String {
     let es = req.dtype.size().max(1);
     let layout = req.layout();
     match *op {
         Op::Copy { src, dst, bytes } => format!(
-            "copy of {} elements from {} to {}",
-            bytes / es,
+            "copy of {} from {} to {}",
+            count(bytes / es, "element"),
             range_words(req, src, bytes / es),
             range_words(req, dst, bytes / es)
         ),
@@ -464,9 +473,10 @@ impl fmt::Display for Words<'_> {
                 expected,
             } => write!(
                 f,
-                "rank {rank}'s slot {} received {pad} signals but rank {rank} waited for only \
+                "rank {rank}'s slot {} received {} but rank {rank} waited for only \
                  {expected}: every signal must be waited for in the same collective",
-                slot_words(&layout, *slot)
+                slot_words(&layout, *slot),
+                count(*pad, "signal")
             ),
             Problem::Numbers {
                 backend,

@@ -202,7 +202,7 @@ fn a_signal_never_waited_for_is_unbalanced() {
         ),
         "{p:?}"
     );
-    assert!(words.contains("received 1 signals but rank"), "{words}");
+    assert!(words.contains("received 1 signal but rank"), "{words}");
 }
 
 #[test]
