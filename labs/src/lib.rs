@@ -27,6 +27,7 @@ pub mod gpu;
 pub mod grade;
 pub mod kit;
 pub mod problem;
+pub mod rules;
 pub mod run;
 pub mod sym;
 

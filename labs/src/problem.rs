@@ -74,6 +74,18 @@ pub enum Problem {
         /// The slot.
         slot: u32,
     },
+    /// A rank touches a peer's buffers before it waited for that peer's `Ready`
+    /// ([`crate::rules::ready_before_touch`]).
+    TouchBeforeReady {
+        /// The rank running the op.
+        rank: u16,
+        /// Op index.
+        index: usize,
+        /// The op.
+        op: Op,
+        /// The peer whose buffers it touches.
+        peer: u16,
+    },
     /// A rank signals a slot that names another rank as its writer.
     ForeignSlot {
         /// The signalling rank.
@@ -362,6 +374,18 @@ impl fmt::Display for Words<'_> {
                 op(o),
                 req.world - 1
             ),
+            Problem::TouchBeforeReady {
+                rank,
+                index,
+                op: o,
+                peer,
+            } => write!(
+                f,
+                "rank {rank}'s op {index} ({}) touches rank {peer}'s buffers before rank {rank} \
+                 waited for rank {peer}'s Ready (or for it in a barrier): the rule 'Ready before \
+                 touch' (rank {peer} may not have entered the collective yet)",
+                op(o)
+            ),
             Problem::OutsideBuffer {
                 rank,
                 index,
@@ -521,6 +545,10 @@ impl Problem {
             Problem::Panicked { .. } => "the message above says where; the checker ran nothing",
             Problem::RankOutside { .. } => {
                 "ranks are 0..world-1: wrap around with % world (k.next(), k.prev())"
+            }
+            Problem::TouchBeforeReady { .. } => {
+                "wait for the peer's Ready (k.wait(peer, Ready, 1)), or pass a barrier, before the \
+                 first op that reads or writes its buffers; the peer signals when it enters"
             }
             Problem::OutsideBuffer { .. } => {
                 "offsets are in elements through k.at(rank, buf, elem); check the block or \

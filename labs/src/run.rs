@@ -6,7 +6,8 @@
 //! 1. builds every rank's ops by calling the schedule ([`build`]; a panic in it becomes
 //!    [`Problem::Panicked`] with its message, not a crash);
 //! 2. checks each op on its own ([`lint`]): ranks inside the world, offsets inside the buffers,
-//!    slots inside the pad and written only by the rank they name;
+//!    slots inside the pad and written only by the rank they name; then the protocol rules the
+//!    labs teach ([`crate::rules`]: no peer's buffer touched before its `Ready`);
 //! 3. runs the ops *symbolically* ([`symbolic`], in [`crate::sym`]) under several random
 //!    interleavings: every element is the set of ranks whose contributions it holds, so a
 //!    deadlock, a read of data not yet written, a reduction of mismatched elements, a wrong
@@ -46,6 +47,8 @@ pub struct Case {
     pub reference: Option<Reference>,
     /// Interleavings of the symbolic check.
     pub seeds: u64,
+    /// Whether the rule 'Ready before touch' is checked ([`crate::rules`]).
+    pub ready_before_touch: bool,
 }
 
 impl Case {
@@ -58,7 +61,15 @@ impl Case {
             verify: true,
             reference: None,
             seeds: 8,
+            ready_before_touch: true,
         }
+    }
+
+    /// The rule 'Ready before touch' is not checked: the protocol has no handshake (the MoE
+    /// layer's epoch halves and tagged headers, [`crate::rules`]).
+    pub fn without_handshake(mut self) -> Case {
+        self.ready_before_touch = false;
+        self
     }
 
     /// The schedule is told to use `slots` scratch slots.
@@ -330,6 +341,9 @@ pub fn check_case(case: &Case, plan: Plan) -> Result<Passed, Problem> {
     let req = &case.req;
     let streams = build(case, plan)?;
     lint(req, &streams)?;
+    if case.ready_before_touch {
+        crate::rules::ready_before_touch(req, &streams)?;
+    }
     for seed in 0..case.seeds {
         symbolic(req, &streams, seed, case.verify).result?;
     }

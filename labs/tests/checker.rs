@@ -21,7 +21,11 @@ fn case() -> Case {
 }
 
 fn problem(plan: &dyn Fn(&Kit) -> Vec<Op>) -> (Problem, String) {
-    let c = case();
+    problem_in(case(), plan)
+}
+
+/// The problem of `plan` on `c`, with its words.
+fn problem_in(c: Case, plan: &dyn Fn(&Kit) -> Vec<Op>) -> (Problem, String) {
     let p = check_case(&c, plan).err().expect("the check must fail");
     let words = p.words(&c.req).to_string();
     (p, words)
@@ -190,7 +194,8 @@ fn a_signal_never_waited_for_is_unbalanced() {
         ops.push(k.signal(k.next(), Data));
         ops
     };
-    let (p, words) = problem(&plan);
+    // No handshake, on purpose: the unbalanced signal is what is looked for.
+    let (p, words) = problem_in(case().without_handshake(), &plan);
     assert!(
         matches!(
             p,
@@ -214,9 +219,58 @@ fn a_block_in_the_wrong_place_is_described_by_origin() {
             .map(|q| k.copy(own, k.at(q, Buf::Output, 0), k.elems()))
             .collect()
     };
-    let (p, words) = problem(&plan);
+    let (p, words) = problem_in(case().without_handshake(), &plan);
     assert!(matches!(p, Problem::Wrong { .. }), "{p:?}");
     assert!(words.contains("it should hold rank"), "{words}");
+}
+
+/// Lab 7's one-shot and lab 2's ring with their `Ready` handshake dropped (signals and waits):
+/// the data still comes out right on these runs, and the rule the labs teach fails them by name.
+#[test]
+fn touching_a_peer_before_its_ready_breaks_the_rule_even_when_the_data_is_right() {
+    let no_ready = |plan: &dyn Fn(&Kit) -> Vec<Op>, k: &Kit| -> Vec<Op> {
+        let layout = k.request().layout();
+        let ready = |s: u32| layout.key(s).is_some_and(|x| x.kind == Ready);
+        plan(k)
+            .into_iter()
+            .filter(
+                |op| !matches!(*op, Op::Wait { slot, .. } | Op::Signal { slot, .. } if ready(slot)),
+            )
+            .collect()
+    };
+    for (c, plan) in [
+        (
+            Request::new(
+                Collective::AllReduce,
+                Algorithm::OneShot,
+                4,
+                64,
+                DType::F32,
+                ReduceOp::Sum,
+            ),
+            &symm_labs::lab07::solution::one_shot as &dyn Fn(&Kit) -> Vec<Op>,
+        ),
+        (
+            Request::new(
+                Collective::ReduceScatter,
+                Algorithm::Ring,
+                3,
+                32,
+                DType::F32,
+                ReduceOp::Sum,
+            ),
+            &symm_labs::lab02::solution::reduce_scatter,
+        ),
+    ] {
+        let dropped = |k: &Kit| no_ready(plan, k);
+        // Without the rule, every check passes: the race was not lost on these runs.
+        assert!(check_case(&Case::new("w", c).without_handshake(), &dropped).is_ok());
+        let (p, words) = problem_in(Case::new("w", c), &dropped);
+        assert!(matches!(p, Problem::TouchBeforeReady { .. }), "{p:?}");
+        assert!(words.contains("'Ready before touch'"), "{words}");
+        // And the solution itself keeps the rule.
+        assert!(check_case(&Case::new("w", c), plan).is_ok());
+    }
 }
 
 #[test]

@@ -102,10 +102,12 @@ fn a_wrong_destination_offset_is_named() {
 }
 
 #[test]
-fn a_missing_ready_wait_is_blamed_on_the_ready_slot() {
+fn a_missing_ready_wait_is_blamed_on_the_ready_rule() {
+    // The copy into the peer comes before any wait for its Ready: the rule, by name.
     let (f, hint) = fail(Mistake::NoReadyWait);
-    assert!(matches!(f.problem, Problem::Unbalanced { .. }), "{f}");
-    assert!(hint.contains("ready slot"), "{f}");
+    assert!(matches!(f.problem, Problem::TouchBeforeReady { .. }), "{f}");
+    assert!(f.to_string().contains("'Ready before touch'"), "{f}");
+    assert!(hint.contains("Ready"), "{f}");
     assert!(!hint.contains("Data"), "{f}");
 }
 

@@ -186,17 +186,21 @@ fn combine_reference(cfg: &MoeConfig, s: &[Routing], ins: &[Vec<u8>], bytes: u64
 pub fn dispatch_case(b: &Batch) -> Case {
     let lib = routings(b);
     let (cfg, req) = (b.cfg, request(b, true));
-    Case::new(label("dispatch", b), req).reference(Box::new(move |req: &Request, ins| {
-        dispatch_reference(&cfg, &lib, ins, req.bytes)
-    }))
+    Case::new(label("dispatch", b), req)
+        .without_handshake()
+        .reference(Box::new(move |req: &Request, ins| {
+            dispatch_reference(&cfg, &lib, ins, req.bytes)
+        }))
 }
 
 fn combine_case(b: &Batch) -> Case {
     let lib = routings(b);
     let (cfg, req) = (b.cfg, request(b, false));
-    Case::new(label("combine", b), req).reference(Box::new(move |req: &Request, ins| {
-        combine_reference(&cfg, &lib, ins, req.bytes)
-    }))
+    Case::new(label("combine", b), req)
+        .without_handshake()
+        .reference(Box::new(move |req: &Request, ins| {
+            combine_reference(&cfg, &lib, ins, req.bytes)
+        }))
 }
 
 fn request(b: &Batch, dispatch: bool) -> Request {
