@@ -116,5 +116,26 @@ pub fn check(g: &mut Grader) -> Graded {
             per_rank.join(", ")
         ));
     }
+    // Speed is the lesson: the two trees run side by side. Yours beside the reference's.
+    let time = |p: Plan| {
+        let streams = run::build(&show, p).ok()?;
+        run::time_us(&show.req, &streams, symm_driver::host::DEFAULT_LINK).ok()
+    };
+    if let (Some(yours), Some(reference)) = (time(plan), time(&solution::broadcast)) {
+        g.note(format!(
+            "note  simulated time at world 8: yours {yours:.2} us, the reference's {reference:.2} us"
+        ));
+        if yours > SLOWER * reference {
+            g.note(format!(
+                "warn  yours takes {:.1}x the reference's time: the trees should not wait on each \
+                 other (each half on its own signals, their chunks interleaved so both trees \
+                 are busy at once)",
+                yours / reference
+            ));
+        }
+    }
     Ok(())
 }
+
+/// How much slower than the reference's a passing schedule may be before the checker warns.
+const SLOWER: f64 = 1.5;

@@ -296,3 +296,26 @@ fn every_solution_writes_traces_the_viz_replays() {
     assert_eq!(t.scratch.cells(), 1, "the viz shows one slot per rank");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Where speed is the lesson (lab 5's two trees), the checker prints the student's simulated
+/// time beside the reference's.
+#[test]
+fn lab_5_prints_its_time_beside_the_references() {
+    use symm_labs::grade::{Grader, Which};
+    let mut g = Grader::new(Which::Solution, None);
+    assert!(symm_labs::lab05::check(&mut g).is_ok());
+    let note = g
+        .passed
+        .iter()
+        .find(|p| p.contains("simulated time at world 8"))
+        .expect("a time note");
+    assert!(
+        note.contains("yours") && note.contains("the reference's"),
+        "{note}"
+    );
+    assert!(
+        !g.passed.iter().any(|p| p.starts_with("warn")),
+        "{:?}",
+        g.passed
+    );
+}
