@@ -59,7 +59,13 @@ pub struct Grader {
     pub slots: Option<u64>,
     /// Set by `run N --gpu`: the showcase case ([`Grader::traces`]) also runs on the GPU.
     pub gpu: Option<GpuRun>,
+    /// The case that failed and where its trace was written ([`FAILED_TRACE`]).
+    pub failed: Option<(String, PathBuf)>,
 }
+
+/// The file a failing case's trace is written to, in the output folder: the trace of what was
+/// graded, beside the showcase case's `yours.trace`.
+pub const FAILED_TRACE: &str = "failed.trace";
 
 /// The GPU run of a lab's showcase case ([`crate::gpu`]): its summary line or what failed.
 #[derive(Debug, Default)]
@@ -80,6 +86,7 @@ impl Grader {
             passed: Vec::new(),
             slots: None,
             gpu: None,
+            failed: None,
         }
     }
 
@@ -119,7 +126,22 @@ impl Grader {
                 self.passed.push(format!("pass  {}", case.label));
                 Ok(p)
             }
-            Err(problem) => Err(Self::fail(case, problem, hints)),
+            Err(problem) => {
+                self.failed_trace(case, plan);
+                Err(Self::fail(case, problem, hints))
+            }
+        }
+    }
+
+    /// Writes the failing `case`'s trace of `plan` to [`FAILED_TRACE`] (up to the failure,
+    /// with stalls at a deadlock) and remembers it.
+    fn failed_trace(&mut self, case: &Case, plan: Plan) {
+        let Some(path) = self.out.as_ref().map(|d| d.join(FAILED_TRACE)) else {
+            return;
+        };
+        self.trace(FAILED_TRACE, case, plan);
+        if path.exists() {
+            self.failed = Some((case.label.clone(), path));
         }
     }
 

@@ -36,6 +36,8 @@ fn check(l: &Lab, which: Which, out: PathBuf, slots: Option<u64>) -> bool {
         Which::Solution => "solution.rs",
     };
     println!("lab {}: {} (labs/{}/{file})", l.number, l.title, l.dir);
+    // A failed trace of an earlier run is not this run's.
+    let _ = std::fs::remove_file(out.join(symm_labs::grade::FAILED_TRACE));
     let mut g = Grader::new(which, Some(out.clone()));
     g.slots = slots;
     let verdict = (l.check)(&mut g);
@@ -70,12 +72,25 @@ fn check(l: &Lab, which: Which, out: PathBuf, slots: Option<u64>) -> bool {
             false
         }
     };
+    if let Some((label, path)) = &g.failed {
+        println!(
+            "the failing case ({label}) is traced in {}: cargo xtask lab view {} prints the \
+             link; open its address with ?trace=traces/{}",
+            path.display(),
+            l.number,
+            symm_labs::grade::FAILED_TRACE
+        );
+    }
     let yours = out.join("yours.trace");
     if yours.exists() {
         // With --solution the reference ran in the student's place.
         let whose = match which {
             Which::Student => "yours",
             Which::Solution => "the reference solution, run by --solution",
+        };
+        let whose = match g.failed {
+            Some(_) => format!("{whose}, on the showcase case"),
+            None => whose.to_string(),
         };
         println!(
             "traces: {} ({whose}) and {} (the reference solution)",

@@ -319,3 +319,22 @@ fn lab_5_prints_its_time_beside_the_references() {
         g.passed
     );
 }
+
+/// A failing case's own trace is written (not only the showcase case's), and the grader names
+/// the case it belongs to.
+#[test]
+fn the_failing_case_is_traced_as_graded() {
+    use symm_labs::grade::{Grader, Which, FAILED_TRACE};
+    let dir = std::env::temp_dir().join(format!("symm-labs-failed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut g = Grader::new(Which::Student, Some(dir.clone()));
+    let failure = symm_labs::lab02::check(&mut g).expect_err("the skeleton fails");
+    let (label, path) = g.failed.clone().expect("the failing case is traced");
+    assert_eq!(path, dir.join(FAILED_TRACE));
+    assert!(failure.to_string().contains(&label), "{failure} / {label}");
+    let bytes = std::fs::read(&path).unwrap();
+    let header = symm_core::trace::decode(&bytes).unwrap().header;
+    assert_eq!(header.request.collective, failure.req.collective);
+    assert_eq!(header.request.bytes, failure.req.bytes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
