@@ -115,10 +115,8 @@ fn list_line(number: u8, time: &str, dir: &str, title: &str) -> String {
 
 fn list() -> Result<(), String> {
     println!("labs (start with cargo xtask lab N):");
-    println!(
-        "{}",
-        list_line(0, "time", "folder", "title").replacen(" 0", "  ", 1)
-    );
+    let head = list_line(0, "time", "folder", "title").replacen(" 0", "  ", 1);
+    println!("{head}");
     for l in labs()? {
         let title = l
             .title
@@ -143,11 +141,9 @@ fn show(l: &Lab) -> Result<(), String> {
         .map(|(_, line)| line)
         .collect();
     println!("{}", intro.join("\n").trim_end());
-    println!();
-    println!("read:  {}", rel(&readme));
-    println!("edit:  {}", rel(&l.dir.join("skeleton.rs")));
-    println!("check: cargo xtask lab check {}", l.number);
-    println!("view:  cargo xtask lab view {}", l.number);
+    let (read, edit, n) = (rel(&readme), rel(&l.dir.join("skeleton.rs")), l.number);
+    println!("\nread:  {read}\nedit:  {edit}\ncheck: cargo xtask lab check {n}");
+    println!("view:  cargo xtask lab view {n}");
     Ok(())
 }
 
@@ -283,8 +279,12 @@ fn view_gpu(l: &Lab) -> Result<(), String> {
 
 fn view(l: &Lab) -> Result<(), String> {
     let out = out_dir(l.number);
-    if !out.join("reference.trace").exists() {
-        eprintln!("lab {}: no traces yet; running the check first", l.number);
+    let time = |p: PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let traced = time(out.join("yours.trace"));
+    // A trace older than the skeleton shows code that is gone: check again first.
+    if traced.is_none() || time(l.dir.join("skeleton.rs")) > traced {
+        let n = l.number;
+        eprintln!("lab {n}: no traces, or skeleton.rs is newer than them: checking first");
         let _ = check(l, false, None);
     }
     let dist = crate::viz::build()?;
