@@ -160,7 +160,7 @@ where
     I: Iterator<Item = Op> + Send,
     F: Fn(u16, u16) -> Result<I, HostError>,
 {
-    check_inputs(req, inputs)?;
+    // `WorldMem::new` checks the request and the inputs.
     let mem = WorldMem::new(req, inputs, super::POISON)?;
     run_on(req, &mem, opts, make)
 }

@@ -92,9 +92,7 @@ impl Comm {
     /// input itself and the request runs in place ([`Request::runs_in_place`]: the schedule
     /// reads each place of the input before it writes that place of the output).
     fn sides(&self, req: &Request, input: Span, output: Span) -> (Option<u64>, Option<u64>) {
-        let overlaps = output.ptr < input.ptr.saturating_add(input.len)
-            && input.ptr < output.ptr.saturating_add(output.len);
-        let aliased = output == input && req.runs_in_place();
+        let (overlaps, aliased) = overlap(req, input, output);
         (
             self.heap_offset(input),
             self.heap_offset(output).filter(|_| !overlaps || aliased),
@@ -120,9 +118,7 @@ impl Comm {
         };
         let i = ok(input, in_heap, owns[0]);
         let o = ok(output, out_heap, owns[1]);
-        let overlaps = output.ptr < input.ptr.saturating_add(input.len)
-            && input.ptr < output.ptr.saturating_add(output.len);
-        let aliased = output == input && req.runs_in_place();
+        let (overlaps, aliased) = overlap(req, input, output);
         // Over the input, an output may be written where it lies only when the kernel reads
         // the input elsewhere (staged into the workspace) or the request runs in place on it.
         let staged_in = in_heap.is_none() && !i;
@@ -303,6 +299,14 @@ impl Tensors {
         }
         Ok((ws, a, capturing))
     }
+}
+
+/// Whether `output` overlaps `input`, and whether it is the input itself of a request that runs
+/// in place ([`Request::runs_in_place`]).
+fn overlap(req: &Request, input: Span, output: Span) -> (bool, bool) {
+    let overlaps = output.ptr < input.ptr.saturating_add(input.len)
+        && input.ptr < output.ptr.saturating_add(output.len);
+    (overlaps, output == input && req.runs_in_place())
 }
 
 /// Enqueues a device-to-device copy of `src` to `dst` on `stream` (context bound).
