@@ -358,7 +358,7 @@ impl Comm {
     /// itself are reported later by [`Comm::check`] or [`Comm::synchronize`].
     pub fn launch(&self, a: &Admitted, b: &Buffers, stream: &Stream) -> Result<()> {
         let _g = self.enter_on(stream)?;
-        self.launch_entered(a, b, stream, None, None)
+        self.launch_entered(a, (b, [false; 2]), stream, None, None)
     }
 
     /// Enqueues this rank's part of collective `req` over buffers `b` on `stream`: a lookup of
@@ -394,43 +394,24 @@ impl Comm {
             }
         }
         let a = admit(self)?;
-        self.launch_entered(&a, b, stream, None, None)
+        self.launch_entered(&a, (b, [false; 2]), stream, None, None)
     }
 
     /// [`Comm::launch`] inside a guard whose stream was checked; `capturing` is whether the
     /// stream captures when the caller asked already (`None`: the order asks when it matters);
-    /// `traced` runs the traced kernel (or times copy-engine ops) into its buffers.
+    /// `traced` runs the traced kernel (or times copy-engine ops) into its buffers. `b` is the
+    /// buffers and which of input and output lie outside the heap, in memory the caller checked
+    /// (`check_buffers_on`; all `false` but for `Tensors::enqueue`'s owned sides).
     pub(crate) fn launch_entered(
         &self,
         a: &Admitted,
-        b: &Buffers,
+        b: (&Buffers, [bool; 2]),
         stream: &Stream,
         capturing: Option<bool>,
         traced: Option<&TraceTarget<'_>>,
     ) -> Result<()> {
         let mut l = self.launch_lock()?;
-        self.launch_locked(
-            &mut l.order,
-            a,
-            (b, [false; 2]),
-            (stream, capturing),
-            traced,
-        )
-    }
-
-    /// [`Comm::launch_entered`] of an untraced launch whose input (`owned[0]`) or output
-    /// (`owned[1]`) lies outside the heap, in memory the caller checked
-    /// ([`check_buffers_on`]).
-    pub(crate) fn launch_owned(
-        &self,
-        a: &Admitted,
-        b: &Buffers,
-        owned: [bool; 2],
-        stream: &Stream,
-        capturing: Option<bool>,
-    ) -> Result<()> {
-        let mut l = self.launch_lock()?;
-        self.launch_locked(&mut l.order, a, (b, owned), (stream, capturing), None)
+        self.launch_locked(&mut l.order, a, b, (stream, capturing), traced)
     }
 
     /// The launch itself, launch lock held (`order` is its state), on `on`: the stream and

@@ -49,7 +49,8 @@ impl Capture<'_> {
         a.check(self.comm, b)?;
         // Pinned before the graph names them: a `free` on another thread meanwhile is refused.
         self.pin(b);
-        self.comm.launch_entered(a, b, self.stream, None, None)?;
+        self.comm
+            .launch_entered(a, (b, [false; 2]), self.stream, None, None)?;
         self.teams.borrow_mut().push(a.team());
         Ok(())
     }

@@ -98,32 +98,6 @@ impl Comm {
             self.heap_offset(output).filter(|_| !overlaps || aliased),
         )
     }
-
-    /// Which sides outside the heap (`None` offsets) run where they lie, unstaged: those the
-    /// request owns (`Request::owns`: only this rank's ops name them) when a kernel runs it,
-    /// 16-byte aligned and not empty. An owned output that overlaps the input runs unstaged
-    /// only when the input is staged (the kernel reads the copy) or the output is the input
-    /// and the request runs in place; otherwise it is staged, as `sides` does in the heap.
-    fn owned_sides(
-        &self,
-        a: &Admitted,
-        (input, in_heap): (Span, Option<u64>),
-        (output, out_heap): (Span, Option<u64>),
-    ) -> [bool; 2] {
-        let req = a.request();
-        let owns = req.owns();
-        let kernel = a.executor() != crate::cuda::comm::Executor::CopyEngines;
-        let ok = |s: Span, heap: Option<u64>, own: bool| {
-            heap.is_none() && own && kernel && s.len > 0 && s.ptr.is_multiple_of(16)
-        };
-        let i = ok(input, in_heap, owns[0]);
-        let o = ok(output, out_heap, owns[1]);
-        let (overlaps, aliased) = overlap(req, input, output);
-        // Over the input, an output may be written where it lies only when the kernel reads
-        // the input elsewhere (staged into the workspace) or the request runs in place on it.
-        let staged_in = in_heap.is_none() && !i;
-        [i, o && (!overlaps || aliased || staged_in)]
-    }
 }
 
 impl Tensors {
@@ -225,7 +199,7 @@ impl Tensors {
             Some(r) => (r.work, r.admitted, stream.capturing_bound()?),
             None => self.first_use(comm, args, stream)?,
         };
-        let owned = comm.owned_sides(&a, (input, in_heap), (output, out_heap));
+        let owned = owned_sides(&a, (input, in_heap), (output, out_heap));
         let me = comm.heap_ptr(comm.job.rank, 0)?;
         // An owned side is addressed from this rank's heap base (the kernel's sum wraps).
         let at = |s: Span, heap: Option<u64>, owned: bool, work: u64| match heap {
@@ -251,7 +225,7 @@ impl Tensors {
             copy(comm.heap_ptr(comm.job.rank, ws.input)?, input, stream)?;
         }
         // Whether the stream captures was asked once, above: the launch's order reuses it.
-        comm.launch_owned(&a, &b, owned, stream, Some(capturing))?;
+        comm.launch_entered(&a, (&b, owned), stream, Some(capturing), None)?;
         if out_heap.is_none() && !owned[1] {
             let from = Span {
                 ptr: comm.heap_ptr(comm.job.rank, ws.output)?,
@@ -299,6 +273,31 @@ impl Tensors {
         }
         Ok((ws, a, capturing))
     }
+}
+
+/// Which sides outside the heap (`None` offsets) run where they lie, unstaged: those the
+/// request owns (`Request::owns`: only this rank's ops name them) when a kernel runs it,
+/// 16-byte aligned and not empty. An owned output that overlaps the input runs unstaged
+/// only when the input is staged (the kernel reads the copy) or the output is the input
+/// and the request runs in place; otherwise it is staged, as `sides` does in the heap.
+fn owned_sides(
+    a: &Admitted,
+    (input, in_heap): (Span, Option<u64>),
+    (output, out_heap): (Span, Option<u64>),
+) -> [bool; 2] {
+    let req = a.request();
+    let owns = req.owns();
+    let kernel = a.executor() != crate::cuda::comm::Executor::CopyEngines;
+    let ok = |s: Span, heap: Option<u64>, own: bool| {
+        heap.is_none() && own && kernel && s.len > 0 && s.ptr.is_multiple_of(16)
+    };
+    let i = ok(input, in_heap, owns[0]);
+    let o = ok(output, out_heap, owns[1]);
+    let (overlaps, aliased) = overlap(req, input, output);
+    // Over the input, an output may be written where it lies only when the kernel reads
+    // the input elsewhere (staged into the workspace) or the request runs in place on it.
+    let staged_in = in_heap.is_none() && !i;
+    [i, o && (!overlaps || aliased || staged_in)]
 }
 
 /// Whether `output` overlaps `input`, and whether it is the input itself of a request that runs

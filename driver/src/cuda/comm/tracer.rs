@@ -93,7 +93,7 @@ impl Tracer {
             cap: self.cap,
             marks: &self.marks,
         };
-        comm.launch_entered(&a, b, stream, None, Some(&target))?;
+        comm.launch_entered(&a, (b, [false; 2]), stream, None, Some(&target))?;
         comm.synchronize(stream)?;
         let per = match plan.flags() {
             Some(f) => copy_engine::raw_events(f, &self.marks)?,
