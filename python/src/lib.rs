@@ -523,6 +523,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<request::PyRequest>()?;
     m.add_class::<gpu::GpuComm>()?;
     m.add_class::<gpu::Block>()?;
+    m.add_class::<gpu::AllReduces>()?;
     m.add_class::<gpu::PyMoeLayer>()?;
     m.add_class::<gpu::PyA2avLayer>()?;
     Ok(())

@@ -17,7 +17,9 @@ against the same enqueue made from a Rust loop in the same process (``host_loop_
 beside the floor under them, a bare launch of an empty kernel with the same grid and parameter
 block size (``launch_floor_us``). It writes ``bench-py-wN.json`` in the Rust bench's format
 (``samples`` of collective, size, system, mode, us, algbw, busbw, wrong) plus
-``python_overhead`` (``rust_us``, ``python_us``, ``extra_us``, ``checks_us``, and where the
+``python_overhead`` (``rust_us``, ``python_us``, ``extra_us``, ``checks_us``,
+``rust_one_call_us``: the same Rust enqueue timed inside, one call per turn of a Python loop,
+``python_own_us``: the Python call's time above that, and where the
 floor was measured ``floor_us``, ``rust_above_floor_us``, ``python_above_floor_us``, and the
 same Rust loop into a second symmetric buffer, with no staging: ``rust_out_of_place_us``,
 ``rust_out_of_place_above_floor_us``), and
@@ -46,17 +48,26 @@ from ._timing import graph_run  # noqa: E402
 from .layer import LLAMA_70B  # noqa: E402
 
 
-def _time_eager(torch: Any, fn: Callable[[], Any], iters: int, warmup: int) -> float:
+def _time_eager(torch: Any, fn: Callable[[], Any], iters: int, warmup: int,
+                rounds: int = 5) -> float:
+    """Microseconds per eager call of ``fn``: the median of ``rounds`` runs of ``iters`` calls
+    each, timed with CUDA events on the current stream after ``warmup`` calls (one slow round,
+    as the first after a change of size often is, does not decide).
+    """
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(iters):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) * 1000.0 / iters
+    per: list[float] = []
+    for _ in range(rounds):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(iters):
+            fn()
+        e.record()
+        torch.cuda.synchronize()
+        per.append(s.elapsed_time(e) * 1000.0 / iters)
+    per.sort()
+    return per[len(per) // 2]
 
 
 def _time_graph(torch: Any, fn: Callable[[], Any], calls: int, replays: int) -> float:
@@ -64,6 +75,19 @@ def _time_graph(torch: Any, fn: Callable[[], Any], calls: int, replays: int) -> 
     ``replays`` times.
     """
     return graph_run(torch, fn, calls, replays)[0]
+
+
+def _pin_thread() -> Optional[set[int]]:
+    """Pins the calling thread to one CPU of those it may use, a different one per local rank
+    (counted from the last); returns the CPUs to restore, or None where it cannot pin.
+    """
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        local = _gpu._env_int("LOCAL_RANK", 0)
+        os.sched_setaffinity(0, {cpus[-1 - local % len(cpus)]})
+        return set(cpus)
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _sample(system: str, mode: str, size: int, us: float, world: int,
@@ -262,38 +286,50 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = t.data_ptr()
     calls = a.overhead_calls
     req = _gpu._request(j, "all_reduce", 4096, "bf16", "sum", None, None)
-    rust_us, py_us, floor_us, apart_us = [], [], [], []
+    rust_us, py_us, floor_us, apart_us, one_us = [], [], [], [], []
     # In place (on the tensor itself where the request runs in place, `Request::runs_in_place`;
     # else the output staged through the workspace), and into a second symmetric buffer.
     q = big[2048:4096].data_ptr()
-    for _ in range(5):
+    loop = comm.host_loop_us
+    # Host times move with the scheduler: this thread stays on one CPU while they are taken,
+    # and each figure is the best of many rounds, every variant measured in every round.
+    restore = _pin_thread()
+    for _ in range(15):
         torch.cuda.synchronize()
-        rust_us.append(comm.host_loop_us(req, p, 4096, p, 4096, stream, calls))
+        rust_us.append(loop(req, p, 4096, p, 4096, stream, calls))
         torch.cuda.synchronize()
-        apart_us.append(comm.host_loop_us(req, p, 4096, q, 4096, stream, calls))
+        apart_us.append(loop(req, p, 4096, q, 4096, stream, calls))
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):
             _gpu.all_reduce(t)
         py_us.append((time.perf_counter() - t0) * 1e6 / calls)
         torch.cuda.synchronize()
+        # The same enqueue one call per turn of a Python loop, timed inside Rust: what it costs
+        # when other code runs between calls, as it does under any caller but a tight loop.
+        one = 0.0
+        for _ in range(calls):
+            one += loop(req, p, 4096, p, 4096, stream, 1)
+        one_us.append(one / calls)
+        torch.cuda.synchronize()
         try:
             floor_us.append(comm.launch_floor_us(req, stream, calls))
         except Exception as e:  # noqa: BLE001 - no floor where the empty kernel does not build
             notes["launch_floor"] = repr(e)[:200]
         torch.cuda.synchronize()
+    if restore is not None:
+        os.sched_setaffinity(0, restore)
     _gpu.synchronize()
     # What the Python side's argument handling alone costs (all_reduce's hot path, no enqueue).
     t0 = time.perf_counter()
     for _ in range(calls):
-        if type(t) is not j.tensor or t.get_device() != j.index or not t.is_contiguous():
-            _gpu._check(j, t, "t")
-        n = t.nbytes
-        _ = j.all_reduces.get((n, t.dtype, "sum", None, None)), t.data_ptr(), j.current_stream()
+        _ = type(t) is j.tensor, t.is_contiguous(), t.nbytes, t.dtype, t.data_ptr(), \
+            j.current_stream()
     checks_us = (time.perf_counter() - t0) * 1e6 / calls
-    rust, py = min(rust_us), min(py_us)
+    rust, py, one = min(rust_us), min(py_us), min(one_us)
     overhead = {"calls": calls, "python_us": round(py, 3), "checks_us": round(checks_us, 3),
-                "rust_us": round(rust, 3), "extra_us": round(py - rust, 3)}
+                "rust_us": round(rust, 3), "extra_us": round(py - rust, 3),
+                "rust_one_call_us": round(one, 3), "python_own_us": round(py - one, 3)}
     if floor_us:
         floor = min(floor_us)
         overhead.update({"floor_us": round(floor, 3),
@@ -377,7 +413,9 @@ def _print_table(doc: dict[str, Any]) -> None:
         print(f"the same call into a second symmetric buffer: Rust "
               f"{o['rust_out_of_place_us']} us, {o['rust_out_of_place_above_floor_us']} us above "
               "the floor")
-    print(f"python layer: {o['extra_us']} us extra per eager call over Rust "
+    print(f"python layer: {o['extra_us']} us extra per eager call over the Rust loop; the "
+          f"enqueue itself takes {o['rust_one_call_us']} us when called once per turn of a "
+          f"Python loop, so Python's own work is {o['python_own_us']} us "
           f"({o['checks_us']} us of it the argument handling); 0 in a graph (replays run no "
           "Python)")
     for k, v in doc["notes"].items():

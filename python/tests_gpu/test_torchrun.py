@@ -205,6 +205,28 @@ def test_bad_arguments_raise_value_and_type_errors():
     assert torch.equal(view, torch.full_like(view, 2.0 * symm.world_size()))
 
 
+def test_a_remembered_shape_still_refuses_tensors_it_cannot_take():
+    # The repeated call of a shape is one step in the runtime: it must refuse what the first
+    # call would have, with the same errors, and the job goes on.
+    n = 48
+    ok = torch.ones(n, device="cuda")
+    symm.all_reduce(ok)
+    symm.all_reduce(ok)  # remembered now
+    with pytest.raises(ValueError, match="on cpu"):
+        symm.all_reduce(torch.ones(n))
+    with pytest.raises(ValueError, match="contiguous"):
+        symm.all_reduce(torch.ones(n, 2, device="cuda")[:, 0])
+    with pytest.raises(ValueError, match="contiguous"):
+        symm.all_reduce(torch.ones(1, device="cuda").expand(n))
+    if torch.cuda.device_count() > 1:
+        other = (symm.device().index + 1) % torch.cuda.device_count()
+        with pytest.raises(ValueError, match=f"cuda:{other}"):
+            symm.all_reduce(torch.ones(n, device=f"cuda:{other}"))
+    symm.all_reduce(ok)
+    symm.synchronize()
+    assert torch.equal(ok, torch.full_like(ok, float(symm.world_size() ** 3)))
+
+
 def test_alloc_free_cycles_do_not_leak():
     torch.cuda.synchronize()
     symm.collect()

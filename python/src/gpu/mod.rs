@@ -24,10 +24,12 @@ mod errors;
 mod join;
 mod moe;
 mod runtime;
+mod sums;
 
 pub use block::Block;
 pub(crate) use errors::py_err;
 pub use moe::{PyA2avLayer, PyMoeLayer};
+pub use sums::AllReduces;
 
 use std::sync::Arc;
 
@@ -275,6 +277,17 @@ impl GpuComm {
                 .map_err(|e| py_err(py, e))?;
         }
         Ok(())
+    }
+
+    /// The job's remembered in-place sums: `symm.all_reduce`'s repeated call in one step, for
+    /// tensors of exactly type `tensor`, on the stream `current_stream()` returns.
+    fn all_reduces(&self, tensor: Py<PyAny>, current_stream: Py<PyAny>) -> AllReduces {
+        AllReduces {
+            rt: self.rt.clone(),
+            tensor,
+            current_stream,
+            by_shape: Default::default(),
+        }
     }
 
     /// Reports asynchronous errors without waiting (raises symm's errors).

@@ -339,18 +339,24 @@ impl Comm {
             ffi::POINTER_CONTEXT,
             ffi::POINTER_RANGE_START,
             ffi::POINTER_RANGE_SIZE,
+            ffi::POINTER_DEVICE_ORDINAL,
         ];
-        let (mut ctx, mut start, mut size) =
-            (std::ptr::null_mut::<std::ffi::c_void>(), 0u64, 0usize);
+        let (mut ctx, mut start, mut size, mut ordinal) = (
+            std::ptr::null_mut::<std::ffi::c_void>(),
+            0u64,
+            0usize,
+            -1i32,
+        );
         let mut data = [
             (&mut ctx as *mut *mut std::ffi::c_void).cast(),
             (&mut start as *mut u64).cast(),
             (&mut size as *mut usize).cast(),
+            (&mut ordinal as *mut i32).cast(),
         ];
-        // SAFETY: three attributes with out-pointers of their types (a context handle, a device
-        // address, a size); the driver only reads the address `s.ptr`.
+        // SAFETY: four attributes with out-pointers of their types (a context handle, a device
+        // address, a size, an int); the driver only reads the address `s.ptr`.
         let rc = unsafe {
-            (api.pointer_get_attributes)(3, attrs.as_mut_ptr(), data.as_mut_ptr(), s.ptr)
+            (api.pointer_get_attributes)(4, attrs.as_mut_ptr(), data.as_mut_ptr(), s.ptr)
         };
         if rc != 0 || start == 0 {
             return Err(bad);
@@ -360,7 +366,9 @@ impl Comm {
             .checked_add(s.len)
             .ok_or(CudaError::Overflow { what: "span end" })?;
         let inside = s.ptr >= start && end <= start.saturating_add(size as u64);
-        let ours = ctx.is_null() || ctx == self.dev.context();
+        // Memory of the driver's virtual memory API has no context: its device says whose
+        // it is (a peer's memory mapped here is not this rank's).
+        let ours = (ctx.is_null() || ctx == self.dev.context()) && ordinal == self.dev.ordinal();
         if inside && ours {
             Ok(())
         } else {
