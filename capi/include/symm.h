@@ -532,9 +532,10 @@ int symm_comm_check(symm_comm* comm);
 // call), then checks as symm_comm_check does.
 int symm_comm_synchronize(symm_comm* comm, void* stream);
 
-// Collective: after a timeout, waits for this rank's device, clears the signal state
-// between two barriers of every rank and lifts the poison. Fails (and stays poisoned)
-// when a peer was lost.
+// Collective: after a failure, waits for this rank's device, brings the bootstrap back
+// (ranks left in different exchanges meet again), clears the signal state between two
+// barriers of every rank and lifts the poison. Fails (and stays poisoned) when a peer was
+// lost.
 int symm_comm_reset(symm_comm* comm);
 
 // The layouts above as the library was compiled (checked from C11 and C++11).

@@ -723,9 +723,9 @@ pub unsafe extern "C" fn symm_comm_synchronize(comm: *mut symm_comm, stream: *mu
     })
 }
 
-/// Collective: after a timeout, waits for this rank's device, clears the signal state between
-/// two barriers of every rank and lifts the poison. Fails (and stays poisoned) when a peer was
-/// lost.
+/// Collective: after a failure, waits for this rank's device, brings the bootstrap back (ranks
+/// left in different exchanges meet again), clears the signal state between two barriers of
+/// every rank and lifts the poison. Fails (and stays poisoned) when a peer was lost.
 ///
 /// # Safety
 /// `comm` is null or live.

@@ -507,7 +507,11 @@ def synchronize(stream: Any = None) -> None:
 
 
 def reset() -> None:
-    """Collective: after a timeout, clear every rank's signals and lift the poison."""
+    """Collective: after a failure (a timeout, calls that differed across ranks), bring the job
+    back: the ranks meet again even when the failure left them in different exchanges, every
+    rank's signals are cleared, the arguments of later calls are agreed again, and the poison
+    is lifted. A rank that is gone stays gone (``PeerLost``).
+    """
     _get().comm.reset()
 
 

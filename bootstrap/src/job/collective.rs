@@ -12,6 +12,15 @@
 //! Calls are serialised per process and each has a deadline. Any failure poisons the bootstrap
 //! (later calls return [`BootstrapError::Poisoned`]); the root first sends `Abort` with the reason
 //! to every rank, so they fail promptly with the same cause.
+//!
+//! **Recovering.** While every process is alive, [`SocketBootstrap::recover`], called by every
+//! rank, makes it usable again. Every frame carries the sender's epoch. A rank moves to the
+//! next epoch and sends `Recover` in it to the root; the root, in the next epoch too, takes one
+//! `Recover` from each rank, and then sends `Recover` to every rank; sequence numbers start
+//! over. Links are ordered, so whatever a failed collective left on a link (a contribution, parts,
+//! an abort) arrives before the `Recover` behind it, in an older epoch: the recover drops it, and
+//! nothing stale is left behind. A root still in a collective that takes a rank's `Recover` puts
+//! it back and fails, and its own recover finds it.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -53,6 +62,52 @@ impl SocketBootstrap {
     ) -> Result<Vec<Vec<OwnedFd>>> {
         let parts = self.round(Op::GatherFds, &[], fds, timeout)?;
         Ok(parts.into_iter().map(|p| p.fds).collect())
+    }
+
+    /// Makes the bootstrap usable again after a failed collective, while every process is
+    /// alive (see the module doc). Collective: every rank calls it. A lost rank stays lost
+    /// ([`BootstrapError::PeerLost`]); a failure here poisons the bootstrap again.
+    pub fn recover(&self, timeout: Duration) -> Result<()> {
+        let sh = &*self.shared;
+        let mut seq = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(rank) = sh.lost_rank() {
+            return Err(BootstrapError::PeerLost { rank });
+        }
+        if sh.closing.load(Ordering::Acquire) {
+            return Err(BootstrapError::Poisoned(Box::new(BootstrapError::Left {
+                rank: sh.rank,
+            })));
+        }
+        let epoch = sh.epoch.load(Ordering::Acquire).wrapping_add(1);
+        sh.epoch.store(epoch, Ordering::Release);
+        sh.lock().poisoned = None;
+        let deadline = wire::after(Instant::now(), timeout);
+        let r = if sh.rank == 0 {
+            root_recover(sh, epoch, deadline)
+        } else {
+            rank_recover(sh, epoch, deadline)
+        };
+        match &r {
+            Ok(()) => *seq = 0,
+            Err(e) => {
+                if let Some(rank) = e.lost_rank() {
+                    sh.raise_lost(rank);
+                }
+                if sh.rank == 0 {
+                    let notice = Instant::now() + NOTICE;
+                    let head = Head::control(Kind::Abort, 0).in_epoch(epoch);
+                    let why = wire::abort(e);
+                    for l in &sh.links {
+                        let _ = wire::send(l.fd.as_fd(), head, &why, &[], notice);
+                    }
+                }
+                let mut st = sh.lock();
+                if st.poisoned.is_none() {
+                    st.poisoned = Some(e.clone());
+                }
+            }
+        }
+        r
     }
 
     fn round(
@@ -102,7 +157,7 @@ impl SocketBootstrap {
             }
             if sh.rank == 0 {
                 let notice = Instant::now() + NOTICE;
-                let head = Head::control(Kind::Abort, 0);
+                let head = Head::control(Kind::Abort, 0).in_epoch(sh.epoch.load(Ordering::Acquire));
                 let why = wire::abort(e);
                 for l in &sh.links {
                     let _ = wire::send(l.fd.as_fd(), head, &why, &[], notice);
@@ -130,6 +185,7 @@ fn root_round(
         .map(|f| f.try_clone_to_owned())
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| BootstrapError::sys("dup", e))?;
+    let epoch = sh.epoch.load(Ordering::Acquire);
     let mut parts = Vec::with_capacity(sh.links.len() + 1);
     parts.push(Part {
         payload: payload.to_vec(),
@@ -149,6 +205,15 @@ fn root_round(
             }
             other => other?,
         };
+        if f.head.kind == Kind::Recover {
+            // That rank gave this collective up and recovers: so will this one.
+            sh.put_back(i, f);
+            return Err(BootstrapError::Mismatch {
+                rank: link.peer,
+                expected: op.name(),
+                found: "recover",
+            });
+        }
         if f.head.op != op || f.head.seq != seq {
             return Err(BootstrapError::Mismatch {
                 rank: link.peer,
@@ -172,6 +237,7 @@ fn root_round(
                 op,
                 rank: src as u16,
                 seq,
+                epoch,
             };
             let fds: Vec<BorrowedFd<'_>> = p.fds.iter().map(|f| f.as_fd()).collect();
             wire::send(link.fd.as_fd(), head, &p.payload, &fds, deadline)
@@ -198,6 +264,7 @@ fn rank_round(
         op,
         rank: sh.rank,
         seq,
+        epoch: sh.epoch.load(Ordering::Acquire),
     };
     match wire::send(root.fd.as_fd(), head, payload, fds, deadline) {
         Ok(()) => {}
@@ -212,7 +279,7 @@ fn rank_round(
         if f.head.kind == Kind::Abort {
             return Err(wire::parse_abort(&f.payload, op.name()));
         }
-        if f.head.op != op || f.head.seq != seq || f.head.rank != src {
+        if f.head.kind != Kind::Part || f.head.op != op || f.head.seq != seq || f.head.rank != src {
             return Err(BootstrapError::Protocol {
                 rank: 0,
                 what: "a part out of order",
@@ -224,4 +291,59 @@ fn rank_round(
         });
     }
     Ok(parts)
+}
+
+/// The root's side of a recover into `epoch`: one `Recover` from every rank (what is before it
+/// on the link is stale), then `Recover` to every rank.
+fn root_recover(sh: &Shared, epoch: u8, deadline: Instant) -> Result<()> {
+    for (i, link) in sh.links.iter().enumerate() {
+        loop {
+            let f = sh.take(i, "recover", deadline)?;
+            if f.head.kind == Kind::Recover && f.head.epoch == epoch {
+                break;
+            }
+            if f.head.epoch == epoch {
+                return Err(BootstrapError::Mismatch {
+                    rank: link.peer,
+                    expected: "recover",
+                    found: f.head.op.name(),
+                });
+            }
+        }
+    }
+    let head = Head::control(Kind::Recover, 0).in_epoch(epoch);
+    for link in &sh.links {
+        wire::send(link.fd.as_fd(), head, &[], &[], deadline)
+            .map_err(|e| e.at(link.peer, "recover"))?;
+    }
+    Ok(())
+}
+
+/// A rank's side of a recover into `epoch`: `Recover` to the root, then its answer.
+fn rank_recover(sh: &Shared, epoch: u8, deadline: Instant) -> Result<()> {
+    let root = sh
+        .links
+        .first()
+        .ok_or(BootstrapError::PeerLost { rank: 0 })?;
+    let head = Head::control(Kind::Recover, sh.rank).in_epoch(epoch);
+    match wire::send(root.fd.as_fd(), head, &[], &[], deadline) {
+        Ok(()) | Err(wire::LinkError::Closed) => {}
+        Err(e) => return Err(e.at(0, "recover")),
+    }
+    loop {
+        let f = sh.take(0, "recover", deadline)?;
+        if f.head.epoch != epoch {
+            continue;
+        }
+        match f.head.kind {
+            Kind::Recover => return Ok(()),
+            Kind::Abort => return Err(wire::parse_abort(&f.payload, "recover")),
+            _ => {
+                return Err(BootstrapError::Protocol {
+                    rank: 0,
+                    what: "a frame before the recover's answer",
+                })
+            }
+        }
+    }
 }

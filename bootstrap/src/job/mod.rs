@@ -44,6 +44,8 @@ mod collective;
 pub mod env;
 pub mod error;
 pub mod meet;
+#[cfg(test)]
+mod recover_tests;
 pub(crate) mod sys;
 pub mod watch;
 pub mod wire;

@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -63,6 +63,8 @@ pub(crate) struct Shared {
     pub lost: Arc<AtomicU32>,
     /// Set by `finish`: from then on a closed connection is the end of the job, not a loss.
     pub closing: AtomicBool,
+    /// The epoch this process is in: what it sends carries it (see `SocketBootstrap::recover`).
+    pub epoch: AtomicU8,
     stop: AtomicBool,
     wake: OwnedFd,
     callbacks: Mutex<Vec<LostCallback>>,
@@ -86,11 +88,12 @@ impl Shared {
             cv: Condvar::new(),
             lost: Arc::new(AtomicU32::new(NOT_LOST)),
             closing: AtomicBool::new(false),
+            epoch: AtomicU8::new(0),
             stop: AtomicBool::new(false),
             wake,
             callbacks: Mutex::new(Vec::new()),
-            // The root holds at most one contribution per rank; a rank, one result (a part per
-            // source rank) and an abort.
+            // The root holds at most one contribution per rank and its recover; a rank, one
+            // result (a part per source rank), an abort and the root's recover.
             cap: if rank == 0 { 2 } else { world as usize + 2 },
         })
     }
@@ -198,6 +201,14 @@ impl Shared {
         }
     }
 
+    /// Puts `f`, taken from link `i`, back at the front of its queue.
+    pub fn put_back(&self, i: usize, f: Frame) {
+        if let Some(q) = self.lock().queues.get_mut(i) {
+            q.push_front(f);
+        }
+        self.cv.notify_all();
+    }
+
     /// Whether link `i` has a frame waiting.
     pub fn has_frame(&self, i: usize) -> bool {
         self.lock().queues.get(i).is_some_and(|q| !q.is_empty())
@@ -238,9 +249,9 @@ impl Shared {
     /// Handles one frame from link `i`.
     fn handle(&self, i: usize, f: Frame) -> std::result::Result<(), &'static str> {
         let expected = match (self.rank, f.head.kind) {
-            (0, Kind::Contribute) => true,
+            (0, Kind::Contribute | Kind::Recover) => true,
             (0, _) => return Err("unexpected frame from a rank"),
-            (_, Kind::Part | Kind::Abort) => true,
+            (_, Kind::Part | Kind::Abort | Kind::Recover) => true,
             (_, Kind::Lost) if f.head.rank < self.world && f.head.rank != self.rank => {
                 if !self.closing.load(Ordering::Acquire) {
                     self.raise_lost(f.head.rank);

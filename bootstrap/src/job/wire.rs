@@ -10,7 +10,7 @@
 //! | 2 | version (2) |
 //! | 3 | kind (`Kind`) |
 //! | 4 | op (`Op`, collectives only) |
-//! | 5 | 0 |
+//! | 5 | epoch: how many times the job recovered (wrapping); frames of another are stale |
 //! | 6..8 | rank: the sender (hello), the source (part) or the lost rank (lost) |
 //! | 8..12 | sequence number of the collective |
 //! | 12..16 | `len`, at most [`MAX_PAYLOAD`]; must equal what follows |
@@ -37,7 +37,7 @@ pub const MAX_FRAME: usize = HEADER + MAX_PAYLOAD;
 pub const MAX_FDS: usize = 64;
 
 const MAGIC: u16 = 0x5359;
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 
 /// What a frame is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +64,8 @@ pub(crate) enum Kind {
     Challenge = 10,
     /// Rank to root, after checking the root's proof: the rank's proof of the token.
     Proof = 11,
+    /// Rank to root: this rank recovers into the frame's epoch. Root to rank: every rank did.
+    Recover = 12,
 }
 
 impl Kind {
@@ -80,6 +82,7 @@ impl Kind {
             9 => Kind::Abort,
             10 => Kind::Challenge,
             11 => Kind::Proof,
+            12 => Kind::Recover,
             _ => return None,
         })
     }
@@ -127,6 +130,8 @@ pub(crate) struct Head {
     pub op: Op,
     pub rank: u16,
     pub seq: u32,
+    /// The epoch the sender was in (see [`Kind::Recover`]).
+    pub epoch: u8,
 }
 
 impl Head {
@@ -137,7 +142,13 @@ impl Head {
             op: Op::None,
             rank,
             seq: 0,
+            epoch: 0,
         }
+    }
+
+    /// The same head in epoch `epoch`.
+    pub fn in_epoch(self, epoch: u8) -> Head {
+        Head { epoch, ..self }
     }
 
     /// The header bytes for a payload of `len` bytes (tests craft frames with it).
@@ -152,6 +163,7 @@ impl Head {
         h[2] = VERSION;
         h[3] = self.kind as u8;
         h[4] = self.op as u8;
+        h[5] = self.epoch;
         h[6..8].copy_from_slice(&self.rank.to_le_bytes());
         h[8..12].copy_from_slice(&self.seq.to_le_bytes());
         h[12..16].copy_from_slice(&(len as u32).to_le_bytes());
@@ -172,7 +184,7 @@ impl Frame {
         let h = buf.get(..HEADER).ok_or("short frame")?;
         let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
         let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-        if u16_at(0) != MAGIC || h[2] != VERSION || h[5] != 0 {
+        if u16_at(0) != MAGIC || h[2] != VERSION {
             return Err("not a frame of this protocol version");
         }
         let kind = Kind::from_u8(h[3]).ok_or("unknown frame kind")?;
@@ -191,6 +203,7 @@ impl Frame {
                 op,
                 rank: u16_at(6),
                 seq: u32_at(8),
+                epoch: h[5],
             },
             payload: buf[HEADER..].to_vec(),
             fds,
@@ -480,6 +493,7 @@ mod tests {
             op: Op::Gather,
             rank: 7,
             seq: 42,
+            epoch: 3,
         };
         let mut bytes = head.encode(3).to_vec();
         bytes.extend_from_slice(b"abc");
@@ -490,10 +504,10 @@ mod tests {
             for bit in 0..8 {
                 let mut b = bytes.clone();
                 b[i] ^= 1 << bit;
-                // Never a panic; damage to magic, version, reserved byte or length is refused
-                // (a flipped kind or op may name another valid one).
+                // Never a panic; damage to magic, version or length is refused (a flipped
+                // kind or op may name another valid one, a flipped epoch is stale).
                 let r = Frame::decode(&b, Vec::new());
-                if matches!(i, 0..=2 | 5 | 12..=15) {
+                if matches!(i, 0..=2 | 12..=15) {
                     assert!(r.is_err(), "byte {i} bit {bit}");
                 }
             }

@@ -215,6 +215,12 @@ impl SocketRendezvous {
         &self.boot
     }
 
+    /// Makes the bootstrap usable again after a failed exchange while every process is alive
+    /// ([`SocketBootstrap::recover`]). Collective.
+    pub fn recover(&self) -> Result<()> {
+        self.boot.recover(self.deadline).map_err(socket_error)
+    }
+
     /// The bootstrap back.
     pub fn into_inner(self) -> SocketBootstrap {
         self.boot

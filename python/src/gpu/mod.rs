@@ -279,8 +279,7 @@ impl GpuComm {
         Ok(())
     }
 
-    /// The job's remembered in-place sums: `symm.all_reduce`'s repeated call in one step, for
-    /// tensors of exactly type `tensor`, on the stream `current_stream()` returns.
+    /// The job's remembered in-place sums (`AllReduces`) over `tensor`s on `current_stream()`.
     fn all_reduces(&self, tensor: Py<PyAny>, current_stream: Py<PyAny>) -> AllReduces {
         AllReduces {
             rt: self.rt.clone(),
@@ -303,10 +302,11 @@ impl GpuComm {
             .map_err(|e| py_err(py, e))
     }
 
-    /// Collective: lifts the poison after a timeout.
+    /// Collective: brings the job back after a failure (`Tensors::reset`).
     fn reset(&self, py: Python<'_>) -> PyResult<()> {
-        let comm = &self.rt.comm;
-        py.allow_threads(|| comm.reset()).map_err(|e| py_err(py, e))
+        let rt = &*self.rt;
+        py.allow_threads(|| rt.tensors.reset(&rt.comm))
+            .map_err(|e| py_err(py, e))
     }
 
     /// Ends this rank's part in the job in order (the memory stays mapped while tensors live).

@@ -50,9 +50,10 @@ impl Comm {
         check("cuCtxSynchronize", unsafe { (api.ctx_synchronize)() })
     }
 
-    /// Collective: after a timeout, waits for this rank's device, zeroes its signal pad, its
-    /// `expected` counters, the records and the abort word between two barriers of every rank,
-    /// and lifts the poison. Fails (and stays poisoned) when a peer was lost or the device
+    /// Collective: after a failure, waits for this rank's device, brings the bootstrap back
+    /// ([`SocketRendezvous::recover`](crate::cuda::rendezvous::SocketRendezvous::recover)),
+    /// zeroes its signal pad, its `expected` counters, the records and the abort word between
+    /// two barriers of every rank, and lifts the poison. Fails (and stays poisoned) when a peer was lost or the device
     /// cannot be synchronised.
     pub fn reset(&self) -> Result<()> {
         let _g = self.enter_any()?;
@@ -61,6 +62,8 @@ impl Comm {
         }
         let _l = self.launch_lock()?;
         self.sync_device()?;
+        // The bootstrap first: a failed exchange may have left ranks in different ones.
+        self.job.boot.recover()?;
         // No rank zeroes before every rank stopped using the protocol.
         self.job.boot.barrier(self.job.rank)?;
         let epochs = epoch::highest(self)?;

@@ -378,6 +378,18 @@ impl Comm {
 }
 
 impl Tensors {
+    /// Collective: [`Comm::reset`], having forgotten which argument sets the ranks agreed on
+    /// (a failed call may have left one rank agreed and the others not), so each is agreed
+    /// again at its next use. Workspaces stay.
+    pub fn reset(&self, comm: &Comm) -> Result<()> {
+        {
+            let mut s = self.spans_lock()?;
+            s.agreed.clear();
+            s.ready.clear();
+        }
+        comm.reset()
+    }
+
     /// The first time this set of arguments is used, checks with every rank that theirs is
     /// the same.
     fn agree_args(
