@@ -20,7 +20,9 @@
 //! over. Links are ordered, so whatever a failed collective left on a link (a contribution, parts,
 //! an abort) arrives before the `Recover` behind it, in an older epoch: the recover drops it, and
 //! nothing stale is left behind. A root still in a collective that takes a rank's `Recover` puts
-//! it back and fails, and its own recover finds it.
+//! it back and fails ([`BootstrapError::Recovering`]), and its own recover finds it; a root that
+//! starts to recover first sends `Abort` in the old epoch, so a rank still waiting in a
+//! collective fails at once the same way.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -208,11 +210,7 @@ fn root_round(
         if f.head.kind == Kind::Recover {
             // That rank gave this collective up and recovers: so will this one.
             sh.put_back(i, f);
-            return Err(BootstrapError::Mismatch {
-                rank: link.peer,
-                expected: op.name(),
-                found: "recover",
-            });
+            return Err(BootstrapError::Recovering { rank: link.peer });
         }
         if f.head.op != op || f.head.seq != seq {
             return Err(BootstrapError::Mismatch {
@@ -296,6 +294,14 @@ fn rank_round(
 /// The root's side of a recover into `epoch`: one `Recover` from every rank (what is before it
 /// on the link is stale), then `Recover` to every rank.
 fn root_recover(sh: &Shared, epoch: u8, deadline: Instant) -> Result<()> {
+    // A rank still waiting in a collective of the old epoch learns at once that it must
+    // recover too (one already recovering drops this, as everything of the old epoch).
+    let notice = Instant::now() + NOTICE;
+    let head = Head::control(Kind::Abort, 0).in_epoch(epoch.wrapping_sub(1));
+    let why = wire::abort(&BootstrapError::Recovering { rank: 0 });
+    for l in &sh.links {
+        let _ = wire::send(l.fd.as_fd(), head, &why, &[], notice);
+    }
     for (i, link) in sh.links.iter().enumerate() {
         loop {
             let f = sh.take(i, "recover", deadline)?;

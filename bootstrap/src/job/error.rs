@@ -149,6 +149,12 @@ pub enum BootstrapError {
         /// The bound.
         max: usize,
     },
+    /// A rank recovers ([`super::SocketBootstrap::recover`]) while this one is in a collective:
+    /// every rank must recover before the next collective.
+    Recovering {
+        /// The rank that recovers.
+        rank: u16,
+    },
     /// This rank left the job ([`super::SocketBootstrap::leave`]); its calls fail from then on.
     Left {
         /// This rank.
@@ -244,6 +250,10 @@ impl fmt::Display for BootstrapError {
                 write!(f, "{what}: {len} exceeds the bound of {max}")
             }
             BootstrapError::Left { rank } => write!(f, "rank {rank} left the job"),
+            BootstrapError::Recovering { rank } => write!(
+                f,
+                "rank {rank} recovers (reset) while this rank is in a collective: reset here too"
+            ),
             BootstrapError::Poisoned(e) => write!(f, "bootstrap unusable after: {e}"),
         }
     }

@@ -145,3 +145,23 @@ fn a_rank_that_left_stays_lost_through_a_recover() {
         assert_eq!(e, BootstrapError::PeerLost { rank: 2 }, "rank {rank}");
     });
 }
+
+#[test]
+fn a_root_that_recovers_wakes_the_ranks_waiting_in_a_collective() {
+    world_of(3, "root", true, |rank, boot, _| {
+        boot.barrier(LONG).unwrap();
+        if rank == 0 {
+            // The root skips the barrier the others enter (as a rank held on its device would)
+            // and recovers: the others fail at once, naming it, not at their deadline.
+            std::thread::sleep(Duration::from_millis(100));
+            boot.recover(LONG).unwrap();
+        } else {
+            let t = std::time::Instant::now();
+            let e = boot.barrier(LONG).unwrap_err();
+            assert_eq!(e, BootstrapError::Recovering { rank: 0 }, "rank {rank}");
+            assert!(t.elapsed() < LONG / 4, "{:?}", t.elapsed());
+            boot.recover(LONG).unwrap();
+        }
+        rounds_are_correct(rank, boot);
+    });
+}

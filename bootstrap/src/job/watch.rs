@@ -93,8 +93,9 @@ impl Shared {
             wake,
             callbacks: Mutex::new(Vec::new()),
             // The root holds at most one contribution per rank and its recover; a rank, one
-            // result (a part per source rank), an abort and the root's recover.
-            cap: if rank == 0 { 2 } else { world as usize + 2 },
+            // result (a part per source rank), an abort, the root's notice that it recovers
+            // and its recover.
+            cap: if rank == 0 { 2 } else { world as usize + 3 },
         })
     }
 

@@ -442,6 +442,7 @@ pub(crate) fn abort(e: &BootstrapError) -> Vec<u8> {
         }
         BootstrapError::Mismatch { rank, .. } => (3, *rank),
         BootstrapError::Protocol { rank, .. } => (4, *rank),
+        BootstrapError::Recovering { rank } => (6, *rank),
         _ => (5, 0),
     };
     let mut p = vec![code];
@@ -475,6 +476,7 @@ pub(crate) fn parse_abort(p: &[u8], op: &'static str) -> BootstrapError {
             rank,
             what: "reported by the root",
         },
+        6 => BootstrapError::Recovering { rank },
         _ => BootstrapError::Protocol {
             rank: 0,
             what: "the root failed the collective",

@@ -130,7 +130,7 @@ fn bootstrap_kind(b: &BootstrapError) -> ErrorKind {
         BootstrapError::PeerLost { .. } => ErrorKind::PeerLost,
         BootstrapError::Mismatch { .. } => ErrorKind::RanksDiffer,
         BootstrapError::TooLarge { .. } => ErrorKind::InvalidArgument,
-        BootstrapError::Left { .. } => ErrorKind::InvalidState,
+        BootstrapError::Left { .. } | BootstrapError::Recovering { .. } => ErrorKind::InvalidState,
         // A bootstrap stays failed: its first error says what happened.
         BootstrapError::Poisoned(first) => bootstrap_kind(first),
         _ => ErrorKind::Device,
@@ -483,6 +483,10 @@ mod tests {
                 K::InvalidArgument,
             ),
             (boot(BootstrapError::Left { rank: 0 }), K::InvalidState),
+            (
+                boot(BootstrapError::Recovering { rank: 2 }),
+                K::InvalidState,
+            ),
             (
                 boot(BootstrapError::Poisoned(Box::new(
                     BootstrapError::PeerLost { rank: 3 },
