@@ -186,9 +186,10 @@ pub const FUNCTIONS: [CFn; 31] = [
         "call), then checks as symm_comm_check does.",
     ]),
     c_fn!(symm_comm_reset(comm: *mut Comm) -> c_int, [
-        "Collective: after a timeout, waits for this rank's device, clears the signal state",
-        "between two barriers of every rank and lifts the poison. Fails (and stays poisoned)",
-        "when a peer was lost.",
+        "Collective: after a failure, waits for this rank's device, brings the bootstrap back",
+        "(ranks left in different exchanges meet again), clears the signal state between two",
+        "barriers of every rank and lifts the poison. Fails (and stays poisoned) when a peer was",
+        "lost.",
     ]),
 ];
 
