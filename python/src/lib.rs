@@ -526,5 +526,8 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<gpu::AllReduces>()?;
     m.add_class::<gpu::PyMoeLayer>()?;
     m.add_class::<gpu::PyA2avLayer>()?;
+    m.add_function(wrap_pyfunction!(gpu::pool_serve, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::pool_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::pool_refusal, m)?)?;
     Ok(())
 }

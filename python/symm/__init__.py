@@ -3,7 +3,8 @@
 On the GPU, from PyTorch (:func:`init` inside torchrun or symm-run): symmetric tensors
 (:func:`empty`, :func:`zeros`), collectives on torch's current stream
 (:func:`all_reduce`, :func:`all_gather_into_tensor`, :func:`reduce_scatter_tensor`,
-:func:`all_to_all_single`, :func:`broadcast`) that CUDA graphs can capture, and peer memory
+:func:`all_to_all_single`, :func:`broadcast`) that CUDA graphs can capture, a
+``torch.cuda.MemPool`` over the symmetric heap (:func:`mem_pool`), peer memory
 for users' own kernels (:func:`rendezvous`), and MoE dispatch and combine (:mod:`symm.moe`).
 torch is imported by :func:`init`, not before.
 
@@ -46,6 +47,7 @@ from ._gpu import (
     init,
     is_initialized,
     is_symmetric,
+    mem_pool,
     rank,
     reduce_scatter_tensor,
     rendezvous,
@@ -76,6 +78,7 @@ __all__ = [
     "init",
     "is_initialized",
     "is_symmetric",
+    "mem_pool",
     "rank",
     "reduce_scatter_tensor",
     "rendezvous",

@@ -85,6 +85,8 @@ class _Job:
             self.current_stream = lambda: torch.cuda.current_stream(idx).cuda_stream
         self.sums = comm.all_reduces(torch.Tensor, self.current_stream)
         self.sum = self.sums.run
+        # The job's torch.cuda.MemPool over the heap (mem_pool), made on first use.
+        self.pool: Any = None
 
 
 def _env_int(name: str, default: Optional[int] = None) -> int:
@@ -200,6 +202,8 @@ def finalize() -> None:
     with _lock:
         j, _job = _job, None
     if j is not None:
+        if j.pool is not None:
+            _symm.pool_stop()
         j.comm.close()
 
 
@@ -297,6 +301,34 @@ def empty(shape: Any, *, dtype: Any = None, device: Any = None) -> Any:
     block = j.comm.alloc(max(numel * esize, 1), j.current_stream())
     raw = torch.as_tensor(block, device=j.device)
     return raw[: numel * esize].view(dtype).view(shape)
+
+
+def mem_pool() -> Any:
+    """The job's ``torch.cuda.MemPool`` whose memory is the symmetric heap: tensors torch
+    allocates under ``with torch.cuda.use_mem_pool(symm.mem_pool()):`` are symmetric, so a
+    model's activations are, and collectives on them run where they lie, with no copy.
+
+    torch's caching allocator asks the heap for segments (2 MiB and up) and splits them into
+    tensors. A segment is a collective allocation, as :func:`empty` is: every rank must run
+    the same allocations in the same order (the same code, on one stream). Ranks whose heaps
+    would differ refuse the segment on every rank and stay as they were; torch raises
+    ``torch.OutOfMemoryError``, and the cause is printed to stderr. Ranks whose tensors land
+    at different places of a segment are named by the first collective over them
+    (``ValueError``). A graph captured with
+    ``torch.cuda.graph(g, pool=symm.mem_pool().id)`` allocates in the pool (torch refuses
+    ``use_mem_pool`` of the same pool inside it); a segment allocated then waits for nothing.
+    Segments go back to the heap when torch frees them (``torch.cuda.empty_cache()``, or the
+    pool dropped) and every rank did. The same pool is returned on every call.
+    """
+    j = _get()
+    with _lock:
+        if j.pool is None:
+            from torch.cuda.memory import CUDAPluggableAllocator
+
+            _symm.pool_serve(j.comm)
+            alloc = CUDAPluggableAllocator(_symm.__file__, "symm_pool_alloc", "symm_pool_free")
+            j.pool = j.torch.cuda.MemPool(alloc.allocator())
+        return j.pool
 
 
 def zeros(shape: Any, *, dtype: Any = None, device: Any = None) -> Any:

@@ -17,7 +17,10 @@ after down_proj, each ``T x 8192`` bf16 on a plain tensor) run through one backe
   there with ``one_shot_all_reduce`` or ``two_shot_all_reduce_`` (whichever is faster at that
   size and mode, as a torch user would pick; ``variant`` says which) and copied back;
 * ``symm``: :func:`symm.all_reduce` on the plain tensor, in place (used where it lies by the
-  low-latency algorithms, staged by the others).
+  low-latency algorithms, staged by the others);
+* ``symm_pool``: the same, the forward's tensors allocated from :func:`symm.mem_pool` (eager
+  under ``torch.cuda.use_mem_pool``, the graph captured with ``pool=`` the pool's id): every
+  all-reduce runs on its tensor where it lies.
 
 Each runs eager (``--iters`` forwards after ``--warmup``) and as a CUDA graph of
 ``--graph-calls`` forwards replayed ``--iters / 2`` times; a time is the slowest rank's CUDA-event
@@ -49,7 +52,9 @@ from .layer import LLAMA_70B, Layer, LayerShape, compare, make_weights, referenc
 #: Token counts timed by default: decode at 1..128, prefill at 512.
 TOKENS = (1, 8, 32, 128, 512)
 #: The backends, in the order they run and print.
-BACKENDS = ("none", "nccl", "torch_symm", "symm")
+BACKENDS = ("none", "nccl", "torch_symm", "symm", "symm_pool")
+#: symm's backends, each compared with the best peer.
+MINE = ("symm", "symm_pool")
 #: The peers symm's added time is compared against.
 PEERS = ("nccl", "torch_symm")
 
@@ -99,7 +104,8 @@ class _TorchSymm:
             flat.copy_(b)
 
 
-def _eager(torch: Any, layer: Layer, x: Any, iters: int, warmup: int) -> tuple[float, Any]:
+def _eager(torch: Any, layer: Callable[[Any], Any], x: Any, iters: int,
+           warmup: int) -> tuple[float, Any]:
     """Microseconds per eager forward: the fastest of three rounds of ``iters / 3`` forwards
     (an eager forward is bound by the host, whose jitter one round would keep).
     """
@@ -148,7 +154,19 @@ def _backends(torch: Any, dist: Any, dev: Any, numel: int, own_gpus: bool,
         notes.setdefault("torch_symm", "skipped: failed on another rank")
         out.pop("torch_symm", None)
     out["symm"] = [("", lambda t: _gpu.all_reduce(t))]
+    out["symm_pool"] = [("", lambda t: _gpu.all_reduce(t))]
     return out
+
+
+class _Pooled:
+    """A forward whose tensors torch allocates from ``pool``."""
+
+    def __init__(self, torch: Any, layer: Layer, pool: Any) -> None:
+        self.use, self.layer, self.pool = torch.cuda.use_mem_pool, layer, pool
+
+    def __call__(self, x: Any) -> Any:
+        with self.use(self.pool):
+            return self.layer(x)
 
 
 def _slowest(torch: Any, dist: Any, vals: list[float]) -> list[float]:
@@ -195,6 +213,9 @@ def run(a: argparse.Namespace) -> int:
     torch.cuda.empty_cache()
     backends = _backends(torch, dist, dev, max(tokens) * shape.hidden,
                          torch.cuda.device_count() >= world, notes)
+    pool = _gpu.mem_pool()
+    forward: dict[str, Callable[[Any], Any]] = {"symm_pool": _Pooled(torch, layer, pool)}
+    graph_pool = {"symm_pool": pool.id}
 
     def cell(name: str, variant: str, t: int, mode: str) -> str:
         return f"{name}{':' + variant if variant else ''}@{t}/{mode}"
@@ -208,7 +229,7 @@ def run(a: argparse.Namespace) -> int:
             layer.all_reduce = fn
             try:
                 for t in tokens:
-                    layer(xs[:t])
+                    forward.get(name, layer)(xs[:t])
                 torch.cuda.synchronize()
             except Exception:  # noqa: BLE001 - the timed run reports the failure
                 pass
@@ -220,12 +241,17 @@ def run(a: argparse.Namespace) -> int:
                 best: Optional[dict[str, Any]] = None
                 for variant, fn in backends.get(name, []):
                     layer.all_reduce = fn
+                    fwd = forward.get(name, layer)
                     ok = 1.0
                     try:
                         if mode == "eager":
-                            us, out = _eager(torch, layer, x, iters, a.warmup)
+                            us, out = _eager(torch, fwd, x, iters, a.warmup)
                         else:
-                            us, out = graph_run(torch, lambda x=x: layer(x), a.graph_calls, replays)
+                            # Captured into the pool, the forward allocates there already
+                            # (entering the pool again inside the capture is refused).
+                            fwd(x)
+                            us, out = graph_run(torch, lambda x=x: layer(x), a.graph_calls,
+                                                replays, graph_pool.get(name))
                         wrong, rel = (0, 0.0) if name == "none" else compare(out, refs[t])
                         del out
                         torch.cuda.synchronize()
@@ -236,7 +262,7 @@ def run(a: argparse.Namespace) -> int:
                     neg_ok, us, wrong_f, rel = _slowest(torch, dist, [-ok, us, wrong, rel])
                     if neg_ok != -1.0:
                         notes.setdefault(cell(name, variant, t, mode), "failed on another rank")
-                        failed += name == "symm"
+                        failed += name in MINE
                         continue
                     smp = {"tokens": t, "mode": mode, "backend": name, "us": round(us, 3),
                            "added_us": None, "wrong": None if name == "none" else int(wrong_f),
@@ -289,8 +315,8 @@ def _leave(dist: Any, own_group: bool, own_job: bool) -> None:
 
 def table(doc: dict[str, Any]) -> str:
     """The markdown table of a ``bench-layer-wN.json`` document: per (tokens, mode) each
-    backend's us per forward with the time its all-reduces add, and symm's added time over the
-    best peer's (below 1: symm adds less).
+    backend's us per forward with the time its all-reduces add, and each symm backend's added
+    time over the best peer's (below 1: symm adds less).
     """
     s = doc["shape"]
     lines = [
@@ -299,8 +325,9 @@ def table(doc: dict[str, Any]) -> str:
         f"{doc['world']} GPUs ({doc['topology']}, {doc['plans']} plans): us per forward, in "
         "parentheses what the two all-reduces add over `none`.",
         "",
-        "| tokens | mode | " + " | ".join(BACKENDS) + " | symm / best peer (added) |",
-        "|---" * (len(BACKENDS) + 3) + "|",
+        "| tokens | mode | " + " | ".join(BACKENDS) + " | "
+        + " | ".join(f"{m} / best peer (added)" for m in MINE) + " |",
+        "|---" * (len(BACKENDS) + 2 + len(MINE)) + "|",
     ]
     rows: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
     for smp in doc["samples"]:
@@ -323,9 +350,12 @@ def table(doc: dict[str, Any]) -> str:
             cells.append(c)
         peers = [row[p]["added_us"] for p in PEERS
                  if p in row and row[p]["added_us"] is not None and not row[p]["wrong"]]
-        mine = row.get("symm", {}).get("added_us")
-        ratio = "-"
-        if peers and mine is not None and min(peers) > 0:
-            ratio = f"{mine / min(peers):.2f}"
-        lines.append(f"| {t} | {mode} | " + " | ".join(cells) + f" | {ratio} |")
+        ratios = []
+        for m in MINE:
+            mine = row.get(m, {}).get("added_us")
+            ratio = "-"
+            if peers and mine is not None and min(peers) > 0:
+                ratio = f"{mine / min(peers):.2f}"
+            ratios.append(ratio)
+        lines.append(f"| {t} | {mode} | " + " | ".join(cells + ratios) + " |")
     return "\n".join(lines) + "\n"

@@ -23,10 +23,33 @@ def test_every_public_name_has_a_docstring():
     lambda: symm.rank(),
     lambda: symm.check(),
     lambda: symm.heap_usage(),
+    lambda: symm.mem_pool(),
 ])
 def test_calls_before_init_raise_symm_error(call):
     with pytest.raises(symm.SymmError, match="not initialized"):
         call()
+
+
+def test_the_pool_allocator_refuses_without_a_job():
+    # What torch's pluggable allocator calls, called as torch would (the extension's own
+    # symbols): with no job serving, a segment is refused with a null pointer and the cause
+    # kept; a free of an address that is no segment is ignored.
+    import ctypes
+
+    lib = ctypes.CDLL(_symm.__file__)
+    lib.symm_pool_alloc.restype = ctypes.c_void_p
+    lib.symm_pool_alloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    lib.symm_pool_free.restype = None
+    lib.symm_pool_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                   ctypes.c_void_p]
+    _symm.pool_stop()
+    assert lib.symm_pool_alloc(2 << 20, 0, None) is None
+    assert "no symm job serves the pool" in _symm.pool_refusal()
+    assert _symm.pool_refusal() is None
+    lib.symm_pool_free(ctypes.c_void_p(0xDEAD0000), 2 << 20, 0, None)
+    lib.symm_pool_free(None, 0, -1, None)
+    assert lib.symm_pool_alloc(0, -7, ctypes.c_void_p(1)) is None
+    assert _symm.pool_refusal() is not None
 
 
 def test_importing_sets_multicast_off():

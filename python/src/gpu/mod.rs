@@ -16,19 +16,21 @@
 //! * [`runtime`]: what the class holds: the Comm and its features, torn down in order.
 //! * [`block`]: heap blocks that tensors' storage lives in.
 //! * [`join`]: joining the job the way every entry point does.
-//! * [`moe`]: the MoE and device-count all-to-allv layers.
+//! * [`moe`]: the MoE and device-count all-to-allv layers; [`pool`]: `symm.mem_pool()`'s.
 
 mod args;
 mod block;
 mod errors;
 mod join;
 mod moe;
+mod pool;
 mod runtime;
 mod sums;
 
 pub use block::Block;
 pub(crate) use errors::py_err;
 pub use moe::{PyA2avLayer, PyMoeLayer};
+pub use pool::{pool_refusal, pool_serve, pool_stop};
 pub use sums::AllReduces;
 
 use std::sync::Arc;
@@ -263,11 +265,9 @@ impl GpuComm {
         let s = stream(&rt.comm, stream_handle);
         let (input, output) = (span(in_ptr, in_len), span(out_ptr, out_len));
         // Both enqueues below: the spans are live tensors' storage (the Python layer passes
-        // `data_ptr()` and their byte sizes, and keeps the tensors alive until the stream
-        // reaches this work, as torch's own collectives do); a span outside the heap is checked
-        // against the driver's allocation table.
-        // A repeated call waits for nothing on the host: it keeps the GIL (releasing and taking
-        // it back costs more than the enqueue itself).
+        // `data_ptr()` and byte sizes, and keeps the tensors alive until the stream reaches this
+        // work); a span outside the heap is checked against the driver's allocation table. A
+        // repeated call keeps the GIL (releasing it costs more than the enqueue itself).
         // SAFETY: the spans are live tensors' storage, as said above.
         let done = unsafe { rt.tensors.try_enqueue(&rt.comm, req, input, output, &s) }
             .map_err(|e| py_err(py, e))?;

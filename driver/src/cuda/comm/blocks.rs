@@ -7,7 +7,8 @@
 //! [`Tensors::release_block`] only marks the block, locally, and never blocks or fails on a peer.
 //!
 //! The next collective allocation ([`Tensors::alloc_block`], or [`Tensors::collect_blocks`]) first
-//! waits for this rank's device, then the ranks exchange the blocks each has released that no
+//! waits for this rank's device (an allocation during a graph capture cannot, and offers
+//! nothing), then the ranks exchange the blocks each has released that no
 //! live CUDA graph names, and every rank frees the blocks found in every set. Every rank frees
 //! the same blocks, so the heaps stay identical; a block is reused only after every rank
 //! released it and every rank's device finished the work enqueued before the exchange.
@@ -139,25 +140,32 @@ impl Tensors {
 
     /// Collective: a block of `len` bytes of symmetric memory (its heap offset, the same on
     /// every rank), after returning to the heap what every rank released
-    /// ([`Tensors::collect_blocks`]). Its contents are undefined. Refused while `stream` (the
-    /// caller's current stream) is capturing a graph: the exchange waits for the device.
+    /// ([`Tensors::collect_blocks`]). Its contents are undefined. While `stream` (the caller's
+    /// current stream) captures a graph the device cannot be waited for, so this rank offers
+    /// no released block to that exchange and none returns: the allocation itself goes on.
+    /// When the ranks' heaps differ after it ([`CudaError::Diverged`]), each rank puts its
+    /// allocator back as it was before the call (history included), so they agree again.
     pub fn alloc_block(&self, comm: &Comm, len: u64, stream: &Stream) -> Result<u64> {
         self.own(comm)?;
         let _g = comm.enter()?;
-        if stream.is_capturing()? {
-            return Err(CudaError::Capturing {
-                what: "symmetric allocation",
-            });
-        }
-        self.collect_inner(comm)?;
-        let off = {
+        self.collect_inner(comm, !stream.is_capturing()?)?;
+        let (off, before) = {
             let mut a = comm.alloc_lock()?;
-            a.heap
+            let before = a.heap.clone();
+            let off = a
+                .heap
                 .alloc(len.max(16), BLOCK_ALIGN)
-                .map_err(CudaError::Heap)?
-                + comm.data_off
+                .map_err(CudaError::Heap)?;
+            (off + comm.data_off, before)
         };
-        comm.agree()?;
+        if let Err(e) = comm.agree() {
+            // The allocator as it was, its history too: the ranks' heaps agreed before the
+            // call, so they agree again.
+            if let Ok(mut a) = comm.alloc_lock() {
+                a.heap = before;
+            }
+            return Err(e);
+        }
         self.blocks_lock()?.live.insert(off, len.max(16));
         Ok(off)
     }
@@ -188,7 +196,7 @@ impl Tensors {
     pub fn collect_blocks(&self, comm: &Comm) -> Result<usize> {
         self.own(comm)?;
         let _g = comm.enter()?;
-        let n = self.collect_inner(comm)?;
+        let n = self.collect_inner(comm, true)?;
         comm.agree()?;
         Ok(n)
     }
@@ -199,9 +207,16 @@ impl Tensors {
         Ok((b.live.len(), b.live.values().sum()))
     }
 
-    fn collect_inner(&self, comm: &Comm) -> Result<usize> {
-        comm.sync_device()?;
-        let offered: Vec<u64> = {
+    /// The exchange of released blocks (collective). With `wait` this rank's device is waited
+    /// for and its released blocks that no graph pins are offered; without (during a capture)
+    /// it offers none, so none returns to the heap.
+    fn collect_inner(&self, comm: &Comm, wait: bool) -> Result<usize> {
+        if wait {
+            comm.sync_device()?;
+        }
+        let offered: Vec<u64> = if !wait {
+            Vec::new()
+        } else {
             let b = self.blocks_lock()?;
             let pins = self.graph_pins.lock().unwrap_or_else(|e| e.into_inner());
             b.released
