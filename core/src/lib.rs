@@ -33,6 +33,7 @@ pub mod heap;
 pub mod ll;
 pub mod moe;
 pub mod name;
+pub mod norm;
 pub mod op;
 #[cfg(feature = "alloc")]
 pub mod perfetto;

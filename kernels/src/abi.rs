@@ -1,7 +1,7 @@
 //! The kernels' ABI, defined once: the interpreter's parameter block, the timeout record a
 //! stopped block writes to host-mapped memory, the trace event the traced variant appends, the
 //! device API's world (`symm_world`), and the parameter blocks of the MoE kernels and the
-//! all-to-allv with device counts ([`moe`]).
+//! all-to-allv with device counts ([`moe`]), and of the fused all-reduce + RMSNorm ([`norm`]).
 //!
 //! Each struct is `#[repr(C)]` here and described field by field ([`Field`]: C name, C type,
 //! byte offset taken with `offset_of!` from the Rust struct, a comment). `cargo xtask codegen`
@@ -78,7 +78,9 @@ macro_rules! field {
 }
 
 pub mod moe;
+pub mod norm;
 pub use moe::{A2avParams, MoeParams};
+pub use norm::NormParams;
 
 /// `symm_interp_params`, field by field.
 pub const PARAMS: [Field; 17] = [
@@ -224,6 +226,9 @@ pub const STOP_TIMEOUT: u32 = 1;
 pub const STOP_ABORTED: u32 = 2;
 /// The interpreter met an op it cannot run.
 pub const STOP_BAD_OP: u32 = 3;
+/// A peer's call differs from this rank's: `expected` holds this rank's call signature,
+/// `found` the peer's (rank `peer`).
+pub const STOP_DIFFER: u32 = 4;
 
 /// One per (rank, channel), in host-mapped memory: why the block stopped, where.
 #[repr(C)]
@@ -348,7 +353,7 @@ const _: () = assert!(WORLD_BYTES == 32);
 
 /// The structs in the order the header defines them (a struct before any that holds it):
 /// (C name, Rust size, fields).
-pub const STRUCTS: [(&str, usize, &[Field]); 6] = [
+pub const STRUCTS: [(&str, usize, &[Field]); 7] = [
     ("symm_timeout_record", RECORD_BYTES, &RECORD),
     ("symm_trace_event", EVENT_BYTES, &EVENT),
     ("symm_interp_params", PARAMS_BYTES, &PARAMS),
@@ -359,13 +364,19 @@ pub const STRUCTS: [(&str, usize, &[Field]); 6] = [
         moe::A2AV_PARAMS_BYTES,
         &moe::A2AV_PARAMS,
     ),
+    (
+        "symm_norm_params",
+        norm::NORM_PARAMS_BYTES,
+        &norm::NORM_PARAMS,
+    ),
 ];
 
 /// The stop reasons and event kinds, as (C name, value).
-pub const CONSTANTS: [(&str, u32); 6] = [
+pub const CONSTANTS: [(&str, u32); 7] = [
     ("SYMM_STOP_TIMEOUT", STOP_TIMEOUT),
     ("SYMM_STOP_ABORTED", STOP_ABORTED),
     ("SYMM_STOP_BAD_OP", STOP_BAD_OP),
+    ("SYMM_STOP_DIFFER", STOP_DIFFER),
     ("SYMM_EV_BEGIN", EV_BEGIN),
     ("SYMM_EV_END", EV_END),
     ("SYMM_EV_STALL", EV_STALL),

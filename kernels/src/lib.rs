@@ -32,6 +32,8 @@ pub const SIGNALS_CU: &str = include_str!("../symm/signals.cu");
 pub const MOE_CU: &str = include_str!("../symm/moe.cu");
 /// The all-to-allv with device counts.
 pub const A2AV_CU: &str = include_str!("../symm/a2av.cu");
+/// The fused all-reduce, residual add and RMSNorm.
+pub const NORM_CU: &str = include_str!("../symm/norm.cu");
 /// What the MoE kernels and the all-to-allv share: parameters, tagged words, bounded waits.
 pub const MOE_CUH: &str = include_str!("../symm/moe.cuh");
 
@@ -176,8 +178,23 @@ pub const A2AV: Variant = Variant {
     multicast: false,
 };
 
+/// The fused all-reduce + RMSNorm kernel's entry point.
+pub const NORM_ENTRY: &str = "symm_all_reduce_rmsnorm";
+/// Threads per block of the fused all-reduce + RMSNorm (`symm_core::norm::THREADS`).
+pub const NORM_THREADS: u32 = 256;
+
+/// The fused all-reduce, residual add and RMSNorm (`symm_core::norm`).
+pub const NORM: Variant = Variant {
+    name: "norm",
+    file: "symm/norm.cu",
+    source: NORM_CU,
+    defines: &[],
+    entries: &[NORM_ENTRY],
+    multicast: false,
+};
+
 /// Every variant (CI compiles them all for sm_90).
-pub const ALL: [Variant; 8] = [
+pub const ALL: [Variant; 9] = [
     INTERP,
     INTERP_TRACE,
     INTERP_MULTIMEM,
@@ -186,6 +203,7 @@ pub const ALL: [Variant; 8] = [
     SIGNALS,
     MOE,
     A2AV,
+    NORM,
 ];
 
 /// The interpreter variant for a tracing choice (never a multicast one).

@@ -136,6 +136,7 @@ static __device__ __forceinline__ unsigned int symm_slot_index(unsigned int team
 #define SYMM_STOP_TIMEOUT 1
 #define SYMM_STOP_ABORTED 2
 #define SYMM_STOP_BAD_OP 3
+#define SYMM_STOP_DIFFER 4
 #define SYMM_EV_BEGIN 0
 #define SYMM_EV_END 1
 #define SYMM_EV_STALL 2
@@ -242,3 +243,22 @@ struct symm_a2av_params {
   unsigned int pad_;  // padding
 };
 static_assert(sizeof(symm_a2av_params) == 128, "symm_a2av_params: size");
+
+struct symm_norm_params {
+  symm_world w;  // the device API's world
+  const unsigned short* x;  // rows x hidden bf16, this rank's input
+  const unsigned short* residual;  // rows x hidden bf16
+  unsigned short* residual_out;  // rows x hidden bf16, may be the residual
+  const unsigned short* weight;  // hidden bf16
+  unsigned short* out;  // rows x hidden bf16
+  unsigned long long stage;  // 2 halves x max_rows x hidden bf16, read by peers
+  unsigned long long flags;  // blocks x world u64, word (b, r) written by rank r
+  unsigned long long state;  // epoch u64, then blocks finished u32, local
+  unsigned long long deadline_ns;  // every wait's
+  symm_timeout_record* record;  // host-mapped
+  unsigned int rows;  // rows of this call
+  unsigned int hidden;  // elements per row, a multiple of 8
+  unsigned int max_rows;  // rows a staging half holds
+  float eps;  // the norm's epsilon
+};
+static_assert(sizeof(symm_norm_params) == 128, "symm_norm_params: size");

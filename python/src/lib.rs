@@ -9,6 +9,7 @@
 // The GPU runtime's binding: the one module with unsafe code (stream handles and addresses).
 #[allow(unsafe_code)]
 mod gpu;
+mod norm;
 mod parse;
 mod request;
 
@@ -526,8 +527,11 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<gpu::AllReduces>()?;
     m.add_class::<gpu::PyMoeLayer>()?;
     m.add_class::<gpu::PyA2avLayer>()?;
-    m.add_function(wrap_pyfunction!(gpu::pool_serve, m)?)?;
-    m.add_function(wrap_pyfunction!(gpu::pool_stop, m)?)?;
-    m.add_function(wrap_pyfunction!(gpu::pool_refusal, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::pool::pool_serve, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::pool::pool_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::pool::pool_refusal, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::norm::fused_norm, m)?)?;
+    m.add_function(wrap_pyfunction!(norm::norm_reference, m)?)?;
+    m.add_class::<gpu::norm::PyFusedNorm>()?;
     Ok(())
 }

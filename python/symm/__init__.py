@@ -4,7 +4,8 @@ On the GPU, from PyTorch (:func:`init` inside torchrun or symm-run): symmetric t
 (:func:`empty`, :func:`zeros`), collectives on torch's current stream
 (:func:`all_reduce`, :func:`all_gather_into_tensor`, :func:`reduce_scatter_tensor`,
 :func:`all_to_all_single`, :func:`broadcast`) that CUDA graphs can capture, a
-``torch.cuda.MemPool`` over the symmetric heap (:func:`mem_pool`), peer memory
+``torch.cuda.MemPool`` over the symmetric heap (:func:`mem_pool`), the fused all-reduce,
+residual add and RMSNorm (:func:`fused_all_reduce_rmsnorm`), peer memory
 for users' own kernels (:func:`rendezvous`), and MoE dispatch and combine (:mod:`symm.moe`).
 torch is imported by :func:`init`, not before.
 
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from . import _args, _arrays, _symm, cost, moe
+from ._fused import fused_all_reduce_rmsnorm
 from ._gpu import (
     SIGNAL_SLOTS,
     SymmHandle,
@@ -74,6 +76,7 @@ __all__ = [
     "device",
     "empty",
     "finalize",
+    "fused_all_reduce_rmsnorm",
     "heap_usage",
     "init",
     "is_initialized",

@@ -85,8 +85,11 @@ class _Job:
             self.current_stream = lambda: torch.cuda.current_stream(idx).cuda_stream
         self.sums = comm.all_reduces(torch.Tensor, self.current_stream)
         self.sum = self.sums.run
-        # The job's torch.cuda.MemPool over the heap (mem_pool), made on first use.
+        # The job's torch.cuda.MemPool over the heap (mem_pool), made on first use; the
+        # fused all-reduce + RMSNorm per width (symm._fused).
         self.pool: Any = None
+        self.norms: dict[int, Any] = {}
+        self.norm_shapes: set[tuple[int, int]] = set()
 
 
 def _env_int(name: str, default: Optional[int] = None) -> int:
@@ -544,7 +547,10 @@ def reset() -> None:
     rank's signals are cleared, the arguments of later calls are agreed again, and the poison
     is lifted. A rank that is gone stays gone (``PeerLost``).
     """
-    _get().comm.reset()
+    j = _get()
+    j.norms.clear()  # a failed call may leave their epochs apart: new ones start together
+    j.norm_shapes.clear()
+    j.comm.reset()
 
 
 class SymmHandle:

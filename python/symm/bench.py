@@ -43,7 +43,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Callable, Optional  # noqa: E402
 
-from . import _gpu, bench_layer  # noqa: E402
+from . import _gpu, bench_fused, bench_layer  # noqa: E402
 from ._timing import graph_run  # noqa: E402
 from .layer import LLAMA_70B  # noqa: E402
 
@@ -181,14 +181,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--layer", action="store_true",
                     help="time a tensor-parallel Llama-70B decoder layer with each all-reduce "
                          "instead (symm.bench_layer)")
-    ap.add_argument("--layer-tokens", type=bench_layer.parse_tokens,
-                    default=list(bench_layer.TOKENS),
+    ap.add_argument("--fused", action="store_true",
+                    help="time the fused all-reduce + residual add + RMSNorm beside the "
+                         "unfused steps instead (symm.bench_fused)")
+    ap.add_argument("--layer-tokens", type=bench_layer.parse_tokens, default=None,
                     help="with --layer: comma list of token counts per forward "
-                         "(default 1,8,32,128,512)")
+                         "(default 1,8,32,128,512; with --fused 1,8,32,128)")
     ap.add_argument("--layer-shape", type=bench_layer.parse_shape, default=LLAMA_70B,
                     help="with --layer: hidden,heads,kv_heads,intermediate "
                          "(default 8192,64,8,28672)")
     a = ap.parse_args(argv)
+    if a.fused:
+        a.layer_tokens = list(bench_fused.TOKENS) if a.layer_tokens is None else a.layer_tokens
+        a.iters = 40 if a.iters is None else a.iters
+        a.graph_calls = 10 if a.graph_calls is None else a.graph_calls
+        if a.iters < 1 or a.graph_calls < 1:
+            ap.error("need iters >= 1, graph-calls >= 1")
+        return bench_fused.run(a)
+    if a.layer_tokens is None:
+        a.layer_tokens = list(bench_layer.TOKENS)
     if a.layer:
         a.iters = 40 if a.iters is None else a.iters
         a.graph_calls = 5 if a.graph_calls is None else a.graph_calls

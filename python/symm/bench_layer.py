@@ -20,7 +20,9 @@ after down_proj, each ``T x 8192`` bf16 on a plain tensor) run through one backe
   low-latency algorithms, staged by the others);
 * ``symm_pool``: the same, the forward's tensors allocated from :func:`symm.mem_pool` (eager
   under ``torch.cuda.use_mem_pool``, the graph captured with ``pool=`` the pool's id): every
-  all-reduce runs on its tensor where it lies.
+  all-reduce runs on its tensor where it lies;
+* ``symm_fused``: ``symm_pool`` with the first all-reduce, the residual add and the
+  post-attention RMSNorm in one kernel (:func:`symm.fused_all_reduce_rmsnorm`).
 
 Each runs eager (``--iters`` forwards after ``--warmup``) and as a CUDA graph of
 ``--graph-calls`` forwards replayed ``--iters / 2`` times; a time is the slowest rank's CUDA-event
@@ -52,9 +54,9 @@ from .layer import LLAMA_70B, Layer, LayerShape, compare, make_weights, referenc
 #: Token counts timed by default: decode at 1..128, prefill at 512.
 TOKENS = (1, 8, 32, 128, 512)
 #: The backends, in the order they run and print.
-BACKENDS = ("none", "nccl", "torch_symm", "symm", "symm_pool")
+BACKENDS = ("none", "nccl", "torch_symm", "symm", "symm_pool", "symm_fused")
 #: symm's backends, each compared with the best peer.
-MINE = ("symm", "symm_pool")
+MINE = ("symm", "symm_pool", "symm_fused")
 #: The peers symm's added time is compared against.
 PEERS = ("nccl", "torch_symm")
 
@@ -155,7 +157,15 @@ def _backends(torch: Any, dist: Any, dev: Any, numel: int, own_gpus: bool,
         out.pop("torch_symm", None)
     out["symm"] = [("", lambda t: _gpu.all_reduce(t))]
     out["symm_pool"] = [("", lambda t: _gpu.all_reduce(t))]
+    out["symm_fused"] = [("", lambda t: _gpu.all_reduce(t))]
     return out
+
+
+def _fused(o: Any, x: Any, weight: Any, eps: float) -> tuple[Any, Any]:
+    """The layer's fused step with symm: the output over ``o``, a new residual."""
+    from ._fused import fused_all_reduce_rmsnorm
+
+    return fused_all_reduce_rmsnorm(o, x, weight, eps, out=o, residual_out=x.new_empty(x.shape))
 
 
 class _Pooled:
@@ -214,8 +224,9 @@ def run(a: argparse.Namespace) -> int:
     backends = _backends(torch, dist, dev, max(tokens) * shape.hidden,
                          torch.cuda.device_count() >= world, notes)
     pool = _gpu.mem_pool()
-    forward: dict[str, Callable[[Any], Any]] = {"symm_pool": _Pooled(torch, layer, pool)}
-    graph_pool = {"symm_pool": pool.id}
+    pooled = _Pooled(torch, layer, pool)
+    forward: dict[str, Callable[[Any], Any]] = {"symm_pool": pooled, "symm_fused": pooled}
+    graph_pool = {"symm_pool": pool.id, "symm_fused": pool.id}
 
     def cell(name: str, variant: str, t: int, mode: str) -> str:
         return f"{name}{':' + variant if variant else ''}@{t}/{mode}"
@@ -227,6 +238,7 @@ def run(a: argparse.Namespace) -> int:
     for name in BACKENDS:
         for _, fn in backends.get(name, []):
             layer.all_reduce = fn
+            layer.fused = _fused if name == "symm_fused" else None
             try:
                 for t in tokens:
                     forward.get(name, layer)(xs[:t])
@@ -241,6 +253,7 @@ def run(a: argparse.Namespace) -> int:
                 best: Optional[dict[str, Any]] = None
                 for variant, fn in backends.get(name, []):
                     layer.all_reduce = fn
+                    layer.fused = _fused if name == "symm_fused" else None
                     fwd = forward.get(name, layer)
                     ok = 1.0
                     try:
@@ -278,7 +291,7 @@ def run(a: argparse.Namespace) -> int:
                 if base is not None:
                     best["added_us"] = round(best["us"] - base, 3)
                 samples.append(best)
-    layer.all_reduce = None
+    layer.all_reduce, layer.fused = None, None
     torch.cuda.synchronize()
 
     model = "llama-70b" if shape == LLAMA_70B else "custom"

@@ -212,6 +212,11 @@ class Layer:
     (``(T, hidden)``, a new tensor) is too, once ``all_reduce`` sums the two row-parallel
     partials. Every rank calls ``all_reduce`` twice per forward, in the same order, on a
     contiguous ``(T, hidden)`` tensor. ``max_tokens`` bounds T (the rotary table's length).
+
+    ``fused``, when set, replaces the first all-reduce, the residual add and the post-attention
+    norm: ``fused(o, x, weight, eps)`` returns ``(rmsnorm(x + all_reduce(o)) * weight,
+    x + all_reduce(o))`` (as :func:`symm.fused_all_reduce_rmsnorm` does) and must not change
+    ``x``.
     """
 
     def __init__(self, shape: LayerShape, weights: dict[str, Any], rank: int, world: int,
@@ -222,6 +227,7 @@ class Layer:
             raise ValueError(f"max_tokens must be positive, got {max_tokens}")
         self.shape, self.rank, self.world = shape, rank, world
         self.all_reduce = all_reduce
+        self.fused: Optional[Callable[[Any, Any, Any, float], tuple[Any, Any]]] = None
         self.w = shard(weights, shape, rank, world)
         self.heads = shape.heads // world
         self.kv_heads = shape.kv_heads // world
@@ -248,10 +254,14 @@ class Layer:
         cos, sin = self.cos[:t], self.sin[:t]
         a = _attend(_rope(q, cos, sin), _rope(k, cos, sin), v, s.heads // s.kv_heads)
         o = F.linear(a, w["o"])
-        if self.all_reduce is not None:
-            self.all_reduce(o)
-        h = x + o
-        gate, up = F.linear(_rms_norm(h, w["post_norm"], s.eps), w["gate_up"]).chunk(2, dim=-1)
+        if self.fused is not None:
+            n, h = self.fused(o, x, w["post_norm"], s.eps)
+        else:
+            if self.all_reduce is not None:
+                self.all_reduce(o)
+            h = x + o
+            n = _rms_norm(h, w["post_norm"], s.eps)
+        gate, up = F.linear(n, w["gate_up"]).chunk(2, dim=-1)
         y = F.linear(F.silu(gate) * up, w["down"])
         if self.all_reduce is not None:
             self.all_reduce(y)

@@ -111,12 +111,13 @@ def test_table_reports_added_time_and_ratio():
                        smp(1, "eager", "symm_pool", 105.0, 5.0),
                        smp(8, "graph", "symm", 125.0, 25.0, wrong=3)]}
     md = bench_layer.table(doc).splitlines()
-    assert md[2] == ("| tokens | mode | none | nccl | torch_symm | symm | symm_pool | "
-                     "symm / best peer (added) | symm_pool / best peer (added) |")
+    assert md[2] == ("| tokens | mode | none | nccl | torch_symm | symm | symm_pool | symm_fused | "
+                     "symm / best peer (added) | symm_pool / best peer (added) | "
+                     "symm_fused / best peer (added) |")
     assert md[4] == ("| 1 | eager | 100.0 | 140.0 (+40.0) | 120.0 (+20.0) one-shot | "
-                     "110.0 (+10.0) | 105.0 (+5.0) | 0.50 | 0.25 |")
-    assert md[5] == ("| 8 | graph | 100.0 | 130.0 (+30.0) | - | 125.0 (+25.0) **wrong** | - | "
-                     "0.83 | - |")
+                     "110.0 (+10.0) | 105.0 (+5.0) | - | 0.50 | 0.25 | - |")
+    assert md[5] == ("| 8 | graph | 100.0 | 130.0 (+30.0) | - | 125.0 (+25.0) **wrong** | - | - | "
+                     "0.83 | - | - |")
 
 
 def test_sharded_layer_equals_unsharded(torch):

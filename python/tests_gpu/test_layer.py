@@ -113,7 +113,7 @@ def test_layer_bench_runs_and_checks_every_cell(model, tmp_path):
     for t in (1, 8, 64):
         for mode in ("eager", "graph"):
             assert cells[(t, mode, "none")]["added_us"] == 0.0
-            for b in ("symm", "symm_pool"):
+            for b in ("symm", "symm_pool", "symm_fused"):
                 s = cells[(t, mode, b)]
                 assert s["wrong"] == 0 and s["us"] > 0 and s["added_us"] is not None, s
     assert not any(s["wrong"] for s in doc["samples"]), doc["notes"]

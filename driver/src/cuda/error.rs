@@ -153,6 +153,8 @@ pub enum CudaError {
     Sched(SchedError),
     /// A mixture-of-experts shape or token count is refused.
     Moe(symm_core::moe::MoeError),
+    /// A fused all-reduce + RMSNorm shape is refused.
+    Norm(symm_core::norm::NormError),
     /// A team could not be formed, or a request does not map onto it.
     Team(TeamError),
     /// The signal-pad layout refused a key or size.

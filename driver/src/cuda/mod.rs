@@ -52,9 +52,9 @@ pub mod vmm;
 pub use auto::AutoRequests;
 pub use bounds::{Buffers, MAX_HEAP_BYTES, MAX_WAIT};
 pub use comm::{
-    A2avLayer, Admitted, AllocSizes, Capture, Comm, CommGraph, CommOptions, CommTeam, Executor,
-    LaunchFloor, Memory, MoeLayer, MoeStatus, Signals, Span, Tensors, TokenType, Tracer,
-    MAX_GPU_EXPERTS,
+    norm_rows, A2avLayer, Admitted, AllocSizes, Capture, Comm, CommGraph, CommOptions, CommTeam,
+    Executor, FusedNorm, LaunchFloor, Memory, MoeLayer, MoeStatus, NormArgs, Signals, Span,
+    Tensors, TokenType, Tracer, MAX_GPU_EXPERTS, NORM_MAX_BLOCKS,
 };
 pub use copy_engine::CopyEngine;
 pub use device::{Stream, StreamRef};

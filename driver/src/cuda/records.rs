@@ -1,5 +1,6 @@
 //! The timeout records kernels write to host-mapped memory: a device wait that passed its
-//! deadline, or an op the interpreter refused, becomes a typed error.
+//! deadline, a peer whose call differs, or an op the interpreter refused, becomes a typed
+//! error.
 
 use core::mem::offset_of;
 
@@ -8,11 +9,13 @@ use symm_kernels::abi::{self, TimeoutRecord};
 use super::device::HostMapped;
 use super::error::CudaError;
 
-/// The error the timeout records at byte offsets `ats` of `host` report: the first timeout, or
-/// else the first op the interpreter refused; `None` when every record is empty (records of
-/// waits stopped by the abort word are the consequence of another failure and report nothing).
+/// The error the timeout records at byte offsets `ats` of `host` report: the first call that
+/// differs across ranks (a timeout it causes elsewhere is its consequence), else the first
+/// timeout, else the first op the interpreter refused; `None` when every record is empty
+/// (records of waits stopped by the abort word are the consequence of another failure and
+/// report nothing).
 pub fn first_failure(host: &HostMapped, ats: impl Iterator<Item = usize>) -> Option<CudaError> {
-    let mut bad = None;
+    let (mut late, mut bad) = (None, None);
     for at in ats {
         // Field offsets of `symm_timeout_record`, from the one definition of the ABI.
         let u32_at = |o: usize| host.read_u32(at + o);
@@ -20,8 +23,16 @@ pub fn first_failure(host: &HostMapped, ats: impl Iterator<Item = usize>) -> Opt
         let channel = u32_at(offset_of!(TimeoutRecord, channel)) as u16;
         let op_index = u32_at(offset_of!(TimeoutRecord, op_index));
         match u32_at(offset_of!(TimeoutRecord, reason)) {
+            abi::STOP_DIFFER => {
+                let sig = |o: usize| format!("call signature {}", host.read_u64(at + o));
+                return Some(CudaError::RanksDiffer {
+                    rank: u32_at(offset_of!(TimeoutRecord, peer)) as u16,
+                    mine: sig(offset_of!(TimeoutRecord, expected)),
+                    theirs: sig(offset_of!(TimeoutRecord, found)),
+                });
+            }
             abi::STOP_TIMEOUT => {
-                return Some(CudaError::Timeout {
+                late.get_or_insert(CudaError::Timeout {
                     rank,
                     peer: u32_at(offset_of!(TimeoutRecord, peer)) as u16,
                     slot: u32_at(offset_of!(TimeoutRecord, slot)),
@@ -29,7 +40,7 @@ pub fn first_failure(host: &HostMapped, ats: impl Iterator<Item = usize>) -> Opt
                     expected: host.read_u64(at + offset_of!(TimeoutRecord, expected)),
                     found: host.read_u64(at + offset_of!(TimeoutRecord, found)),
                     op_index,
-                })
+                });
             }
             abi::STOP_BAD_OP => {
                 bad.get_or_insert(CudaError::BadOp {
@@ -41,5 +52,5 @@ pub fn first_failure(host: &HostMapped, ats: impl Iterator<Item = usize>) -> Opt
             _ => {}
         }
     }
-    bad
+    late.or(bad)
 }

@@ -16,21 +16,21 @@
 //! * [`runtime`]: what the class holds: the Comm and its features, torn down in order.
 //! * [`block`]: heap blocks that tensors' storage lives in.
 //! * [`join`]: joining the job the way every entry point does.
-//! * [`moe`]: the MoE and device-count all-to-allv layers; [`pool`]: `symm.mem_pool()`'s.
+//! * [`moe`], [`norm`], [`pool`]: MoE layers, the fused all-reduce + RMSNorm, `mem_pool`.
 
 mod args;
 mod block;
 mod errors;
 mod join;
 mod moe;
-mod pool;
+pub(crate) mod norm;
+pub(crate) mod pool;
 mod runtime;
 mod sums;
 
 pub use block::Block;
 pub(crate) use errors::py_err;
 pub use moe::{PyA2avLayer, PyMoeLayer};
-pub use pool::{pool_refusal, pool_serve, pool_stop};
 pub use sums::AllReduces;
 
 use std::sync::Arc;
@@ -38,8 +38,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use symm_driver::cuda::compiled::PlanPath;
-use symm_driver::cuda::AutoRequests;
+use symm_driver::cuda::{compiled::PlanPath, AutoRequests};
 
 use args::{span, stream, u16_arg};
 use runtime::Runtime;

@@ -74,6 +74,7 @@ impl CudaError {
             | CudaError::NotLive { .. }
             | CudaError::Sched(_)
             | CudaError::Moe(_)
+            | CudaError::Norm(_)
             | CudaError::Team(_)
             | CudaError::Signal(_)
             | CudaError::BadPlanOp { .. }
@@ -249,6 +250,10 @@ mod tests {
             ),
             (
                 CudaError::Moe(symm_core::moe::MoeError::BadWorld { world: 0 }),
+                K::InvalidArgument,
+            ),
+            (
+                CudaError::Norm(symm_core::norm::NormError::BadHidden { hidden: 0 }),
                 K::InvalidArgument,
             ),
             (
