@@ -588,3 +588,54 @@ fn moe_three_dispatches_without_barriers_2_ranks() {
 fn moe_dispatch_combine_twice_without_barriers_2_ranks() {
     moe_calls(2, true);
 }
+
+/// The fused all-reduce + RMSNorm's protocol (`symm_driver::host::norm`, the kernel's for one
+/// block), 2 ranks, 3 calls of one row: the flag's release and acquire order the staged rows,
+/// and the halves keep call 3's rows off call 1's while a peer may still read them. Every
+/// call's result must be the reference's for that call's inputs.
+#[test]
+fn fused_norm_three_calls_one_barrier_each_2_ranks() {
+    use std::time::Duration;
+    use symm_core::dtype::f32_to_bf16;
+    use symm_driver::host::norm::{NormRank, NormWorld};
+    let hidden = 8;
+    let input = move |r: u16, c: u16| -> Vec<u16> {
+        (0..hidden)
+            .map(|i| f32_to_bf16(f32::from(10 * c + 2 * r + 1) + i as f32))
+            .collect()
+    };
+    let weight: Vec<u16> = (0..hidden).map(|_| f32_to_bf16(1.0)).collect();
+    let res = vec![f32_to_bf16(0.5); hidden];
+    let want: Vec<(Vec<u16>, Vec<u16>)> = (0..3)
+        .map(|c| {
+            let (a, b) = (input(0, c), input(1, c));
+            let (mut ro, mut o) = (vec![0; hidden], vec![0; hidden]);
+            symm_core::norm::all_reduce_rmsnorm(&[&a, &b], &res, &weight, 1e-6, &mut ro, &mut o)
+                .unwrap();
+            (ro, o)
+        })
+        .collect();
+    let shared = std::sync::Arc::new((want, weight, res));
+    model(move || {
+        let world = Arc::new(NormWorld::new(2, hidden, 1, Duration::from_secs(3600)).unwrap());
+        let handles: Vec<_> = (0..2u16)
+            .map(|r| {
+                let (world, shared) = (world.clone(), shared.clone());
+                thread::spawn(move || {
+                    let (want, weight, res) = &*shared;
+                    let mut rank = NormRank::new(r);
+                    for c in 0..3u16 {
+                        let got = rank.call(&world, &input(r, c), res, weight, 1e-6).unwrap();
+                        assert_eq!(
+                            &got, &want[c as usize],
+                            "rank {r} call {c} read another call's rows"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}

@@ -26,6 +26,7 @@
 mod flags;
 mod mem;
 pub mod moe;
+pub mod norm;
 pub mod pad;
 mod reference;
 mod sim;
