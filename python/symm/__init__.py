@@ -35,7 +35,6 @@ from . import _args, _arrays, _symm, cost, moe
 from ._fused import fused_all_reduce_rmsnorm
 from ._gpu import (
     SIGNAL_SLOTS,
-    SymmHandle,
     all_gather_into_tensor,
     all_reduce,
     all_to_all_single,
@@ -52,12 +51,12 @@ from ._gpu import (
     mem_pool,
     rank,
     reduce_scatter_tensor,
-    rendezvous,
     reset,
     synchronize,
     world_size,
     zeros,
 )
+from ._handle import SymmHandle, rendezvous
 from ._symm import Request
 from .errors import PeerLostError, PoisonedError, SymmError, TimeoutError, TraceError
 
