@@ -1,7 +1,11 @@
-"""Timing a callable in a CUDA graph, shared by the collective and the layer benchmarks."""
+"""What the benchmarks share: timing a callable eagerly and in a CUDA graph, and writing a
+run's report (``bench-*.json`` and its markdown table).
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any, Callable
 
 
@@ -36,3 +40,38 @@ def graph_run(torch: Any, fn: Callable[[], Any], calls: int, replays: int,
     torch.cuda.synchronize()
     del g
     return s.elapsed_time(e) * 1000.0 / (replays * calls), out
+
+
+def eager_median(torch: Any, fn: Callable[[], Any], iters: int, warmup: int,
+                rounds: int = 5) -> float:
+    """Microseconds per eager call of ``fn``: the median of ``rounds`` runs of ``iters`` calls
+    each, timed with CUDA events on the current stream after ``warmup`` calls (one slow round,
+    as the first after a change of size often is, does not decide).
+    """
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    per: list[float] = []
+    for _ in range(rounds):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(iters):
+            fn()
+        e.record()
+        torch.cuda.synchronize()
+        per.append(s.elapsed_time(e) * 1000.0 / iters)
+    per.sort()
+    return per[len(per) // 2]
+
+
+def write_report(out: str, stem: str, doc: dict[str, Any], md: str) -> None:
+    """Writes ``doc`` to ``out/stem.json`` and the table ``md`` to ``out/stem.md``, and prints
+    the table.
+    """
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, stem)
+    with open(path + ".json", "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(path + ".md", "w") as f:
+        f.write(md)
+    print(md, end="")

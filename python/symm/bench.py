@@ -44,30 +44,9 @@ import time  # noqa: E402
 from typing import Any, Callable, Optional  # noqa: E402
 
 from . import _gpu, bench_fused, bench_layer  # noqa: E402
+from ._timing import eager_median as _time_eager  # noqa: E402
 from ._timing import graph_run  # noqa: E402
 from .layer import LLAMA_70B  # noqa: E402
-
-
-def _time_eager(torch: Any, fn: Callable[[], Any], iters: int, warmup: int,
-                rounds: int = 5) -> float:
-    """Microseconds per eager call of ``fn``: the median of ``rounds`` runs of ``iters`` calls
-    each, timed with CUDA events on the current stream after ``warmup`` calls (one slow round,
-    as the first after a change of size often is, does not decide).
-    """
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    per: list[float] = []
-    for _ in range(rounds):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(iters):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        per.append(s.elapsed_time(e) * 1000.0 / iters)
-    per.sort()
-    return per[len(per) // 2]
 
 
 def _time_graph(torch: Any, fn: Callable[[], Any], calls: int, replays: int) -> float:

@@ -14,8 +14,9 @@ residual and the norm's weight, all plain tensors, and runs one of:
 * ``symm``: :func:`symm.all_reduce` then the same torch steps;
 * ``symm_fused``: :func:`symm.fused_all_reduce_rmsnorm`, one kernel.
 
-Each is timed eager (``--iters`` calls) and as a CUDA graph of ``--graph-calls`` calls replayed
-``--iters / 2`` times: microseconds per call, the slowest rank's. The fused output is checked
+Each is timed eager (the median of five rounds of ``--iters`` calls) and as a CUDA graph of
+``--graph-calls`` calls replayed ``--iters / 2`` times: microseconds per call, the slowest
+rank's. The fused output is checked
 against the host reference bit for bit (``symm._symm.norm_reference``) and the unfused one
 against it within bf16 tolerance. Rank 0 writes ``bench-fused-wN.json`` and ``.md`` into
 ``--out``; the exit status is 1 when a check fails.
@@ -31,12 +32,11 @@ os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
 os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
 import argparse
-import json
 import time
 from typing import Any, Callable
 
 from . import _fused, _gpu, _symm
-from ._timing import graph_run
+from ._timing import eager_median, graph_run, write_report
 from .layer import _rms_norm
 
 #: Token counts timed by default.
@@ -44,22 +44,6 @@ TOKENS = (1, 8, 32, 128)
 #: The ways, in the order they run and print.
 WAYS = ("nccl", "symm", "symm_fused")
 EPS = 1e-5
-
-
-def _eager(torch: Any, fn: Callable[[], Any], iters: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    per = max(1, iters // 3)
-    for _ in range(3):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(per):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        best = min(best, s.elapsed_time(e) * 1000.0 / per)
-    return best
 
 
 class _Case:
@@ -148,7 +132,7 @@ def run(a: argparse.Namespace) -> int:
                     continue
                 fn = steps[name]
                 if mode == "eager":
-                    us = _eager(torch, fn, a.iters)
+                    us = eager_median(torch, fn, a.iters, 1)
                     got = fn()
                 else:
                     us, got = graph_run(torch, fn, a.graph_calls, max(2, a.iters // 2))
@@ -168,14 +152,7 @@ def run(a: argparse.Namespace) -> int:
            "iters": a.iters, "graph_calls": a.graph_calls,
            "seconds": round(time.perf_counter() - start, 1), "samples": samples}
     if rank == 0:
-        os.makedirs(a.out, exist_ok=True)
-        stem = os.path.join(a.out, f"bench-fused-w{world}{a.tag}")
-        with open(stem + ".json", "w") as f:
-            json.dump(doc, f, indent=1)
-        md = table(doc)
-        with open(stem + ".md", "w") as f:
-            f.write(md)
-        print(md, end="")
+        write_report(a.out, f"bench-fused-w{world}{a.tag}", doc, table(doc))
         print(f"{doc['seconds']} s on rank 0; {bad} cells wrong")
     if own_job:
         _gpu.finalize()

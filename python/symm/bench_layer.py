@@ -43,12 +43,11 @@ os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
 os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
 import argparse
-import json
 import time
 from typing import Any, Callable, Optional
 
 from . import _gpu
-from ._timing import graph_run
+from ._timing import graph_run, write_report
 from .layer import LLAMA_70B, Layer, LayerShape, compare, make_weights, reference
 
 #: Token counts timed by default: decode at 1..128, prefill at 512.
@@ -304,14 +303,7 @@ def run(a: argparse.Namespace) -> int:
            "samples": samples, "notes": notes}
     bad = failed > 0 or any(s["wrong"] for s in samples)
     if rank == 0:
-        os.makedirs(a.out, exist_ok=True)
-        stem = os.path.join(a.out, f"bench-layer-w{world}{a.tag}")
-        with open(stem + ".json", "w") as f:
-            json.dump(doc, f, indent=1)
-        md = table(doc)
-        with open(stem + ".md", "w") as f:
-            f.write(md)
-        print(md, end="")
+        write_report(a.out, f"bench-layer-w{world}{a.tag}", doc, table(doc))
         for k, v in notes.items():
             print(f"note {k}: {v}")
         print(f"{doc['seconds']} s on rank 0, from joining the job to the table")
