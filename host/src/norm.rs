@@ -7,10 +7,10 @@
 //! counts its calls (epochs from 1); call `e`:
 //!
 //! 1. copies this rank's input into its own half `e % 2`;
-//! 2. stores `e << ROW_BITS | rows` into its word of every rank's flags with [`FLAG_PUBLISH`],
-//!    after the copy, then loads every word of its own flags with [`FLAG_OBSERVE`] until each
-//!    holds call `e`'s signal or a later one (a word of call `e` with other rows is
-//!    [`NormThreadError::RanksDiffer`]);
+//! 2. stores `e << ROW_BITS | rows` into its word of every rank's flags (`FLAG_PUBLISH`, a
+//!    release, after the copy), then loads every word of its own flags (`FLAG_OBSERVE`, an
+//!    acquire) until each holds call `e`'s signal or a later one (a word of call `e` with other
+//!    rows is [`NormThreadError::RanksDiffer`]);
 //! 3. reads every rank's half `e % 2` and computes the new residual and the output with
 //!    [`symm_core::norm::all_reduce_rmsnorm`].
 //!
