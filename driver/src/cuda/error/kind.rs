@@ -509,13 +509,13 @@ mod tests {
         for (e, kind) in &cases {
             assert_eq!(e.kind(), *kind, "{e:?}");
         }
-        // Every variant of CudaError (59) appears above; a new one must be added here, as
+        // Every variant of CudaError (60) appears above; a new one must be added here, as
         // `kind` makes it be added there.
         let variants: std::collections::HashSet<_> = cases
             .iter()
             .map(|(e, _)| std::mem::discriminant(e))
             .collect();
-        assert_eq!(variants.len(), 59);
+        assert_eq!(variants.len(), 60);
         assert_eq!(CudaError::PeerLost { rank: 2 }.lost_rank(), Some(2));
         assert_eq!(CudaError::Poisoned(s()).lost_rank(), None);
         let lost = boot(BootstrapError::Poisoned(Box::new(
