@@ -149,25 +149,31 @@ impl Tensors {
         self.own(comm)?;
         let _g = comm.enter()?;
         self.collect_inner(comm, !stream.is_capturing()?)?;
-        let (off, before) = {
+        let (got, before) = {
             let mut a = comm.alloc_lock()?;
             let before = a.heap.clone();
-            let off = a
-                .heap
-                .alloc(len.max(16), BLOCK_ALIGN)
-                .map_err(CudaError::Heap)?;
-            (off + comm.data_off, before)
+            let got = a.heap.alloc(len.max(16), BLOCK_ALIGN);
+            (got, before)
         };
-        if let Err(e) = comm.agree() {
-            // The allocator as it was, its history too: the ranks' heaps agreed before the
-            // call, so they agree again.
-            if let Ok(mut a) = comm.alloc_lock() {
-                a.heap = before;
+        // The agreement runs whether or not this rank's allocation succeeded, so the ranks'
+        // exchanges stay in step: where only some ranks failed, the others see their heaps
+        // differ ([`CudaError::Diverged`]) and every rank puts its allocator back.
+        let agreed = comm.agree();
+        let err = match (got, agreed) {
+            (Ok(off), Ok(())) => {
+                let off = off + comm.data_off;
+                self.blocks_lock()?.live.insert(off, len.max(16));
+                return Ok(off);
             }
-            return Err(e);
+            (Err(e), _) => CudaError::Heap(e),
+            (Ok(_), Err(e)) => e,
+        };
+        // The allocator as it was, its history too: the ranks' heaps agreed before the call,
+        // so they agree again.
+        if let Ok(mut a) = comm.alloc_lock() {
+            a.heap = before;
         }
-        self.blocks_lock()?.live.insert(off, len.max(16));
-        Ok(off)
+        Err(err)
     }
 
     /// Local and non-blocking: gives block `off` back. It returns to the heap at a later
