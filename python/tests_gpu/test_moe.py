@@ -327,6 +327,22 @@ def test_graph_capture_and_replay():
     assert buf.status() == (0, 0)
 
 
+def test_a_buffer_made_while_capturing_is_refused_and_the_job_goes_on():
+    w = symm.world_size()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with pytest.raises(symm.SymmError, match="before capturing"):
+        with torch.cuda.graph(g, stream=s):
+            symm.moe.Buffer(w * 2, 2, 16, 32)
+    torch.cuda.synchronize()
+    buf = symm.moe.Buffer(w * 2, 2, 16, 32)
+    c = Case(29, w, w * 2, 2, 16, 32, torch.bfloat16, buf.rows_max, counts=[8] * w)
+    expert_x, spans, out = roundtrip(buf, c, "normal")
+    check_dispatch(c, expert_x, spans)
+    check_combined(c, out)
+
+
 def test_stale_handles_and_bad_arguments_are_refused():
     w = symm.world_size()
     experts, topk = w * 2, 2

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use symm_core::moe::MoeError;
 
-use super::moe::{Carve, DROPPED, STATE_WORDS, THREADS};
+use super::moe::{refuse_capture, Carve, DROPPED, STATE_WORDS, THREADS};
 use super::{Comm, Tensors};
 use crate::cuda::compile::{self, Compiler};
 use crate::cuda::device::{self, Stream};
@@ -76,6 +76,7 @@ impl A2avLayer {
     ) -> Result<A2avLayer> {
         tensors.own(comm)?;
         let _g = comm.enter()?;
+        refuse_capture(stream, "an all-to-allv layer")?;
         if !matches!(elem, 1 | 2 | 4 | 8 | 16) {
             return Err(CudaError::BadElementSize {
                 what: "all-to-allv elements",

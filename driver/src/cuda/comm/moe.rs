@@ -151,10 +151,21 @@ fn kernels(comm: &Comm) -> Result<Arc<MoeKernels>> {
     }))
 }
 
+/// Refuses (with [`CudaError::Capturing`]) while `stream` captures a graph: making a layer
+/// loads kernels, zeroes memory and waits for the peers, none of which a capture allows.
+pub(super) fn refuse_capture(stream: &Stream, what: &'static str) -> Result<()> {
+    if stream.is_capturing()? {
+        return Err(CudaError::Capturing { what });
+    }
+    Ok(())
+}
+
 impl Tensors {
     /// Collective, not while capturing: allocates and zeroes a block of `len` bytes on every
     /// rank, and returns once every rank's block is zeroed (so no peer's first write is lost).
     pub(super) fn zeroed_block(&self, comm: &Comm, len: u64, stream: &Stream) -> Result<u64> {
+        // `alloc_block` goes on during a capture; zeroing and waiting for the peers cannot.
+        refuse_capture(stream, "a layer's zeroed block")?;
         let block = self.alloc_block(comm, len, stream)?;
         comm.heap_fill(block, len, 0)?;
         comm.dev.synchronize()?;
@@ -175,6 +186,7 @@ impl MoeLayer {
     ) -> Result<MoeLayer> {
         tensors.own(comm)?;
         let _g = comm.enter()?;
+        refuse_capture(stream, "a MoE layer")?;
         let cfg = cfg.checked().map_err(CudaError::Moe)?;
         if cfg.world != comm.job.world {
             return Err(CudaError::SizeMismatch {
