@@ -520,6 +520,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_trace, m)?)?;
     m.add_function(wrap_pyfunction!(set_bundled_kernels, m)?)?;
     m.add("MAX_SIM_BYTES", MAX_SIM_BYTES)?;
+    m.add("NORM_MAX_ROWS", symm_core::norm::MAX_ROWS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<request::PyRequest>()?;
     m.add_class::<gpu::GpuComm>()?;
@@ -530,6 +531,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpu::pool::pool_serve, m)?)?;
     m.add_function(wrap_pyfunction!(gpu::pool::pool_stop, m)?)?;
     m.add_function(wrap_pyfunction!(gpu::pool::pool_refusal, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::pool::pool_unlatch, m)?)?;
     m.add_function(wrap_pyfunction!(gpu::norm::fused_norm, m)?)?;
     m.add_function(wrap_pyfunction!(norm::norm_reference, m)?)?;
     m.add_class::<gpu::norm::PyFusedNorm>()?;

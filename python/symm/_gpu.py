@@ -306,6 +306,19 @@ def empty(shape: Any, *, dtype: Any = None, device: Any = None) -> Any:
     return raw[: numel * esize].view(dtype).view(shape)
 
 
+_oom_observed = False
+
+
+def _attach_oom_observer(torch: Any) -> None:
+    """Once per process: when torch raises its out-of-memory error, the pool's latch of a
+    refused size ends (torch's retries of it were local; see python/src/gpu/pool.rs).
+    """
+    global _oom_observed
+    if not _oom_observed:
+        torch._C._cuda_attach_out_of_memory_observer(lambda *_: _symm.pool_unlatch())
+        _oom_observed = True
+
+
 def mem_pool() -> Any:
     """The job's ``torch.cuda.MemPool`` whose memory is the symmetric heap: tensors torch
     allocates under ``with torch.cuda.use_mem_pool(symm.mem_pool()):`` are symmetric, so a
@@ -329,6 +342,7 @@ def mem_pool() -> Any:
             from torch.cuda.memory import CUDAPluggableAllocator
 
             _symm.pool_serve(j.comm)
+            _attach_oom_observer(j.torch)
             alloc = CUDAPluggableAllocator(_symm.__file__, "symm_pool_alloc", "symm_pool_free")
             j.pool = j.torch.cuda.MemPool(alloc.allocator())
         return j.pool

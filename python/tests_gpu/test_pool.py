@@ -119,3 +119,27 @@ def test_segments_that_differ_across_ranks_are_refused_on_every_rank():
     symm.all_reduce(t)
     symm.synchronize()
     assert torch.equal(t, torch.full_like(t, ranks_sum()))
+
+
+def test_torch_retries_of_a_refused_segment_keep_the_ranks_in_step():
+    """After a refusal torch frees its cache and asks again, once or twice depending on what
+    this rank cached: rank 0 holds a cached free segment and the others do not, the heap
+    refuses the size on every rank, and the next allocation is still collective and right."""
+    pool = symm.mem_pool()
+    r = symm.rank()
+    with torch.cuda.use_mem_pool(pool):
+        keep = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+    if r == 0:
+        del keep  # cached by torch's allocator on this rank only
+    _symm.pool_refusal()
+    with torch.cuda.use_mem_pool(pool):
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    why = _symm.pool_refusal()
+    assert why is not None and "no free block holds" in why, why
+    with torch.cuda.use_mem_pool(pool):
+        t = torch.full((4 << 20,), float(r + 1), device="cuda")
+    assert symm.is_symmetric(t)
+    symm.all_reduce(t)
+    symm.synchronize()
+    assert torch.equal(t, torch.full_like(t, ranks_sum()))

@@ -22,9 +22,16 @@
 //!   returns a null pointer, which torch raises as `torch.OutOfMemoryError`. The cause is
 //!   written to stderr and kept for [`pool_refusal`]. Nothing here panics across the C
 //!   boundary: a panic is caught and refused like any error.
+//! * **torch's retries stay local.** After a null return torch frees what its cache holds and
+//!   asks again for the same size, once or twice depending on what this rank had cached, so
+//!   the ranks would run different numbers of collective allocations. A refused size is
+//!   therefore latched: asked again, it is refused here with no collective, until torch gives
+//!   up (its out-of-memory observer, attached by `symm.mem_pool()`, calls [`pool_unlatch`])
+//!   or a segment of another size is asked for.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -42,6 +49,8 @@ struct Slot {
     live: HashMap<u64, (Arc<Runtime>, u64)>,
     /// Why the last allocation was refused.
     refused: Option<String>,
+    /// The size of a refused allocation torch may ask for again (see the module doc).
+    latched: Option<usize>,
 }
 
 static SLOT: Mutex<Option<Slot>> = Mutex::new(None);
@@ -70,19 +79,52 @@ pub fn pool_refusal() -> Option<String> {
     slot().as_mut().and_then(|s| s.refused.take())
 }
 
+/// Ends the latch of a refused size (torch raised its out-of-memory error: the next request
+/// of any size is a new, collective one).
+#[pyfunction]
+pub fn pool_unlatch() {
+    if let Some(s) = slot().as_mut() {
+        s.latched = None;
+    }
+}
+
 /// A segment of `size` bytes for torch's allocator on GPU `device` and `stream`: this rank's
 /// address of a new heap block, or null (refused; see the module doc).
 #[no_mangle]
 pub extern "C" fn symm_pool_alloc(size: usize, device: c_int, stream: *mut c_void) -> *mut c_void {
-    let got = catch_unwind(AssertUnwindSafe(|| alloc(size, device, stream as u64)))
-        .unwrap_or_else(|_| Err("the allocator panicked".into()));
+    let got = catch_unwind(AssertUnwindSafe(|| {
+        let latched = {
+            let mut g = slot();
+            let s = g.get_or_insert_with(Slot::default);
+            s.latched.take() == Some(size)
+        };
+        let got = if latched {
+            Err(
+                "an allocation of this size was just refused (torch's retry stays local, \
+                 so every rank runs the same collective allocations)"
+                    .to_string(),
+            )
+        } else {
+            alloc(size, device, stream as u64)
+        };
+        if let Err(why) = &got {
+            let mut g = slot();
+            let s = g.get_or_insert_with(Slot::default);
+            s.latched = Some(size);
+            if !latched {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "symm: pool allocation of {size} bytes refused: {why}"
+                );
+                s.refused = Some(why.clone());
+            }
+        }
+        got
+    }))
+    .unwrap_or(Err(String::new()));
     match got {
         Ok(p) => p as usize as *mut c_void,
-        Err(why) => {
-            eprintln!("symm: pool allocation of {size} bytes refused: {why}");
-            slot().get_or_insert_with(Slot::default).refused = Some(why);
-            std::ptr::null_mut()
-        }
+        Err(_) => std::ptr::null_mut(),
     }
 }
 
