@@ -14,6 +14,10 @@
 //! 5. `out = bf16(bf16(h * rstd) * w)`: normalised, rounded, then scaled by the weight (as
 //!    the usual PyTorch RMSNorm rounds before the weight).
 //!
+//! `bf16(v)` rounds to nearest even, and a NaN (from a NaN or infinite input, or an all-zero
+//! row with `eps` 0) becomes [`NAN`]: processors make NaNs of different signs and payloads,
+//! so the rule names one.
+//!
 //! The kernel's thread t handles the 8-element vectors t, t + THREADS, t + 2 THREADS, ... of a
 //! row, so its partial sums are the ones [`sum_squares`] forms.
 
@@ -23,6 +27,21 @@ use crate::dtype::{bf16_to_f32, f32_to_bf16};
 pub const THREADS: usize = 256;
 /// Elements per vector (16 bytes of bf16): `hidden` is a multiple of it.
 pub const VEC: usize = 8;
+/// The one NaN the op writes (bf16 bits: positive, quiet, no payload).
+pub const NAN: u16 = 0x7fc0;
+
+/// `v` rounded to bf16 as the op rounds (see the module doc): nearest even, NaN as [`NAN`].
+pub fn round(v: f32) -> u16 {
+    if v.is_nan() {
+        NAN
+    } else {
+        f32_to_bf16(v)
+    }
+}
+
+/// Most rows of a call: the rows travel in the low 20 bits of the kernel's flag words (the
+/// call's epoch above them), so a peer whose call has other rows is named, not waited for.
+pub const MAX_ROWS: u32 = (1 << 20) - 1;
 
 /// Why a fused all-reduce + RMSNorm was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,15 +206,15 @@ pub fn all_reduce_rmsnorm(
             for x in &inputs[1..] {
                 s += bf16_to_f32(x[at + i]);
             }
-            let v = f32_to_bf16(s + bf16_to_f32(residual[at + i]));
+            let v = round(s + bf16_to_f32(residual[at + i]));
             residual_out[at + i] = v;
             row_h.push(bf16_to_f32(v));
         }
         let ss = row_h.sum_squares();
         let rstd = 1.0 / sqrt_f32(ss / hidden as f32 + eps);
         for i in 0..hidden {
-            let n = f32_to_bf16(bf16_to_f32(residual_out[at + i]) * rstd);
-            out[at + i] = f32_to_bf16(bf16_to_f32(n) * bf16_to_f32(weight[i]));
+            let n = round(bf16_to_f32(residual_out[at + i]) * rstd);
+            out[at + i] = round(bf16_to_f32(n) * bf16_to_f32(weight[i]));
         }
     }
     Ok(())
@@ -312,6 +331,28 @@ mod tests {
                 "{i}"
             );
         }
+    }
+
+    #[test]
+    fn every_nan_the_op_writes_is_the_one_nan() {
+        let hidden = 8;
+        let bf = |v: f32| f32_to_bf16(v);
+        let zero = std::vec![0u16; hidden];
+        let w = std::vec![bf(1.0); hidden];
+        let (mut ro, mut out) = (std::vec![0u16; hidden], std::vec![0u16; hidden]);
+        // An all-zero row with eps 0: 0 * (1 / sqrt(0)) is 0 * inf.
+        all_reduce_rmsnorm(&[&zero, &zero], &zero, &w, 0.0, &mut ro, &mut out).unwrap();
+        assert_eq!(ro, zero);
+        assert!(out.iter().all(|&o| o == NAN), "{out:x?}");
+        // A negative NaN with a payload and an infinity in the input.
+        let mut x = zero.clone();
+        x[0] = 0xffc1;
+        x[1] = bf(f32::INFINITY);
+        all_reduce_rmsnorm(&[&x, &zero], &zero, &w, 1e-6, &mut ro, &mut out).unwrap();
+        assert_eq!(ro[0], NAN);
+        assert!(out.iter().all(|&o| o == NAN), "{out:x?}");
+        assert_eq!(round(-f32::NAN), NAN);
+        assert_eq!(round(1.0), bf(1.0));
     }
 
     #[test]

@@ -639,3 +639,30 @@ fn fused_norm_three_calls_one_barrier_each_2_ranks() {
         }
     });
 }
+
+/// The fused op's call epoch on the device (`symm_driver::host::norm::BlockEpoch`): a call
+/// runs as 2 blocks, the next call starts when both ended (stream order: the block's thread
+/// is joined), and every block of call `k` must read epoch `k`, whichever block ends last.
+#[test]
+fn fused_norm_epoch_advances_once_per_call_of_2_blocks() {
+    use symm_driver::host::norm::BlockEpoch;
+    model(|| {
+        let epoch = Arc::new(BlockEpoch::default());
+        for call in 1..=3u64 {
+            // Block 1 on a thread of its own, block 0 on this one (loom's threads are few).
+            let other = {
+                let epoch = epoch.clone();
+                thread::spawn(move || {
+                    let e = epoch.begin();
+                    assert_eq!(e, call, "block 1 of call {call} read epoch {e}");
+                    epoch.end(e, 2);
+                })
+            };
+            let e = epoch.begin();
+            assert_eq!(e, call, "block 0 of call {call} read epoch {e}");
+            epoch.end(e, 2);
+            other.join().unwrap();
+        }
+        assert_eq!(epoch.begin(), 4);
+    });
+}

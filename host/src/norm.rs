@@ -15,11 +15,18 @@
 //!    [`symm_core::norm::all_reduce_rmsnorm`].
 //!
 //! A half is written again two calls later, after the next call's flags: a peer stores those
-//! only after it finished this call, so it reads nothing of the half any more. Under
+//! only after it finished this call, so it reads nothing of the half any more.
+//!
+//! The call's epoch is not a count the rank keeps but its [`BlockEpoch`], as on the device,
+//! where a call runs as several blocks: each block reads the epoch when it starts
+//! ([`BlockEpoch::begin`]) and, when it is done, counts itself finished; the last block of
+//! the call advances the epoch and clears the count ([`BlockEpoch::end`]). The next call
+//! starts after every block of this one ended (one stream: kernels in order), so all its
+//! blocks read the advanced epoch. Here a call is one block. Under
 //! `cfg(loom)` the atomics are loom's (`crate::sync`) and a waiting rank yields to loom, so
 //! `driver/tests/loom.rs` model-checks this very code.
 
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use symm_core::norm::{all_reduce_rmsnorm, check_hidden, NormError};
 
@@ -88,6 +95,36 @@ impl std::fmt::Display for NormThreadError {
 
 impl std::error::Error for NormThreadError {}
 
+/// A rank's call epoch on the device (see the module doc): the last call's epoch (`state[0]`
+/// of the kernel) and how many blocks of the running call finished (`state[1]`).
+///
+/// Its accesses are relaxed: what orders them is the stream (every block of a call starts
+/// after every block of the one before ended: a kernel boundary on the device, a join in the
+/// loom model) and, within a call, each block's own order (it reads the epoch before it
+/// counts itself finished, and the kernel fences before the count). The loom model checks the
+/// counting: every block of call `k` reads `k`, whichever block ends last.
+#[derive(Default)]
+pub struct BlockEpoch {
+    last: AtomicU64,
+    finished: AtomicU32,
+}
+
+impl BlockEpoch {
+    /// A block starts: the epoch of the call it belongs to.
+    pub fn begin(&self) -> u64 {
+        self.last.load(Ordering::Relaxed) + 1
+    }
+
+    /// A block of call `epoch`, which runs as `blocks` blocks, is done with everything of the
+    /// call (the kernel's `__threadfence` then `atomicAdd`); the last one advances the epoch.
+    pub fn end(&self, epoch: u64, blocks: u32) {
+        if self.finished.fetch_add(1, Ordering::Relaxed) + 1 == blocks {
+            self.finished.store(0, Ordering::Relaxed);
+            self.last.store(epoch, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Every rank's symmetric area (see the module doc).
 pub struct NormWorld {
     world: u16,
@@ -97,6 +134,8 @@ pub struct NormWorld {
     stage: Vec<[Vec<AtomicU64>; 2]>,
     /// Per rank: one flag word per sender.
     flags: Vec<Vec<AtomicU64>>,
+    /// Per rank: its call epoch.
+    epochs: Vec<BlockEpoch>,
     abort: AtomicBool,
     deadline: Duration,
 }
@@ -124,13 +163,14 @@ impl NormWorld {
             flags: (0..world)
                 .map(|_| (0..world).map(|_| AtomicU64::new(0)).collect())
                 .collect(),
+            epochs: (0..world).map(|_| BlockEpoch::default()).collect(),
             abort: AtomicBool::new(false),
             deadline,
         })
     }
 }
 
-/// One rank's side of the protocol: its rank and the calls it made.
+/// One rank's side of the protocol: its rank and the epoch of its running call.
 pub struct NormRank {
     rank: u16,
     epoch: u64,
@@ -168,10 +208,10 @@ impl NormRank {
                 want: w.max_rows,
             }));
         }
-        self.epoch += 1;
-        let e = self.epoch;
-        let half = (e % 2) as usize;
         let me = self.rank as usize;
+        let e = w.epochs[me].begin();
+        self.epoch = e;
+        let half = (e % 2) as usize;
         // 1. This rank's rows into its half.
         for (word, chunk) in w.stage[me][half].iter().zip(x.chunks(4)) {
             let mut b = [0u16; 4];
@@ -202,6 +242,7 @@ impl NormRank {
                 v
             })
             .collect();
+        w.epochs[me].end(e, 1);
         let refs: Vec<&[u16]> = staged.iter().map(|v| v.as_slice()).collect();
         let (mut res_out, mut out) = (vec![0u16; n], vec![0u16; n]);
         all_reduce_rmsnorm(&refs, residual, weight, eps, &mut res_out, &mut out)

@@ -180,15 +180,19 @@ pub const A2AV: Variant = Variant {
 
 /// The fused all-reduce + RMSNorm kernel's entry point.
 pub const NORM_ENTRY: &str = "symm_all_reduce_rmsnorm";
-/// Threads per block of the fused all-reduce + RMSNorm (`symm_core::norm::THREADS`).
+/// Threads per block of the fused all-reduce + RMSNorm (`symm_core::norm::THREADS`; the
+/// kernel's `SYMM_NORM_THREADS`, one of [`NORM`]'s defines).
 pub const NORM_THREADS: u32 = 256;
+/// Bits of the fused op's flag words below the call's epoch, which hold its rows (the kernel's
+/// `SYMM_NORM_ROW_BITS`; `symm_core::norm::MAX_ROWS` is `2^NORM_ROW_BITS - 1`).
+pub const NORM_ROW_BITS: u32 = 20;
 
 /// The fused all-reduce, residual add and RMSNorm (`symm_core::norm`).
 pub const NORM: Variant = Variant {
     name: "norm",
     file: "symm/norm.cu",
     source: NORM_CU,
-    defines: &[],
+    defines: &["SYMM_NORM_THREADS=256", "SYMM_NORM_ROW_BITS=20"],
     entries: &[NORM_ENTRY],
     multicast: false,
 };
@@ -212,5 +216,27 @@ pub const fn interp(trace: bool) -> Variant {
         INTERP_TRACE
     } else {
         INTERP
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::format;
+
+    #[test]
+    fn the_norm_kernel_is_compiled_with_the_constants_the_host_uses() {
+        let threads = format!("SYMM_NORM_THREADS={NORM_THREADS}");
+        let bits = format!("SYMM_NORM_ROW_BITS={NORM_ROW_BITS}");
+        assert!(
+            NORM.defines.contains(&threads.as_str()),
+            "{:?}",
+            NORM.defines
+        );
+        assert!(NORM.defines.contains(&bits.as_str()), "{:?}", NORM.defines);
+        // The source takes them from the defines, never its own numbers.
+        assert!(!NORM_CU.contains("#define SYMM_NORM_THREADS"));
+        assert!(!NORM_CU.contains("#define SYMM_NORM_ROW_BITS"));
     }
 }

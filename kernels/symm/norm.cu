@@ -22,9 +22,11 @@
 // reads nothing of this half any more. Flag words only grow, so a graph replays the kernel.
 #include "symm/reduce.cuh"
 
-#define SYMM_NORM_THREADS 256
-// Bits of a flag word below the epoch: the call's rows (fewer than 2^20).
-#define SYMM_NORM_ROW_BITS 20
+// SYMM_NORM_THREADS (threads of a block) and SYMM_NORM_ROW_BITS (bits of a flag word below the
+// epoch: the call's rows) come from the Rust side (symm_kernels::NORM's defines).
+#if !defined(SYMM_NORM_THREADS) || !defined(SYMM_NORM_ROW_BITS)
+#error "norm.cu is compiled with SYMM_NORM_THREADS and SYMM_NORM_ROW_BITS defined"
+#endif
 // Ranks whose copies of a vector a thread loads at once.
 #define SYMM_NORM_RANKS 8
 
@@ -56,6 +58,31 @@ static __device__ bool symm_norm_wait(const symm_norm_params& p, symm_u32 word, 
   }
   if (p.w.abort) *(volatile symm_u32*)p.w.abort = 1;
   return false;
+}
+
+// A launch this kernel cannot run (a block size or parameters the host never makes): one
+// thread records it (SYMM_STOP_BAD_OP) and raises the abort word, so the call fails loudly.
+static __device__ void symm_norm_refuse(const symm_norm_params& p) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  symm_timeout_record* rec = p.record;
+  if (rec->reason == 0) {
+    rec->rank = p.w.rank;
+    rec->peer = p.w.rank;
+    rec->slot = 0;
+    rec->expected = p.max_rows;
+    rec->found = p.rows;
+    rec->op_index = 0;
+    rec->channel = SYMM_MAX_CHANNELS - 1;
+    __threadfence_system();
+    rec->reason = SYMM_STOP_BAD_OP;
+    __threadfence_system();
+  }
+  if (p.w.abort) *(volatile symm_u32*)p.w.abort = 1;
+}
+
+// A value rounded as symm_core::norm::round rounds it: nearest even, every NaN as 0x7fc0.
+static __device__ __forceinline__ unsigned short symm_norm_round(float v) {
+  return v != v ? (unsigned short)0x7fc0 : symm_f32_to_bf16(v);
 }
 
 // a[k] for a k known only at run time, without indexing the register array (no local memory).
@@ -95,7 +122,7 @@ static __device__ __forceinline__ void symm_norm_residual(const float* s, const 
   unsigned short h[8];
 #pragma unroll
   for (int i = 0; i < 8; i++) {
-    h[i] = symm_f32_to_bf16(__fadd_rn(s[i], b[i]));
+    h[i] = symm_norm_round(__fadd_rn(s[i], b[i]));
     const float hf = symm_bf16_to_f32(h[i]);
     acc = __fadd_rn(acc, __fmul_rn(hf, hf));
   }
@@ -106,8 +133,10 @@ extern "C" __global__ void __launch_bounds__(SYMM_NORM_THREADS) symm_all_reduce_
   const symm_u32 W = p.w.world, me = p.w.rank, t = threadIdx.x;
   const symm_u32 H = p.hidden, vecs = H / 8;
   if (blockDim.x != SYMM_NORM_THREADS || W == 0 || (H & 7) != 0 || p.rows > p.max_rows ||
-      p.rows >> SYMM_NORM_ROW_BITS)
+      p.rows >> SYMM_NORM_ROW_BITS) {
+    symm_norm_refuse(p);
     return;
+  }
   symm_u64* state = (symm_u64*)symm_local(p.w, p.state);
   const symm_u64 epoch = state[0] + 1;
   const symm_u64 row_bytes = (symm_u64)H * 2;
@@ -200,8 +229,8 @@ extern "C" __global__ void __launch_bounds__(SYMM_NORM_THREADS) symm_all_reduce_
       unsigned short o[8];
 #pragma unroll
       for (int i = 0; i < 8; i++) {
-        const float n = symm_bf16_to_f32(symm_f32_to_bf16(__fmul_rn(h[i], rstd)));
-        o[i] = symm_f32_to_bf16(__fmul_rn(n, w[i]));
+        const float n = symm_bf16_to_f32(symm_norm_round(__fmul_rn(h[i], rstd)));
+        o[i] = symm_norm_round(__fmul_rn(n, w[i]));
       }
       out[v] = symm_norm_pack(o);
     }

@@ -66,7 +66,9 @@ def fused_all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e
     stream = j.current_stream()
     op = j.norms.get(hidden)
     if op is None or op.max_rows < rows:
-        grow = max(rows, _MIN_ROWS, 2 * op.max_rows if op is not None else 0)
+        # Doubling stops at the most rows an op holds (a larger call is refused there).
+        cap = max(rows, _symm.NORM_MAX_ROWS)
+        grow = min(max(rows, _MIN_ROWS, 2 * op.max_rows if op is not None else 0), cap)
         op = _symm.fused_norm(j.comm, hidden, grow, stream)
         j.norms[hidden] = op
     span = lambda t: (t.data_ptr(), t.numel() * 2)  # noqa: E731

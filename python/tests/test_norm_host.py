@@ -12,11 +12,11 @@ THREADS = 256
 
 
 def bf16_bits(f):
-    """float32 array -> bf16 bits, round to nearest even (NaN kept quiet)."""
+    """float32 array -> bf16 bits, round to nearest even (every NaN the one NaN, 0x7fc0)."""
     x = np.asarray(f, dtype=np.float32).view(np.uint32).astype(np.uint64)
     r = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)
     nan = np.isnan(np.asarray(f, dtype=np.float32))
-    return np.where(nan, ((x >> 16) | 0x40).astype(np.uint16), r)
+    return np.where(nan, np.uint16(0x7FC0), r)
 
 
 def bf16_f32(b):
@@ -64,6 +64,23 @@ def test_the_reference_is_the_rules_bit_for_bit(world, rows, hidden):
     want_res, want_out = reference(xs, res, w, 1e-5)
     assert np.frombuffer(got_res, dtype=np.uint16).tolist() == want_res.tolist()
     assert np.frombuffer(got_out, dtype=np.uint16).tolist() == want_out.tolist()
+
+
+def test_nan_and_infinity_give_the_one_nan():
+    hidden = 16
+    f = np.float32
+    xs = [bf16_bits(np.zeros(hidden, f)) for _ in range(2)]
+    xs[0][3] = 0xFFC1  # a negative NaN with a payload
+    xs[1][5] = bf16_bits(np.array([np.inf], f))[0]
+    res = bf16_bits(np.zeros(hidden, f))
+    w = bf16_bits(np.ones(hidden, f))
+    for eps in (0.0, 1e-6):
+        got_res, got_out = _symm.norm_reference([x.tobytes() for x in xs], res.tobytes(),
+                                                w.tobytes(), eps)
+        want_res, want_out = reference(xs, res, w, eps)
+        assert np.frombuffer(got_res, dtype=np.uint16).tolist() == want_res.tolist()
+        assert np.frombuffer(got_out, dtype=np.uint16).tolist() == want_out.tolist()
+        assert set(np.frombuffer(got_out, dtype=np.uint16).tolist()) == {0x7FC0}
 
 
 def test_the_reference_refuses_bad_shapes():

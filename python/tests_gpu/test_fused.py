@@ -44,9 +44,9 @@ def case(rows, hidden, salt):
     return xs, res, weight
 
 
-def want(xs, res, weight):
+def want(xs, res, weight, eps=EPS):
     raw = lambda t: t.contiguous().view(torch.int16).cpu().numpy().tobytes()  # noqa: E731
-    r, o = _symm.norm_reference([raw(x) for x in xs], raw(res), raw(weight), EPS)
+    r, o = _symm.norm_reference([raw(x) for x in xs], raw(res), raw(weight), eps)
     as_t = lambda b: torch.frombuffer(bytearray(b), dtype=torch.bfloat16).cuda()  # noqa: E731
     return as_t(r).view(res.shape), as_t(o).view(res.shape)
 
@@ -114,6 +114,38 @@ def test_a_graph_replays_with_new_inputs():
         symm.check()
         assert same_bits(h, r) and same_bits(out, o), salt
     del g
+
+
+def test_nan_and_infinity_write_the_reference_nan():
+    rows, hidden = 3, 1024
+    xs, res, weight = case(rows, hidden, 5)
+    for x in xs:
+        x[0].zero_()  # row 0 all zero with eps 0: 0 * inf
+    res[0].zero_()
+    xs[0][1, 7] = float("-nan")
+    xs[-1][2, 9] = float("inf")
+    x = xs[symm.rank()].clone()
+    out, h = symm.fused_all_reduce_rmsnorm(x, res.clone(), weight, 0.0)
+    symm.synchronize()
+    r, o = want(xs, res, weight, 0.0)
+    assert same_bits(h, r) and same_bits(out, o)
+    assert torch.isnan(out[0]).all() and torch.isnan(out[1]).all()
+
+
+def test_calls_on_two_streams_run_in_the_order_they_were_enqueued():
+    rows, hidden = 32, 8192
+    cases = [case(rows, hidden, 40 + k) for k in range(4)]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    mine = [(xs[symm.rank()].clone(), res.clone(), weight) for xs, res, weight in cases]
+    torch.cuda.synchronize()
+    outs = []
+    for k, (x, res, weight) in enumerate(mine):
+        with torch.cuda.stream(streams[k % 2]):
+            outs.append(symm.fused_all_reduce_rmsnorm(x, res, weight, EPS))
+    torch.cuda.synchronize()
+    for (xs, res, weight), (out, h) in zip(cases, outs):
+        r, o = want(xs, res, weight)
+        assert same_bits(h, r) and same_bits(out, o)
 
 
 def test_refusals_are_typed_and_the_op_still_works():

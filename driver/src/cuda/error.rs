@@ -211,6 +211,12 @@ pub enum CudaError {
         /// What was asked for.
         what: &'static str,
     },
+    /// The object was made before the communicator's last reset, which may have left its
+    /// state (a fused op's call epochs) different across ranks: make it again.
+    Stale {
+        /// What it is.
+        what: &'static str,
+    },
     /// The ranks called a collective with different arguments (checked the first time each
     /// set of arguments is used).
     RanksDiffer {

@@ -15,7 +15,7 @@
 //! [`Poison`] is the Comm's poison: an atomic flag read on every call (no lock while the Comm
 //! is healthy) and the first error's text.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::Comm;
@@ -116,6 +116,9 @@ pub(crate) struct Poison {
     /// Raised with `why`: what every call reads first (no lock while it is down).
     set: AtomicBool,
     why: Mutex<Option<String>>,
+    /// How many times it was lifted: state made before a lift (a layer's epochs) may differ
+    /// across ranks after it.
+    lifts: AtomicU64,
 }
 
 impl Poison {
@@ -149,8 +152,14 @@ impl Poison {
     pub(crate) fn lift(&self) {
         if let Ok(mut p) = self.why.lock() {
             *p = None;
+            self.lifts.fetch_add(1, Ordering::AcqRel);
             self.set.store(false, Ordering::Release);
         }
+    }
+
+    /// How many times it was lifted (what state made before a reset remembers).
+    pub(crate) fn lifts(&self) -> u64 {
+        self.lifts.load(Ordering::Acquire)
     }
 }
 
@@ -168,8 +177,10 @@ mod tests {
             Err(CudaError::Poisoned(why)) => assert!(why.contains('3'), "{why}"),
             r => panic!("{r:?}"),
         }
+        assert_eq!(p.lifts(), 0);
         p.lift();
         assert!(p.check().is_ok());
+        assert_eq!(p.lifts(), 1);
         p.raise_with(|| "again".into());
         assert!(matches!(p.check(), Err(CudaError::Poisoned(w)) if w == "again"));
     }

@@ -10,6 +10,11 @@
 //! barrier per call, halves picked by the epoch's parity, the rows carried in the flag words
 //! so ranks that call with different rows fail at once with [`CudaError::RanksDiffer`]) is
 //! in the kernel's header.
+//!
+//! The protocol assumes one call at a time, in the order every rank enqueued them: calls on
+//! different streams are ordered like the job's collectives (`order`), and an op made before a
+//! [`Comm::reset`] (whose failure may have left the ranks' epochs apart) is refused
+//! ([`CudaError::Stale`]): make a new one.
 
 use std::sync::Arc;
 
@@ -31,9 +36,14 @@ pub const NORM_MAX_BLOCKS: u32 = 128;
 /// once, and at world 4 on H100s 128 blocks reading 128 rows ran 2.6x slower than 32 (the
 /// links congest), while at world 2 128 blocks were 1.8x faster than 32.
 const NORM_BLOCK_RANKS: u32 = 256;
-/// Most rows of a call: the rows travel in the low 20 bits of a flag word, so a peer whose
-/// call has other rows is named on the device (`RanksDiffer`), not waited for.
-pub const NORM_MAX_ROWS: u32 = (1 << 20) - 1;
+/// Most rows of a call ([`symm_core::norm::MAX_ROWS`]): a peer whose call has other rows is
+/// named on the device (`RanksDiffer`), not waited for.
+pub const NORM_MAX_ROWS: u32 = symm_core::norm::MAX_ROWS;
+
+// The kernel is compiled with the host's constants (`symm_kernels::NORM`'s defines); these are
+// the specification's.
+const _: () = assert!(symm_kernels::NORM_THREADS as usize == symm_core::norm::THREADS);
+const _: () = assert!(NORM_MAX_ROWS == (1 << symm_kernels::NORM_ROW_BITS) - 1);
 
 /// The fused all-reduce + RMSNorm of one width (see the module doc).
 pub struct FusedNorm {
@@ -47,6 +57,8 @@ pub struct FusedNorm {
     flags: u64,
     stage: u64,
     kernel: Arc<Kernel>,
+    /// The Comm's resets when it was made: its epochs are not used across one.
+    resets: u64,
 }
 
 impl std::fmt::Debug for FusedNorm {
@@ -196,6 +208,7 @@ impl FusedNorm {
             flags: block + flags,
             stage: block + stage,
             kernel,
+            resets: comm.poison.lifts(),
         })
     }
 
@@ -235,6 +248,11 @@ impl FusedNorm {
                 what: "the fused all-reduce + RMSNorm",
             });
         }
+        if self.resets != comm.poison.lifts() {
+            return Err(CudaError::Stale {
+                what: "the fused all-reduce + RMSNorm",
+            });
+        }
         tensors.block_in_use(self.block)?;
         let rows = norm_rows(self.hidden, self.max_rows, a)?;
         if rows == 0 {
@@ -262,11 +280,15 @@ impl FusedNorm {
             max_rows: self.max_rows,
             eps: a.eps,
         };
-        if stream.capturing_bound()? {
+        let capturing = stream.capturing_bound()?;
+        if capturing {
             tensors.pin_to_capture(stream, &[(self.block, self.block_len)])?;
         }
         let blocks = norm_blocks(rows, self.world);
-        let _order = comm.launch_lock()?;
+        let mut l = comm.launch_lock()?;
+        // Calls on different streams run one at a time, in the order they were enqueued, as
+        // the job's collectives do (the epochs and staging halves assume it).
+        let record = comm.order_before(&mut l.order, 0, stream, Some(capturing))?;
         // SAFETY: `NormParams` is `symm_norm_params` field for field; the heap offsets lie in
         // the op's block (state, flags for NORM_MAX_BLOCKS blocks, two halves of max_rows
         // rows), the spans were checked above to hold `rows` rows (the weight one) in memory
@@ -279,7 +301,8 @@ impl FusedNorm {
         if let Err(e) = &r {
             comm.poison.raise(e);
         }
-        r
+        r?;
+        comm.ordered_after(&l.order, 0, stream, record)
     }
 }
 

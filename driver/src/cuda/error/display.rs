@@ -140,6 +140,10 @@ impl fmt::Display for CudaError {
             CudaError::LockPoisoned { what } => {
                 write!(f, "the {what} lock is poisoned (a thread panicked)")
             }
+            CudaError::Stale { what } => write!(
+                f,
+                "{what} was made before the communicator's last reset: make it again"
+            ),
             CudaError::WrongOwner { what } => write!(f, "{what} belongs to another owner"),
             CudaError::TraceMerge { part, why, error } => {
                 write!(f, "trace merge: ")?;

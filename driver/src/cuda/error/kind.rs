@@ -92,9 +92,10 @@ impl CudaError {
                 HeapError::Divergence(_) => K::RanksDiffer,
                 _ => K::InvalidArgument,
             },
-            CudaError::Pinned | CudaError::NotPrepared | CudaError::Capturing { .. } => {
-                K::InvalidState
-            }
+            CudaError::Pinned
+            | CudaError::NotPrepared
+            | CudaError::Capturing { .. }
+            | CudaError::Stale { .. } => K::InvalidState,
             CudaError::Diverged { .. }
             | CudaError::Disagree { .. }
             | CudaError::RanksDiffer { .. }
@@ -331,6 +332,7 @@ mod tests {
             ),
             (CudaError::LockPoisoned { what: "plans" }, K::Device),
             (CudaError::WrongOwner { what: "team" }, K::InvalidArgument),
+            (CudaError::Stale { what: "op" }, K::InvalidState),
             (
                 CudaError::TraceMerge {
                     part: None,
@@ -509,13 +511,13 @@ mod tests {
         for (e, kind) in &cases {
             assert_eq!(e.kind(), *kind, "{e:?}");
         }
-        // Every variant of CudaError (60) appears above; a new one must be added here, as
+        // Every variant of CudaError (61) appears above; a new one must be added here, as
         // `kind` makes it be added there.
         let variants: std::collections::HashSet<_> = cases
             .iter()
             .map(|(e, _)| std::mem::discriminant(e))
             .collect();
-        assert_eq!(variants.len(), 60);
+        assert_eq!(variants.len(), 61);
         assert_eq!(CudaError::PeerLost { rank: 2 }.lost_rank(), Some(2));
         assert_eq!(CudaError::Poisoned(s()).lost_rank(), None);
         let lost = boot(BootstrapError::Poisoned(Box::new(
