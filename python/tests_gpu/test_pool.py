@@ -143,3 +143,26 @@ def test_torch_retries_of_a_refused_segment_keep_the_ranks_in_step():
     symm.all_reduce(t)
     symm.synchronize()
     assert torch.equal(t, torch.full_like(t, ranks_sum()))
+
+
+def test_a_pool_tensor_of_an_earlier_job_is_refused():
+    """Last in the file: it ends the module's job and starts another."""
+    r = symm.rank()
+    with torch.cuda.use_mem_pool(symm.mem_pool()):
+        old = torch.full((1 << 20,), float(r + 1), device="cuda")
+    assert symm.is_symmetric(old)
+    symm.finalize()
+    symm.init(heap_bytes=512 << 20)
+    assert not symm.is_symmetric(old)
+    for op in (lambda: symm.all_reduce(old),
+               lambda: symm.all_reduce(old, algorithm="two_shot")):
+        with pytest.raises(ValueError, match="another communicator"):
+            op()
+    # The new job is unharmed, and its own pool serves.
+    with torch.cuda.use_mem_pool(symm.mem_pool()):
+        t = torch.full((1 << 20,), float(r + 1), device="cuda")
+    assert symm.is_symmetric(t)
+    symm.all_reduce(t)
+    symm.synchronize()
+    assert torch.equal(t, torch.full_like(t, ranks_sum()))
+    del old

@@ -11,9 +11,14 @@
 //! Teardown runs in the reverse order of setup and leaves nothing behind: unmap every peer,
 //! release every handle (the memory is freed when its last handle goes), free the range. The
 //! live counts in [`live`] let tests check that.
+//!
+//! The process keeps the reserved range of every live heap ([`in_a_heap`]): memory there is
+//! symmetric memory of some communicator, which another communicator must not take for plain
+//! device memory of its own (a framework's tensor from an earlier job's pool, say).
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
 
 use super::device::{Ctx, Device};
 use super::error::{check, driver, CudaError, Result};
@@ -23,6 +28,20 @@ use super::rendezvous::Bootstrap;
 static LIVE_HANDLES: AtomicI64 = AtomicI64::new(0);
 static LIVE_MAPS: AtomicI64 = AtomicI64::new(0);
 static LIVE_RANGES: AtomicI64 = AtomicI64::new(0);
+/// The reserved range (base, bytes) of every live heap of this process.
+static HEAP_RANGES: Mutex<Vec<(DevPtr, u64)>> = Mutex::new(Vec::new());
+
+fn heap_ranges() -> std::sync::MutexGuard<'static, Vec<(DevPtr, u64)>> {
+    HEAP_RANGES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether device address `ptr` lies in the reserved range of a live symmetric heap of this
+/// process (any rank's part of it).
+pub fn in_a_heap(ptr: DevPtr) -> bool {
+    heap_ranges()
+        .iter()
+        .any(|&(b, n)| ptr >= b && ptr - b < n)
+}
 
 /// Live (handles, mappings, reserved ranges) in this process.
 pub fn live() -> (i64, i64, i64) {
@@ -148,6 +167,10 @@ impl Drop for Range {
             unsafe { (api.mem_address_free)(self.base, self.size) };
             LIVE_RANGES.fetch_sub(1, Ordering::Relaxed);
         }
+        let mut r = heap_ranges();
+        if let Some(i) = r.iter().position(|&(b, _)| b == self.base) {
+            r.swap_remove(i);
+        }
     }
 }
 
@@ -240,6 +263,7 @@ impl SymmetricHeap {
             (api.mem_address_reserve)(&mut base, span as usize, g as usize, 0, 0)
         })?;
         LIVE_RANGES.fetch_add(1, Ordering::Relaxed);
+        heap_ranges().push((base, span));
         let mut heap = SymmetricHeap {
             maps: Vec::with_capacity(world as usize),
             handles: Vec::with_capacity(world as usize),

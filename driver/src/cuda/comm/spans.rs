@@ -369,11 +369,17 @@ impl Comm {
         // Memory of the driver's virtual memory API has no context: its device says whose
         // it is (a peer's memory mapped here is not this rank's).
         let ours = (ctx.is_null() || ctx == self.dev.context()) && ordinal == self.dev.ordinal();
-        if inside && ours {
-            Ok(())
-        } else {
-            Err(bad)
+        if !(inside && ours) {
+            return Err(bad);
         }
+        // Symmetric memory, but not of this rank's part of this heap (the caller looked there
+        // first): another communicator's, or a peer's.
+        if crate::cuda::vmm::in_a_heap(s.ptr) {
+            return Err(CudaError::WrongOwner {
+                what: "memory of another communicator's symmetric heap (or of a peer)",
+            });
+        }
+        Ok(())
     }
 }
 
