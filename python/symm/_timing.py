@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 
 def graph_run(torch: Any, fn: Callable[[], Any], calls: int, replays: int,
-              pool: Any = None) -> tuple[float, Any]:
+              pool: Any = None, together: Optional[Callable[[], Any]] = None
+              ) -> tuple[float, Any]:
     """Runs ``fn`` once eagerly (what symm admits before a capture), captures ``calls`` calls of
     it in a CUDA graph on a side stream, and times ``replays`` replays after one untimed replay:
     microseconds per call, and the last call's result after that first replay (zeroed before
     it, when it is a tensor, so the replay must write it: what a check of the graph's output
     needs). ``pool``: the memory pool the capture allocates from (a ``MemPool``'s id).
+    ``together``: a host barrier of the ranks, run just before the timed replays, so no rank's
+    time holds the wait for a rank that came late to them.
     """
     fn()
     torch.cuda.synchronize()
@@ -32,6 +35,9 @@ def graph_run(torch: Any, fn: Callable[[], Any], calls: int, replays: int,
     torch.cuda.synchronize()
     if isinstance(out, torch.Tensor):
         out = out.clone()
+    if together is not None:
+        torch.cuda.synchronize()
+        together()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
     for _ in range(replays):

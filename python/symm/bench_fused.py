@@ -135,7 +135,8 @@ def run(a: argparse.Namespace) -> int:
                     us = eager_median(torch, fn, a.iters, 1)
                     got = fn()
                 else:
-                    us, got = graph_run(torch, fn, a.graph_calls, max(2, a.iters // 2))
+                    us, got = graph_run(torch, fn, a.graph_calls, max(2, a.iters // 2),
+                                        together=dist.barrier)
                 torch.cuda.synchronize()
                 if name == "symm_fused":
                     wrong = int((got.view(torch.int16) != want.view(torch.int16)).sum().item())

@@ -263,7 +263,8 @@ def run(a: argparse.Namespace) -> int:
                             # (entering the pool again inside the capture is refused).
                             fwd(x)
                             us, out = graph_run(torch, lambda x=x: layer(x), a.graph_calls,
-                                                replays, graph_pool.get(name))
+                                                replays, graph_pool.get(name),
+                                                together=dist.barrier)
                         wrong, rel = (0, 0.0) if name == "none" else compare(out, refs[t])
                         del out
                         torch.cuda.synchronize()
