@@ -98,9 +98,13 @@ impl Grader {
         }
     }
 
-    /// A failure of `case` with the lab's hint, or the general one.
+    /// A failure of `case` with the hint its evidence gives ([`Problem::evidence`]), else the
+    /// lab's hint, else the general one.
     pub fn fail(case: &Case, problem: Problem, hints: Hints) -> Box<Failure> {
-        let hint = hints(&problem).or_else(|| problem.hint().map(String::from));
+        let hint = problem
+            .evidence(&case.req)
+            .or_else(|| hints(&problem))
+            .or_else(|| problem.hint().map(String::from));
         Box::new(Failure {
             case: case.label.clone(),
             req: case.req,

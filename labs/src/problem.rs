@@ -535,6 +535,38 @@ impl Problem {
         Words { problem: self, req }
     }
 
+    /// A hint from what the checker found, before any hint chosen by the kind of problem
+    /// (`req` is the case's request, for its slot layout). For a deadlock: a rank waiting on a
+    /// slot only it could signal, or for more signals than the slot's writer sends in its whole
+    /// schedule, which means the wait (or the signal) names the wrong peer.
+    pub fn evidence(&self, req: &Request) -> Option<String> {
+        let Problem::Deadlock { chain } = self else {
+            return None;
+        };
+        let layout = req.layout();
+        let writer = |b: &Blocked| layout.key(b.slot).map(|k| k.peer);
+        if let Some(b) = chain.iter().find(|b| writer(b) == Some(b.rank)) {
+            return Some(format!(
+                "rank {r} waits on its own slot ({}): no rank signals itself, so the wait must \
+                 name the peer whose signal it needs (k.wait(peer, kind, n))",
+                slot_words(&layout, b.slot),
+                r = b.rank
+            ));
+        }
+        let b = chain.iter().find(|b| b.sent_in_all < b.target)?;
+        let p = writer(b)?;
+        Some(format!(
+            "rank {r} waits for {t} signal{ts} on slot {}, but rank {p} sends rank {r} only {n} \
+             in its whole schedule: the wait names the wrong peer (or kind), or rank {p}'s \
+             signal goes to another rank; find the rank that writes what rank {r} reads next",
+            slot_words(&layout, b.slot),
+            r = b.rank,
+            t = b.target,
+            ts = if b.target == 1 { "" } else { "s" },
+            n = b.sent_in_all
+        ))
+    }
+
     /// A general hint for this kind of problem.
     pub fn hint(&self) -> Option<&'static str> {
         Some(match self {

@@ -17,6 +17,10 @@ enum Mistake {
     Offset,
     Order,
     NoReadyWait,
+    /// The Data waits name the next rank, which sends its Data to its own next.
+    WaitNext,
+    /// The Data waits name the rank itself.
+    WaitSelf,
 }
 
 fn ring(k: &Kit, m: Mistake) -> Vec<Op> {
@@ -36,7 +40,7 @@ fn ring(k: &Kit, m: Mistake) -> Vec<Op> {
             _ => (me + w - step) % w,
         };
         if step > 0 {
-            ops.push(k.wait(k.prev(), Data, 1));
+            ops.push(k.wait(data_from(k, m), Data, 1));
         }
         let at = block * n;
         let to = if m == Mistake::Offset {
@@ -55,8 +59,17 @@ fn ring(k: &Kit, m: Mistake) -> Vec<Op> {
             ops.extend([copy, k.signal(k.next(), Data)]);
         }
     }
-    ops.push(k.wait(k.prev(), Data, 1));
+    ops.push(k.wait(data_from(k, m), Data, 1));
     ops
+}
+
+/// The rank a Data wait names: the previous one, unless the mistake names another.
+fn data_from(k: &Kit, m: Mistake) -> u16 {
+    match m {
+        Mistake::WaitNext => k.next(),
+        Mistake::WaitSelf => k.rank(),
+        _ => k.prev(),
+    }
 }
 
 fn grade(m: Mistake, out: Option<std::path::PathBuf>) -> Result<(), Box<Failure>> {
@@ -188,4 +201,18 @@ fn lab_3_skeleton_imports_credit() {
         .find(|l| l.starts_with("use symm_core::signal::SlotKind::"))
         .unwrap_or("");
     assert!(imports.contains("Credit"), "{imports}");
+}
+
+#[test]
+fn a_wait_naming_the_wrong_peer_is_named_from_the_signal_count() {
+    let (f, hint) = fail(Mistake::WaitNext);
+    assert!(matches!(f.problem, Problem::Deadlock { .. }), "{f}");
+    assert!(hint.contains("names the wrong peer"), "{f}");
+    assert!(hint.contains("only 0"), "{f}");
+}
+
+#[test]
+fn a_rank_waiting_on_its_own_slot_is_named() {
+    let (f, hint) = fail(Mistake::WaitSelf);
+    assert!(hint.contains("waits on its own slot"), "{f}\nhint: {hint}");
 }
