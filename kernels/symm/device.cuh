@@ -107,16 +107,31 @@ static __device__ __forceinline__ bool symm_cmp_holds(int cmp, symm_u64 value, s
 // Signals.
 // ---------------------------------------------------------------------------------------------
 
+// Whether a PTX semantics string is "release".
+static __device__ constexpr bool symm_sem_is_release(const char* s) {
+  return s[0] == 'r' && s[1] == 'e' && s[2] == 'l' && s[3] == 'e' && s[4] == 'a' && s[5] == 's' &&
+         s[6] == 'e' && s[7] == 0;
+}
+
+// The store or add of a signal to `p` at system scope. With the release qualifier
+// (SYMM_SEM_SIGNAL_*, from symm_core::signal::order) the write is itself a release, which PTX
+// defines as a fence.acq_rel followed by the strong write: every earlier write of this thread,
+// and of the threads a barrier ordered before it, is visible before the signal, and a fence of
+// its own in front would only add a second system fence. Any weaker qualifier gets the fence.
+static __device__ __forceinline__ void symm_signal_word(symm_u64* p, int sigop, symm_u64 value) {
+  if (sigop == SYMM_SIGNAL_SET) {
+    if constexpr (!symm_sem_is_release(SYMM_SEM_SIGNAL_SET)) symm_fence();
+    symm_st_signal(p, value);
+  } else {
+    if constexpr (!symm_sem_is_release(SYMM_SEM_SIGNAL_ADD)) symm_fence();
+    symm_red_signal(p, value);
+  }
+}
+
 // Updates `peer`'s slot at heap offset `pad + slot * 8` with SET or ADD, release at system scope.
 static __device__ __forceinline__ void symm_signal(const symm_world& w, symm_u64 pad, symm_u32 slot,
                                                    symm_u32 peer, int sigop, symm_u64 value) {
-  symm_u64* p = (symm_u64*)symm_ptr(w, peer, pad + (symm_u64)slot * 8);
-  symm_fence();
-  if (sigop == SYMM_SIGNAL_SET) {
-    symm_st_signal(p, value);
-  } else {
-    symm_red_signal(p, value);
-  }
+  symm_signal_word((symm_u64*)symm_ptr(w, peer, pad + (symm_u64)slot * 8), sigop, value);
 }
 
 // The deadline a wait uses: `deadline_ns`, or the default for 0, never past the maximum.

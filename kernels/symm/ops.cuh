@@ -595,12 +595,7 @@ static __device__ __forceinline__ void symm_run_op(const symm_interp_params& p, 
             asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(slot), "l"(op.count) : "memory");
           }
         } else {
-          symm_fence();
-          if (op.sigop == SYMM_SIGNAL_SET) {
-            symm_st_signal(slot, op.count);
-          } else {
-            symm_red_signal(slot, op.count);
-          }
+          symm_signal_word(slot, op.sigop, op.count);
         }
       }
       break;
