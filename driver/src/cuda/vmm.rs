@@ -38,9 +38,7 @@ fn heap_ranges() -> std::sync::MutexGuard<'static, Vec<(DevPtr, u64)>> {
 /// Whether device address `ptr` lies in the reserved range of a live symmetric heap of this
 /// process (any rank's part of it).
 pub fn in_a_heap(ptr: DevPtr) -> bool {
-    heap_ranges()
-        .iter()
-        .any(|&(b, n)| ptr >= b && ptr - b < n)
+    heap_ranges().iter().any(|&(b, n)| ptr >= b && ptr - b < n)
 }
 
 /// Live (handles, mappings, reserved ranges) in this process.
