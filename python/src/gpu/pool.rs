@@ -121,7 +121,11 @@ pub extern "C" fn symm_pool_alloc(size: usize, device: c_int, stream: *mut c_voi
         }
         got
     }))
-    .unwrap_or(Err(String::new()));
+    .unwrap_or_else(|_| {
+        let why = "the allocator panicked".to_string();
+        slot().get_or_insert_with(Slot::default).refused = Some(why.clone());
+        Err(why)
+    });
     match got {
         Ok(p) => p as usize as *mut c_void,
         Err(_) => std::ptr::null_mut(),
