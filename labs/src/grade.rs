@@ -1,9 +1,11 @@
 //! Grading a lab: which schedule runs (the student's or the reference solution), what passed,
 //! and the first failure with its hint.
 
+use crate::evidence::{evidence, Cause};
 use crate::problem::Problem;
 use crate::run::{self, Case, Passed, Plan};
 use std::path::PathBuf;
+use symm_core::op::Op;
 use symm_core::sched::Request;
 
 /// Whose code a check runs.
@@ -26,6 +28,8 @@ pub struct Failure {
     pub problem: Problem,
     /// The lab's hint, or the problem's general one.
     pub hint: Option<String>,
+    /// The cause the hint names, when it came from the evidence ([`crate::evidence`]).
+    pub cause: Option<Cause>,
 }
 
 impl std::fmt::Display for Failure {
@@ -98,11 +102,14 @@ impl Grader {
         }
     }
 
-    /// A failure of `case` with the hint its evidence gives ([`Problem::evidence`]), else the
-    /// lab's hint, else the general one.
-    pub fn fail(case: &Case, problem: Problem, hints: Hints) -> Box<Failure> {
-        let hint = problem
-            .evidence(&case.req)
+    /// A failure of `case` with the hint its evidence gives ([`crate::evidence`], from the
+    /// failing `streams`: empty when they could not be built), else the lab's hint, else the
+    /// general one.
+    pub fn fail(case: &Case, problem: Problem, hints: Hints, streams: &[Vec<Op>]) -> Box<Failure> {
+        let found = evidence(&problem, &case.req, streams);
+        let cause = found.as_ref().map(|e| e.cause);
+        let hint = found
+            .map(|e| e.words)
             .or_else(|| hints(&problem))
             .or_else(|| problem.hint().map(String::from));
         Box::new(Failure {
@@ -110,6 +117,7 @@ impl Grader {
             req: case.req,
             problem,
             hint,
+            cause,
         })
     }
 
@@ -120,6 +128,7 @@ impl Grader {
             req: case.req,
             problem: Problem::Lab(message),
             hint: Some(hint.to_string()),
+            cause: None,
         })
     }
 
@@ -132,7 +141,8 @@ impl Grader {
             }
             Err(problem) => {
                 self.failed_trace(case, plan);
-                Err(Self::fail(case, problem, hints))
+                let streams = run::build(case, plan).unwrap_or_default();
+                Err(Self::fail(case, problem, hints, &streams))
             }
         }
     }

@@ -110,7 +110,7 @@ pub fn check(g: &mut Grader) -> Graded {
         }
     }
     g.note("pass  min_slots agrees with the library's Request::min_slots for worlds 2..=6");
-    let streams = run::build(&one, plan).map_err(|p| Grader::fail(&one, p, &hint))?;
+    let streams = run::build(&one, plan).map_err(|p| Grader::fail(&one, p, &hint, &[]))?;
     match run::symbolic(&one.req, &streams, 0, true).result {
         Err(p @ Problem::Deadlock { .. }) => {
             g.note(format!(

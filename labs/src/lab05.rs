@@ -68,6 +68,11 @@ fn hint(p: &Problem) -> Option<String> {
 /// Grades lab 5.
 pub fn check(g: &mut Grader) -> Graded {
     let plan: Plan = g.pick(&skeleton::broadcast, &solution::broadcast);
+    check_plan(g, plan)
+}
+
+/// Grades `plan` as lab 5's broadcast.
+pub fn check_plan(g: &mut Grader, plan: Plan) -> Graded {
     let show = case(8, 0, 32, 4);
     g.traces(&show, plan, &solution::broadcast);
     for (w, root, n, chunk) in [

@@ -162,7 +162,7 @@ pub fn check(g: &mut Grader) -> Graded {
             (Ok(a), Ok(b)) => (a, b),
             (Err(p), _) | (_, Err(p)) => {
                 let c = case(Algorithm::TwoShot, WORLD, bytes / 4);
-                return Err(Grader::fail(&c, p, &hint));
+                return Err(Grader::fail(&c, p, &hint, &[]));
             }
         };
         if sim_cross.is_none() && s2 < s1 {

@@ -15,6 +15,7 @@ pub mod solution;
 
 pub mod moe;
 
+use crate::evidence::Cause;
 use crate::grade::{Graded, Grader};
 use crate::kit::Kit;
 use crate::problem::Problem;
@@ -26,7 +27,7 @@ use symm_core::sched::{alltoallv_capacity, Algorithm, Collective, Request};
 use symm_driver::host::{alltoallv_reference, random_inputs};
 
 /// A counts signature: rank r's function of the world's counts.
-type Routed<'a> = &'a dyn Fn(&Kit, &[u64]) -> Vec<Op>;
+pub type Routed<'a> = &'a dyn Fn(&Kit, &[u64]) -> Vec<Op>;
 
 fn all_to_all(world: u16, n: u64) -> Case {
     let req = Request::new(
@@ -94,12 +95,37 @@ fn hint(p: &Problem) -> Option<String> {
     })
 }
 
+/// A combine that sends what dispatch's counts say, not their transpose: rank r returns to q
+/// `counts[r][q]` elements where q sent it `counts[q][r]`.
+fn untransposed(c: &Case, plan: Plan, counts: &[u64]) -> Option<String> {
+    let w = c.req.world as usize;
+    let streams = run::build(c, plan).ok()?;
+    let mut sent = vec![0u64; w * w];
+    for (s, ops) in streams.iter().enumerate() {
+        let r = s / c.req.channels.max(1) as usize;
+        for op in ops {
+            if let Op::Copy { dst, bytes, .. } = *op {
+                if let Some(x) = sent.get_mut(r * w + dst.rank as usize) {
+                    *x += bytes / c.req.dtype.size();
+                }
+            }
+        }
+    }
+    let back = transpose(counts, c.req.world);
+    (sent == counts && sent != back).then(|| {
+        "combine returns with dispatch's counts: rank r sends q counts[r * world + q] elements, \
+         but q sent r counts[q * world + r] in dispatch, and that is what goes back; the two \
+         sides disagree on the map: transpose the counts"
+            .into()
+    })
+}
+
 /// Dispatch then combine on the simulator must return every rank's routed tokens home.
 fn round_trip(g: &mut Grader, world: u16, dispatch: Routed, combine: Routed) -> Graded {
     let counts = routing(world, 1);
     let there = routed("dispatch", world, &counts);
     let back = routed("combine", world, &counts);
-    let fail = |p: Problem| Grader::fail(&there, p, &hint);
+    let fail = |p: Problem| Grader::fail(&there, p, &hint, &[]);
     let go = run::build(&there, &|k: &Kit| dispatch(k, &counts)).map_err(fail)?;
     let ret = run::build(&back, &|k: &Kit| combine(k, &counts)).map_err(fail)?;
     let host = |error| {
@@ -110,6 +136,7 @@ fn round_trip(g: &mut Grader, world: u16, dispatch: Routed, combine: Routed) -> 
                 error,
             },
             &hint,
+            &[],
         )
     };
     let inputs = random_inputs(&there.req, 5);
@@ -145,6 +172,19 @@ pub fn check(g: &mut Grader) -> Graded {
     let combine: Routed = g.pick(&skeleton::combine, &solution::combine);
     let route: moe::RouteFn = g.pick(&skeleton::route, &solution::route);
     let rows: RowFn = g.pick(&skeleton::expert_row, &solution::expert_row);
+    check_parts(g, a2a, dispatch, combine, route, rows)
+}
+
+/// Grades the parts of lab 9: the all-to-all, the all-to-allv's dispatch and combine, and the
+/// MoE placement.
+pub fn check_parts(
+    g: &mut Grader,
+    a2a: Plan,
+    dispatch: Routed,
+    combine: Routed,
+    route: moe::RouteFn,
+    rows: RowFn,
+) -> Graded {
     let b = moe::showcase();
     g.traces(
         &moe::dispatch_case(&b),
@@ -170,11 +210,15 @@ pub fn check(g: &mut Grader) -> Graded {
             &hint,
         )?;
         let back = transpose(&counts, w);
-        g.case(
-            &routed("combine", w, &back),
-            &|k: &Kit| combine(k, &counts),
-            &hint,
-        )?;
+        let c = routed("combine", w, &back);
+        let plan = |k: &Kit| combine(k, &counts);
+        g.case(&c, &plan, &hint).map_err(|mut f| {
+            if let Some(h) = untransposed(&c, &plan, &counts) {
+                f.hint = Some(h);
+                f.cause = Some(Cause::Mapping);
+            }
+            f
+        })?;
     }
     round_trip(g, 4, dispatch, combine)?;
     round_trip(g, 5, dispatch, combine)?;

@@ -22,10 +22,13 @@
 // Lab files are written as a student's crate would write them: `use symm_labs::...`.
 extern crate self as symm_labs;
 
+pub mod catalogue;
+pub mod evidence;
 #[cfg(not(loom))]
 pub mod gpu;
 pub mod grade;
 pub mod kit;
+pub mod mistakes;
 pub mod problem;
 pub mod rules;
 pub mod run;

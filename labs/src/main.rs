@@ -10,6 +10,7 @@ const USAGE: &str = "usage: symm-labs list
        symm-labs check N [--solution] [--slots S] [--out DIR]
        symm-labs run N --gpu [--solution] [--out DIR]
        symm-labs grade-all
+       symm-labs bugs
   list        the labs
   check N     grade lab N: the student's skeleton.rs (--solution: the reference solution);
               writes yours.trace and reference.trace to DIR (default <target>/labs/NN);
@@ -19,7 +20,9 @@ const USAGE: &str = "usage: symm-labs list
               through symm's plan interpreter, check its outputs with the checker and compare
               its GPU trace op by op with the simulator's; writes gpu.trace and
               simulated.trace to DIR. Without a GPU it says so in one line.
-  grade-all   every solution must pass and every skeleton must fail (what CI runs)";
+  grade-all   every solution must pass and every skeleton must fail (what CI runs)
+  bugs        the bug catalogue: realistic bugs planted in every lab's solution; each must
+              fail its lab's check, and the table says whose hint names its cause";
 
 fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR").filter(|p| !p.is_empty()) {
@@ -220,6 +223,15 @@ fn run(args: &[String]) -> Result<bool, String> {
             Ok(true)
         }
         ["grade-all"] => Ok(grade_all()),
+        ["bugs"] => {
+            let outcomes: Vec<_> = symm_labs::catalogue::bugs()
+                .iter()
+                .map(symm_labs::catalogue::run)
+                .collect();
+            let (table, holds) = symm_labs::catalogue::report(&outcomes);
+            print!("{table}");
+            Ok(holds)
+        }
         ["check", n, rest @ ..] => {
             let (n, l, mut out) = lab_arg(n)?;
             let mut which = Which::Student;

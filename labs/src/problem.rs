@@ -86,6 +86,18 @@ pub enum Problem {
         /// The peer whose buffers it touches.
         peer: u16,
     },
+    /// A rank touches a peer's buffers after every stream of that peer finished: the peer may
+    /// already have returned, and its caller reuse the buffers.
+    TouchAfterDone {
+        /// The rank running the op.
+        rank: u16,
+        /// Op index.
+        index: usize,
+        /// The op.
+        op: Op,
+        /// The finished peer.
+        peer: u16,
+    },
     /// A rank signals a slot that names another rank as its writer.
     ForeignSlot {
         /// The signalling rank.
@@ -386,6 +398,16 @@ impl fmt::Display for Words<'_> {
                  touch' (rank {peer} may not have entered the collective yet)",
                 op(o)
             ),
+            Problem::TouchAfterDone {
+                rank,
+                index,
+                op: o,
+                peer,
+            } => write!(
+                f,
+                "rank {rank}'s op {index} ({}) touches rank {peer}'s buffers after rank {peer}                  finished: rank {peer} may already have returned its output to its caller, who                  may read or reuse it (the rule 'nothing touches a rank after it finished')",
+                op(o)
+            ),
             Problem::OutsideBuffer {
                 rank,
                 index,
@@ -535,38 +557,6 @@ impl Problem {
         Words { problem: self, req }
     }
 
-    /// A hint from what the checker found, before any hint chosen by the kind of problem
-    /// (`req` is the case's request, for its slot layout). For a deadlock: a rank waiting on a
-    /// slot only it could signal, or for more signals than the slot's writer sends in its whole
-    /// schedule, which means the wait (or the signal) names the wrong peer.
-    pub fn evidence(&self, req: &Request) -> Option<String> {
-        let Problem::Deadlock { chain } = self else {
-            return None;
-        };
-        let layout = req.layout();
-        let writer = |b: &Blocked| layout.key(b.slot).map(|k| k.peer);
-        if let Some(b) = chain.iter().find(|b| writer(b) == Some(b.rank)) {
-            return Some(format!(
-                "rank {r} waits on its own slot ({}): no rank signals itself, so the wait must \
-                 name the peer whose signal it needs (k.wait(peer, kind, n))",
-                slot_words(&layout, b.slot),
-                r = b.rank
-            ));
-        }
-        let b = chain.iter().find(|b| b.sent_in_all < b.target)?;
-        let p = writer(b)?;
-        Some(format!(
-            "rank {r} waits for {t} signal{ts} on slot {}, but rank {p} sends rank {r} only {n} \
-             in its whole schedule: the wait names the wrong peer (or kind), or rank {p}'s \
-             signal goes to another rank; find the rank that writes what rank {r} reads next",
-            slot_words(&layout, b.slot),
-            r = b.rank,
-            t = b.target,
-            ts = if b.target == 1 { "" } else { "s" },
-            n = b.sent_in_all
-        ))
-    }
-
     /// A general hint for this kind of problem.
     pub fn hint(&self) -> Option<&'static str> {
         Some(match self {
@@ -581,6 +571,11 @@ impl Problem {
             Problem::TouchBeforeReady { .. } => {
                 "wait for the peer's Ready (k.wait(peer, Ready, 1)), or pass a barrier, before the \
                  first op that reads or writes its buffers; the peer signals when it enters"
+            }
+            Problem::TouchAfterDone { .. } => {
+                "a rank may finish only once nothing will touch its buffers: before it returns it \
+                 waits for the signal each peer sends after its last touch (a Done handshake), \
+                 and every write into it comes before the signal that announces it"
             }
             Problem::OutsideBuffer { .. } => {
                 "offsets are in elements through k.at(rank, buf, elem); check the block or \

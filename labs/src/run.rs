@@ -65,8 +65,9 @@ impl Case {
         }
     }
 
-    /// The rule 'Ready before touch' is not checked: the protocol has no handshake (the MoE
-    /// layer's epoch halves and tagged headers, [`crate::rules`]).
+    /// The handshake rules are not checked, 'Ready before touch' and 'nothing touches a rank
+    /// after it finished': the protocol has none (the MoE layer's epoch halves and tagged
+    /// headers, [`crate::rules`]).
     pub fn without_handshake(mut self) -> Case {
         self.ready_before_touch = false;
         self
@@ -137,7 +138,7 @@ pub fn build(case: &Case, plan: Plan) -> Result<Vec<Vec<Op>>, Problem> {
         for c in 0..case.req.channels {
             let k = case.kit(r, c);
             match panic::catch_unwind(AssertUnwindSafe(|| plan(&k))) {
-                Ok(ops) => out.push(ops),
+                Ok(ops) => out.push(crate::catalogue::planted(&k, ops)),
                 Err(_) => {
                     failed = Some(r);
                     break 'all;
@@ -345,7 +346,8 @@ pub fn check_case(case: &Case, plan: Plan) -> Result<Passed, Problem> {
         crate::rules::ready_before_touch(req, &streams)?;
     }
     for seed in 0..case.seeds {
-        symbolic(req, &streams, seed, case.verify).result?;
+        crate::sym::symbolic_ruled(req, &streams, seed, case.verify, case.ready_before_touch)
+            .result?;
     }
     let inputs = host::random_inputs(req, 11);
     let want = match &case.reference {

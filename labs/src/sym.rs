@@ -10,7 +10,7 @@
 
 use crate::problem::{op_words, Blocked, Problem};
 use symm_core::exec::{ExecError, Executor, Fabric, LlPoll, Step};
-use symm_core::op::Op;
+use symm_core::op::{At, Op};
 use symm_core::sched::Request;
 use symm_core::symbolic::{Rng, SymError, SymWorld};
 use symm_core::trace::{Event, EventKind};
@@ -82,10 +82,24 @@ fn signals_sent(streams: &[Vec<Op>], channels: usize, from: u16, to: u16, slot: 
         .fold(0u64, u64::saturating_add)
 }
 
-/// Runs the streams on contribution sets under the interleaving chosen by `seed`.
+/// Runs the streams on contribution sets under the interleaving chosen by `seed`, with the
+/// rule that nothing touches a rank after all its streams finished
+/// ([`Problem::TouchAfterDone`]).
 pub fn symbolic(req: &Request, streams: &[Vec<Op>], seed: u64, verify: bool) -> SymRun {
+    symbolic_ruled(req, streams, seed, verify, true)
+}
+
+/// [`symbolic`], with the finished-rank rule only when `rules` is set: a case without the
+/// labs' handshakes ([`crate::run::Case::without_handshake`]) checks its data alone.
+pub fn symbolic_ruled(
+    req: &Request,
+    streams: &[Vec<Op>],
+    seed: u64,
+    verify: bool,
+    rules: bool,
+) -> SymRun {
     let mut events = Vec::new();
-    let result = sym_inner(req, streams, seed, verify, &mut events);
+    let result = sym_inner(req, streams, seed, verify, rules, &mut events);
     SymRun { result, events }
 }
 
@@ -94,6 +108,7 @@ fn sym_inner(
     streams: &[Vec<Op>],
     seed: u64,
     verify: bool,
+    rules: bool,
     events: &mut Vec<Event>,
 ) -> Result<u64, Problem> {
     let mut world = SymWorld::new(req).map_err(|e| Problem::Lab(format!("{e:?}")))?;
@@ -116,6 +131,9 @@ fn sym_inner(
             }
         })
         .collect();
+    // Streams of each rank still running, and the ranks whose every stream finished.
+    let mut left = vec![channels; req.world as usize];
+    let mut done = vec![false; req.world as usize];
     let mut rng = Rng::new(seed);
     let mut t = 0u64;
     let mut ran = 0u64;
@@ -147,6 +165,15 @@ fn sym_inner(
                 let last = view.last;
                 match step {
                     Ok(Step::Ran { index, op }) => {
+                        let late = finished_peer(req, &done, lane.rank, &op).filter(|_| rules);
+                        if let Some(peer) = late {
+                            return Err(Problem::TouchAfterDone {
+                                rank: lane.rank,
+                                index: index as usize,
+                                op,
+                                peer,
+                            });
+                        }
                         ran += 1;
                         progressed = true;
                         let begin = lane.blocked.take().map_or(t, |(b, _)| b);
@@ -183,6 +210,10 @@ fn sym_inner(
                     }
                     Ok(Step::Done) => {
                         lane.done = true;
+                        left[lane.rank as usize] -= 1;
+                        if left[lane.rank as usize] == 0 {
+                            done[lane.rank as usize] = true;
+                        }
                         live -= 1;
                         progressed = true;
                         break;
@@ -230,6 +261,17 @@ fn sym_inner(
         }
     }
     Ok(ran)
+}
+
+/// A finished peer whose buffers `op` of `rank` touches (checked after the op ran, so a touch
+/// that races with the peer's end is seen under some interleaving).
+fn finished_peer(req: &Request, done: &[bool], rank: u16, op: &Op) -> Option<u16> {
+    op.footprint().ranges().iter().find_map(|r| match r.at {
+        At::Rank(l) => {
+            (l.rank != rank && done.get(l.rank as usize) == Some(&true)).then_some(l.rank)
+        }
+        At::Every(_) => (0..req.world).find(|&q| q != rank && done[q as usize]),
+    })
 }
 
 fn sym_problem(req: &Request, lane: &mut Lane, e: ExecError<SymError>) -> Problem {

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use symm_core::op::{Buf, Op};
 use symm_core::signal::SlotKind::{Data, Ready};
+use symm_labs::evidence::Cause;
 use symm_labs::grade::{Failure, Grader, Which};
 use symm_labs::kit::Kit;
 use symm_labs::lab01::{self, Fault};
@@ -98,7 +99,8 @@ fn data_signalled_before_the_copy_is_named() {
         Some(Fault::SignalBeforeCopy)
     );
     let (f, hint) = fail(Mistake::SignalFirst);
-    assert!(hint.contains("before the copy it announces"), "{f}");
+    assert_eq!(f.cause, Some(Cause::SignalBeforeWrite), "{f}");
+    assert!(hint.contains("write first, then signal"), "{f}");
     assert!(!hint.contains("% world"), "{f}");
 }
 
@@ -110,7 +112,10 @@ fn a_wrong_destination_offset_is_named() {
         Some(Fault::Destination)
     );
     let (f, hint) = fail(Mistake::Offset);
-    assert!(hint.contains("another offset than it is read from"), "{f}");
+    assert_eq!(f.cause, Some(Cause::Offset), "{f}");
+    // Both sides are named: the read, and the copy the awaited signal announces.
+    assert!(hint.contains("reads rank 1's output [0..1)"), "{f}");
+    assert!(hint.contains("writing rank 1's output [8..16)"), "{f}");
     assert!(!hint.contains("% world"), "{f}");
 }
 

@@ -31,6 +31,9 @@ pub const USAGE: &str = "usage: cargo xtask lab                       list the l
        cargo xtask lab view N --gpu          the GPU trace beside the simulator's
        cargo xtask lab grade                 every solution must pass and every untouched
                                              skeleton must fail (run by cargo xtask test)
+       cargo xtask lab bugs                  the bug catalogue: realistic bugs planted in the
+                                             solutions, each failing its lab's check, and which
+                                             hints name the cause (its test runs in CI)
   <target> is $CARGO_TARGET_DIR when set, else target/.";
 
 /// Labs with a loom half: (number, test target of `symm-labs`).
@@ -365,6 +368,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         ["check", n] => check(&find(n)?, solution, slots.as_deref()),
         ["view", n] => view(&find(n)?),
         ["grade"] => grade(),
+        ["bugs"] => util::run(&mut util::cargo_with(
+            "run -q --release -p symm-labs -- bugs",
+        )),
         [n] if n.parse::<u8>().is_ok() => show(&find(n)?),
         _ => Err(format!("unexpected arguments {words:?}\n{USAGE}")),
     }
