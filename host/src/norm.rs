@@ -253,6 +253,7 @@ impl NormRank {
     fn wait(&self, w: &NormWorld, peer: u16, rows: u64) -> Result<(), NormThreadError> {
         let word = &w.flags[self.rank as usize][peer as usize];
         let mut since: Option<Instant> = None;
+        #[cfg(not(loom))]
         let mut spins = 0u32;
         loop {
             let v = word.load(FLAG_OBSERVE);
@@ -279,11 +280,11 @@ impl NormRank {
                     found: v,
                 });
             }
-            spins += 1;
             #[cfg(loom)]
             loom::thread::yield_now();
             #[cfg(not(loom))]
             if spins < 64 {
+                spins += 1;
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();

@@ -20,8 +20,9 @@ pub fn one_shot(k: &Kit) -> Vec<Op> {
         ops.push(k.copy(input(me), out, n));
         return ops;
     }
-    ops.push(k.reduce(input(0), input(1), out, n));
-    ops.extend((2..w).map(|q| k.reduce(out, input(q), out, n)));
+    // One k-way reduce reads every rank's input at once: one op, one round.
+    let all: Vec<u16> = (0..w).collect();
+    ops.extend(k.reduce_n(Buf::Input, 0, &all, out, n));
     // I read your input: you may reuse it once everyone has said so.
     ops.extend(peers().map(|q| k.signal(q, Done)));
     ops.extend(peers().map(|q| k.wait(q, Done, 1)));

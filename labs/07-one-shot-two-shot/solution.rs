@@ -1,12 +1,12 @@
 //! Lab 7, reference solution: one-shot and two-shot all-reduce, and their crossover predicted
 //! by the cost model and measured on the simulator.
 
-use symm_core::cost::{predict, Link};
+use symm_core::cost::Link;
 use symm_core::op::{Buf, Op};
 use symm_core::sched::Algorithm;
 use symm_core::signal::SlotKind::{Data, Done, Ready};
 use symm_labs::kit::Kit;
-use symm_labs::lab07::{request, time_us, SIZES};
+use symm_labs::lab07::{predict, time_us, SIZES};
 
 /// One-shot all-reduce: every rank reads every rank's whole input and sums it, in rank order.
 pub fn one_shot(k: &Kit) -> Vec<Op> {
@@ -20,8 +20,8 @@ pub fn one_shot(k: &Kit) -> Vec<Op> {
         ops.push(k.copy(input(me), out, n));
         return ops;
     }
-    ops.push(k.reduce(input(0), input(1), out, n));
-    ops.extend((2..w).map(|q| k.reduce(out, input(q), out, n)));
+    let all: Vec<u16> = (0..w).collect();
+    ops.extend(k.reduce_n(Buf::Input, 0, &all, out, n));
     // I read your input: you may reuse it once everyone has said so.
     ops.extend(peers().map(|q| k.signal(q, Done)));
     ops.extend(peers().map(|q| k.wait(q, Done, 1)));
@@ -42,8 +42,8 @@ pub fn two_shot(k: &Kit) -> Vec<Op> {
         ops.push(k.copy(input(me), out(me), seg.len));
         return ops;
     }
-    ops.push(k.reduce(input(0), input(1), out(me), seg.len));
-    ops.extend((2..w).map(|q| k.reduce(out(me), input(q), out(me), seg.len)));
+    let all: Vec<u16> = (0..w).collect();
+    ops.extend(k.reduce_n(Buf::Input, seg.start, &all, out(me), seg.len));
     for q in peers() {
         ops.push(k.copy(out(me), out(q), seg.len));
         ops.push(k.signal(q, Data));
@@ -57,8 +57,8 @@ pub fn two_shot(k: &Kit) -> Vec<Op> {
 /// one-shot, at `world` ranks on `link`.
 pub fn predict_crossover(world: u16, link: &Link) -> Option<u64> {
     SIZES.into_iter().find(|&bytes| {
-        let one = predict(&request(Algorithm::OneShot, world, bytes), link);
-        let two = predict(&request(Algorithm::TwoShot, world, bytes), link);
+        let one = predict(Algorithm::OneShot, world, bytes, link);
+        let two = predict(Algorithm::TwoShot, world, bytes, link);
         two < one
     })
 }

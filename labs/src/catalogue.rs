@@ -215,8 +215,12 @@ fn mutate(k: &Kit, m: Mutation, mut ops: Vec<Op>) -> Vec<Op> {
         Mutation::ReadOffset => {
             // After a wait for data, else (a schedule that reads its peers' inputs once they
             // are Ready) after any wait.
-            let reads =
-                |i: &usize| matches!(ops.get(*i), Some(Op::Copy { .. }) | Some(Op::Reduce { .. }));
+            let reads = |i: &usize| {
+                matches!(
+                    ops.get(*i),
+                    Some(Op::Copy { .. }) | Some(Op::Reduce { .. }) | Some(Op::ReduceN { .. })
+                )
+            };
             let any: Vec<usize> = (0..ops.len())
                 .filter(|&i| matches!(ops[i], Op::Wait { .. }))
                 .collect();
@@ -248,6 +252,29 @@ fn mutate(k: &Kit, m: Mutation, mut ops: Vec<Op>) -> Vec<Op> {
                         Op::Reduce {
                             a,
                             b,
+                            dst,
+                            elems,
+                            dtype,
+                            op,
+                            div,
+                        }
+                    }
+                    Op::ReduceN {
+                        buf,
+                        offset,
+                        ranks,
+                        dst,
+                        elems,
+                        dtype,
+                        op,
+                        div,
+                    } => {
+                        let bytes = elems.saturating_mul(dtype.size());
+                        let at = further(k, Loc::new(me, buf, offset), bytes);
+                        Op::ReduceN {
+                            buf,
+                            offset: at.offset,
+                            ranks,
                             dst,
                             elems,
                             dtype,

@@ -88,7 +88,17 @@ pub fn evidence(problem: &Problem, req: &Request, streams: &[Vec<Op>]) -> Option
             op,
             peer,
         } => after_done(&ops, *rank, *index, op, *peer),
-        Problem::Wrong { rank, elem, .. } => wrong(&ops, *rank, *elem),
+        Problem::Wrong {
+            rank,
+            elem,
+            found,
+            want,
+        } => wrong(
+            &ops,
+            *rank,
+            *elem,
+            found.index != want.index && found.count > 0,
+        ),
         Problem::Numbers {
             mismatch,
             unwritten: true,
@@ -477,7 +487,8 @@ fn after_done(ops: &Ops, rank: u16, index: usize, op: &Op, peer: u16) -> Option<
     }
 }
 
-fn wrong(ops: &Ops, rank: u16, elem: u64) -> Option<Evidence> {
+/// A wrong output element: `moved` when it holds the data of another position.
+fn wrong(ops: &Ops, rank: u16, elem: u64, moved: bool) -> Option<Evidence> {
     let es = ops.req.dtype.size().max(1);
     let loc = Loc::new(rank, Buf::Output, elem * es);
     let at = ops.range(loc, es);
@@ -503,6 +514,17 @@ fn wrong(ops: &Ops, rank: u16, elem: u64) -> Option<Evidence> {
         );
     }
     let (s, w, i, op) = writers[0];
+    if moved {
+        return says(
+            Cause::Offset,
+            format!(
+                "{at} holds the data of another position, and rank {w}'s op {i} ({}) wrote it: \
+                 the offset it reads from and the one it writes to disagree, or the op that \
+                 wrote what it read put it in the wrong place (block, chunk or slot index)",
+                op_words(ops.req, &op)
+            ),
+        );
+    }
     let after_wait = ops
         .last_wait(s, i)
         .filter(|&(wi, _, _)| wi + 1 == i)

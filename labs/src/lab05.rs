@@ -50,9 +50,9 @@ fn sent(req: &Request, streams: &[Vec<Op>]) -> Vec<u64> {
 
 fn hint(p: &Problem) -> Option<String> {
     Some(match p {
-        Problem::Deadlock { .. } | Problem::Unbalanced { .. } => "each tree has its own \
-            signals: Data down tree 0, DataB down tree 1, and one Ready to your parent in each \
-            tree (your parent waits for each of its children in each tree)"
+        Problem::Deadlock { .. } | Problem::Unbalanced { .. } => "one Ready to your parent in \
+            each tree (your parent waits for each of its children in each tree), then each \
+            chunk's Data (tree 0) or DataB (tree 1) from the parent that sends it"
             .into(),
         Problem::ReadUnwritten { .. } => "a rank forwards a chunk only after its parent in \
             that tree signalled it"

@@ -25,7 +25,7 @@ use symm_core::cost::Link;
 use symm_core::op::{At, Buf, Loc, Op};
 use symm_core::sched::Request;
 use symm_core::trace::{self, Header, Source};
-use symm_driver::host::{self, HostError, Mismatch, SimOptions, ThreadOptions};
+use symm_driver::host::{self, Block, HostError, Mismatch, SimOptions, ThreadOptions};
 
 /// A schedule: one rank's ops from its [`Kit`].
 pub type Plan<'a> = &'a dyn Fn(&Kit) -> Vec<Op>;
@@ -49,6 +49,9 @@ pub struct Case {
     pub seeds: u64,
     /// Whether the rule 'Ready before touch' is checked ([`crate::rules`]).
     pub ready_before_touch: bool,
+    /// What one (rank, channel) stream costs on the simulator beyond the link: a GPU thread
+    /// block's bandwidth and fixed cost per data op (default: none, only the link).
+    pub block: Block,
 }
 
 impl Case {
@@ -62,7 +65,15 @@ impl Case {
             reference: None,
             seeds: 8,
             ready_before_touch: true,
+            block: Block::UNLIMITED,
         }
+    }
+
+    /// The simulator charges each stream `block` beyond the link (lab 7: a fixed cost per data
+    /// op, as a GPU thread block pays).
+    pub fn with_block(mut self, block: Block) -> Case {
+        self.block = block;
+        self
     }
 
     /// The handshake rules are not checked, 'Ready before touch' and 'nothing touches a rank
@@ -277,9 +288,21 @@ pub fn simulate(
     inputs: &[Vec<u8>],
     record: bool,
 ) -> Result<host::Run, HostError> {
+    simulate_on(req, streams, inputs, record, Block::UNLIMITED)
+}
+
+/// [`simulate`], charging each stream `block` beyond the link.
+pub fn simulate_on(
+    req: &Request,
+    streams: &[Vec<Op>],
+    inputs: &[Vec<u8>],
+    record: bool,
+    block: Block,
+) -> Result<host::Run, HostError> {
     let opts = SimOptions {
         contents: record,
         trace: record,
+        block,
         ..SimOptions::default()
     };
     let channels = req.channels.max(1) as usize;
@@ -292,12 +315,22 @@ pub fn simulate(
 
 /// The simulator's time for the streams, timing only (no data moves), on `link`.
 pub fn time_us(req: &Request, streams: &[Vec<Op>], link: Link) -> Result<f64, HostError> {
+    time_us_on(req, streams, link, Block::UNLIMITED)
+}
+
+/// [`time_us`], charging each stream `block` beyond the link.
+pub fn time_us_on(
+    req: &Request,
+    streams: &[Vec<Op>],
+    link: Link,
+    block: Block,
+) -> Result<f64, HostError> {
     let opts = SimOptions {
         link,
+        block,
         contents: false,
         trace: false,
         data: false,
-        ..SimOptions::default()
     };
     let channels = req.channels.max(1) as usize;
     host::simulate_streams(req, &[], &opts, |r, c| {
@@ -354,10 +387,11 @@ pub fn check_case(case: &Case, plan: Plan) -> Result<Passed, Problem> {
         Some(f) => f(req, &inputs),
         None => host::reference(req, &inputs),
     };
-    let run = simulate(req, &streams, &inputs, true).map_err(|error| Problem::Host {
-        backend: "simulator",
-        error,
-    })?;
+    let run =
+        simulate_on(req, &streams, &inputs, true, case.block).map_err(|error| Problem::Host {
+            backend: "simulator",
+            error,
+        })?;
     host::compare(req, &run.outputs, &want)
         .map_err(|m| numbers("simulator", req, &run.outputs, m))?;
     let opts = ThreadOptions {
@@ -402,7 +436,7 @@ pub fn trace_of(case: &Case, plan: Plan) -> Option<Vec<u8>> {
         }
         _ => *req,
     };
-    let (mut head, mut events) = match simulate(req, &streams, &inputs, true) {
+    let (mut head, mut events) = match simulate_on(req, &streams, &inputs, true, case.block) {
         Ok(run) if shown == *req => return Some(run.trace),
         Ok(run) => {
             let t = trace::decode(&run.trace).ok()?;
