@@ -282,7 +282,12 @@ fn mutate(k: &Kit, m: Mutation, mut ops: Vec<Op>) -> Vec<Op> {
                             div,
                         }
                     }
-                    other => other,
+                    o @ (Op::Signal { .. }
+                    | Op::Wait { .. }
+                    | Op::LlPut { .. }
+                    | Op::LlReduce { .. }
+                    | Op::McReduce { .. }
+                    | Op::McStore { .. }) => o,
                 };
             }
         }

@@ -280,10 +280,9 @@ fn pending(ops: &Ops, chain: &[crate::problem::Blocked]) -> Option<Evidence> {
                 .sum();
             let waited: u64 = ops.streams[s][..b.index]
                 .iter()
-                .filter_map(|o| match *o {
-                    Op::Wait { slot: s2, count } if s2 == slot => Some(count),
-                    _ => None,
-                })
+                .filter_map(facts::wait_of)
+                .filter(|&(s2, _)| s2 == slot)
+                .map(|(_, count)| count)
                 .sum();
             if sent > waited {
                 return says(
@@ -413,9 +412,9 @@ fn early_touch(ops: &Ops, rank: u16, index: usize, op: &Op, peer: u16) -> Option
     let entered = |k: SlotKind| matches!(k, SlotKind::Ready | SlotKind::Barrier);
     let waited: Vec<(u16, SlotKind)> = ops.streams[s][..index]
         .iter()
-        .filter_map(|o| match *o {
-            Op::Wait { slot, .. } => ops.layout.key(slot).map(|k| (k.peer, k.kind)),
-            _ => None,
+        .filter_map(|o| {
+            let (slot, _) = facts::wait_of(o)?;
+            ops.layout.key(slot).map(|k| (k.peer, k.kind))
         })
         .filter(|&(_, k)| entered(k))
         .collect();

@@ -6,6 +6,27 @@ use symm_core::op::{At, Buf, Loc, Op};
 use symm_core::sched::Request;
 use symm_core::signal::{SlotKind, SlotLayout};
 
+/// A wait's slot and count.
+pub fn wait_of(op: &Op) -> Option<(u32, u64)> {
+    if let Op::Wait { slot, count } = *op {
+        Some((slot, count))
+    } else {
+        None
+    }
+}
+
+/// A signal's peer, slot and value.
+pub fn signal_of(op: &Op) -> Option<(u16, u32, u64)> {
+    if let Op::Signal {
+        peer, slot, value, ..
+    } = *op
+    {
+        Some((peer, slot, value))
+    } else {
+        None
+    }
+}
+
 /// An op of a rank: (rank, op index).
 type OpAt = (u16, usize);
 
@@ -34,14 +55,10 @@ impl<'a> Ops<'a> {
     pub fn sent(&self, from: u16, to: u16, kind: SlotKind) -> u64 {
         self.all()
             .filter(|&(_, r, _, _)| r == from)
-            .filter_map(|(_, _, _, op)| match *op {
-                Op::Signal {
-                    peer, slot, value, ..
-                } if peer == to => {
-                    let k = self.layout.key(slot)?;
-                    (k.kind == kind).then_some(value)
-                }
-                _ => None,
+            .filter_map(|(_, _, _, op)| {
+                let (_, slot, value) = signal_of(op).filter(|s| s.0 == to)?;
+                let k = self.layout.key(slot)?;
+                (k.kind == kind).then_some(value)
             })
             .fold(0, u64::saturating_add)
     }
@@ -50,12 +67,10 @@ impl<'a> Ops<'a> {
     pub fn awaited(&self, rank: u16, from: u16, kind: SlotKind) -> u64 {
         self.all()
             .filter(|&(_, r, _, _)| r == rank)
-            .filter_map(|(_, _, _, op)| match *op {
-                Op::Wait { slot, count } => {
-                    let k = self.layout.key(slot)?;
-                    (k.kind == kind && k.peer == from).then_some(count)
-                }
-                _ => None,
+            .filter_map(|(_, _, _, op)| {
+                let (slot, count) = wait_of(op)?;
+                let k = self.layout.key(slot)?;
+                (k.kind == kind && k.peer == from).then_some(count)
             })
             .fold(0, u64::saturating_add)
     }
@@ -96,12 +111,10 @@ impl<'a> Ops<'a> {
     /// The last wait before op `index` of stream `s` for an announcing signal, and its writer.
     pub fn last_wait(&self, s: usize, index: usize) -> Option<(usize, u32, u16)> {
         let ops = self.streams.get(s)?;
-        (0..index.min(ops.len())).rev().find_map(|i| match ops[i] {
-            Op::Wait { slot, .. } => {
-                let k = self.layout.key(slot)?;
-                (k.kind != SlotKind::Ready).then_some((i, slot, k.peer))
-            }
-            _ => None,
+        (0..index.min(ops.len())).rev().find_map(|i| {
+            let (slot, _) = wait_of(&ops[i])?;
+            let k = self.layout.key(slot)?;
+            (k.kind != SlotKind::Ready).then_some((i, slot, k.peer))
         })
     }
 
@@ -132,15 +145,9 @@ impl<'a> Ops<'a> {
         self.streams.get(s).map_or(0, |ops| {
             ops.iter()
                 .take(index)
-                .filter_map(|op| match *op {
-                    Op::Signal {
-                        peer,
-                        slot: s2,
-                        value,
-                        ..
-                    } if peer == to && s2 == slot => Some(value),
-                    _ => None,
-                })
+                .filter_map(signal_of)
+                .filter(|&(peer, s2, _)| peer == to && s2 == slot)
+                .map(|(_, _, value)| value)
                 .fold(0, u64::saturating_add)
         })
     }
