@@ -28,12 +28,14 @@ mod alltoallv;
 mod auto;
 mod part;
 mod request;
+mod signature;
 #[macro_use]
 mod table;
 
 pub use alltoallv::{alltoallv, capacity as alltoallv_capacity, AllToAllV};
 pub use part::{part, Part};
 pub use request::{collectives, pairs, BufferSizes, Collective, Request, SchedError, MAX_BUFFER};
+pub use signature::{Differs, Signature};
 pub use table::Desc;
 
 // The algorithm table: each file's algorithms with (name, program, description). See `table`.
