@@ -20,6 +20,7 @@ import atexit
 import functools
 import os
 import secrets
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -193,7 +194,7 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
             if hasattr(torch, name):
                 _DTYPES[getattr(torch, name)] = code
         if _generation == 1:
-            atexit.register(finalize)
+            atexit.register(_finalize_at_exit)
 
 
 def finalize() -> None:
@@ -208,6 +209,20 @@ def finalize() -> None:
         if j.pool is not None:
             _symm.pool_stop()
         j.comm.close()
+
+
+def _finalize_at_exit() -> None:
+    """`finalize` at interpreter exit: a job that already failed (a peer lost, a call that
+    differed, a timeout) ends with one line on stderr that says what ended it, not with a
+    traceback from the atexit machinery. Everything is still released: the runtime ends its
+    part of the job whatever the error, and the process's exit frees the rest.
+    """
+    rank = _job.rank if _job is not None else None
+    try:
+        finalize()
+    except SymmError as e:
+        who = f"rank {rank}" if rank is not None else "this rank"
+        print(f"symm: {who} ended the job after an error: {e}", file=sys.stderr)
 
 
 def is_initialized() -> bool:

@@ -117,3 +117,40 @@ def test_the_kernel_folder_is_named_once():
 
 def test_init_says_it_sets_torchs_device():
     assert "torch.cuda.set_device" in symm.init.__doc__
+
+
+_EXIT_AFTER_A_FAILURE = """
+import atexit, sys
+import symm
+from symm import _gpu
+
+class Comm:
+    def close(self):
+        raise symm.PeerLostError("rank 1 left the job (its process ended)")
+
+class Job:
+    rank = 3
+    pool = None
+    comm = Comm()
+
+_gpu._job = Job()
+atexit.register(getattr(_gpu, sys.argv[1]))
+print("done")
+"""
+
+
+def _exit_with(hook):
+    return subprocess.run([sys.executable, "-c", _EXIT_AFTER_A_FAILURE, hook],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_exit_after_a_failure_says_once_what_ended_the_job_without_a_traceback():
+    p = _exit_with("_finalize_at_exit")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "done"
+    lines = p.stderr.strip().splitlines()
+    assert lines == ["symm: rank 3 ended the job after an error: "
+                     "rank 1 left the job (its process ended)"], p.stderr
+    # The plain finalize, registered as it was before, is what leaves the traceback.
+    bare = _exit_with("finalize")
+    assert "Traceback" in bare.stderr and "atexit" in bare.stderr, bare.stderr

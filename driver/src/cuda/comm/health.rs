@@ -88,9 +88,12 @@ impl Comm {
     /// [`Comm::finish`] for a Comm that others still hold (a framework's tensors over its heap):
     /// ends this rank's part in the job in order, then refuses new work; the memory stays
     /// mapped until the Comm is dropped.
+    ///
+    /// A device that fails to synchronise (a kernel stopped by a fault) does not skip the
+    /// bootstrap's end: the rank still leaves the job in order, and the first error is returned.
     pub fn close(&self) -> Result<()> {
         let _g = self.enter_any()?;
-        self.sync_device()?;
+        let synced = self.sync_device();
         let r = self
             .job
             .boot
@@ -99,6 +102,6 @@ impl Comm {
             .map_err(CudaError::Bootstrap);
         self.poison
             .raise_with(|| "the communicator was finished".to_string());
-        r
+        synced.and(r)
     }
 }
