@@ -83,6 +83,7 @@ pub struct App {
     pub(crate) timeline_ref: NodeRef,
     pub(crate) topology_ref: NodeRef,
     pub(crate) buffers_ref: NodeRef,
+    pub(crate) buffers_compare_ref: NodeRef,
     pub(crate) root_ref: NodeRef,
     load_started: Option<f64>,
     phases: String,
@@ -173,13 +174,28 @@ impl App {
         let t1 = io::now_ms();
         if let Some(c) = self.topology_ref.cast::<HtmlCanvasElement>() {
             if let Some(ctx) = canvas::context(&c, canvas::topology::HEIGHT) {
-                canvas::topology::draw(&ctx, c.width() as f64, t, self.pos);
+                let drawn = canvas::topology::draw(&ctx, c.width() as f64, t, self.pos);
+                // The edges drawn, for the browser check.
+                let text = crate::edges::text(&drawn);
+                if c.get_attribute("data-edges").as_deref() != Some(text.as_str()) {
+                    let _ = c.set_attribute("data-edges", &text);
+                }
             }
         }
         let t2 = io::now_ms();
-        if let Some(c) = self.buffers_ref.cast::<HtmlCanvasElement>() {
-            if let Some(ctx) = canvas::context(&c, canvas::buffers::height(t)) {
-                canvas::buffers::draw(&ctx, c.width() as f64, t, self.pos);
+        // Each trace's buffers at the playback time, the compared one beside the played one.
+        let compared = self.compare.as_ref().map(|c| {
+            let unit = c.header.time_unit_ns.max(1) as f64;
+            (c, c.pos_at(c.start.saturating_add((now_ns / unit) as u64)))
+        });
+        for (node, shown) in [
+            (&self.buffers_ref, Some((t, self.pos))),
+            (&self.buffers_compare_ref, compared),
+        ] {
+            if let (Some(c), Some((tr, pos))) = (node.cast::<HtmlCanvasElement>(), shown) {
+                if let Some(ctx) = canvas::context(&c, canvas::buffers::height(tr)) {
+                    canvas::buffers::draw(&ctx, c.width() as f64, tr, pos);
+                }
             }
         }
         format!(
@@ -265,6 +281,7 @@ impl Component for App {
             timeline_ref: NodeRef::default(),
             topology_ref: NodeRef::default(),
             buffers_ref: NodeRef::default(),
+            buffers_compare_ref: NodeRef::default(),
             root_ref: NodeRef::default(),
             load_started: None,
             phases: String::new(),

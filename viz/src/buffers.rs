@@ -55,19 +55,53 @@ fn writes(op: &Op, world: u16, buf: Buf) -> Vec<(u16, u64, u64)> {
     v
 }
 
+/// Whether the header's request has well-defined buffers. A request refused only for too few
+/// scratch slots has: the trace of a one-slot run that deadlocks shows its single slot.
+fn sized(header: &Header) -> bool {
+    match header.request.validate() {
+        Ok(()) | Err(symm_core::sched::SchedError::TooFewSlots { .. }) => true,
+        Err(_) => false,
+    }
+}
+
+/// `n` and a noun, singular for one: "1 chunk", "2 chunks".
+pub fn count(n: u64, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
+/// The scratch slots per rank a header's request allocates (every stream's slots, a chunk each),
+/// `None` when its buffers are not well defined.
+pub fn slots_per_rank(header: &Header) -> Option<u64> {
+    let r = &header.request;
+    let slot = r.chunk_elems().saturating_mul(r.dtype.size()).max(1);
+    sized(header).then(|| r.buffer_sizes().scratch / slot)
+}
+
+/// The titles of the buffers view's output and scratch grids, from a trace's own header and
+/// cells. Every trace goes through here, the played one and the compared one alike.
+pub fn titles(header: &Header, output: &Cells, scratch: &Cells) -> [String; 2] {
+    let cells = scratch.cells() as u64;
+    let slots = match slots_per_rank(header) {
+        Some(s) if s == cells => count(s, "slot"),
+        Some(s) => format!("{}, drawn as {}", count(s, "slot"), count(cells, "cell")),
+        None => count(cells, "cell"),
+    };
+    [
+        format!(
+            "output: {} per rank; a stripe per rank whose contribution the chunk holds",
+            count(output.cells() as u64, "chunk")
+        ),
+        format!("scratch (staging): {slots} per rank"),
+    ]
+}
+
 impl Cells {
     /// Builds the history of every cell of buffer `buf` (output or scratch).
     ///
     /// `end_pos[s]` is the playback position just after span `s` ended (0: it never did).
     pub fn build(header: &Header, spans: &[Span], end_pos: &[u32], buf: Buf) -> Cells {
         let world = header.world.min(64);
-        // A request refused only for too few scratch slots still has well-defined buffers: the
-        // trace of a one-slot run that deadlocks shows its single slot.
-        let valid = match header.request.validate() {
-            Ok(()) | Err(symm_core::sched::SchedError::TooFewSlots { .. }) => true,
-            Err(_) => false,
-        };
-        if !valid {
+        if !sized(header) {
             return Cells {
                 world,
                 ..Cells::default()
@@ -250,6 +284,42 @@ mod tests {
             bytes: 8,
         };
         assert_eq!(writes(&copy, 3, Buf::Scratch), vec![(2, 16, 8)]);
+    }
+
+    /// The played and the compared trace read their own headers the same way: a one-slot run
+    /// (its header names one slot, like the labs' `one-slot.trace`) beside a two-slot reference.
+    #[test]
+    fn titles_count_from_each_trace_s_own_header() {
+        use super::{count, slots_per_rank, titles, Cells};
+        assert_eq!(count(1, "chunk"), "1 chunk");
+        assert_eq!(count(2, "chunk"), "2 chunks");
+        assert_eq!(count(0, "slot"), "0 slots");
+        let cells = |n: u64| Cells {
+            world: 2,
+            bounds: (0..=n).map(|i| i * 64).collect(),
+            recorded: true,
+            written: true,
+            ..Cells::default()
+        };
+        let mut h = crate::model::tests::header(2);
+        // Ring all-reduce: one stream of slots; a slot holds one chunk of 64 bytes.
+        h.request = h.request.with_pipeline(64, 2);
+        assert_eq!(slots_per_rank(&h), Some(2));
+        let [out, scratch] = titles(&h, &cells(1), &cells(2));
+        assert!(out.starts_with("output: 1 chunk per rank;"), "{out}");
+        assert_eq!(scratch, "scratch (staging): 2 slots per rank");
+        let mut one = h.clone();
+        one.request = one.request.with_pipeline(64, 1);
+        assert_eq!(slots_per_rank(&one), Some(1));
+        let [out, scratch] = titles(&one, &cells(2), &cells(1));
+        assert!(out.starts_with("output: 2 chunks per rank;"), "{out}");
+        assert_eq!(scratch, "scratch (staging): 1 slot per rank");
+        // Cells that are not the header's slots say both.
+        let [_, scratch] = titles(&one, &cells(1), &cells(3));
+        assert_eq!(
+            scratch,
+            "scratch (staging): 1 slot, drawn as 3 cells per rank"
+        );
     }
 
     #[test]

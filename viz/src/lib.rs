@@ -12,8 +12,8 @@
 //! warning naming the byte offset; a damaged one is refused with the offset.
 //!
 //! The `app` feature (on by default) is the browser app. Without it the crate is the viewer's
-//! model only ([`model`], [`buffers`], [`hang`], [`describe`]), built natively on symm-core alone,
-//! which the fuzz targets drive from bytes to the Perfetto export.
+//! model only ([`model`], [`buffers`], [`edges`], [`hang`], [`describe`]), built natively on
+//! symm-core alone, which the fuzz targets drive from bytes to the Perfetto export.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +23,7 @@ pub mod buffers;
 #[cfg(feature = "app")]
 pub mod canvas;
 pub mod describe;
+pub mod edges;
 pub mod examples;
 pub mod hang;
 #[cfg(feature = "app")]

@@ -10,6 +10,7 @@
 //! a small multiple of the file's size whatever the header or the events claim.
 
 use crate::buffers::Cells;
+use crate::edges::Graph;
 use std::fmt;
 use symm_core::op::Op;
 use symm_core::perfetto::{self, Pair, Span};
@@ -122,6 +123,8 @@ pub struct Trace {
     pub scratch: Cells,
     /// Number of waits that never finished (`Stall` events).
     pub stalled: usize,
+    /// Who sends data to whom, from the signals and puts (the topology view's edges).
+    pub graph: Graph,
     /// Set when the trace was cut short: it holds the events before the offset named.
     pub warning: Option<TraceError>,
 }
@@ -280,6 +283,7 @@ impl Trace {
         let cells = Cells::build(&header, &spans, &end_pos, symm_core::op::Buf::Output);
         let scratch = Cells::build(&header, &spans, &end_pos, symm_core::op::Buf::Scratch);
         let stalled = spans.iter().filter(|s| s.stall.is_some()).count();
+        let graph = Graph::derive(&header, &spans);
         Trace {
             name: name.to_string(),
             header,
@@ -298,6 +302,7 @@ impl Trace {
             cells,
             scratch,
             stalled,
+            graph,
             warning: None,
         }
     }

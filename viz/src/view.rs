@@ -100,6 +100,14 @@ fn loaded_name(id: &'static str, t: Option<&crate::model::Trace>) -> Html {
     html! { <span id={id} class="loaded">{ t.map_or("none".to_string(), |t| t.name.clone()) }</span> }
 }
 
+/// A buffers panel's heading: in a compare view each trace has its own, named.
+fn buffers_title(t: Option<&crate::model::Trace>, named: bool) -> String {
+    match t {
+        Some(t) if named => format!("buffers: {}", t.name),
+        _ => "buffers".to_string(),
+    }
+}
+
 /// The whole page.
 pub fn view(app: &App, ctx: &Context<App>) -> Html {
     let link = ctx.link();
@@ -202,7 +210,10 @@ pub fn view(app: &App, ctx: &Context<App>) -> Html {
             <div class="views" style={if app.main.is_some() { "" } else { "display:none" }}>
                 <div class="row">
                     <div class="panel"><h3>{ "topology" }</h3><canvas id="topology" ref={app.topology_ref.clone()}></canvas></div>
-                    <div class="panel"><h3>{ "buffers" }</h3><canvas id="buffers" ref={app.buffers_ref.clone()}></canvas></div>
+                    <div class="panel"><h3>{ buffers_title(app.main.as_ref(), app.compare.is_some()) }</h3><canvas id="buffers" ref={app.buffers_ref.clone()}></canvas></div>
+                    if app.compare.is_some() {
+                        <div class="panel"><h3>{ buffers_title(app.compare.as_ref(), true) }</h3><canvas id="buffers-compare" ref={app.buffers_compare_ref.clone()}></canvas></div>
+                    }
                 </div>
                 <div class="panel">
                     <h3>{ "timeline" }<span class="hint">{ " wheel: zoom, drag: pan, click: select; waits shade yellow to red by stall, black: never finished" }</span></h3>

@@ -12,6 +12,7 @@
 
 mod browser;
 mod examples;
+mod topology;
 mod webdriver;
 
 use crate::util;

@@ -2,9 +2,11 @@
 //! of scratch chunks; each chunk is split into one stripe per rank, filled in that rank's colour
 //! when the chunk holds its contribution. A correct all-reduce ends with every output chunk of
 //! every rank fully striped; the scratch rows show partial results travelling through staging.
+//! The grids' titles come from [`titles`], with the drawn trace's own header: in a compare view
+//! each trace gets its own panel.
 
 use super::rank_colour;
-use crate::buffers::Cells;
+use crate::buffers::{titles, Cells};
 use crate::model::Trace;
 use web_sys::CanvasRenderingContext2d;
 
@@ -42,28 +44,11 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
         );
         return;
     }
-    let mut y = grid(
-        ctx,
-        width,
-        &t.cells,
-        pos,
-        0.0,
-        &format!(
-            "output: {} chunks per rank; a stripe per rank whose contribution the chunk holds",
-            t.cells.cells()
-        ),
-    );
+    let [output, scratch] = titles(&t.header, &t.cells, &t.scratch);
+    let y = grid(ctx, width, &t.cells, pos, 0.0, &output);
     if t.scratch.written {
-        y = grid(
-            ctx,
-            width,
-            &t.scratch,
-            pos,
-            y,
-            &format!("scratch (staging): {} slots per rank", t.scratch.cells()),
-        );
+        grid(ctx, width, &t.scratch, pos, y, &scratch);
     }
-    let _ = y;
 }
 
 fn grid(

@@ -1,13 +1,19 @@
-//! The topology: ranks on a circle (ring, halving-doubling, direct and pairwise schedules), as a
-//! binary tree (tree schedules) or around an NVSwitch (multicast), with the chunks in flight at
-//! the playback time drawn as dots along the edge they travel, at the fraction of the op done.
-//! A rank blocked in a wait is ringed orange, one whose wait never finished red.
+//! The topology: the ranks and the edges the schedule used, taken from the trace
+//! ([`crate::edges`]), with the chunks in flight at the playback time drawn as dots along the
+//! edge they travel, at the fraction of the op done. A rank blocked in a wait is ringed orange,
+//! one whose wait never finished red.
+//!
+//! A tree schedule is laid out by depth in its tree-0 graph from the root ([`Graph::layout`]),
+//! tree 0 solid and tree 1 (`DataB`) dashed; other schedules put the ranks on a circle, and
+//! multicast around an NVSwitch. Control signals (ready, credit, done, barrier) are not drawn.
+//! [`draw`] returns the edges it drew, which the app publishes as the canvas's `data-edges`.
 
 use super::rank_colour;
+use crate::edges::{Class, Edge, Graph};
 use crate::model::Trace;
 use std::f64::consts::PI;
 use symm_core::op::Op;
-use symm_core::sched::{Algorithm, Collective};
+use symm_core::sched::Algorithm;
 use web_sys::CanvasRenderingContext2d;
 
 /// A chunk in flight: where it left, where it is now, whose colour it has.
@@ -24,102 +30,125 @@ enum Shape {
     Switch,
 }
 
-fn positions(shape: Shape, world: usize, w: f64, h: f64) -> Vec<(f64, f64)> {
+fn circle(world: usize, w: f64, h: f64) -> Vec<(f64, f64)> {
     let (cx, cy) = (w / 2.0, h / 2.0);
-    match shape {
-        Shape::Circle | Shape::Switch => {
-            let r = (w.min(h) / 2.0 - 28.0).max(20.0);
-            (0..world)
-                .map(|i| {
-                    let a = -PI / 2.0 + 2.0 * PI * i as f64 / world.max(1) as f64;
-                    (cx + r * a.cos(), cy + r * a.sin())
-                })
-                .collect()
-        }
-        Shape::Tree => {
-            let depth = (usize::BITS - world.max(1).leading_zeros()) as f64;
-            (0..world)
-                .map(|i| {
-                    let level = (usize::BITS - (i + 1).leading_zeros() - 1) as usize;
-                    let first = (1usize << level) - 1;
-                    let count = 1usize << level;
-                    let x = w * ((i - first) as f64 + 0.5) / count as f64;
-                    let y = 28.0 + (h - 56.0) * level as f64 / (depth - 1.0).max(1.0);
-                    (x, y)
-                })
-                .collect()
-        }
+    let r = (w.min(h) / 2.0 - 28.0).max(20.0);
+    (0..world)
+        .map(|i| {
+            let a = -PI / 2.0 + 2.0 * PI * i as f64 / world.max(1) as f64;
+            (cx + r * a.cos(), cy + r * a.sin())
+        })
+        .collect()
+}
+
+/// The shape and the rank positions: a tree schedule without tree-0 edges (cut short before
+/// any) falls back to the circle.
+fn positions(t: &Trace, world: usize, w: f64, h: f64) -> (Shape, Vec<(f64, f64)>) {
+    match t.header.request.algorithm {
+        Algorithm::Multicast => (Shape::Switch, circle(world, w, h)),
+        Algorithm::Tree => match t.graph.layout(world) {
+            Some((places, rows)) => {
+                let pts = places
+                    .iter()
+                    .map(|&(x, row)| {
+                        let y = 28.0 + (h - 64.0) * row as f64 / (rows - 1).max(1) as f64;
+                        (18.0 + (w - 36.0) * x, y)
+                    })
+                    .collect();
+                (Shape::Tree, pts)
+            }
+            None => (Shape::Circle, circle(world, w, h)),
+        },
+        _ => (Shape::Circle, circle(world, w, h)),
     }
 }
 
-/// Draws the topology at a playback position.
-pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
+/// The edges drawn for a shape: every derived edge, except that around a switch the data moved
+/// between ranks is the switch's spokes.
+fn drawn(shape: Shape, g: &Graph) -> Vec<Edge> {
+    g.edges
+        .iter()
+        .filter(|e| shape != Shape::Switch || e.class != Class::Put)
+        .copied()
+        .collect()
+}
+
+fn stroke_edges(
+    ctx: &CanvasRenderingContext2d,
+    pts: &[(f64, f64)],
+    edges: &[Edge],
+    class: Class,
+    bend: f64,
+) {
+    ctx.begin_path();
+    for e in edges.iter().filter(|e| e.class == class) {
+        let (Some(a), Some(b)) = (pts.get(e.from as usize), pts.get(e.to as usize)) else {
+            continue;
+        };
+        ctx.move_to(a.0, a.1);
+        if bend == 0.0 {
+            ctx.line_to(b.0, b.1);
+        } else {
+            // Bent to the same side whichever way the edge goes, so both directions overlap.
+            let (lo, hi) = if e.from < e.to { (a, b) } else { (b, a) };
+            let (dx, dy) = (hi.0 - lo.0, hi.1 - lo.1);
+            let len = (dx * dx + dy * dy).sqrt().max(1.0);
+            let mid = (
+                (a.0 + b.0) / 2.0 - dy / len * bend,
+                (a.1 + b.1) / 2.0 + dx / len * bend,
+            );
+            ctx.quadratic_curve_to(mid.0, mid.1, b.0, b.1);
+        }
+    }
+    ctx.stroke();
+}
+
+/// Draws the topology at a playback position; returns the edges drawn.
+pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) -> Vec<Edge> {
     let h = HEIGHT as f64;
     ctx.set_fill_style_str("#ffffff");
     ctx.fill_rect(0.0, 0.0, width, h);
     let world = t.header.world as usize;
-    let shape = match t.header.request.algorithm {
-        Algorithm::Tree => Shape::Tree,
-        Algorithm::Multicast => Shape::Switch,
-        _ => Shape::Circle,
-    };
-    let pts = positions(shape, world, width, h);
+    let (shape, pts) = positions(t, world, width, h);
     let switch = (width / 2.0, h / 2.0);
-    // Edges.
-    ctx.set_stroke_style_str("#c8ced6");
-    ctx.set_line_width(1.0);
-    ctx.begin_path();
-    match shape {
-        Shape::Circle if t.header.request.algorithm == Algorithm::Ring => {
-            for i in 0..world {
-                let (a, b) = (pts[i], pts[(i + 1) % world]);
-                ctx.move_to(a.0, a.1);
-                ctx.line_to(b.0, b.1);
-            }
-        }
-        Shape::Circle if world <= 16 => {
-            for i in 0..world {
-                for j in i + 1..world {
-                    ctx.move_to(pts[i].0, pts[i].1);
-                    ctx.line_to(pts[j].0, pts[j].1);
-                }
-            }
-        }
-        Shape::Tree => {
-            // Tree 0 is heap ordered by rank: parent (r - 1) / 2.
-            for i in 1..world {
-                let p = (i - 1) / 2;
-                ctx.move_to(pts[p].0, pts[p].1);
-                ctx.line_to(pts[i].0, pts[i].1);
-            }
-        }
-        Shape::Switch => {
-            for p in &pts {
-                ctx.move_to(switch.0, switch.1);
-                ctx.line_to(p.0, p.1);
-            }
-        }
-        Shape::Circle => {}
-    }
-    ctx.stroke();
-    if shape == Shape::Tree && t.header.request.collective == Collective::AllReduce {
-        // The all-reduce's second tree is the mirror: rank r sits at position world - 1 - r.
-        ctx.set_stroke_style_str("#f0b27a");
-        let _ = ctx.set_line_dash(&js_sys::Array::of2(&4.0.into(), &4.0.into()));
+    let edges = drawn(shape, &t.graph);
+    if shape == Shape::Switch {
+        ctx.set_stroke_style_str("#c8ced6");
+        ctx.set_line_width(1.0);
         ctx.begin_path();
-        for pos in 1..world {
-            let (child, parent) = (world - 1 - pos, world - 1 - (pos - 1) / 2);
-            let (a, b) = (pts[parent], pts[child]);
-            let mid = ((a.0 + b.0) / 2.0 + 18.0, (a.1 + b.1) / 2.0);
-            ctx.move_to(a.0, a.1);
-            ctx.quadratic_curve_to(mid.0, mid.1, b.0, b.1);
+        for p in &pts {
+            ctx.move_to(switch.0, switch.1);
+            ctx.line_to(p.0, p.1);
         }
         ctx.stroke();
-        let _ = ctx.set_line_dash(&js_sys::Array::new());
-        ctx.set_fill_style_str("#888");
-        ctx.set_font("10px sans-serif");
-        let _ = ctx.fill_text("solid: tree 0, dashed: tree 1 (mirrored)", 6.0, h - 8.0);
     }
+    ctx.set_line_width(1.0);
+    ctx.set_stroke_style_str("#c8ced6");
+    stroke_edges(ctx, &pts, &edges, Class::Put, 0.0);
+    ctx.set_line_width(1.5);
+    ctx.set_stroke_style_str("#7f8c9b");
+    stroke_edges(ctx, &pts, &edges, Class::Data, 0.0);
+    ctx.set_stroke_style_str("#e67e22");
+    let _ = ctx.set_line_dash(&js_sys::Array::of2(&4.0.into(), &4.0.into()));
+    stroke_edges(ctx, &pts, &edges, Class::DataB, 18.0);
+    let _ = ctx.set_line_dash(&js_sys::Array::new());
+    ctx.set_line_width(1.0);
+    ctx.set_fill_style_str("#888");
+    ctx.set_font("10px sans-serif");
+    let two = edges.iter().any(|e| e.class == Class::DataB);
+    let legend = match shape {
+        Shape::Tree if two => {
+            "solid: tree 0 (Data), dashed: tree 1 (DataB); control signals not drawn"
+        }
+        Shape::Tree => "lines: the tree's Data signals; control signals not drawn",
+        Shape::Switch => {
+            "spokes: data through the NVSwitch, lines: Data signals; control signals not drawn"
+        }
+        Shape::Circle => {
+            "lines: data between ranks (Data signals, puts); control signals not drawn"
+        }
+    };
+    let _ = ctx.fill_text(legend, 6.0, h - 8.0);
     if shape == Shape::Switch {
         ctx.set_fill_style_str("#444");
         ctx.fill_rect(switch.0 - 26.0, switch.1 - 12.0, 52.0, 24.0);
@@ -243,4 +272,5 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) {
         6.0,
         14.0,
     );
+    edges
 }

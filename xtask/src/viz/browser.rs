@@ -2,7 +2,8 @@
 //!
 //! Each check drives the page the way a person does (menus, buttons, keys, the file picker, a
 //! dropped file) and reads the state the app publishes on its root element (`data-state`,
-//! `data-pos`, `data-events`, `data-load-ms`, `data-ready-at`).
+//! `data-pos`, `data-events`, `data-load-ms`, `data-ready-at`) and the topology canvas's
+//! `data-edges` ([`super::topology`]).
 
 use super::examples;
 use super::http;
@@ -358,6 +359,12 @@ pub fn run_all(
         attr(&b, "data-compare")? == "true",
         "compare mode holds two traces",
     )?;
+    check(
+        painted(&b, "buffers-compare")?,
+        "the compared trace's buffers are drawn",
+    )?;
+    std::fs::write(shots.join("compare-row.png"), b.screenshot(".row")?)
+        .map_err(|e| e.to_string())?;
     shot("viz-compare.png", "#timeline")?;
     b.click("#close-compare")?;
     check(attr(&b, "data-compare")? == "false", "compare closes")?;
@@ -401,6 +408,12 @@ pub fn run_all(
         names.contains("all_reduce-ring-w4") && names.contains("hang-all_reduce-ring-w4"),
         &format!("the loaded traces are named beside their file buttons: {names}"),
     )?;
+    passed += 1;
+
+    // 6b. The topology draws the edges the trace's data signals name (tree schedules).
+    for line in super::topology::check(&b, &base, &traces, &shots)? {
+        eprintln!("{line}");
+    }
     passed += 1;
 
     // 7. One million events open in under 2 s.
