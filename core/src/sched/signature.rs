@@ -7,7 +7,8 @@
 //!
 //! | bits | field |
 //! |---|---|
-//! | 0..16 | sequence number of the call on its team (mod 2^16) |
+//! | 0..12 | sequence number of the call on its team (mod 2^12) |
+//! | 12..16 | the plan's shape: channels, chunk and slots, folded to 4 bits |
 //! | 16..20 | collective (its index in [`Collective::ALL`]) |
 //! | 20..26 | algorithm (its index in [`Algorithm::ALL`]) |
 //! | 26..30 | element type (index in [`DType::ALL`]) |
@@ -20,9 +21,17 @@
 //! request. Calls that differ in the collective, algorithm, type or operator give different
 //! words, always; a root or size that differs gives a different word unless its fold collides
 //! (roots whose 7-bit folds agree, sizes with the same power of two whose odd parts hash
-//! alike), and then the call
+//! alike, shapes whose 4-bit folds agree), and then the call
 //! is still caught by what follows (the data's layout, the deadline). The sequence number
-//! catches a rank that skipped a call or called twice, within 2^16 calls.
+//! catches a rank that skipped a call or called twice, within 2^12 calls.
+//!
+//! **The check** ([`Signature::check`]) is what makes the word safe to compare without a
+//! barrier between calls: a rank publishes its word for call `k` in its word `k mod 2` before
+//! its first signal of the call, and a peer that has waited for one of those signals reads it.
+//! By then the publisher may have gone on to call `k + 2` and overwritten that word (the reader
+//! is slow): the sequence number says so, and the check stays silent. It names a difference
+//! only when the word read carries the reader's own sequence number, that is, when it is the
+//! peer's call `k`; so agreeing calls never fire, however far apart the ranks run.
 //!
 //! Where the word travels and when it is compared (the entry signal, the low-latency flags) is
 //! the executors' business; this module is its definition, shared by every one of them.
@@ -40,6 +49,8 @@ bitflags::bitflags! {
     pub struct Differs: u8 {
         /// The sequence number: one rank skipped a call or made one more.
         const SEQUENCE = 1 << 0;
+        /// The plan's shape: channels, chunk or slots.
+        const SHAPE = 1 << 7;
         /// The collective.
         const COLLECTIVE = 1 << 1;
         /// The algorithm.
@@ -56,14 +67,15 @@ bitflags::bitflags! {
 }
 
 /// (shift, width) of each field, in the order of [`Differs`]'s flags.
-const FIELDS: [(u32, u32); 7] = [
-    (0, 16),
+const FIELDS: [(u32, u32); 8] = [
+    (0, 12),
     (16, 4),
     (20, 6),
     (26, 4),
     (30, 3),
     (33, 7),
     (40, 24),
+    (12, 4),
 ];
 
 // Every field's width holds its every value.
@@ -137,6 +149,10 @@ impl Request {
             index_of(&ReduceOp::ALL, &self.op),
             fold(root_of(self.collective), 7),
             size_bits(self.bytes),
+            fold(
+                (self.channels as u64) ^ self.chunk_bytes.rotate_left(8) ^ (self.slots as u64) << 5,
+                4,
+            ),
         ];
         let mut word = 0u64;
         for (&(shift, width), v) in FIELDS.iter().zip(values) {
@@ -159,16 +175,41 @@ impl Signature {
         d
     }
 
-    /// The sequence number it carries (mod 2^16).
+    /// The sequence number it carries (mod 2^12).
     pub fn sequence(self) -> u16 {
-        self.0 as u16
+        (self.0 & 0xfff) as u16
+    }
+
+    /// The check of a peer's word `theirs`, read by a rank making call `self` after it waited
+    /// for one of the peer's signals of that call: what differs, when the word is the peer's
+    /// call of the same sequence number and not the same call; `None` when it is the same call,
+    /// or a later call of the peer (its sequence number says so).
+    ///
+    /// ```
+    /// use symm_core::dtype::{DType, ReduceOp};
+    /// use symm_core::sched::{Algorithm, Collective, Differs, Request};
+    ///
+    /// let ar = Request::new(Collective::AllReduce, Algorithm::OneShot, 2, 4096,
+    ///                       DType::F32, ReduceOp::Sum);
+    /// let ag = Request { collective: Collective::AllGather, ..ar };
+    /// // The same call: silent. The peer already at its next call: silent.
+    /// assert_eq!(ar.signature(4).check(ar.signature(4)), None);
+    /// assert_eq!(ar.signature(4).check(ag.signature(6)), None);
+    /// // The peer's call 4 is another collective: named.
+    /// assert_eq!(ar.signature(4).check(ag.signature(4)), Some(Differs::COLLECTIVE));
+    /// ```
+    pub fn check(self, theirs: Signature) -> Option<Differs> {
+        if self.sequence() != theirs.sequence() || self == theirs {
+            return None;
+        }
+        Some(self.differs(theirs))
     }
 }
 
 impl Differs {
     /// What differs, in words ("the collective and the size"), for an error message.
-    pub fn words(self) -> heapless::String<96> {
-        const NAMES: [&str; 7] = [
+    pub fn words(self) -> heapless::String<160> {
+        const NAMES: [&str; 8] = [
             "the sequence (a rank skipped a call or made one more)",
             "the collective",
             "the algorithm",
@@ -176,9 +217,10 @@ impl Differs {
             "the reduction operator",
             "the root",
             "the size",
+            "the channels or pipelining",
         ];
         let mut out = heapless::String::new();
-        let named: heapless::Vec<&str, 7> = NAMES
+        let named: heapless::Vec<&str, 8> = NAMES
             .iter()
             .enumerate()
             .filter(|&(i, _)| self.bits() & (1 << i) != 0)
@@ -215,12 +257,18 @@ mod tests {
     }
 
     #[test]
-    fn equal_calls_give_equal_words_whatever_the_pipelining_and_channels() {
-        // Channels and pipelining are each rank's own choice of how to run the same call: the
-        // word leaves them out.
+    fn channels_and_pipelining_are_part_of_the_call() {
+        // Ranks that run one call with other channels or pipelining run other schedules.
         let r = base();
-        let other = r.with_channels(4).with_pipeline(4096, 3);
-        assert_eq!(r.signature(3), other.signature(3));
+        assert_eq!(
+            r.signature(3).differs(r.with_channels(4).signature(3)),
+            Differs::SHAPE
+        );
+        assert_eq!(
+            r.signature(3)
+                .differs(r.with_pipeline(4096, 3).signature(3)),
+            Differs::SHAPE
+        );
     }
 
     #[test]
