@@ -136,7 +136,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     step("loom", &mut times, || {
         let dir = util::target_dir().join("loom");
         sh(cargo()
-            .args(["test", "--release", "-p", "symm-driver", "--test", "loom"])
+            .args(["test", "--release", "-p", "symm-driver"])
+            .args(["--test", "loom", "--test", "loom_signature"])
             .env("RUSTFLAGS", "--cfg loom")
             .env("CARGO_TARGET_DIR", dir))
     })?;
