@@ -1,7 +1,7 @@
 //! A job of back-to-back calls on the host, each rank making its own calls, and the signature
 //! check that names a call that differs across ranks at once.
 //!
-//! [`run_calls`] gives every rank one OS thread that makes its list of calls one after another
+//! [`run_calls`] has every rank make its list of calls one after another
 //! over one memory (buffers sized for the largest call, one signal pad whose counters only
 //! grow, as a job's heap), with no barrier between calls: what a framework's process does. Each
 //! call, a rank
@@ -9,7 +9,8 @@
 //! 1. writes its input (the caller's data is in place before the call);
 //! 2. publishes its call's [`Signature`] in its signature word `seq mod 2`, with release, before
 //!    its first signal of the call;
-//! 3. runs its streams (its channels in turn on its thread, each resumed when it blocks); after
+//! 3. runs its streams (one op of each of its channels in turn, a blocked one tried again on
+//!    the next turn); after
 //!    each wait that a peer's signal satisfied, the first one of the call from that peer, it
 //!    reads the peer's word with acquire and [`Signature::check`]s it against its own;
 //! 4. reads its output.
@@ -17,8 +18,10 @@
 //! A check that names a difference raises the job's abort flag with [`CallsError::RanksDiffer`]
 //! (which rank found it, the peer, the call, both words and what differs), and every other rank,
 //! blocked in a wait or not, stops with the same error: every rank learns the cause, no rank
-//! waits for its deadline. A wait that outlives the deadline is [`CallsError::Host`]'s timeout,
-//! as in [`crate::run_threads`]. Agreeing calls never fire, however far apart the ranks run: the
+//! waits for its deadline. With threads ([`CallsMode::Threads`]) a wait that outlives the
+//! deadline is [`CallsError::Host`]'s timeout, as in [`crate::run_threads`]; the one-thread
+//! simulation ([`CallsMode::Simulate`]) runs the same steps deterministically and reports a job
+//! where nothing can move as a deadlock. Agreeing calls never fire, however far apart the ranks run: the
 //! word read for call `k` is either the peer's call `k`, equal, or a later call of the peer,
 //! which the sequence number tells apart (`driver/tests/loom.rs` models it).
 //!
@@ -26,7 +29,7 @@
 //! [`HostError::Sched`]'s unsupported request): their flags need a call epoch this job does not
 //! keep.
 
-use super::mem::{RankFabric, Temps, WorldMem};
+use super::mem::{Oob, RankFabric, Temps, WorldMem};
 use super::{exec_error, HostError, POISON};
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -88,11 +91,22 @@ impl std::error::Error for CallsError {
     }
 }
 
+/// How [`run_calls`] drives the ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallsMode {
+    /// One OS thread per rank, real atomics; a wait blocked longer than the deadline fails the
+    /// job ([`HostError::Timeout`]).
+    Threads(Duration),
+    /// One thread, every rank in turn, one op of each of its streams per turn: deterministic,
+    /// and a job where nothing can move is a [`HostError::Deadlock`], not a wait.
+    Simulate,
+}
+
 /// Options of [`run_calls`].
 #[derive(Clone, Copy, Debug)]
 pub struct CallsOptions {
-    /// How long a wait may block before the job fails.
-    pub deadline: Duration,
+    /// Threads or the one-thread simulation.
+    pub mode: CallsMode,
     /// Seed of every call's inputs ([`crate::random_inputs`] of the call's request, with the
     /// seed plus the call's number).
     pub seed: u64,
@@ -101,7 +115,7 @@ pub struct CallsOptions {
 impl Default for CallsOptions {
     fn default() -> Self {
         CallsOptions {
-            deadline: Duration::from_secs(10),
+            mode: CallsMode::Threads(Duration::from_secs(10)),
             seed: 1,
         }
     }
@@ -171,15 +185,18 @@ impl Job {
 /// ```
 pub fn run_calls(calls: &[Vec<Request>], opts: &CallsOptions) -> Vec<RankCalls> {
     let world = calls.len();
-    match job(calls) {
-        Ok(job) => std::thread::scope(|s| {
-            let handles: Vec<_> = calls
-                .iter()
-                .enumerate()
-                .map(|(r, mine)| {
-                    let job = &job;
-                    s.spawn(move || rank_calls(job, r as u16, mine, opts))
-                })
+    let job = match job(calls) {
+        Ok(job) => job,
+        Err(e) => return vec![Err(e); world],
+    };
+    let runs = calls
+        .iter()
+        .enumerate()
+        .map(|(r, mine)| RankRun::new(&job, r as u16, mine, opts.seed));
+    match opts.mode {
+        CallsMode::Threads(deadline) => std::thread::scope(|s| {
+            let handles: Vec<_> = runs
+                .map(|run| s.spawn(move || threaded(run, deadline)))
                 .collect();
             handles
                 .into_iter()
@@ -189,7 +206,96 @@ pub fn run_calls(calls: &[Vec<Request>], opts: &CallsOptions) -> Vec<RankCalls> 
                 })
                 .collect()
         }),
-        Err(e) => vec![Err(e); world],
+        CallsMode::Simulate => simulated(runs.collect()),
+    }
+}
+
+/// One rank's calls on its own thread.
+fn threaded(mut run: RankRun<'_>, deadline: Duration) -> RankCalls {
+    let mut since: Option<Instant> = None;
+    loop {
+        match run.step() {
+            Err(e) => return Err(run.job.fail(e)),
+            Ok(Progress::Finished) => return Ok(run.outputs),
+            Ok(Progress::Ran) => since = None,
+            Ok(Progress::Blocked(b)) => {
+                if run.job.abort.load(Ordering::Acquire) {
+                    return Err(run.job.cause());
+                }
+                if since.get_or_insert_with(Instant::now).elapsed() > deadline {
+                    let peer = run.job.layout.key(b.slot).map_or(u16::MAX, |k| k.peer);
+                    let e = HostError::Timeout {
+                        rank: run.rank,
+                        channel: b.channel,
+                        index: b.index,
+                        peer,
+                        slot: b.slot,
+                        expected: b.target,
+                        found: b.found,
+                    };
+                    return Err(run.job.fail(CallsError::Host(e)));
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Every rank's calls on this thread, in turn.
+fn simulated(mut runs: Vec<RankRun<'_>>) -> Vec<RankCalls> {
+    let mut results: Vec<Option<RankCalls>> = runs.iter().map(|_| None).collect();
+    loop {
+        let mut moved = false;
+        let mut stuck = None;
+        for (r, run) in runs.iter_mut().enumerate() {
+            if results[r].is_some() {
+                continue;
+            }
+            match run.step() {
+                Err(e) => {
+                    let cause = run.job.fail(e);
+                    results[r] = Some(Err(cause));
+                    moved = true;
+                }
+                Ok(Progress::Finished) => {
+                    results[r] = Some(Ok(std::mem::take(&mut run.outputs)));
+                    moved = true;
+                }
+                Ok(Progress::Ran) => moved = true,
+                Ok(Progress::Blocked(b)) => {
+                    stuck.get_or_insert((run.rank, b));
+                }
+            }
+        }
+        if let Some(job) = runs.first().map(|r| r.job) {
+            if job.abort.load(Ordering::Acquire) {
+                let cause = job.cause();
+                return results
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|| Err(cause.clone())))
+                    .collect();
+            }
+            if !moved {
+                if let Some((rank, b)) = stuck {
+                    let e = HostError::Deadlock {
+                        rank,
+                        channel: b.channel,
+                        index: b.index,
+                        slot: b.slot,
+                        target: b.target,
+                        found: b.found,
+                    };
+                    let cause = job.fail(CallsError::Host(e));
+                    return results
+                        .into_iter()
+                        .map(|r| r.unwrap_or_else(|| Err(cause.clone())))
+                        .collect();
+                }
+            }
+        }
+        if results.iter().all(Option::is_some) {
+            return results.into_iter().flatten().collect();
+        }
     }
 }
 
@@ -237,148 +343,215 @@ fn job(calls: &[Vec<Request>]) -> Result<Job, CallsError> {
     })
 }
 
-/// One rank's calls.
-fn rank_calls(job: &Job, rank: u16, calls: &[Request], opts: &CallsOptions) -> RankCalls {
-    // This rank's expected counters, for the whole pad, across calls.
-    let mut expected = vec![0u64; job.layout.slots() as usize];
-    let mut outputs = Vec::with_capacity(calls.len());
-    for (k, req) in calls.iter().enumerate() {
-        let call = k as u64;
-        let inputs = crate::random_inputs(req, opts.seed.wrapping_add(call));
+/// A blocked stream: where and on what.
+#[derive(Clone, Copy, Debug)]
+struct Blocked {
+    channel: u16,
+    index: u32,
+    slot: u32,
+    target: u64,
+    found: u64,
+}
+
+/// What one step of a rank did.
+enum Progress {
+    /// An op ran, or the rank entered or finished a call.
+    Ran,
+    /// Every unfinished stream of its call is blocked (the first one).
+    Blocked(Blocked),
+    /// Every call is done.
+    Finished,
+}
+
+/// A (rank, channel) stream of the current call: its ops (slots in the job's layout) and how
+/// far it ran.
+struct Lane {
+    channel: u16,
+    ops: Vec<Op>,
+    pos: usize,
+}
+
+/// One rank's progress through its calls.
+struct RankRun<'j> {
+    job: &'j Job,
+    rank: u16,
+    calls: &'j [Request],
+    seed: u64,
+    /// The rank's expected counters for the whole pad, across calls.
+    counters: Vec<u64>,
+    /// The current call (`calls.len()`: finished).
+    k: usize,
+    /// The current call's unfinished streams (empty: the call is not entered yet).
+    lanes: Vec<Lane>,
+    /// Peers whose word this call has checked.
+    checked: Vec<bool>,
+    sig: Signature,
+    outputs: Vec<Vec<u8>>,
+    temps: Temps,
+}
+
+impl<'j> RankRun<'j> {
+    fn new(job: &'j Job, rank: u16, calls: &'j [Request], seed: u64) -> RankRun<'j> {
+        RankRun {
+            job,
+            rank,
+            calls,
+            seed,
+            counters: vec![0; job.layout.slots() as usize],
+            k: 0,
+            lanes: Vec::new(),
+            checked: Vec::new(),
+            sig: Signature(0),
+            outputs: Vec::with_capacity(calls.len()),
+            temps: Temps::default(),
+        }
+    }
+
+    fn per_channel(&self) -> usize {
+        let l = self.job.layout;
+        (l.slots() / l.channels.max(1) as u32).max(1) as usize
+    }
+
+    /// Enters call `k`: writes its input, publishes its signature, builds its streams.
+    fn enter(&mut self) -> Result<(), CallsError> {
+        let (job, rank, req) = (self.job, self.rank, self.calls[self.k]);
+        let call = self.k as u64;
+        let inputs = crate::random_inputs(&req, self.seed.wrapping_add(call));
         let mine = inputs.get(rank as usize).map_or(&[][..], Vec::as_slice);
         job.mem
             .write_at(Loc::new(rank, Buf::Input, 0), mine)
-            .map_err(|_| CallsError::Host(HostError::ThreadPanicked))?;
-        let sig = req.signature(call);
-        job.sigs[rank as usize][(call % 2) as usize].store(sig.0, Ordering::Release);
-        match run_call(job, rank, req, call, sig, &mut expected, opts) {
-            Ok(()) => {}
-            Err(e) => return Err(job.fail(e)),
+            .map_err(|Oob(loc)| {
+                CallsError::Host(HostError::OutOfBounds {
+                    rank,
+                    channel: 0,
+                    index: 0,
+                    loc,
+                })
+            })?;
+        self.sig = req.signature(call);
+        job.sigs[rank as usize][(call % 2) as usize].store(self.sig.0, Ordering::Release);
+        self.checked = vec![false; req.world as usize];
+        self.checked[rank as usize] = true;
+        // The call's schedule, its slots moved to the job's layout. A slot outside the job's
+        // layout (none, for a request that validated) is an op outside the pad, reported as
+        // the executor reports one.
+        let (own, layout) = (req.layout(), job.layout);
+        let moved = |s: u32| own.key(s).and_then(|k| layout.index(k).ok()).ok_or(s);
+        for c in 0..req.channels {
+            let ops =
+                Schedule::new(req, rank, c).map_err(|e| CallsError::Host(HostError::Sched(e)))?;
+            let ops = ops
+                .enumerate()
+                .map(|(i, op)| op.map_slots(Ok, moved).map_err(|slot| (i, slot)))
+                .collect::<Result<Vec<Op>, (usize, u32)>>()
+                .map_err(|(i, slot)| {
+                    let e = symm_core::exec::ExecError::SlotOutOfRange {
+                        slot,
+                        index: i as u32,
+                    };
+                    CallsError::Host(exec_error(rank, c, e))
+                })?;
+            self.lanes.push(Lane {
+                channel: c,
+                ops,
+                pos: 0,
+            });
         }
-        if job.abort.load(Ordering::Acquire) {
-            return Err(job.cause());
-        }
-        let n = req.buffer_sizes().output as usize;
-        let mut out = job.mem.buffer(rank as usize, Buf::Output);
-        out.truncate(n);
-        outputs.push(out);
+        Ok(())
     }
-    Ok(outputs)
-}
 
-/// One call of one rank: its channels' streams in turn on this thread.
-fn run_call(
-    job: &Job,
-    rank: u16,
-    req: &Request,
-    call: u64,
-    sig: Signature,
-    expected: &mut [u64],
-    opts: &CallsOptions,
-) -> Result<(), CallsError> {
-    let layout = job.layout;
-    let per_channel = (layout.slots() / layout.channels.max(1) as u32).max(1) as usize;
-    let mut checked = vec![false; req.world as usize];
-    checked[rank as usize] = true;
-    // The call's schedule, its slots moved to the job's layout.
-    let own = req.layout();
-    // A slot outside the job's layout (none, for a request that validated) is an op outside
-    // the pad, reported as the executor reports one.
-    let moved = |s: u32| own.key(s).and_then(|k| layout.index(k).ok()).ok_or(s);
-    let sched = |c: u16| -> Result<Vec<Op>, CallsError> {
-        let ops =
-            Schedule::new(*req, rank, c).map_err(|e| CallsError::Host(HostError::Sched(e)))?;
-        ops.enumerate()
-            .map(|(i, op)| op.map_slots(Ok, moved).map_err(|slot| (i, slot)))
-            .collect::<Result<Vec<Op>, (usize, u32)>>()
-            .map_err(|(i, slot)| {
-                let e = symm_core::exec::ExecError::SlotOutOfRange {
-                    slot,
-                    index: i as u32,
-                };
-                CallsError::Host(exec_error(rank, c, e))
-            })
-    };
-    let mut streams = Vec::new();
-    let mut rest = expected;
-    for c in 0..req.channels {
-        let (mine, tail) = rest.split_at_mut(per_channel.min(rest.len()));
-        rest = tail;
-        let ops = sched(c)?.into_iter();
-        streams.push((c, Executor::at(ops, mine, c as u32 * per_channel as u32)));
-    }
-    let mut temps = Temps::default();
-    let mut done = vec![false; streams.len()];
-    let mut since: Option<Instant> = None;
-    while done.iter().any(|d| !d) {
-        let mut progressed = false;
-        for (i, (c, ex)) in streams.iter_mut().enumerate() {
-            if done[i] {
-                continue;
-            }
-            let mut view = RankFabric::new(&job.mem, rank, &mut temps);
-            loop {
-                let before = ex.peek();
-                match ex
-                    .step(&mut view)
-                    .map_err(|e| CallsError::Host(exec_error(rank, *c, e)))?
-                {
-                    Step::Ran { .. } => {
-                        progressed = true;
-                        if let Some((_, Op::Wait { slot, .. })) = before {
-                            let peer = layout.key(slot).map(|k| k.peer);
-                            if let Some(q) = peer.filter(|&q| !checked[q as usize]) {
-                                checked[q as usize] = true;
-                                let word = job.sigs[q as usize][(call % 2) as usize]
-                                    .load(Ordering::Acquire);
-                                if let Some(differs) = sig.check(Signature(word)) {
-                                    return Err(CallsError::RanksDiffer {
-                                        rank,
-                                        peer: q,
-                                        call,
-                                        mine: sig,
-                                        theirs: Signature(word),
-                                        differs,
-                                    });
-                                }
-                            }
-                        }
+    /// One op of each unfinished stream of the current call (entering or leaving calls as
+    /// they start and end).
+    fn step(&mut self) -> Result<Progress, CallsError> {
+        if self.k == self.calls.len() {
+            return Ok(Progress::Finished);
+        }
+        if self.lanes.is_empty() {
+            self.enter()?;
+            return Ok(Progress::Ran);
+        }
+        let per = self.per_channel();
+        let (job, rank) = (self.job, self.rank);
+        let mut ran = false;
+        let mut blocked = None;
+        let mut i = 0;
+        while i < self.lanes.len() {
+            let lane = &mut self.lanes[i];
+            let base = lane.channel as usize * per;
+            let counters = &mut self.counters[base..base + per];
+            let mut ex = Executor::at(lane.ops[lane.pos..].iter().copied(), counters, base as u32);
+            let mut view = RankFabric::new(&job.mem, rank, &mut self.temps);
+            let step = ex
+                .step(&mut view)
+                .map_err(|e| CallsError::Host(exec_error(rank, lane.channel, e)))?;
+            match step {
+                Step::Ran { op, .. } => {
+                    lane.pos += 1;
+                    ran = true;
+                    if let Op::Wait { slot, .. } = op {
+                        self.check(slot)?;
                     }
-                    Step::Blocked {
-                        index,
+                    i += 1;
+                }
+                Step::Blocked {
+                    index,
+                    slot,
+                    target,
+                    found,
+                } => {
+                    blocked.get_or_insert(Blocked {
+                        channel: lane.channel,
+                        index: index + lane.pos as u32,
                         slot,
                         target,
                         found,
-                    } => {
-                        if job.abort.load(Ordering::Acquire) {
-                            return Ok(());
-                        }
-                        let t = *since.get_or_insert_with(Instant::now);
-                        if t.elapsed() > opts.deadline {
-                            return Err(CallsError::Host(HostError::Timeout {
-                                rank,
-                                channel: *c,
-                                index,
-                                peer: layout.key(slot).map_or(u16::MAX, |k| k.peer),
-                                slot,
-                                expected: target,
-                                found,
-                            }));
-                        }
-                        break;
-                    }
-                    Step::Done => {
-                        done[i] = true;
-                        break;
-                    }
+                    });
+                    i += 1;
+                }
+                Step::Done => {
+                    self.lanes.remove(i);
+                    ran = true;
                 }
             }
         }
-        if progressed {
-            since = None;
-        } else {
-            std::thread::yield_now();
+        if self.lanes.is_empty() {
+            // The call is done: its output is final (every write into it came before a signal
+            // this rank waited for).
+            let n = self.calls[self.k].buffer_sizes().output as usize;
+            let mut out = job.mem.buffer(rank as usize, Buf::Output);
+            out.truncate(n);
+            self.outputs.push(out);
+            self.k += 1;
+            return Ok(Progress::Ran);
+        }
+        Ok(match (ran, blocked) {
+            (false, Some(b)) => Progress::Blocked(b),
+            _ => Progress::Ran,
+        })
+    }
+
+    /// After a wait on `slot` ran: the first of the call satisfied by that peer checks the
+    /// peer's signature word of this call.
+    fn check(&mut self, slot: u32) -> Result<(), CallsError> {
+        let Some(q) = self.job.layout.key(slot).map(|k| k.peer) else {
+            return Ok(());
+        };
+        if self.checked.get(q as usize) != Some(&false) {
+            return Ok(());
+        }
+        self.checked[q as usize] = true;
+        let call = self.k as u64;
+        let word = self.job.sigs[q as usize][(call % 2) as usize].load(Ordering::Acquire);
+        match self.sig.check(Signature(word)) {
+            None => Ok(()),
+            Some(differs) => Err(CallsError::RanksDiffer {
+                rank: self.rank,
+                peer: q,
+                call,
+                mine: self.sig,
+                theirs: Signature(word),
+                differs,
+            }),
         }
     }
-    Ok(())
 }

@@ -36,7 +36,7 @@ mod teams;
 mod threads;
 pub mod trace_diff;
 
-pub use calls::{run_calls, CallsError, CallsOptions, RankCalls};
+pub use calls::{run_calls, CallsError, CallsMode, CallsOptions, RankCalls};
 pub use flags::{FlagStep, FlagStream};
 pub use mem::{check_footprint, footprint, Oob, RankFabric, Temps, WorldMem, MAX_HOST_BYTES};
 pub use reference::{alltoallv_reference, compare, random_inputs, reference, Mismatch, POISON};
