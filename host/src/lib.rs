@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 
 mod calls;
+mod deterministic;
 mod flags;
 mod mem;
 pub mod moe;
@@ -37,6 +38,7 @@ mod threads;
 pub mod trace_diff;
 
 pub use calls::{run_calls, CallsError, CallsMode, CallsOptions, RankCalls};
+pub use deterministic::{hard_inputs, reference_in_rank_order};
 pub use flags::{FlagStep, FlagStream};
 pub use mem::{check_footprint, footprint, Oob, RankFabric, Temps, WorldMem, MAX_HOST_BYTES};
 pub use reference::{alltoallv_reference, compare, random_inputs, reference, Mismatch, POISON};

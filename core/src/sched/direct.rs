@@ -299,7 +299,7 @@ impl Direct {
 
 /// The most ranks one direct reduction combines in one k-way reduce: [`MAX_FANIN`], or 1 in the
 /// `binary-reduce` measurement build (every reduction a chain of binary reduces).
-const FUSED_FANIN: usize = if cfg!(feature = "binary-reduce") {
+pub(crate) const FUSED_FANIN: usize = if cfg!(feature = "binary-reduce") {
     1
 } else {
     MAX_FANIN
@@ -610,6 +610,7 @@ pub(crate) const ONE_SHOT: Desc = Desc {
     max_bytes: super::table::unbounded,
     in_place: 0,
     own: [0, serves::ALL_REDUCE],
+    combines: super::Combines::RankOrder,
 };
 
 /// Two-shot all-reduce.
@@ -622,6 +623,7 @@ pub(crate) const TWO_SHOT: Desc = Desc {
     max_bytes: super::table::unbounded,
     in_place: serves::ALL_REDUCE,
     own: [0, 0],
+    combines: super::Combines::RankOrder,
 };
 
 /// The host model of NVLink multicast (never launched on shared GPUs).
@@ -634,6 +636,7 @@ pub(crate) const MULTICAST: Desc = Desc {
     max_bytes: super::table::unbounded,
     in_place: serves::ALL_REDUCE,
     own: [serves::ALL_GATHER | serves::BROADCAST, serves::REDUCE_SCATTER],
+    combines: super::Combines::Unordered,
 };
 
 /// Direct reads and writes of the peers' buffers.
@@ -652,6 +655,7 @@ pub(crate) const DIRECT: Desc = Desc {
     max_bytes: super::table::unbounded,
     in_place: 0,
     own: [serves::ALL_GATHER | serves::BROADCAST | serves::SCATTER | serves::GATHER | serves::SEND_RECV, serves::REDUCE_SCATTER | serves::REDUCE],
+    combines: super::Combines::RankOrder,
 };
 
 /// Pairwise all-to-all.
@@ -664,4 +668,5 @@ pub(crate) const PAIRWISE: Desc = Desc {
     max_bytes: super::table::unbounded,
     in_place: 0,
     own: [serves::ALL_TO_ALL, 0],
+    combines: super::Combines::Unordered,
 };

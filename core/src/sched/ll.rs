@@ -228,6 +228,7 @@ pub(crate) const ONE_SHOT_LL: Desc = Desc {
     max_bytes: max_bytes::<false>,
     in_place: serves::ALL_REDUCE,
     own: [serves::ALL_REDUCE, serves::ALL_REDUCE],
+    combines: super::Combines::RankOrderLines,
 };
 
 /// One-shot all-reduce over 128-byte lines.
@@ -240,6 +241,7 @@ pub(crate) const ONE_SHOT_LL128: Desc = Desc {
     max_bytes: max_bytes::<true>,
     in_place: serves::ALL_REDUCE,
     own: [serves::ALL_REDUCE, serves::ALL_REDUCE],
+    combines: super::Combines::RankOrderLines,
 };
 
 /// The low-latency exchange for the collectives in which every rank sends to and receives from
@@ -326,6 +328,7 @@ pub(crate) const DIRECT_LL: Desc = Desc {
     max_bytes: max_bytes::<false>,
     in_place: 0,
     own: [serves::ALL_GATHER | serves::REDUCE_SCATTER | serves::ALL_TO_ALL, serves::ALL_GATHER | serves::REDUCE_SCATTER | serves::ALL_TO_ALL],
+    combines: super::Combines::RankOrderLines,
 };
 
 /// The low-latency exchange over 128-byte lines.
@@ -338,6 +341,7 @@ pub(crate) const DIRECT_LL128: Desc = Desc {
     max_bytes: max_bytes::<true>,
     in_place: 0,
     own: [serves::ALL_GATHER | serves::REDUCE_SCATTER | serves::ALL_TO_ALL, serves::ALL_GATHER | serves::REDUCE_SCATTER | serves::ALL_TO_ALL],
+    combines: super::Combines::RankOrderLines,
 };
 
 #[cfg(test)]

@@ -26,6 +26,7 @@
 
 mod alltoallv;
 mod auto;
+mod determinism;
 mod part;
 mod request;
 mod signature;
@@ -33,6 +34,7 @@ mod signature;
 mod table;
 
 pub use alltoallv::{alltoallv, capacity as alltoallv_capacity, AllToAllV};
+pub use determinism::Combines;
 pub use part::{part, Part};
 pub use request::{collectives, pairs, BufferSizes, Collective, Request, SchedError, MAX_BUFFER};
 pub use signature::{Differs, Signature};

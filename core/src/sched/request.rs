@@ -453,6 +453,16 @@ pub enum SchedError {
         /// The algorithm.
         algorithm: Algorithm,
     },
+    /// Deterministic mode was asked for, and the algorithm combines the ranks' contributions
+    /// in an order that depends on the element or the world, or rounds per step
+    /// ([`Request::is_deterministic`]).
+    NotDeterministic {
+        /// The collective.
+        collective: Collective,
+        /// The algorithm (for an automatic request: symm's own choice, when no algorithm
+        /// honours the mode).
+        algorithm: Algorithm,
+    },
 }
 
 impl core::fmt::Display for SchedError {
@@ -505,6 +515,16 @@ impl core::fmt::Display for SchedError {
             } => write!(
                 f,
                 "{} has no {} algorithm",
+                collective.name(),
+                algorithm.name()
+            ),
+            SchedError::NotDeterministic {
+                collective,
+                algorithm,
+            } => write!(
+                f,
+                "{} with {} cannot run in deterministic mode at this world and type (its sums \
+                 do not run in rank order with one rounding)",
                 collective.name(),
                 algorithm.name()
             ),

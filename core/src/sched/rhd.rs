@@ -330,4 +330,5 @@ pub(crate) const DESC: Desc = Desc {
     max_bytes: super::table::unbounded,
     in_place: 0,
     own: [serves::ALL_REDUCE, 0],
+    combines: super::Combines::Unordered,
 };

@@ -332,4 +332,5 @@ pub(crate) const DESC: Desc = Desc {
     max_bytes: super::table::unbounded,
     in_place: 0,
     own: [serves::ALL_REDUCE | serves::REDUCE_SCATTER | serves::ALL_GATHER | serves::BROADCAST, serves::REDUCE_SCATTER],
+    combines: super::Combines::Unordered,
 };

@@ -86,6 +86,9 @@ pub struct Desc {
     /// any device memory of the rank for that side, unstaged
     /// ([`Request::owns`](super::Request::owns)).
     pub(crate) own: [u16; 2],
+    /// How it combines the ranks' contributions to one element of a reduction: what
+    /// deterministic mode reads ([`Request::is_deterministic`](super::Request::is_deterministic)).
+    pub(crate) combines: super::Combines,
 }
 
 impl core::fmt::Debug for Desc {

@@ -377,4 +377,5 @@ pub(crate) const DESC: Desc = Desc {
     max_bytes: super::table::unbounded,
     in_place: 0,
     own: [serves::ALL_REDUCE | serves::REDUCE | serves::BROADCAST, serves::REDUCE],
+    combines: super::Combines::Unordered,
 };
