@@ -14,16 +14,21 @@
 //! elements, a wrong output, or an unbalanced signal (a slot whose final value differs from its
 //! receiver's expected counter). Running several seeds explores different interleavings.
 
-use crate::exec::{ExecError, Executor, Fabric, LlPoll, Step};
+use crate::exec::{Executor, Fabric, LlPoll};
 use crate::op::{Buf, Loc, McLoc, Op};
 use crate::sched::{Collective, Request, SchedError, Schedule};
 use crate::signal::apply;
 use alloc::collections::BTreeMap;
 
 mod display;
+mod drive;
 mod ll;
+mod order;
 use alloc::vec;
 use alloc::vec::Vec;
+pub use drive::Rng;
+pub(crate) use drive::{deadlock, interleave, stepped};
+pub use order::{check_rank_order, Fold};
 
 /// A symbolic element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -113,6 +118,16 @@ pub enum SymError {
     },
     /// A team could not be mapped onto the world (see [`crate::team::TeamError`]).
     Team(crate::team::TeamError),
+    /// An element of a reduction's result is not the rank-order fold of every rank with the
+    /// roundings deterministic mode allows ([`check_rank_order`]).
+    NotRankOrder {
+        /// Rank.
+        rank: u16,
+        /// Element index in the output.
+        elem: u64,
+        /// How it was combined.
+        fold: Fold,
+    },
     /// After the run, a slot's value differs from its owner's expected counter.
     Unbalanced {
         /// Rank owning the slot.
@@ -144,6 +159,8 @@ pub struct SymWorld {
     /// Bytes of each rank's scratch, the low-latency regions included (those hold no
     /// contribution cells in `mem`, only entries of `ll`).
     scratch_bytes: u64,
+    /// The order witness, when on ([`SymWorld::with_folds`]).
+    folds: Option<order::Folds>,
 }
 
 impl SymWorld {
@@ -174,6 +191,7 @@ impl SymWorld {
             scratch_bytes: sz.scratch,
             mem,
             pads: vec![vec![0; slots]; req.world as usize],
+            folds: None,
         })
     }
 
@@ -226,6 +244,7 @@ impl SymWorld {
         match *op {
             Op::Copy { src, dst, bytes } => {
                 let v = self.get(rank, src, bytes / es)?;
+                self.fold_op(&[src], dst, bytes / es);
                 self.put(rank, dst, &v).map(Some)
             }
             Op::Reduce {
@@ -234,6 +253,7 @@ impl SymWorld {
                 let mut x = self.get(rank, a, elems)?;
                 let y = self.get(rank, b, elems)?;
                 Self::combine(rank, dst, &mut x, &y)?;
+                self.fold_op(&[a, b], dst, elems);
                 self.put(rank, dst, &x).map(Some)
             }
             Op::ReduceN {
@@ -253,6 +273,8 @@ impl SymWorld {
                     let y = self.get(rank, at(r), elems)?;
                     Self::combine(rank, dst, &mut x, &y)?;
                 }
+                let srcs: Vec<Loc> = ranks.as_slice().iter().map(|&r| at(r)).collect();
+                self.fold_op(&srcs, dst, elems);
                 self.put(rank, dst, &x).map(Some)
             }
             Op::LlPut { .. } | Op::LlReduce { .. } => Err(SymError::OutOfBounds {
@@ -268,6 +290,8 @@ impl SymWorld {
                     let y = self.get(rank, at(r), elems)?;
                     Self::combine(rank, dst, &mut x, &y)?;
                 }
+                // The switch's reduction order is not fixed by the hardware.
+                self.fold_unordered(dst, elems);
                 self.put(rank, dst, &x).map(Some)
             }
             Op::McStore {
@@ -278,6 +302,7 @@ impl SymWorld {
                 let v = self.get(rank, src, bytes / es)?;
                 let mut m = 0;
                 for r in 0..self.req.world {
+                    self.fold_op(&[src], Loc::new(r, buf, offset), bytes / es);
                     m |= self.put(rank, Loc::new(r, buf, offset), &v)?;
                 }
                 Ok(Some(m))
@@ -385,144 +410,6 @@ impl Fabric for RankView<'_> {
     fn ll(&mut self, op: &Op, epoch: u64) -> Result<LlPoll, SymError> {
         self.world.ll(self.rank, op, epoch).map(|(p, _)| p)
     }
-}
-
-/// A small xorshift generator (deterministic, no dependencies).
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    /// The next value.
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    /// A value below `n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
-
-/// What one step of a stream did, for [`interleave`].
-pub(crate) enum Stepped {
-    /// An op ran.
-    Ran,
-    /// The stream waits.
-    Blocked,
-    /// The stream has no ops left.
-    Done,
-}
-
-/// An executor's step as [`Stepped`], its errors as the checker's.
-pub(crate) fn stepped<E>(rank: u16, r: Result<Step, ExecError<E>>) -> Result<Stepped, E>
-where
-    E: From<SymError>,
-{
-    match r {
-        Ok(Step::Ran { .. }) => Ok(Stepped::Ran),
-        Ok(Step::Blocked { .. }) => Ok(Stepped::Blocked),
-        Ok(Step::Done) => Ok(Stepped::Done),
-        Err(ExecError::Fabric { error, .. }) => Err(error),
-        Err(ExecError::SlotOutOfRange { slot, .. }) => Err(SymError::BadSlot { rank, slot }.into()),
-    }
-}
-
-/// The deadlock error for a stream found blocked at `next` (its next op).
-pub(crate) fn deadlock(rank: u16, channel: u16, next: Option<(u32, Op)>) -> SymError {
-    let (index, op) = next.unwrap_or((
-        0,
-        Op::Wait {
-            slot: u32::MAX,
-            count: 0,
-        },
-    ));
-    let slot = if let Op::Wait { slot, .. } = op {
-        slot
-    } else {
-        u32::MAX
-    };
-    SymError::Deadlock {
-        rank,
-        channel,
-        index,
-        slot,
-    }
-}
-
-/// Drives `n` streams through `step(i)` under the seeded random interleaving every symbolic
-/// check uses: each round starts at a random stream and gives streams bursts of 1 to 8 steps,
-/// stopping after a stream with probability 1/2 (so any rank may run far ahead of others); a
-/// round where nothing ran is confirmed by one step of every live stream. Returns the ops run,
-/// or `Err(i)` with a stream still blocked when every live stream is blocked (a deadlock).
-pub(crate) fn interleave(
-    n: usize,
-    seed: u64,
-    mut step: impl FnMut(usize) -> Result<Stepped, SymError>,
-) -> Result<Result<u64, usize>, SymError> {
-    let mut rng = Rng::new(seed);
-    let mut done = vec![false; n];
-    let mut live = n;
-    let mut ops = 0u64;
-    while live > 0 {
-        let mut progressed = false;
-        let start = rng.below(n as u64) as usize;
-        for k in 0..n {
-            let i = (start + k) % n;
-            if done[i] {
-                continue;
-            }
-            for _ in 0..1 + rng.below(8) {
-                match step(i)? {
-                    Stepped::Ran => {
-                        ops += 1;
-                        progressed = true;
-                    }
-                    Stepped::Blocked => break,
-                    Stepped::Done => {
-                        done[i] = true;
-                        live -= 1;
-                        break;
-                    }
-                }
-            }
-            if rng.below(2) == 0 {
-                break;
-            }
-        }
-        if !progressed && live > 0 {
-            // Confirm: a full pass where nobody can run is a deadlock.
-            let mut any = false;
-            for (i, d) in done.iter_mut().enumerate() {
-                if *d {
-                    continue;
-                }
-                match step(i)? {
-                    Stepped::Ran => {
-                        ops += 1;
-                        any = true;
-                    }
-                    Stepped::Blocked => {}
-                    Stepped::Done => {
-                        *d = true;
-                        live -= 1;
-                        any = true;
-                    }
-                }
-            }
-            if !any {
-                return Ok(Err(done.iter().position(|d| !d).unwrap_or(0)));
-            }
-        }
-    }
-    Ok(Ok(ops))
 }
 
 /// Runs `req` symbolically on every rank and channel under the interleaving chosen by `seed`.

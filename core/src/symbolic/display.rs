@@ -42,6 +42,22 @@ impl core::fmt::Display for SymError {
                 "rank {rank} output element {elem} is {found:?}, not {want:?}"
             ),
             SymError::Team(e) => write!(f, "team: {e}"),
+            SymError::NotRankOrder { rank, elem, fold } => {
+                if fold.ordered {
+                    write!(
+                        f,
+                        "rank {rank} output element {elem} folds ranks {}..{} in order with {} \
+                         roundings, not every rank with one",
+                        fold.first, fold.next, fold.steps
+                    )
+                } else {
+                    write!(
+                        f,
+                        "rank {rank} output element {elem} combines its contributions out of \
+                         rank order"
+                    )
+                }
+            }
             SymError::Unbalanced {
                 rank,
                 slot,

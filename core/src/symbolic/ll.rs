@@ -2,6 +2,7 @@
 //! a cell holding the call's flag and the element's contribution; a reduce waits until every
 //! cell of every region it reads holds this call's flag.
 
+use alloc::vec;
 use alloc::vec::Vec;
 
 use super::{Sym, SymError, SymWorld};
@@ -64,6 +65,7 @@ impl SymWorld {
                 for (i, x) in v.iter().enumerate() {
                     let pos = self.ll_pos(format, base, i as u64);
                     self.ll.insert((dst.rank, dst.buf as u8, pos), (flag, *x));
+                    self.fold_ll_put(src, i, (dst.rank, dst.buf as u8, pos));
                 }
                 Ok((LlPoll::Done, None))
             }
@@ -78,6 +80,8 @@ impl SymWorld {
                 ..
             } => {
                 let mut acc: Option<Vec<Sym>> = None;
+                // Each element's folds, region by region (the order witness).
+                let mut folds: Vec<Vec<super::Fold>> = vec![Vec::new(); elems as usize];
                 for s in 0..sources as u64 {
                     let at = crate::ll::region(src, stride, s, flip, epoch)
                         .ok_or(SymError::OutOfBounds { rank, loc: src })?;
@@ -86,8 +90,14 @@ impl SymWorld {
                     let mut v = Vec::with_capacity(elems as usize);
                     for i in 0..elems {
                         let pos = self.ll_pos(format, base, i);
-                        match self.ll.get(&(src.rank, src.buf as u8, pos)) {
-                            Some(&(f, x)) if f == flag => v.push(x),
+                        let key = (src.rank, src.buf as u8, pos);
+                        match self.ll.get(&key) {
+                            Some(&(f, x)) if f == flag => {
+                                v.push(x);
+                                if let Some(e) = folds.get_mut(i as usize) {
+                                    e.push(self.fold_ll(key));
+                                }
+                            }
                             other => return Ok((LlPoll::Waiting(other.map_or(0, |c| c.0)), None)),
                         }
                     }
@@ -97,6 +107,9 @@ impl SymWorld {
                     }
                 }
                 let x = acc.ok_or(SymError::OutOfBounds { rank, loc: src })?;
+                let combined: Vec<super::Fold> =
+                    folds.iter().map(|f| super::Fold::combine(f)).collect();
+                self.fold_put(dst, &combined);
                 let m = self.put(rank, dst, &x)?;
                 Ok((LlPoll::Done, Some(m)))
             }
