@@ -61,7 +61,8 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     let bench_on = all || bench_flag;
     let selftest_on = all || selftest_flag;
     let moe_only = a.moe && !all;
-    let correctness = all || (!bench_flag && !selftest_flag && !moe_only);
+    let det_only = a.deterministic && !all;
+    let correctness = all || (!bench_flag && !selftest_flag && !moe_only && !det_only);
     let max_bytes = a.max_bytes.unwrap_or(u64::MAX);
     let cycles = a
         .leak_cycles
@@ -112,9 +113,14 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
         if !one_process {
             let mut phases = Vec::new();
             if correctness {
-                phases.extend(["correct", "moe", "leak", "death"]);
-            } else if moe_only {
-                phases.push("moe");
+                phases.extend(["correct", "deterministic", "moe", "leak", "death"]);
+            } else {
+                if moe_only {
+                    phases.push("moe");
+                }
+                if det_only {
+                    phases.push("deterministic");
+                }
             }
             let p = comm::Params {
                 max_bytes,

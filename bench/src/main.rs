@@ -76,6 +76,10 @@ pub(crate) struct CheckArgs {
     /// reference (graph replays included), and their latency.
     #[arg(long)]
     pub moe: bool,
+    /// Only the deterministic phase: a job in deterministic mode, every algorithm, channel count
+    /// and size against the rank-order reference, eager, on plain buffers and in graphs.
+    #[arg(long)]
+    pub deterministic: bool,
     /// Correctness, the quick bench and the selftest in one run.
     #[arg(long)]
     pub all: bool,

@@ -204,6 +204,18 @@ typedef enum symm_event_kind {
     SYMM_EVENT_STALL = 2,
 } symm_event_kind;
 
+// Flags of a request (symm_request.flags).
+typedef enum symm_request_flag {
+    // deterministic mode: the rank-order sum, refused where the algorithm cannot give it
+    SYMM_REQUEST_DETERMINISTIC = 1,
+} symm_request_flag;
+
+// Flags of a communicator (symm_comm_options.flags).
+typedef enum symm_comm_flag {
+    // deterministic mode for every request of the job
+    SYMM_COMM_DETERMINISTIC = 1,
+} symm_comm_flag;
+
 // Named links of the cost model (symm_link_preset).
 typedef enum symm_link_kind {
     // NVLink 4 through NVSwitch
@@ -254,8 +266,8 @@ typedef struct symm_request {
     uint16_t src;
     // Receiver of send_recv (ignored otherwise).
     uint16_t dst;
-    // Zero.
-    uint16_t reserved;
+    // SYMM_REQUEST_* flags, or zero.
+    uint16_t flags;
     // Scratch slots per stream (0: the default; at most 255).
     uint32_t slots;
     // Byte count (per rank, or per block for the collectives that move blocks).
@@ -378,6 +390,8 @@ typedef struct symm_comm_options {
     // Deadline of every bootstrap exchange, joining the job included, in milliseconds (0: 60 s; at
     // most an hour).
     uint64_t bootstrap_timeout_ms;
+    // SYMM_COMM_* flags, or zero (SYMM_DETERMINISTIC in the environment wins).
+    uint64_t flags;
 } symm_comm_options;
 
 // Buffers in a communicator's symmetric heap: offsets (the same on every rank) and sizes.
@@ -447,7 +461,8 @@ int symm_link_preset(uint32_t preset, symm_link* out);
 int symm_cost_predict(const symm_request* req, const symm_link* link, double* us_out);
 
 // Writes the algorithm (SYMM_ALG_*) predicted fastest for the request on link (its own
-// algorithm is ignored); multicast is considered only when multicast is nonzero.
+// algorithm is ignored); multicast is considered only when multicast is nonzero; with
+// SYMM_REQUEST_DETERMINISTIC, only algorithms that honour deterministic mode.
 int symm_cost_select(
     const symm_request* req,
     const symm_link* link,
@@ -556,7 +571,7 @@ SYMM_STATIC_ASSERT(offsetof(symm_request, channels) == 18, "symm_request.channel
 SYMM_STATIC_ASSERT(offsetof(symm_request, root) == 20, "symm_request.root: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_request, src) == 22, "symm_request.src: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_request, dst) == 24, "symm_request.dst: offset");
-SYMM_STATIC_ASSERT(offsetof(symm_request, reserved) == 26, "symm_request.reserved: offset");
+SYMM_STATIC_ASSERT(offsetof(symm_request, flags) == 26, "symm_request.flags: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_request, slots) == 28, "symm_request.slots: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_request, bytes) == 32, "symm_request.bytes: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_request, chunk_bytes) == 40, "symm_request.chunk_bytes: offset");
@@ -601,10 +616,11 @@ SYMM_STATIC_ASSERT(offsetof(symm_event, contents) == 24, "symm_event.contents: o
 SYMM_STATIC_ASSERT(offsetof(symm_event, stall_target) == 32, "symm_event.stall_target: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_event, stall_found) == 40, "symm_event.stall_found: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_event, op) == 48, "symm_event.op: offset");
-SYMM_STATIC_ASSERT(sizeof(symm_comm_options) == 24, "symm_comm_options: size");
+SYMM_STATIC_ASSERT(sizeof(symm_comm_options) == 32, "symm_comm_options: size");
 SYMM_STATIC_ASSERT(offsetof(symm_comm_options, heap_bytes) == 0, "symm_comm_options.heap_bytes: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_comm_options, timeout_ms) == 8, "symm_comm_options.timeout_ms: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_comm_options, bootstrap_timeout_ms) == 16, "symm_comm_options.bootstrap_timeout_ms: offset");
+SYMM_STATIC_ASSERT(offsetof(symm_comm_options, flags) == 24, "symm_comm_options.flags: offset");
 SYMM_STATIC_ASSERT(sizeof(symm_buffers) == 48, "symm_buffers: size");
 SYMM_STATIC_ASSERT(offsetof(symm_buffers, input) == 0, "symm_buffers.input: offset");
 SYMM_STATIC_ASSERT(offsetof(symm_buffers, output) == 8, "symm_buffers.output: offset");

@@ -2,7 +2,7 @@
 
 use symm_core::cost;
 use symm_core::plan::{PlanOp, OP_BYTES};
-use symm_core::sched::{Algorithm, Request, Schedule};
+use symm_core::sched::{Algorithm, Request, SchedError, Schedule};
 use symm_core::trace::{self, Event, Header, Source};
 
 use crate::error::Error;
@@ -61,12 +61,24 @@ pub fn predict(req: &symm_request, link: &symm_link) -> Result<f64, Error> {
     Ok(cost::predict(&req, &link.to_core()?))
 }
 
-/// The algorithm code with the lowest predicted time (the request's algorithm is ignored).
+/// The algorithm code with the lowest predicted time (the request's algorithm is ignored),
+/// among those that honour deterministic mode when the request asks for it.
 pub fn select(req: &symm_request, link: &symm_link, multicast: bool) -> Result<u32, Error> {
     let mut r = *req;
     r.algorithm = 0;
+    r.flags = 0;
     let core = r.to_core()?;
-    let alg = cost::select(&core, &link.to_core()?, multicast);
+    let link = link.to_core()?;
+    let alg = if req.deterministic() {
+        cost::select_where(&core, &link, multicast, Request::is_deterministic).ok_or(
+            SchedError::NotDeterministic {
+                collective: core.collective,
+                algorithm: cost::select(&core, &link, multicast),
+            },
+        )?
+    } else {
+        cost::select(&core, &link, multicast)
+    };
     let picked = Request {
         algorithm: alg,
         ..core

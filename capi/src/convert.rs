@@ -40,7 +40,8 @@ fn redop(v: u32) -> Result<ReduceOp, Error> {
 }
 
 impl symm_request {
-    /// The core request (codes checked; not validated: see [`Request::validate`]).
+    /// The core request (codes checked; not validated: see [`Request::validate`]), refused in
+    /// deterministic mode (`SYMM_REQUEST_DETERMINISTIC`) where its algorithm cannot honour it.
     pub fn to_core(&self) -> Result<Request, Error> {
         let collective = match code(&COLLECTIVES, "collective", self.collective)? {
             Collective::Broadcast { .. } => Collective::Broadcast { root: self.root },
@@ -53,6 +54,12 @@ impl symm_request {
             },
             c => c,
         };
+        if self.flags & !codes::REQUEST_DETERMINISTIC != 0 {
+            return Err(Error::BadCode {
+                field: "flags",
+                value: self.flags.into(),
+            });
+        }
         let slots = u8::try_from(self.slots).map_err(|_| Error::Range {
             what: "slots",
             value: self.slots.into(),
@@ -68,6 +75,9 @@ impl symm_request {
         )
         .with_channels(self.channels)
         .with_pipeline(self.chunk_bytes, slots);
+        if self.deterministic() {
+            return Ok(req.deterministic()?);
+        }
         Ok(req)
     }
 
@@ -76,6 +86,11 @@ impl symm_request {
         let req = self.to_core()?;
         req.validate()?;
         Ok(req)
+    }
+
+    /// Whether `SYMM_REQUEST_DETERMINISTIC` is set.
+    pub fn deterministic(&self) -> bool {
+        self.flags & codes::REQUEST_DETERMINISTIC != 0
     }
 }
 
@@ -254,8 +269,14 @@ impl symm_event {
 
 impl symm_comm_options {
     /// The runtime's options: zero fields take the defaults; the ranges are checked when the
-    /// communicator opens.
-    pub fn to_options(&self) -> CommOptions {
+    /// communicator opens; an unknown flag is refused.
+    pub fn to_options(&self) -> Result<CommOptions, Error> {
+        if self.flags & !codes::COMM_DETERMINISTIC != 0 {
+            return Err(Error::BadCode {
+                field: "flags",
+                value: self.flags,
+            });
+        }
         let d = CommOptions::default();
         let ms = |v: u64, default: Duration| {
             if v == 0 {
@@ -264,7 +285,7 @@ impl symm_comm_options {
                 Duration::from_millis(v)
             }
         };
-        CommOptions {
+        Ok(CommOptions {
             heap_bytes: if self.heap_bytes == 0 {
                 d.heap_bytes
             } else {
@@ -272,8 +293,9 @@ impl symm_comm_options {
             },
             timeout: ms(self.timeout_ms, d.timeout),
             bootstrap_timeout: ms(self.bootstrap_timeout_ms, d.bootstrap_timeout),
+            deterministic: self.flags & codes::COMM_DETERMINISTIC != 0,
             ..d
-        }
+        })
     }
 }
 
@@ -339,7 +361,7 @@ mod tests {
             root,
             src,
             dst,
-            reserved: 0,
+            flags: 0,
             slots: req.slots.into(),
             bytes: req.bytes,
             chunk_bytes: req.chunk_bytes,

@@ -351,7 +351,8 @@ pub unsafe extern "C" fn symm_cost_predict(
 
 /// Writes the algorithm (`SYMM_ALG_*`) the cost model predicts fastest for the request on
 /// `link` to `algorithm_out`; the request's own algorithm is ignored, multicast is considered
-/// only when `multicast` is nonzero.
+/// only when `multicast` is nonzero; with `SYMM_REQUEST_DETERMINISTIC`, only algorithms that
+/// honour deterministic mode.
 ///
 /// # Safety
 /// `req` and `link` are null or readable; `algorithm_out` is null or writable.
@@ -500,7 +501,7 @@ pub unsafe extern "C" fn symm_comm_from_env(
             // SAFETY: `opts` is non-null and, by the caller's contract, readable.
             unsafe { read(opts, "opts") }?
         };
-        let comm = Comm::from_env(opts.to_options())?;
+        let comm = Comm::from_env(opts.to_options()?)?;
         let handle = Box::into_raw(Box::new(symm_comm(comm)));
         // SAFETY: `out` is non-null and, by the caller's contract, writable.
         unsafe { write(out, handle) };

@@ -110,7 +110,8 @@ pub const FUNCTIONS: [CFn; 31] = [
         req: *const Req, link: *const Link, multicast: c_int, algorithm_out: *mut u32
     ) -> c_int, [
         "Writes the algorithm (SYMM_ALG_*) predicted fastest for the request on link (its own",
-        "algorithm is ignored); multicast is considered only when multicast is nonzero.",
+        "algorithm is ignored); multicast is considered only when multicast is nonzero; with",
+        "SYMM_REQUEST_DETERMINISTIC, only algorithms that honour deterministic mode.",
     ]),
     c_fn!(symm_trace_writer_new(
         req: *const Req, source: u32, time_unit_ns: u32, max_events: u64, out: *mut *mut Writer

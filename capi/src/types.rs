@@ -185,8 +185,8 @@ c_struct! {
         pub src: u16,
         /// Receiver of send_recv (ignored otherwise).
         pub dst: u16,
-        /// Zero.
-        pub reserved: u16,
+        /// `SYMM_REQUEST_*` flags, or zero.
+        pub flags: u16,
         /// Scratch slots per stream (0: the default; at most 255).
         pub slots: u32,
         /// Byte count (per rank, or per block for the collectives that move blocks).
@@ -323,6 +323,8 @@ c_struct! {
         /// Deadline of every bootstrap exchange, joining the job included, in milliseconds
         /// (0: 60 s; at most an hour).
         pub bootstrap_timeout_ms: u64,
+        /// `SYMM_COMM_*` flags, or zero (`SYMM_DETERMINISTIC` in the environment wins).
+        pub flags: u64,
     }
 }
 
@@ -410,6 +412,13 @@ pub mod codes {
     pub const EVENT_END: u32 = 1;
     /// A wait that never finished.
     pub const EVENT_STALL: u32 = 2;
+
+    /// A request flag: run it in deterministic mode, refused where its algorithm cannot
+    /// honour it (`symm_core::sched::Request::deterministic`).
+    pub const REQUEST_DETERMINISTIC: u16 = 1;
+    /// A communicator flag: the job runs in deterministic mode
+    /// (`symm_driver::cuda::CommOptions::deterministic`).
+    pub const COMM_DETERMINISTIC: u64 = 1;
 
     /// Cost-model link presets.
     pub const LINK_NVLINK4: u32 = 0;
@@ -548,6 +557,26 @@ pub mod codes {
                     value("END", EVENT_END as i64, "the op finished"),
                     value("STALL", EVENT_STALL as i64, "a wait that never finished"),
                 ],
+            },
+            Enum {
+                name: "symm_request_flag",
+                prefix: "SYMM_REQUEST_",
+                doc: "Flags of a request (symm_request.flags).",
+                values: vec![value(
+                    "DETERMINISTIC",
+                    REQUEST_DETERMINISTIC as i64,
+                    "deterministic mode: the rank-order sum, refused where the algorithm cannot give it",
+                )],
+            },
+            Enum {
+                name: "symm_comm_flag",
+                prefix: "SYMM_COMM_",
+                doc: "Flags of a communicator (symm_comm_options.flags).",
+                values: vec![value(
+                    "DETERMINISTIC",
+                    COMM_DETERMINISTIC as i64,
+                    "deterministic mode for every request of the job",
+                )],
             },
             Enum {
                 name: "symm_link_kind",

@@ -56,6 +56,80 @@ fn null_pointers_are_refused_with_a_message() {
     }
 }
 
+/// A request flagged deterministic validates, sizes and schedules when its algorithm honours
+/// the mode, and is refused with a message saying so when it does not; an unknown flag is
+/// refused.
+#[test]
+fn deterministic_requests_are_refused_where_the_algorithm_cannot_honour_them() {
+    let code = |a: symm_core::sched::Algorithm| {
+        symm_core::sched::Algorithm::ALL
+            .iter()
+            .position(|&x| x == a)
+            .unwrap() as u32
+    };
+    let bf16 = symm_core::dtype::DType::Bf16 as u32;
+    let det = |algorithm| symm_request {
+        algorithm,
+        dtype: bf16,
+        flags: codes::REQUEST_DETERMINISTIC,
+        ..ring(4)
+    };
+    let two_shot = det(code(symm_core::sched::Algorithm::TwoShot));
+    let ring_det = det(code(symm_core::sched::Algorithm::Ring));
+    let mut sched: *mut symm_schedule = null_mut();
+    // SAFETY: every pointer points to a live local; the schedule is freed once.
+    unsafe {
+        assert_eq!(symm_request_validate(&two_shot), SYMM_OK);
+        assert_eq!(symm_request_validate(&ring_det), SYMM_ERR_INVALID);
+        assert!(
+            last_error().contains("deterministic mode"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            symm_schedule_new(&ring_det, 0, 0, &mut sched),
+            SYMM_ERR_INVALID
+        );
+        assert!(sched.is_null());
+        // The same ring without the flag, and on integers with it, are fine.
+        let plain = symm_request {
+            flags: 0,
+            ..ring_det
+        };
+        assert_eq!(symm_request_validate(&plain), SYMM_OK);
+        let ints = symm_request {
+            dtype: symm_core::dtype::DType::I32 as u32,
+            ..ring_det
+        };
+        assert_eq!(symm_request_validate(&ints), SYMM_OK);
+        let unknown = symm_request {
+            flags: 4,
+            ..two_shot
+        };
+        assert_eq!(symm_request_validate(&unknown), SYMM_ERR_INVALID);
+        assert_eq!(last_error(), "flags 4 is not a known code");
+        // The cost model's pick among the algorithms that honour the mode, at every size.
+        let mut link = symm_link::default();
+        assert_eq!(symm_link_preset(codes::LINK_NVLINK4, &mut link), SYMM_OK);
+        let mut picks = std::collections::BTreeSet::new();
+        for shift in 10..30 {
+            let mut alg = u32::MAX;
+            let req = symm_request {
+                bytes: 1 << shift,
+                ..ring_det
+            };
+            assert_eq!(symm_cost_select(&req, &link, 0, &mut alg), SYMM_OK);
+            let picked = symm_request {
+                algorithm: alg,
+                ..req
+            };
+            assert_eq!(symm_request_validate(&picked), SYMM_OK, "{shift}");
+            picks.insert(alg);
+        }
+        assert!(!picks.contains(&code(symm_core::sched::Algorithm::Ring)));
+    }
+}
+
 #[test]
 fn messages_are_cut_to_the_buffer_and_statuses_named() {
     let bad = ring(0);
@@ -223,8 +297,17 @@ fn runtime_options_are_checked_and_statuses_named() {
         timeout_ms: u64::MAX,
         ..Default::default()
     };
+    let unknown_flag = symm_comm_options {
+        flags: 2,
+        ..Default::default()
+    };
     // SAFETY: every pointer points to a live local.
     unsafe {
+        assert_eq!(
+            symm_comm_from_env(&unknown_flag, &mut comm),
+            SYMM_ERR_INVALID
+        );
+        assert_eq!(last_error(), "flags 2 is not a known code");
         assert_eq!(symm_comm_from_env(&huge_heap, &mut comm), SYMM_ERR_INVALID);
         assert!(last_error().contains("heap_bytes"), "{}", last_error());
         assert_eq!(symm_comm_from_env(&huge_wait, &mut comm), SYMM_ERR_INVALID);

@@ -452,6 +452,17 @@ pub const MEASURED_ONLY: [Algorithm; 2] = [Algorithm::OneShotLl128, Algorithm::D
 /// Picks the algorithm with the lowest predicted time for a request (its `algorithm` field is
 /// ignored). Multicast is considered only when `multicast` is true; [`MEASURED_ONLY`] never.
 pub fn select(req: &Request, link: &Link, multicast: bool) -> Algorithm {
+    select_where(req, link, multicast, |_| true).unwrap_or(Algorithm::Direct)
+}
+
+/// [`select`] among the algorithms whose request `keep` accepts (deterministic mode passes
+/// `Request::is_deterministic`); `None` when no such algorithm takes the request.
+pub fn select_where(
+    req: &Request,
+    link: &Link,
+    multicast: bool,
+    keep: impl Fn(&Request) -> bool,
+) -> Option<Algorithm> {
     let mut best = None::<(f64, Algorithm)>;
     for &alg in algorithms(req.collective) {
         if (alg == Algorithm::Multicast && !multicast) || MEASURED_ONLY.contains(&alg) {
@@ -461,7 +472,7 @@ pub fn select(req: &Request, link: &Link, multicast: bool) -> Algorithm {
             algorithm: alg,
             ..*req
         };
-        if candidate.validate().is_err() {
+        if !keep(&candidate) || candidate.validate().is_err() {
             continue;
         }
         let t = predict(&candidate, link);
@@ -469,7 +480,7 @@ pub fn select(req: &Request, link: &Link, multicast: bool) -> Algorithm {
             best = Some((t, alg));
         }
     }
-    best.map(|(_, a)| a).unwrap_or(Algorithm::Direct)
+    best.map(|(_, a)| a)
 }
 
 #[cfg(test)]

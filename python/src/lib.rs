@@ -246,9 +246,11 @@ fn simulate<'py>(
 }
 
 /// The outputs a request defines for `inputs` (one `bytes` of the request's input size per
-/// rank); outputs a collective leaves undefined hold the poison byte 0xA5.
+/// rank); outputs a collective leaves undefined hold the poison byte 0xA5. With `rank_order`,
+/// every reduction is the rank-order sum of deterministic mode (`reference_in_rank_order`):
+/// the bits a deterministic call gives.
 #[pyfunction]
-#[pyo3(signature = (collective, algorithm, world, nbytes, inputs, dtype="f32", op="sum", channels=None, root=0, src=0, dst=None))]
+#[pyo3(signature = (collective, algorithm, world, nbytes, inputs, dtype="f32", op="sum", channels=None, root=0, src=0, dst=None, rank_order=false))]
 #[allow(clippy::too_many_arguments)]
 fn reference<'py>(
     py: Python<'py>,
@@ -263,6 +265,7 @@ fn reference<'py>(
     root: i64,
     src: i64,
     dst: Option<i64>,
+    rank_order: bool,
 ) -> PyResult<Bound<'py, PyList>> {
     let req = Args {
         collective,
@@ -279,7 +282,11 @@ fn reference<'py>(
     .data_request()?;
     host::check_inputs(&req, &inputs)
         .map_err(|e| PyValueError::new_err(format!("bad inputs: {e}")))?;
-    bytes_list(py, &host::reference(&req, &inputs))
+    if rank_order {
+        bytes_list(py, &host::reference_in_rank_order(&req, &inputs))
+    } else {
+        bytes_list(py, &host::reference(&req, &inputs))
+    }
 }
 
 /// Predicted time of a request in microseconds on a topology's link model.

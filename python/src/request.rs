@@ -9,16 +9,18 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use symm_core::sched::{Collective, Request, MAX_CHANNELS, MAX_WORLD};
+use symm_core::sched::{Collective, Forced, Request, SchedError, MAX_CHANNELS, MAX_WORLD};
 
 use crate::parse::{algorithm, collective, dtype, reduce_op, topology, Int};
 
 /// A collective request: what to compute and how symm runs it (algorithm and channels).
 ///
 /// ``Request(collective, world, nbytes, dtype="f32", op="sum", *, algorithm=None,
-/// channels=None, root=0, src=0, dst=None, topology="nvlink")`` is symm's request for
-/// ``nbytes`` of ``dtype`` at ``world`` ranks connected as ``topology``; ``algorithm`` and
-/// ``channels`` force symm's choice. On the GPU, collectives make theirs for the job.
+/// channels=None, root=0, src=0, dst=None, topology="nvlink", deterministic=False)`` is
+/// symm's request for ``nbytes`` of ``dtype`` at ``world`` ranks connected as ``topology``;
+/// ``algorithm`` and ``channels`` force symm's choice; ``deterministic`` picks only algorithms
+/// whose result is the rank-order sum, the same bits at every size and channel count, and
+/// refuses a forced one that is not. On the GPU, collectives make theirs for the job.
 #[pyclass(module = "symm._symm", name = "Request", frozen, eq, hash)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PyRequest {
@@ -28,7 +30,7 @@ pub struct PyRequest {
 #[pymethods]
 impl PyRequest {
     #[new]
-    #[pyo3(signature = (collective, world, nbytes, dtype="f32", op="sum", *, algorithm=None, channels=None, root=Int(0), src=Int(0), dst=None, topology="nvlink"))]
+    #[pyo3(signature = (collective, world, nbytes, dtype="f32", op="sum", *, algorithm=None, channels=None, root=Int(0), src=Int(0), dst=None, topology="nvlink", deterministic=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         collective: &str,
@@ -42,6 +44,7 @@ impl PyRequest {
         src: Int,
         dst: Option<Int>,
         topology: &str,
+        deterministic: bool,
     ) -> PyResult<PyRequest> {
         let (world, nbytes, root, src) = (world.0, nbytes.0, root.0, src.0);
         let (channels, dst) = (channels.map(|c| c.0), dst.map(|d| d.0));
@@ -54,17 +57,24 @@ impl PyRequest {
         let bytes = u64::try_from(nbytes)
             .map_err(|_| PyValueError::new_err(format!("nbytes {nbytes} is negative")))?;
         let c = self::collective(collective, world, root, src, dst)?;
-        let auto = Request::auto(
+        let req = Request::for_call(
             c,
             world,
             bytes,
             self::dtype(dtype)?,
             reduce_op(op)?,
             self::topology(topology)?,
-        );
-        Ok(PyRequest {
-            req: forced(auto, algorithm, channels)?,
-        })
+            forced(algorithm, channels, deterministic)?,
+        )
+        .map_err(|e| refused(c, e))?;
+        Ok(PyRequest { req })
+    }
+
+    /// Whether its result is the rank-order sum whatever the algorithm, channels and size
+    /// (deterministic mode; always for collectives that do not reduce).
+    #[getter]
+    fn deterministic(&self) -> bool {
+        self.req.is_deterministic()
     }
 
     /// The collective's name.
@@ -147,15 +157,14 @@ impl PyRequest {
     }
 }
 
-/// `auto` with the algorithm and channels the caller forces (`Request::with_choice`),
-/// validated.
+/// What the caller forces on a call (`Forced`): `algorithm` by name, `channels` checked.
 pub(crate) fn forced(
-    auto: Request,
     algorithm: Option<&str>,
     channels: Option<i64>,
-) -> PyResult<Request> {
-    let given = algorithm.map(self::algorithm).transpose()?;
-    let ch = channels
+    deterministic: bool,
+) -> PyResult<Forced> {
+    let algorithm = algorithm.map(self::algorithm).transpose()?;
+    let channels = channels
         .map(|c| {
             u16::try_from(c)
                 .ok()
@@ -167,9 +176,14 @@ pub(crate) fn forced(
                 })
         })
         .transpose()?;
-    let req = auto.with_choice(given, ch);
-    req.validate().map_err(|e| {
-        PyValueError::new_err(format!("{} does not schedule: {e}", req.collective.name()))
-    })?;
-    Ok(req)
+    Ok(Forced {
+        algorithm,
+        channels,
+        deterministic,
+    })
+}
+
+/// A call `Request::for_call` refused, as Python's `ValueError`.
+pub(crate) fn refused(c: Collective, e: SchedError) -> PyErr {
+    PyValueError::new_err(format!("{} does not schedule: {e}", c.name()))
 }

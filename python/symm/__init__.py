@@ -3,7 +3,8 @@
 On the GPU, from PyTorch (:func:`init` inside torchrun or symm-run): symmetric tensors
 (:func:`empty`, :func:`zeros`), collectives on torch's current stream
 (:func:`all_reduce`, :func:`all_gather_into_tensor`, :func:`reduce_scatter_tensor`,
-:func:`all_to_all_single`, :func:`broadcast`) that CUDA graphs can capture, a
+:func:`all_to_all_single`, :func:`broadcast`, :func:`reduce`) that CUDA graphs can capture,
+in a deterministic mode when asked (:func:`init`), a
 ``torch.cuda.MemPool`` over the symmetric heap (:func:`mem_pool`), the fused all-reduce,
 residual add and RMSNorm (:func:`fused_all_reduce_rmsnorm`), peer memory
 for users' own kernels (:func:`rendezvous`), and MoE dispatch and combine (:mod:`symm.moe`).
@@ -46,10 +47,12 @@ from ._gpu import (
     finalize,
     heap_usage,
     init,
+    is_deterministic,
     is_initialized,
     is_symmetric,
     mem_pool,
     rank,
+    reduce,
     reduce_scatter_tensor,
     reset,
     synchronize,
@@ -78,10 +81,12 @@ __all__ = [
     "fused_all_reduce_rmsnorm",
     "heap_usage",
     "init",
+    "is_deterministic",
     "is_initialized",
     "is_symmetric",
     "mem_pool",
     "rank",
+    "reduce",
     "reduce_scatter_tensor",
     "rendezvous",
     "reset",
@@ -159,10 +164,13 @@ def simulate(collective: str, algorithm: str, world: int, nbytes: int, dtype: st
 
 def reference(collective: str, algorithm: str, world: int, nbytes: int, inputs: list[Any],
               dtype: str = "f32", op: str = "sum", channels: Optional[int] = None,
-              root: int = 0, src: int = 0, dst: Optional[int] = None) -> list[Any]:
+              root: int = 0, src: int = 0, dst: Optional[int] = None,
+              rank_order: bool = False) -> list[Any]:
     """The outputs a request defines for ``inputs`` (one buffer per rank: ``bytes`` or any
     object with the buffer protocol, of the request's input size). Outputs the collective
     leaves undefined hold the poison byte 0xA5. Returned like :attr:`SimResult.outputs`.
+    With ``rank_order=True`` every reduction is deterministic mode's rank-order sum: the bits
+    a deterministic call gives (see :func:`init`), whatever its algorithm.
     """
     _args.ints(world=world, nbytes=nbytes, channels=channels, root=root, src=src, dst=dst)
     if isinstance(inputs, (bytes, bytearray, memoryview, str)):
@@ -173,8 +181,10 @@ def reference(collective: str, algorithm: str, world: int, nbytes: int, inputs: 
     except TypeError as e:
         raise TypeError(f"inputs holds one buffer per rank (bytes or a buffer object): {e}") \
             from None
+    if not isinstance(rank_order, bool):
+        raise TypeError(f"rank_order must be a bool, got {rank_order!r}")
     out = _symm.reference(collective, algorithm, world, nbytes, raw, dtype, op, channels, root,
-                          src, dst)
+                          src, dst, rank_order)
     return [_arrays.buffer(b, dtype) for b in out]
 
 

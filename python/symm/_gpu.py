@@ -133,7 +133,8 @@ def _job_and_token(rank: int, torch: Any) -> tuple[str, str]:
 
 
 def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
-         bootstrap_timeout: float = 60.0, plans: Optional[str] = None) -> None:
+         bootstrap_timeout: float = 60.0, plans: Optional[str] = None,
+         deterministic: Optional[bool] = None) -> None:
     """Join the job this process belongs to (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``).
 
     Under torchrun with a ``torch.distributed`` process group the job's name and secret travel
@@ -148,6 +149,13 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
     or ``"compiled"``; default ``SYMM_PLANS``, else auto. The other variables that configure a
     communicator hold as they do for Rust and C programs (``SYMM_COPY_ENGINE``, ``SYMM_NVRTC``,
     ``SYMM_DEVICES``). Collective.
+
+    ``deterministic=True`` (default ``SYMM_DETERMINISTIC``, else off) puts the job in
+    deterministic mode: every reduction's element ``i`` is the sum over ranks ``0, 1, ..``
+    in that order (16-bit floats accumulated in f32 and rounded once), so it has the same bits
+    whatever the size of the call, the algorithm, the channels, eager or graph, plain or
+    symmetric tensors. symm then picks only algorithms that honour it and refuses a forced one
+    that does not. Every rank must pass the same.
 
     The rank's GPU becomes torch's current device (``torch.cuda.set_device``), so tensors made
     with ``device="cuda"`` afterwards land on it. Calling it again while joined does nothing;
@@ -171,6 +179,8 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
                 raise ValueError(f"{name} must be in (0, 3600] seconds, got {v}")
         if not isinstance(heap_bytes, int) or heap_bytes <= 0:
             raise ValueError(f"heap_bytes must be a positive int, got {heap_bytes!r}")
+        if deterministic is not None and not isinstance(deterministic, bool):
+            raise TypeError(f"deterministic must be a bool or None, got {deterministic!r}")
         try:
             import torch
         except ImportError as e:
@@ -182,7 +192,8 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
         # The kernels built with the wheel: no NVRTC wait on a machine's first Comm.
         _symm.set_bundled_kernels(BUNDLED_KERNELS)
         comm = _symm.GpuComm.open(rank, world, local, job, token, heap_bytes,
-                                  int(timeout * 1000), int(bootstrap_timeout * 1000), plans)
+                                  int(timeout * 1000), int(bootstrap_timeout * 1000), plans,
+                                  deterministic)
         _generation += 1
         torch.cuda.set_device(comm.device)
         _job = _Job(comm, torch)
@@ -285,14 +296,20 @@ def _check(j: _Job, t: Any, what: str) -> str:
 
 
 def _request(j: _Job, collective: str, nbytes: int, dtype: str, op: str,
-             algorithm: Optional[str], channels: Optional[int], root: int = 0) -> Any:
-    """The job's :class:`symm.Request` for a call (made by the runtime once per shape)."""
-    key = (collective, nbytes, dtype, op, algorithm, channels, root)
+             algorithm: Optional[str], channels: Optional[int], root: int = 0,
+             deterministic: bool = False) -> Any:
+    """The job's :class:`symm.Request` for a call (made by the runtime once per shape; in
+    deterministic mode when the job or ``deterministic`` asks for it).
+    """
+    key = (collective, nbytes, dtype, op, algorithm, channels, root, deterministic)
     r = j.requests.get(key)
     if r is None:
+        if type(deterministic) is not bool:
+            raise TypeError(f"deterministic must be a bool, got {deterministic!r}")
         if len(j.requests) >= _MAX_REQUESTS:
             j.requests.clear()
-        r = j.comm.request(collective, nbytes, dtype, op, algorithm, channels, root)
+        r = j.comm.request(collective, nbytes, dtype, op, algorithm, channels, root,
+                           deterministic)
         j.requests[key] = r
     return r
 
@@ -390,13 +407,15 @@ def is_symmetric(t: Any) -> bool:
 
 
 def all_reduce(t: Any, op: str = "sum", *, stream: Any = None, algorithm: Optional[str] = None,
-               channels: Optional[int] = None) -> Any:
+               channels: Optional[int] = None, deterministic: bool = False) -> Any:
     """Reduce ``t`` over every rank, in place, on the current stream (or ``stream``).
 
     ``t`` may be a symmetric tensor (read in place) or any contiguous CUDA tensor of this
     rank's GPU: used where it lies by the algorithms no peer reads it in (the low-latency
     ones, at small sizes), else staged through a symmetric workspace. ``op``: sum, prod, min,
     max.
+    ``deterministic=True`` makes this call's result the rank-order sum, the same bits at
+    every size (see :func:`init`; a deterministic job makes every call so).
     Every rank passes the same shape, dtype and kind of tensor. Returns ``t``.
     """
     # The hot path of an eager call: a sum the runtime remembers for this shape is one call,
@@ -405,7 +424,8 @@ def all_reduce(t: Any, op: str = "sum", *, stream: Any = None, algorithm: Option
     j = _job
     if j is None:
         j = _get()
-    if stream is None and op == "sum" and algorithm is None and channels is None:
+    if stream is None and op == "sum" and algorithm is None and channels is None \
+            and deterministic is False:
         try:
             if j.sum(t):
                 return t
@@ -415,14 +435,14 @@ def all_reduce(t: Any, op: str = "sum", *, stream: Any = None, algorithm: Option
     dt = _check(j, t, "t")  # an empty tensor of a dtype symm does not take is refused too
     n = t.nbytes
     if n:
-        key = (n, t.dtype, op, algorithm, channels)
+        key = (n, t.dtype, op, algorithm, channels, deterministic)
         r = j.all_reduces.get(key)
         if r is None:
-            r = _request(j, "all_reduce", n, dt, op, algorithm, channels)
+            r = _request(j, "all_reduce", n, dt, op, algorithm, channels, 0, deterministic)
             if len(j.all_reduces) >= _MAX_REQUESTS:
                 j.all_reduces.clear()
             j.all_reduces[key] = r
-            if op == "sum" and algorithm is None and channels is None:
+            if op == "sum" and algorithm is None and channels is None and not deterministic:
                 j.sums.remember(n, t.dtype, r)
         p = t.data_ptr()
         j.collective(r, p, n, p, n, j.current_stream() if stream is None else _stream(j, stream))
@@ -442,6 +462,29 @@ def broadcast(t: Any, src: int = 0, *, stream: Any = None, algorithm: Optional[s
         r = _request(j, "broadcast", n, dt, "sum", algorithm, channels, src)
         j.collective(r, p, n, p, n, _stream(j, stream))
     return t
+
+
+def reduce(t: Any, dst: int = 0, op: str = "sum", *, stream: Any = None,
+           algorithm: Optional[str] = None, channels: Optional[int] = None,
+           deterministic: bool = False) -> Any:
+    """Reduce every rank's ``t`` into rank ``dst``'s ``t``, in place (the other ranks' ``t``
+    are left as they were). ``deterministic``: as for :func:`all_reduce`. Returns ``t``.
+    """
+    j = _get()
+    dt = _check(j, t, "t")
+    if not (isinstance(dst, int) and 0 <= dst < j.world):
+        raise ValueError(f"dst must be a rank below {j.world}, got {dst!r}")
+    n = t.numel() * t.element_size()
+    if n:
+        p = t.data_ptr()
+        r = _request(j, "reduce", n, dt, op, algorithm, channels, dst, deterministic)
+        j.collective(r, p, n, p, n, _stream(j, stream))
+    return t
+
+
+def is_deterministic() -> bool:
+    """Whether the job runs in deterministic mode (see :func:`init`)."""
+    return bool(_get().comm.deterministic)
 
 
 def _pair(j: _Job, output: Any, input: Any, out_blocks: int, in_blocks: int) -> tuple[str, int]:
@@ -469,14 +512,15 @@ def all_gather_into_tensor(output: Any, input: Any, *, stream: Any = None,
 
 
 def reduce_scatter_tensor(output: Any, input: Any, op: str = "sum", *, stream: Any = None,
-                          algorithm: Optional[str] = None, channels: Optional[int] = None) -> Any:
+                          algorithm: Optional[str] = None, channels: Optional[int] = None,
+                          deterministic: bool = False) -> Any:
     """Block ``rank`` of the reduction of every rank's ``input`` (world × output) into
-    ``output``.
+    ``output``. ``deterministic``: as for :func:`all_reduce`.
     """
     j = _get()
     dt, block = _pair(j, output, input, 1, j.world)
     if block:
-        r = _request(j, "reduce_scatter", block, dt, op, algorithm, channels)
+        r = _request(j, "reduce_scatter", block, dt, op, algorithm, channels, 0, deterministic)
         j.collective(r, input.data_ptr(), block * j.world, output.data_ptr(), block,
                      _stream(j, stream))
     return output

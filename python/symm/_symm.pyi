@@ -24,8 +24,9 @@ def simulate(collective: str, algorithm: str, world: int, nbytes: int, dtype: st
 
 def reference(collective: str, algorithm: str, world: int, nbytes: int, inputs: list[bytes],
               dtype: str = ..., op: str = ..., channels: Optional[int] = ..., root: int = ...,
-              src: int = ..., dst: Optional[int] = ...) -> list[bytes]:
-    """The outputs a request defines for its inputs."""
+              src: int = ..., dst: Optional[int] = ...,
+              rank_order: bool = ...) -> list[bytes]:
+    """The outputs a request defines for its inputs (rank_order: deterministic mode's)."""
 
 def predict(collective: str, algorithm: str, world: int, nbytes: int, dtype: str = ...,
             op: str = ..., channels: Optional[int] = ..., topology: str = ..., root: int = ...,
@@ -59,10 +60,11 @@ class Request:
     dtype: str
     op: str
     root: Optional[int]
+    deterministic: bool
     def __init__(self, collective: str, world: int, nbytes: int, dtype: str = ...,
                  op: str = ..., *, algorithm: Optional[str] = ..., channels: Optional[int] = ...,
                  root: int = ..., src: int = ..., dst: Optional[int] = ...,
-                 topology: str = ...) -> None: ...
+                 topology: str = ..., deterministic: bool = ...) -> None: ...
     def buffer_sizes(self) -> tuple[int, int, int]: ...
 
 class Block:
@@ -128,10 +130,11 @@ class GpuComm:
     device: int
     topology: str
     plans: str
+    deterministic: bool
     @staticmethod
     def open(rank: int, world: int, local_rank: int, job: str, token: str, heap_bytes: int,
              timeout_ms: int, bootstrap_timeout_ms: int,
-             plans: Optional[str] = ...) -> GpuComm: ...
+             plans: Optional[str] = ..., deterministic: Optional[bool] = ...) -> GpuComm: ...
     def alloc(self, nbytes: int, stream_handle: int) -> Block: ...
     def release(self, offset: int) -> None: ...
     def collect(self) -> int: ...
@@ -140,7 +143,7 @@ class GpuComm:
     def layout(self) -> tuple[int, int, int]: ...
     def request(self, collective: str, nbytes: int, dtype: str, op: str = ...,
                 algorithm: Optional[str] = ..., channels: Optional[int] = ...,
-                root: int = ...) -> Request: ...
+                root: int = ..., deterministic: bool = ...) -> Request: ...
     def collective(self, request: Request, in_ptr: int, in_len: int, out_ptr: int,
                    out_len: int, stream_handle: int) -> None: ...
     def all_reduces(self, tensor: Any, current_stream: Any) -> AllReduces: ...

@@ -224,6 +224,30 @@ def test_a_request_keeps_what_the_caller_forces():
                        f"algorithm='ring', channels={r.channels}, root=3)")
 
 
+@pytest.mark.parametrize("nbytes", [1024, 1 << 20, 1 << 28])
+def test_a_deterministic_request_gives_the_rank_order_bits(nbytes):
+    # symm's choice honours the mode at every size; the default may not.
+    r = symm.Request("all_reduce", 4, nbytes, "bf16", deterministic=True)
+    assert r.deterministic and r.nbytes == nbytes
+    assert symm.Request("all_reduce", 4, nbytes, "i32", algorithm="ring").deterministic
+    assert not symm.Request("all_reduce", 4, nbytes, "bf16", algorithm="ring").deterministic
+    with pytest.raises(ValueError, match="deterministic"):
+        symm.Request("all_reduce", 4, nbytes, "bf16", algorithm="ring", deterministic=True)
+
+
+def test_the_rank_order_reference_is_what_deterministic_algorithms_compute():
+    import struct
+    # Rank order, f32: (1e8 + 1) - 1e8 = 0, as 1e8 + 1 rounds to 1e8 at the first step;
+    # the order 1e8 - 1e8 + 1 would give 1. Every rank gets it, whatever the algorithm named.
+    vals = [1e8, 1.0, -1e8, 0.0]
+    inputs = [struct.pack("<4f", v, v, v, v) for v in vals]
+    for alg in ("one_shot", "ring"):
+        want = symm.reference("all_reduce", alg, 4, 16, inputs, "f32", rank_order=True)
+        assert [bytes(w) for w in want] == [struct.pack("<4f", 0.0, 0.0, 0.0, 0.0)] * 4
+    with pytest.raises(TypeError, match="rank_order"):
+        symm.reference("all_reduce", "ring", 4, 16, inputs, "f32", rank_order=1)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

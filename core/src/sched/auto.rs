@@ -5,12 +5,26 @@
 //! Python, C): the calibration table measured on the job's [`Topology`] for its collective and
 //! world, at the nearest size, else the cost model's pick ([`cost::tune_on`]). A caller may force
 //! the algorithm, the channels or both ([`Request::with_choice`]); what is forced is kept, what
-//! is not stays symm's. The decision is a pure function of its arguments, so a runtime may cache
-//! it per shape.
+//! is not stays symm's. [`Request::for_call`] is the whole decision for one call, deterministic
+//! mode included ([`Forced`]). The decision is a pure function of its arguments, so a runtime
+//! may cache it per shape.
 
-use super::{Algorithm, Collective, Request};
+use super::{Algorithm, Collective, Request, SchedError};
 use crate::cost::{self, Topology};
 use crate::dtype::{DType, ReduceOp};
+
+/// What the caller of one collective forces on symm's choice ([`Request::for_call`]); the
+/// default forces nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Forced {
+    /// The algorithm (`None`: symm's).
+    pub algorithm: Option<Algorithm>,
+    /// The channels (`None`: symm's, or the size's default when the algorithm is forced).
+    pub channels: Option<u16>,
+    /// Deterministic mode (`super::determinism`): symm picks only algorithms that honour it,
+    /// and a forced one that does not is refused.
+    pub deterministic: bool,
+}
 
 impl Request {
     /// The request symm runs for `collective` over `bytes` of `dtype` (combined with `op` where
@@ -42,6 +56,48 @@ impl Request {
         // The algorithm given here is a placeholder: `tune_on` replaces it.
         let base = Request::new(collective, Algorithm::Ring, world, bytes, dtype, op);
         cost::tune_on(base, topology).0
+    }
+
+    /// The request one call runs: symm's choice ([`Request::auto`], or
+    /// [`Request::auto_deterministic`] when `forced.deterministic`) with what the caller forces
+    /// ([`Request::with_choice`]), validated. In deterministic mode a forced algorithm that
+    /// cannot honour it is refused ([`SchedError::NotDeterministic`]), as is a call no
+    /// algorithm can run deterministically.
+    ///
+    /// ```
+    /// use symm_core::cost::Topology;
+    /// use symm_core::dtype::{DType, ReduceOp};
+    /// use symm_core::sched::{Algorithm, Collective, Forced, Request, SchedError};
+    ///
+    /// let call = |forced| Request::for_call(Collective::AllReduce, 4, 64 << 20, DType::Bf16,
+    ///                                       ReduceOp::Sum, Topology::Nvlink, forced);
+    /// let det = Forced { deterministic: true, ..Forced::default() };
+    /// assert!(call(det).unwrap().is_deterministic());
+    /// let ring = Forced { algorithm: Some(Algorithm::Ring), ..det };
+    /// assert!(matches!(call(ring), Err(SchedError::NotDeterministic { .. })));
+    /// assert_eq!(call(Forced { deterministic: false, ..ring }).unwrap().algorithm, Algorithm::Ring);
+    /// ```
+    pub fn for_call(
+        collective: Collective,
+        world: u16,
+        bytes: u64,
+        dtype: DType,
+        op: ReduceOp,
+        topology: Topology,
+        forced: Forced,
+    ) -> Result<Request, SchedError> {
+        let base = if forced.deterministic && forced.algorithm.is_none() {
+            Request::auto_deterministic(collective, world, bytes, dtype, op, topology)?
+        } else {
+            Request::auto(collective, world, bytes, dtype, op, topology)
+        };
+        let req = base.with_choice(forced.algorithm, forced.channels);
+        req.validate()?;
+        if forced.deterministic {
+            req.deterministic()
+        } else {
+            Ok(req)
+        }
     }
 
     /// This request with what the caller forces: `algorithm` (its channels then default by

@@ -30,7 +30,7 @@
 //!   order that depends on the element's position and the world ([`Combines::Unordered`]).
 
 use super::direct::FUSED_FANIN;
-use super::{algorithms, Algorithm, Collective, Request, SchedError};
+use super::{Collective, Request, SchedError};
 use crate::cost::{self, Topology};
 use crate::dtype::{DType, ReduceOp};
 
@@ -121,36 +121,23 @@ impl Request {
         if own.is_deterministic() {
             return Ok(own);
         }
-        let link = topology.link();
-        let mut best = None::<(f64, Request)>;
-        for &algorithm in algorithms(collective) {
-            if algorithm == Algorithm::Multicast || cost::MEASURED_ONLY.contains(&algorithm) {
-                continue;
-            }
-            let candidate = Request {
-                algorithm,
-                channels: cost::default_channels(bytes),
-                ..own
-            };
-            if !candidate.is_deterministic() || candidate.validate().is_err() {
-                continue;
-            }
-            let t = cost::predict(&candidate, &link);
-            if best.is_none_or(|(bt, _)| t < bt) {
-                best = Some((t, candidate));
-            }
-        }
-        best.map(|(_, r)| r).ok_or(SchedError::NotDeterministic {
-            collective,
-            algorithm: own.algorithm,
-        })
+        let base = Request {
+            channels: cost::default_channels(bytes),
+            ..own
+        };
+        let best = cost::select_where(&base, &topology.link(), false, Request::is_deterministic);
+        best.map(|algorithm| Request { algorithm, ..base })
+            .ok_or(SchedError::NotDeterministic {
+                collective,
+                algorithm: own.algorithm,
+            })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::collectives;
+    use crate::sched::{algorithms, collectives, Algorithm};
 
     #[test]
     fn only_rank_ordered_algorithms_honour_the_mode_for_float_reductions() {

@@ -34,6 +34,7 @@ mod signature;
 mod table;
 
 pub use alltoallv::{alltoallv, capacity as alltoallv_capacity, AllToAllV};
+pub use auto::Forced;
 pub use determinism::Combines;
 pub use part::{part, Part};
 pub use request::{collectives, pairs, BufferSizes, Collective, Request, SchedError, MAX_BUFFER};

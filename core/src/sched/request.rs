@@ -102,6 +102,23 @@ impl Collective {
             Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
         )
     }
+
+    /// Whether `rank`'s output is defined afterwards: a rooted reduce or gather writes only the
+    /// root's, a send-recv only the receiver's. A runtime that stages an output copies it back
+    /// only where it is, so an in-place call leaves the other ranks' buffers as they were.
+    pub fn delivers_to(&self, rank: u16) -> bool {
+        match *self {
+            Collective::Reduce { root } | Collective::Gather { root } => rank == root,
+            Collective::SendRecv { dst, .. } => rank == dst,
+            Collective::AllReduce
+            | Collective::ReduceScatter
+            | Collective::AllGather
+            | Collective::Broadcast { .. }
+            | Collective::Scatter { .. }
+            | Collective::AllToAll
+            | Collective::AllToAllV => true,
+        }
+    }
 }
 
 /// Every collective a request can name at world `world` (all-to-allv aside, which needs its

@@ -9,6 +9,7 @@
 //! | `SYMM_PLANS` | [`CommOptions::plans`] | `auto`, `interpreted`, `compiled` |
 //! | `SYMM_COPY_ENGINE` | [`CommOptions::copy_engine`] | `off`, `on`, `always` |
 //! | `SYMM_NVRTC` | [`CommOptions::nvrtc`] (when not set by the program) | a path to libnvrtc |
+//! | `SYMM_DETERMINISTIC` | [`CommOptions::deterministic`] | `0`, `1` |
 //!
 //! [`CommOptions::join`] then joins the job (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `SYMM_JOB`,
 //! `SYMM_TOKEN`, as a [`JobEnv`]), places the rank on its GPU (`SYMM_DEVICES`,
@@ -34,6 +35,8 @@ pub const SYMM_PLANS: &str = "SYMM_PLANS";
 pub const SYMM_COPY_ENGINE: &str = "SYMM_COPY_ENGINE";
 /// The variable that names libnvrtc ([`CommOptions::nvrtc`]).
 pub const SYMM_NVRTC: &str = "SYMM_NVRTC";
+/// The variable that puts the job in deterministic mode ([`CommOptions::deterministic`]).
+pub const SYMM_DETERMINISTIC: &str = "SYMM_DETERMINISTIC";
 
 /// The longest `SYMM_NVRTC` path taken, in bytes.
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -61,6 +64,10 @@ pub struct CommOptions {
     /// every rank of a job must give the same. [`CommOptions::with_env`] takes
     /// `SYMM_COPY_ENGINE`.
     pub copy_engine: CopyEngine,
+    /// Deterministic mode for the whole job (`symm_core::sched::Request::is_deterministic`):
+    /// automatic requests honour it, and admission refuses a request that does not; every rank
+    /// of a job must give the same. [`CommOptions::with_env`] takes `SYMM_DETERMINISTIC`.
+    pub deterministic: bool,
 }
 
 impl CommOptions {
@@ -105,6 +112,13 @@ impl CommOptions {
             }
             self.nvrtc = Some(PathBuf::from(v));
         }
+        if let Some(v) = get(SYMM_DETERMINISTIC) {
+            self.deterministic = parse_var(SYMM_DETERMINISTIC, &v, "0 or 1", |s| match s {
+                "0" => Some(false),
+                "1" => Some(true),
+                _ => None,
+            })?;
+        }
         Ok(self)
     }
 
@@ -145,6 +159,7 @@ impl Default for CommOptions {
             trace_cap: 1 << 14,
             plans: PlanPath::Auto,
             copy_engine: CopyEngine::Off,
+            deterministic: false,
         }
     }
 }
@@ -188,15 +203,24 @@ mod tests {
     fn variables_set_their_options() {
         let o = with(&[]).unwrap();
         assert_eq!(
-            (o.plans, o.copy_engine, o.nvrtc),
-            (PlanPath::Auto, CopyEngine::Off, None)
+            (o.plans, o.copy_engine, o.nvrtc, o.deterministic),
+            (PlanPath::Auto, CopyEngine::Off, None, false)
         );
         let o = with(&[
             (SYMM_PLANS, "interpreted"),
             (SYMM_COPY_ENGINE, "always"),
             (SYMM_NVRTC, "/opt/nvrtc.so"),
+            (SYMM_DETERMINISTIC, "1"),
         ])
         .unwrap();
+        assert!(o.deterministic);
+        let program = CommOptions {
+            deterministic: true,
+            ..CommOptions::default()
+        };
+        assert!(program.clone().with_vars(|_| None).unwrap().deterministic);
+        let off = program.with_vars(|k| (k == SYMM_DETERMINISTIC).then(|| "0".into()));
+        assert!(!off.unwrap().deterministic);
         assert_eq!(o.plans, PlanPath::Interpreted);
         assert_eq!(o.copy_engine, CopyEngine::Always);
         assert_eq!(o.nvrtc, Some(PathBuf::from("/opt/nvrtc.so")));
@@ -227,6 +251,8 @@ mod tests {
             (SYMM_PLANS, "fast", "auto, interpreted or compiled"),
             (SYMM_PLANS, "", "auto, interpreted or compiled"),
             (SYMM_COPY_ENGINE, long.as_str(), "off, on or always"),
+            (SYMM_DETERMINISTIC, "yes", "0 or 1"),
+            (SYMM_DETERMINISTIC, "", "0 or 1"),
             (SYMM_NVRTC, "", "the path of libnvrtc (at most 4096 bytes)"),
             (
                 SYMM_NVRTC,

@@ -1,7 +1,8 @@
 //! Joining the job from Python: the one way every entry point joins
 //! ([`CommOptions::join`]), with the job's name and secret as the Python layer found them
 //! (torch's store or `SYMM_JOB`/`SYMM_TOKEN`) and the options `symm.init` takes over the
-//! environment's (`CommOptions::from_env`: `SYMM_PLANS`, `SYMM_COPY_ENGINE`, `SYMM_NVRTC`).
+//! environment's (`CommOptions::from_env`: `SYMM_PLANS`, `SYMM_COPY_ENGINE`, `SYMM_NVRTC`,
+//! `SYMM_DETERMINISTIC`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,15 +18,16 @@ use symm_driver::cuda::{AutoRequests, CommOptions};
 use super::{py_err, GpuComm, Runtime};
 
 /// Joins job `job` (secret `token`, hex) as `rank` of `world` on the GPU of `local_rank`, with
-/// a heap of `heap_bytes`, the device-wait and bootstrap deadlines in milliseconds and `plans`
-/// (when given) over `SYMM_PLANS`. Collective.
+/// a heap of `heap_bytes`, the device-wait and bootstrap deadlines in milliseconds, `plans`
+/// (when given) over `SYMM_PLANS` and `deterministic` (when given) over `SYMM_DETERMINISTIC`.
+/// Collective.
 pub(super) fn open(
     py: Python<'_>,
     (rank, world, local_rank): (i64, i64, i64),
     (job, token): (String, String),
     heap_bytes: u64,
     (timeout_ms, bootstrap_timeout_ms): (u64, u64),
-    plans: Option<&str>,
+    (plans, deterministic): (Option<&str>, Option<bool>),
 ) -> PyResult<GpuComm> {
     let plans = plans
         .map(|p| {
@@ -54,6 +56,9 @@ pub(super) fn open(
     opts.bootstrap_timeout = Duration::from_millis(bootstrap_timeout_ms);
     if let Some(p) = plans {
         opts.plans = p;
+    }
+    if let Some(d) = deterministic {
+        opts.deterministic = d;
     }
     let plans = opts.plans;
     let comm = py

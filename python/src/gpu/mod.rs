@@ -44,7 +44,7 @@ use args::{span, stream, u16_arg};
 use runtime::Runtime;
 
 use crate::parse::{collective, dtype, reduce_op};
-use crate::request::{forced, PyRequest};
+use crate::request::{forced, refused, PyRequest};
 
 /// One rank of a GPU job (see the module doc).
 #[pyclass(module = "symm._symm", frozen)]
@@ -65,7 +65,7 @@ impl GpuComm {
     /// `SYMM_NVRTC`, `SYMM_DEVICES`) hold, `plans` (when given) over `SYMM_PLANS`.
     /// Collective: every rank calls it.
     #[staticmethod]
-    #[pyo3(signature = (rank, world, local_rank, job, token, heap_bytes, timeout_ms, bootstrap_timeout_ms, plans=None))]
+    #[pyo3(signature = (rank, world, local_rank, job, token, heap_bytes, timeout_ms, bootstrap_timeout_ms, plans=None, deterministic=None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
@@ -78,6 +78,7 @@ impl GpuComm {
         timeout_ms: u64,
         bootstrap_timeout_ms: u64,
         plans: Option<&str>,
+        deterministic: Option<bool>,
     ) -> PyResult<GpuComm> {
         join::open(
             py,
@@ -85,8 +86,15 @@ impl GpuComm {
             (job, token),
             heap_bytes,
             (timeout_ms, bootstrap_timeout_ms),
-            plans,
+            (plans, deterministic),
         )
+    }
+
+    /// Whether the job runs in deterministic mode (`SYMM_DETERMINISTIC`, or
+    /// `symm.init(deterministic=...)`).
+    #[getter]
+    fn deterministic(&self) -> bool {
+        self.auto.deterministic()
     }
 
     /// This rank.
@@ -223,9 +231,10 @@ impl GpuComm {
     }
 
     /// The request this job runs for `collective` over `nbytes` of `dtype` with `op` (and
-    /// `root`): the runtime's automatic choice (`Request::auto`, cached per shape), with the
-    /// `algorithm` and `channels` the caller forces.
-    #[pyo3(signature = (collective, nbytes, dtype, op="sum", algorithm=None, channels=None, root=0))]
+    /// `root`): the runtime's choice (`AutoRequests::get`, cached per shape) with the
+    /// `algorithm` and `channels` the caller forces, in deterministic mode when the job or
+    /// `deterministic` asks for it.
+    #[pyo3(signature = (collective, nbytes, dtype, op="sum", algorithm=None, channels=None, root=0, deterministic=false))]
     #[allow(clippy::too_many_arguments)]
     fn request(
         &self,
@@ -236,15 +245,16 @@ impl GpuComm {
         algorithm: Option<&str>,
         channels: Option<i64>,
         root: i64,
+        deterministic: bool,
     ) -> PyResult<PyRequest> {
         let world = self.rt.comm.world();
         let c = self::collective(collective, world, root, 0, None)?;
-        let auto = self
+        let forced = forced(algorithm, channels, deterministic)?;
+        let req = self
             .auto
-            .get(c, nbytes, self::dtype(dtype)?, reduce_op(op)?);
-        Ok(PyRequest {
-            req: forced(auto, algorithm, channels)?,
-        })
+            .get(c, nbytes, self::dtype(dtype)?, reduce_op(op)?, forced)
+            .map_err(|e| refused(c, e))?;
+        Ok(PyRequest { req })
     }
 
     /// Enqueues `request` reading `in_len` bytes at `in_ptr` and writing `out_len` bytes at

@@ -82,6 +82,11 @@ pub(super) fn run(p: &Params) -> Result<Vec<Check>, String> {
         || super::fold::run(&mut comm),
     ));
     checks.push(Check::timed(
+        "default mode: how often unordered algorithms differ from the rank-order bits",
+        9,
+        || super::deterministic::default_mode(&comm, &stream, p.max_bytes),
+    ));
+    checks.push(Check::timed(
         "low-latency all-reduce back to back, one scratch",
         super::fold::CALLS as usize,
         || super::fold::ll_back_to_back(&comm, &stream),

@@ -10,6 +10,9 @@
 //!   the device-API example on the Comm's heap, per-process traces merged and compared with the
 //!   simulator, the host time of a cached call ([`host_cost`]), poison and reset, hostile
 //!   calls, the caller's context.
+//! * `deterministic` ([`deterministic`]): a job in deterministic mode; every algorithm that
+//!   honours it, on every channel count and size, eager, on plain buffers and in graphs, gives
+//!   the rank-order reference's bits.
 //! * `leak` ([`life::leak`]): symmetric-heap create/destroy cycles across processes (POSIX fds
 //!   through SCM_RIGHTS each cycle), then collectives on a `Comm`: free memory, live
 //!   handles/maps/ranges and open file descriptors must end where they started.
@@ -18,6 +21,7 @@
 //!   the same environment.
 
 mod correct;
+mod deterministic;
 mod engines;
 mod fold;
 mod host_cost;
@@ -314,6 +318,7 @@ pub fn rank(a: &crate::RankArgs) -> Result<(), String> {
     let checks = match phase {
         "correct" => correct::run(&p)?,
         "moe" => moe::run(&p)?,
+        "deterministic" => deterministic::run(&p)?,
         "leak" => vec![Check::timed("leak check across processes", 1, || {
             life::leak(&p)
         })],

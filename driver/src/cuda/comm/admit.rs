@@ -286,7 +286,10 @@ impl Comm {
         })
     }
 
-    /// Fails unless `req` is a valid request of `world` ranks (the job's or a team's).
+    /// Fails unless `req` is a valid request of `world` ranks (the job's or a team's), and one
+    /// that honours deterministic mode in a deterministic job ([`CommOptions::deterministic`]).
+    ///
+    /// [`CommOptions::deterministic`]: crate::cuda::CommOptions::deterministic
     pub(super) fn check_shape(&self, req: &Request, world: u16) -> Result<()> {
         if req.world != world {
             return Err(CudaError::SizeMismatch {
@@ -295,7 +298,11 @@ impl Comm {
                 want: world as u64,
             });
         }
-        req.validate().map_err(CudaError::Sched)
+        req.validate().map_err(CudaError::Sched)?;
+        if self.opts.deterministic {
+            req.deterministic().map_err(CudaError::Sched)?;
+        }
+        Ok(())
     }
 
     /// The admitted request under `key`, when it was admitted before.

@@ -187,7 +187,7 @@ impl Comm {
             )));
         }
         let sharing = sharing::exchange(boot, rank, &dev)?;
-        agree_copy_engine(boot, rank, opts.copy_engine)?;
+        agree_options(boot, rank, opts.copy_engine, opts.deterministic)?;
         sharing::warn_once(&sharing, ordinal, opts.timeout);
         let compiler = Compiler::load(opts.nvrtc.as_deref())?;
         let drv = device::driver_version()?;
@@ -249,6 +249,12 @@ impl Comm {
         self.pad_slots as u64 * 8
     }
 
+    /// The options this Comm was opened with (the copy-engine option in force is
+    /// [`Comm::copy_engine`]).
+    pub fn options(&self) -> &CommOptions {
+        &self.opts
+    }
+
     /// The copy-engine option in force.
     pub fn copy_engine(&self) -> CopyEngine {
         self.plans.engines()
@@ -259,7 +265,7 @@ impl Comm {
     /// captured keep the path they were built for; admitted requests are admitted again.
     pub fn set_copy_engine(&self, ce: CopyEngine) -> Result<()> {
         self.live()?;
-        agree_copy_engine(&self.job.boot, self.job.rank, ce)?;
+        agree_options(&self.job.boot, self.job.rank, ce, self.opts.deterministic)?;
         let mut l = self.launch_lock()?;
         self.plans.set_engines(ce);
         l.admitted.clear();
@@ -313,16 +319,31 @@ impl Drop for Comm {
 }
 
 /// Collective: fails unless every rank runs with the same copy-engine option (a rank on copy
-/// engines waits on flags that a rank in a kernel never raises).
-fn agree_copy_engine(boot: &SocketRendezvous, rank: u16, mine: CopyEngine) -> Result<()> {
-    let all = boot.all_gather(rank, &[mine.code()])?;
-    match all.iter().position(|v| v.as_slice() != [mine.code()]) {
-        None => Ok(()),
-        Some(r) => Err(CudaError::Disagree {
-            what: "SYMM_COPY_ENGINE (CommOptions::copy_engine)",
-            rank: u16::try_from(r).ok(),
-        }),
+/// engines waits on flags that a rank in a kernel never raises) and the same mode (a
+/// deterministic rank would decide other algorithms than its peers).
+fn agree_options(
+    boot: &SocketRendezvous,
+    rank: u16,
+    ce: CopyEngine,
+    deterministic: bool,
+) -> Result<()> {
+    let mine = [ce.code(), u8::from(deterministic)];
+    let all = boot.all_gather(rank, &mine)?;
+    for (i, what) in [
+        "SYMM_COPY_ENGINE (CommOptions::copy_engine)",
+        "SYMM_DETERMINISTIC (CommOptions::deterministic)",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if let Some(r) = all.iter().position(|v| v.get(i) != Some(&mine[i])) {
+            return Err(CudaError::Disagree {
+                what,
+                rank: u16::try_from(r).ok(),
+            });
+        }
     }
+    Ok(())
 }
 
 /// What `open_inner` builds before the bootstrap joins it.

@@ -10,7 +10,8 @@
 //!   peer's op names it, as in the low-latency algorithms, a ring's input or one-shot's output),
 //!   a kernel runs the request and the span is 16-byte aligned: the kernel addresses it from
 //!   this rank's heap base. Otherwise it is staged: copied into the request's workspace before
-//!   the collective and out of it after, by the copy engine on the same stream. An output that overlaps the input is staged too (most
+//!   the collective and out of it after (where the collective defines this rank's output,
+//!   `Collective::delivers_to`), by the copy engine on the same stream. An output that overlaps the input is staged too (most
 //!   schedules read peers' inputs while writing outputs), except an output that is the input of
 //!   a request that runs in place (`Request::runs_in_place`: two-shot and the one-shot
 //!   low-latency all-reduces), which runs on the symmetric tensor itself.
@@ -226,7 +227,9 @@ impl Tensors {
         }
         // Whether the stream captures was asked once, above: the launch's order reuses it.
         comm.launch_entered(&a, (&b, owned), stream, Some(capturing), None)?;
-        if out_heap.is_none() && !owned[1] {
+        // A staged output comes back only where the collective defines it (a rooted reduce's
+        // other ranks keep their buffer).
+        if out_heap.is_none() && !owned[1] && req.collective.delivers_to(comm.job.rank) {
             let from = Span {
                 ptr: comm.heap_ptr(comm.job.rank, ws.output)?,
                 len: output.len,

@@ -314,7 +314,8 @@ impl<'c> CommTeam<'c> {
                 team: self.team.size(),
             }));
         }
-        req.validate().map_err(CudaError::Sched)
+        // Validation and the job's mode, as the job's own requests.
+        self.comm.check_shape(req, req.world)
     }
 
     /// Admits the team request `req` ([`Comm::admit`] for the team: its plan mapped onto the
