@@ -117,3 +117,93 @@ fn threads_give_the_same_bits_as_the_simulator_in_this_mode() {
         }
     }
 }
+
+/// The MoE combine honours deterministic mode by construction: a token's output is its
+/// partials summed in rank order in f32, each partial its experts' weighted rows in `k` order.
+/// So a token's bits do not depend on the batch around it: the same token, routed the same way,
+/// combines to the same bits alone and among 15 others, on the host protocol (no barrier, both
+/// calls back to back) as in the reference. The experts here apply a fixed function of their
+/// row, as a model's experts do.
+#[test]
+fn moe_combine_gives_a_token_the_same_bits_alone_and_in_a_batch() {
+    use symm_core::moe::MoeConfig;
+    use symm_host::moe::{
+        moe_combine_reference, moe_reference, run_moe_threads, MoeDtype, MoeRankDispatch,
+        MoeRankInput, MoeWorld,
+    };
+    let (world, experts, topk, hidden) = (4u16, 8u32, 3u16, 64u32);
+    let cfg = MoeConfig::new(world, experts, topk, 16, hidden).unwrap();
+    let dt = MoeDtype::Bf16;
+    let mut rng = symm_core::symbolic::Rng::new(0x5eed);
+    let token = |rng: &mut symm_core::symbolic::Rng| {
+        let mut x = vec![0u8; hidden as usize * dt.bytes()];
+        for i in 0..hidden as usize {
+            let mag = (1u64 << rng.below(22)) as f32 / 1024.0;
+            let sign = if rng.below(2) == 0 { 1.0 } else { -1.0 };
+            dt.put(
+                &mut x,
+                i,
+                sign * mag * (1.0 + rng.below(1024) as f32 / 1024.0),
+            );
+        }
+        let idx: Vec<i64> = (0..topk)
+            .map(|_| rng.below(u64::from(experts)) as i64)
+            .collect();
+        let w: Vec<f32> = (0..topk)
+            .map(|_| rng.below(1 << 12) as f32 / 777.0 - 2.0)
+            .collect();
+        (x, idx, w)
+    };
+    let mine: Vec<_> = (0..world).map(|_| token(&mut rng)).collect();
+    let batch = |n: usize, at: usize, rng: &mut symm_core::symbolic::Rng| -> Vec<MoeRankInput> {
+        mine.iter()
+            .map(|t| {
+                let mut input = MoeRankInput::default();
+                for i in 0..n {
+                    let (x, idx, w) = if i == at { t.clone() } else { token(rng) };
+                    input.x.extend(x);
+                    input.topk_idx.extend(idx);
+                    input.topk_weights.extend(w);
+                }
+                input
+            })
+            .collect()
+    };
+    let alone = batch(1, 0, &mut rng);
+    let among = batch(16, 5, &mut rng);
+    // Expert e maps its row x to x * (e + 1) / 3 - e / 7, element by element.
+    let local = experts / u32::from(world);
+    let expert = |r: u16, d: &MoeRankDispatch| {
+        let mut y = vec![0u8; d.expert_x.len()];
+        for (j, &(first, count)) in d.spans.iter().enumerate() {
+            let e = (u32::from(r) * local + j as u32) as f32;
+            for row in first..first + count {
+                for i in 0..hidden as usize {
+                    let at = row as usize * hidden as usize + i;
+                    dt.put(
+                        &mut y,
+                        at,
+                        dt.get(&d.expert_x, at) * (e + 1.0) / 3.0 - e / 7.0,
+                    );
+                }
+            }
+        }
+        y
+    };
+    let w = MoeWorld::new(cfg, dt, Duration::from_secs(20)).unwrap();
+    let runs = run_moe_threads(&w, &[alone.clone(), among.clone()], expert).unwrap();
+    let tb = hidden as usize * dt.bytes();
+    for (call, inputs, at) in [(0, &alone, 0), (1, &among, 5)] {
+        let d = moe_reference(&cfg, dt, inputs).unwrap();
+        let ys: Vec<Vec<u8>> = (0..world).map(|r| expert(r, &d[usize::from(r)])).collect();
+        let want = moe_combine_reference(&cfg, dt, inputs, &ys).unwrap();
+        for (r, want) in want.iter().enumerate() {
+            assert_eq!(&runs[call].1[r], want, "call {call} rank {r}");
+            assert_eq!(
+                &runs[call].1[r][at * tb..][..tb],
+                &runs[0].1[r][..tb],
+                "rank {r}: the token alone and in a batch"
+            );
+        }
+    }
+}

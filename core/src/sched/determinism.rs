@@ -15,6 +15,16 @@
 //! when none takes the request (a 16-bit sum over more ranks than one k-way reduce reads, too
 //! large for the low-latency lines).
 //!
+//! **Selecting it.** Per call, [`Request::for_call`] with `Forced::deterministic`; per job, the
+//! runtime's `CommOptions::deterministic` (`SYMM_DETERMINISTIC=1`, `symm.init(deterministic=True)`,
+//! the C ABI's `SYMM_COMM_DETERMINISTIC`), under which every automatic request honours the mode
+//! and admission refuses a request that does not.
+//!
+//! **The other reductions.** The MoE combine ([`crate::moe`]) sums a token's partials in
+//! ascending rank order in `f32` and rounds once, and the fused all-reduce + RMSNorm
+//! ([`crate::norm`]) sums in rank order in `f32`: both in every mode, and neither depends on the
+//! batch around a token or row.
+//!
 //! **Which algorithms honour it** is a column of the algorithm table, [`Combines`]: how the
 //! algorithm combines the ranks' contributions to one element.
 //!
