@@ -64,6 +64,13 @@ pub struct InterpParams {
     pub channels: u32,
     /// Trace events per channel.
     pub trace_cap: u32,
+    /// The call's signature with sequence number 0 (`symm_core::sched::Request::signature`),
+    /// or 0: no signature check (a team's call).
+    pub sig: u64,
+    /// Heap offset of the signature words: per channel, two (by the call's parity).
+    pub sig_off: u64,
+    /// This rank's call counters, one per channel (device memory): the sequence numbers.
+    pub calls: u64,
 }
 
 macro_rules! field {
@@ -83,7 +90,7 @@ pub use moe::{A2avParams, MoeParams};
 pub use norm::NormParams;
 
 /// `symm_interp_params`, field by field.
-pub const PARAMS: [Field; 17] = [
+pub const PARAMS: [Field; 20] = [
     field!(
         InterpParams,
         plan,
@@ -191,6 +198,27 @@ pub const PARAMS: [Field; 17] = [
         "unsigned int",
         "trace events per channel"
     ),
+    field!(
+        InterpParams,
+        sig,
+        "sig",
+        "unsigned long long",
+        "the call's signature with sequence 0, or 0: no signature check"
+    ),
+    field!(
+        InterpParams,
+        sig_off,
+        "sig_off",
+        "unsigned long long",
+        "heap offset of the signature words: two per channel, by the call's parity"
+    ),
+    field!(
+        InterpParams,
+        calls,
+        "calls",
+        "unsigned long long*",
+        "this rank's call counters, one per channel (device memory)"
+    ),
 ];
 
 /// `symm_world`, the device API's view of the heap (`symm/device.cuh` uses it), passed by value
@@ -226,9 +254,12 @@ pub const STOP_TIMEOUT: u32 = 1;
 pub const STOP_ABORTED: u32 = 2;
 /// The interpreter met an op it cannot run.
 pub const STOP_BAD_OP: u32 = 3;
-/// A peer's call differs from this rank's: `expected` holds this rank's call signature,
-/// `found` the peer's (rank `peer`).
+/// A peer's call of the fused all-reduce + RMSNorm differs from this rank's: `expected` holds
+/// this rank's rows, `found` the peer's (rank `peer`).
 pub const STOP_DIFFER: u32 = 4;
+/// A record's reason: a peer's call signature, read after it pushed it for this call, names a
+/// call that differs (`expected` holds this rank's word, `found` the peer's).
+pub const STOP_SIGNATURE: u32 = 5;
 
 /// One per (rank, channel), in host-mapped memory: why the block stopped, where.
 #[repr(C)]
@@ -348,7 +379,7 @@ pub const EVENT_BYTES: usize = size_of::<TraceEvent>();
 pub const WORLD_BYTES: usize = size_of::<SymmWorld>();
 
 // The sizes the kernels were written for; a change here is a change of every kernel's ABI.
-const _: () = assert!(PARAMS_BYTES == 136 && RECORD_BYTES == 40 && EVENT_BYTES == 16);
+const _: () = assert!(PARAMS_BYTES == 160 && RECORD_BYTES == 40 && EVENT_BYTES == 16);
 const _: () = assert!(WORLD_BYTES == 32);
 
 /// The structs in the order the header defines them (a struct before any that holds it):
@@ -372,11 +403,12 @@ pub const STRUCTS: [(&str, usize, &[Field]); 7] = [
 ];
 
 /// The stop reasons and event kinds, as (C name, value).
-pub const CONSTANTS: [(&str, u32); 7] = [
+pub const CONSTANTS: [(&str, u32); 8] = [
     ("SYMM_STOP_TIMEOUT", STOP_TIMEOUT),
     ("SYMM_STOP_ABORTED", STOP_ABORTED),
     ("SYMM_STOP_BAD_OP", STOP_BAD_OP),
     ("SYMM_STOP_DIFFER", STOP_DIFFER),
+    ("SYMM_STOP_SIGNATURE", STOP_SIGNATURE),
     ("SYMM_EV_BEGIN", EV_BEGIN),
     ("SYMM_EV_END", EV_END),
     ("SYMM_EV_STALL", EV_STALL),
@@ -410,7 +442,7 @@ mod tests {
             }
             assert_eq!(end.next_multiple_of(8), size, "{name}");
         }
-        assert_eq!((PARAMS_BYTES, RECORD_BYTES, EVENT_BYTES), (136, 40, 16));
+        assert_eq!((PARAMS_BYTES, RECORD_BYTES, EVENT_BYTES), (160, 40, 16));
         assert_eq!(
             (WORLD_BYTES, moe::MOE_PARAMS_BYTES, moe::A2AV_PARAMS_BYTES),
             (32, 240, 128)

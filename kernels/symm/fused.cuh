@@ -129,6 +129,7 @@ static __device__ __forceinline__ void symm_wait_n(const symm_interp_params& p, 
       }
       if ((++spins & 1023u) == 0) {
         if (*vstop) break;
+        if (symm_sig_differs(p, 0, 1, vstop)) break;
         if (*p.abort_word) {
           if (atomicExch((int*)vstop, 1) == 0) symm_record(p, SYMM_STOP_ABORTED, op.slot, target, v, index + j);
           break;

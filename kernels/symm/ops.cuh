@@ -145,6 +145,74 @@ static __device__ void symm_record(const symm_interp_params& p, symm_u32 reason,
 }
 
 // ---------------------------------------------------------------------------------------------
+// The call signature (symm_core::sched::signature). A call of the job carries its signature
+// with sequence number 0 in p.sig; the sequence number is this rank's call counter of the
+// channel (p.calls, device memory, so graph replays count too). At the block's start, warp 0
+// pushes the call's word into every peer's signature words, row (channel, parity of the
+// sequence), column this rank: before any signal of the call, which publishes it (the block
+// synchronises, then a release). The block reads the words its peers pushed to it, in its own
+// memory, at its end and whenever a wait spins past its fast path. A word that carries this
+// call's sequence number and is not this call's word names a call that differs
+// (SYMM_STOP_SIGNATURE, the abort word raised); any other word (none yet, an older call's, a
+// newer one's: the peer ran ahead) says nothing, so agreeing calls never fire. p.sig 0: no
+// check (a team's call, the one-process backend).
+// ---------------------------------------------------------------------------------------------
+
+static __device__ __forceinline__ symm_u64 symm_sig_mine(const symm_interp_params& p) {
+  return p.sig | (p.calls[blockIdx.x] & 0xfffull);
+}
+
+// Rank `owner`'s word from `sender` for the call whose word is `mine`.
+static __device__ __forceinline__ volatile symm_u64* symm_sig_at(const symm_interp_params& p, symm_u32 owner,
+                                                                 symm_u64 mine, symm_u32 sender) {
+  return (volatile symm_u64*)(p.base + (symm_u64)owner * p.stride + p.sig_off +
+                              (((symm_u64)blockIdx.x * 2 + (mine & 1)) * p.world + sender) * 8);
+}
+
+static __device__ __forceinline__ bool symm_sig_names(symm_u64 mine, symm_u64 theirs) {
+  return theirs != 0 && theirs != mine && ((theirs ^ mine) & 0xfffull) == 0;
+}
+
+// Block start, warp 0: this call's word into every peer's row.
+static __device__ __forceinline__ void symm_sig_publish(const symm_interp_params& p) {
+  if (!p.sig || threadIdx.x >= 32) return;
+  const symm_u64 mine = symm_sig_mine(p);
+  for (symm_u32 q = threadIdx.x; q < p.world; q += 32) {
+    if (q != p.rank) *symm_sig_at(p, q, mine, p.rank) = mine;
+  }
+}
+
+// Whether a peer's word names a call that differs; the first thread of the block to see one
+// (`stop` from 0 to 1) records it and raises the abort word. Peers from `first`, by `step`.
+static __device__ bool symm_sig_differs(const symm_interp_params& p, symm_u32 first, symm_u32 step,
+                                        volatile int* stop) {
+  if (!p.sig) return false;
+  const symm_u64 mine = symm_sig_mine(p);
+  for (symm_u32 q = first; q < p.world; q += step) {
+    if (q == p.rank) continue;
+    const symm_u64 theirs = *symm_sig_at(p, p.rank, mine, q);
+    if (symm_sig_names(mine, theirs)) {
+      if (atomicExch((int*)stop, 1) == 0) {
+        symm_record(p, SYMM_STOP_SIGNATURE, q, mine, theirs, 0);
+        *p.abort_word = 1;
+        __threadfence_system();
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+// Block end, every thread: warp 0 reads the peers' words, then the channel's call counter
+// advances (whether the call finished or stopped: a failed job resets the counters).
+static __device__ __forceinline__ void symm_sig_finish(const symm_interp_params& p, int& stop) {
+  if (!p.sig) return;
+  if (threadIdx.x < 32 && !stop) symm_sig_differs(p, threadIdx.x, 32, (volatile int*)&stop);
+  __syncthreads();
+  if (threadIdx.x == 0) p.calls[blockIdx.x] += 1;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The low-latency protocol in 16-byte lines (SYMM_LL_FORMAT_LL): core's ll module. A line is
 // 16 bytes [d0 flag d1 flag]; each 8-byte half is one store, so a reader that sees the flag in
 // a half also sees that half's data. Lines are written with volatile stores and polled with
@@ -204,6 +272,7 @@ static __device__ bool symm_ll_keep_polling(const symm_interp_params& p, unsigne
   const symm_u64 now = symm_globaltimer();
   if (start == 0) start = now;
   if (*stop) return false;
+  if (symm_sig_differs(p, 0, 1, stop)) return false;
   if (*p.abort_word) {
     if (atomicExch((int*)stop, 1) == 0) symm_record(p, SYMM_STOP_ABORTED, slot, flag, found, index);
     return false;
@@ -612,6 +681,7 @@ static __device__ __forceinline__ void symm_run_op(const symm_interp_params& p, 
             break;
           }
           if ((++spins & 1023u) == 0) {
+            if (symm_sig_differs(p, 0, 1, (volatile int*)&stop)) break;
             if (*p.abort_word) {
               symm_record(p, SYMM_STOP_ABORTED, op.slot, target, v, index);
               stop = 1;

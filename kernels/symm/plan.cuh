@@ -137,6 +137,7 @@ static __device__ __forceinline__ unsigned int symm_slot_index(unsigned int team
 #define SYMM_STOP_ABORTED 2
 #define SYMM_STOP_BAD_OP 3
 #define SYMM_STOP_DIFFER 4
+#define SYMM_STOP_SIGNATURE 5
 #define SYMM_EV_BEGIN 0
 #define SYMM_EV_END 1
 #define SYMM_EV_STALL 2
@@ -178,8 +179,11 @@ struct symm_interp_params {
   unsigned int world;  // ranks
   unsigned int channels;  // channels (the grid size)
   unsigned int trace_cap;  // trace events per channel
+  unsigned long long sig;  // the call's signature with sequence 0, or 0: no signature check
+  unsigned long long sig_off;  // heap offset of the signature words: two per channel, by the call's parity
+  unsigned long long* calls;  // this rank's call counters, one per channel (device memory)
 };
-static_assert(sizeof(symm_interp_params) == 136, "symm_interp_params: size");
+static_assert(sizeof(symm_interp_params) == 160, "symm_interp_params: size");
 
 struct symm_world {
   char* base;  // this rank's view of the heap range; peer p at base + p * stride

@@ -33,8 +33,13 @@
 //! only when the word read carries the reader's own sequence number, that is, when it is the
 //! peer's call `k`; so agreeing calls never fire, however far apart the ranks run.
 //!
-//! Where the word travels and when it is compared (the entry signal, the low-latency flags) is
-//! the executors' business; this module is its definition, shared by every one of them.
+//! Where the word travels and when it is compared is the executors' business; this module is
+//! its definition, shared by every one of them. The host's back-to-back calls
+//! (`symm_host::run_calls`) publish it in the rank's own pad and peers read it. On the GPU
+//! (`kernels/symm/ops.cuh`, `symm_sig_*`) a call's block pushes its word into every peer's
+//! signature words before its first signal, and reads those its peers pushed to it, in its own
+//! memory, at its end and while a wait spins: the sequence number is the rank's call counter of
+//! the channel, in device memory, so graph replays count too; a team's calls carry no word.
 
 use super::{Algorithm, Collective, Request};
 use crate::dtype::{DType, ReduceOp};

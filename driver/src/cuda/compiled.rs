@@ -141,6 +141,7 @@ pub fn source(plan: &RankPlan) -> Result<String> {
          \x20 symm_u32 trace_len = 0;\n\
          \x20 if (blockIdx.x >= p.channels || blockIdx.x >= SYMM_MAX_CHANNELS) return;\n\
          \x20 if (threadIdx.x == 0) stop = 0;\n\
+         \x20 symm_sig_publish(p);\n\
          \x20 __syncthreads();\n",
     );
     let staged = groups
@@ -178,6 +179,7 @@ pub fn source(plan: &RankPlan) -> Result<String> {
     }
     s.push_str(
         "  default: break;\n  }\n\
+         \x20 symm_sig_finish(p, stop);\n\
          #if SYMM_TRACE\n\
          \x20 if (threadIdx.x == 0 && p.trace_len) p.trace_len[blockIdx.x] = trace_len;\n\
          #endif\n}\n",

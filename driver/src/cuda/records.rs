@@ -4,10 +4,25 @@
 
 use core::mem::offset_of;
 
+use symm_core::sched::Signature;
 use symm_kernels::abi::{self, TimeoutRecord};
 
 use super::device::HostMapped;
 use super::error::CudaError;
+
+/// The error of a peer `rank` whose call signature `theirs` differs from this rank's `mine`
+/// (`symm_core::sched::Signature`): what differs, in words, and both words.
+pub fn differ(rank: u16, mine: u64, theirs: u64) -> CudaError {
+    let (m, t) = (Signature(mine), Signature(theirs));
+    CudaError::RanksDiffer {
+        rank,
+        mine: format!("made call {} (signature {mine:#018x})", m.sequence()),
+        theirs: format!(
+            "a call that differs in {} (signature {theirs:#018x})",
+            m.differs(t).words()
+        ),
+    }
+}
 
 /// The error the timeout records at byte offsets `ats` of `host` report: the first call that
 /// differs across ranks (a timeout it causes elsewhere is its consequence), else the first
@@ -24,12 +39,24 @@ pub fn first_failure(host: &HostMapped, ats: impl Iterator<Item = usize>) -> Opt
         let op_index = u32_at(offset_of!(TimeoutRecord, op_index));
         match u32_at(offset_of!(TimeoutRecord, reason)) {
             abi::STOP_DIFFER => {
-                let sig = |o: usize| format!("call signature {}", host.read_u64(at + o));
+                let rows = |o: usize| format!("called it with {} rows", host.read_u64(at + o));
                 return Some(CudaError::RanksDiffer {
                     rank: u32_at(offset_of!(TimeoutRecord, peer)) as u16,
-                    mine: sig(offset_of!(TimeoutRecord, expected)),
-                    theirs: sig(offset_of!(TimeoutRecord, found)),
+                    mine: rows(offset_of!(TimeoutRecord, expected)),
+                    theirs: rows(offset_of!(TimeoutRecord, found)),
                 });
+            }
+            abi::STOP_SIGNATURE => {
+                let word = |o: usize| host.read_u64(at + o);
+                let (mine, theirs) = (
+                    word(offset_of!(TimeoutRecord, expected)),
+                    word(offset_of!(TimeoutRecord, found)),
+                );
+                return Some(differ(
+                    u32_at(offset_of!(TimeoutRecord, peer)) as u16,
+                    mine,
+                    theirs,
+                ));
             }
             abi::STOP_TIMEOUT => {
                 late.get_or_insert(CudaError::Timeout {

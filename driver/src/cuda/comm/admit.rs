@@ -322,7 +322,7 @@ impl Comm {
         let (plan, exec) = self.cached_plan(key, now, build)?;
         let engines = exec == Executor::CopyEngines;
         let channels = plan.host().channels() as u32;
-        let params = self.params_of(&plan, channels);
+        let params = self.params_of(&plan, channels, &key);
         let a = Admitted(Arc::new(Inner {
             req: key.1,
             owner: self.job.id,
@@ -512,10 +512,16 @@ impl Comm {
             })
     }
 
-    /// The interpreter's parameter block for `plan` of `channels` channels, without buffers or
-    /// trace (a launch fills those).
-    fn params_of(&self, plan: &DevicePlan, channels: u32) -> InterpParams {
+    /// The interpreter's parameter block for `plan` of `channels` channels admitted under `key`,
+    /// without buffers or trace (a launch fills those). A call of the job carries its signature
+    /// (`Request::signature`, the sequence number the kernel's own: `symm/ops.cuh`); a team's
+    /// carries none (its slots name team ranks, not the job's).
+    fn params_of(&self, plan: &DevicePlan, channels: u32, key: &AdmitKey) -> InterpParams {
+        let (team, req) = key;
         InterpParams {
+            sig: if *team == 0 { req.signature(0).0 } else { 0 },
+            sig_off: self.sig_off(),
+            calls: self.expected.ptr + self.flag_off(),
             plan: plan.ops.ptr,
             chan_start: plan.chan.ptr,
             base: self.heap.base(),

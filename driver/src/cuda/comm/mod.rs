@@ -195,7 +195,9 @@ impl Comm {
         // Room for every team id: a team's slots are keyed by its id (symm_core::team).
         // The pad: the counters, then as many flag words (`copy_engine`).
         let pad_slots = MAX_CHANNELS as u32 * KINDS * world as u32 * MAX_TEAMS as u32;
-        let data_off = (2 * pad_slots as u64 * 8).div_ceil(4096) * 4096;
+        // Then the call signatures' words (`sig_off`): per channel, two halves of one per rank.
+        let sig_bytes = MAX_CHANNELS as u64 * 2 * world as u64 * 8;
+        let data_off = (2 * pad_slots as u64 * 8 + sig_bytes).div_ceil(4096) * 4096;
         let total = data_off
             .checked_add(opts.heap_bytes)
             .ok_or(CudaError::Overflow { what: "heap size" })?;
@@ -213,7 +215,8 @@ impl Comm {
             armed,
             interp: Kernel::load(&dev, &cubin, symm_kernels::INTERP_ENTRY)?,
             compiler,
-            expected: DevBuf::zeroed(&dev, pad_slots as usize * 8)?,
+            // The expected counters, then a call counter per channel (the signatures' sequence).
+            expected: DevBuf::zeroed(&dev, (pad_slots as usize + MAX_CHANNELS as usize) * 8)?,
             alloc: Heap::new(heap.stride - data_off),
             heap,
             host,
@@ -247,6 +250,11 @@ impl Comm {
     /// Heap offset of the pad's flag words (after its counters; [`crate::cuda::copy_engine`]).
     pub(crate) fn flag_off(&self) -> u64 {
         self.pad_slots as u64 * 8
+    }
+
+    /// Heap offset of the call signatures' words (after the flag words; `symm/ops.cuh`).
+    pub(crate) fn sig_off(&self) -> u64 {
+        2 * self.pad_slots as u64 * 8
     }
 
     /// The options this Comm was opened with (the copy-engine option in force is
