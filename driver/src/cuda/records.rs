@@ -81,3 +81,39 @@ pub fn first_failure(host: &HostMapped, ats: impl Iterator<Item = usize>) -> Opt
     }
     late.or(bad)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symm_core::dtype::{DType, ReduceOp};
+    use symm_core::sched::{Algorithm, Collective, Request};
+
+    /// A signature record names the peer, this rank's call and what differs, in words.
+    #[test]
+    fn a_signature_record_names_what_differs() {
+        let mine = Request::new(
+            Collective::AllReduce,
+            Algorithm::OneShot,
+            4,
+            4096,
+            DType::F32,
+            ReduceOp::Sum,
+        );
+        let theirs = Request {
+            bytes: 4128,
+            op: ReduceOp::Max,
+            ..mine
+        };
+        let e = differ(3, mine.signature(104).0, theirs.signature(104).0);
+        let CudaError::RanksDiffer { rank, .. } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(*rank, 3);
+        let text = e.to_string();
+        assert!(text.contains("made call 104"), "{text}");
+        assert!(
+            text.contains("differs in the reduction operator and the size"),
+            "{text}"
+        );
+    }
+}
