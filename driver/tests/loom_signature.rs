@@ -5,7 +5,10 @@
 //! barrier: agreeing calls never fire, in any interleaving, even when consecutive calls differ
 //! (the peer may already have published its next call); a call that differs on one rank fires
 //! on both. The weakened protocol (one word per rank, compared whole) is shown to fire on
-//! agreeing calls, so the model can tell.
+//! agreeing calls, so the model can tell. The GPU's variant (`kernels/symm/ops.cuh`) pushes the
+//! word into the peer's memory instead (a relaxed store ordered by the signal's release) and
+//! reads what its peer pushed to it while it waits and after: modelled too, with the same
+//! results.
 
 #![cfg(loom)]
 
@@ -28,6 +31,9 @@ enum Protocol {
     Parity,
     /// One word per rank, compared whole (no sequence number): the weakened protocol.
     OneWordWhole,
+    /// The GPU's: each rank pushes its word for call `k` into the peer's word `k mod 2` (the
+    /// peer's memory), and checks the word its peer pushed to it while it waits and after.
+    Push,
 }
 
 struct Shared {
@@ -70,21 +76,38 @@ fn rank(sh: &Shared, me: u16, calls: &[Request], p: Protocol) {
         let k = k as u64;
         let sig = req.signature(k);
         let word = match p {
-            Protocol::Parity => (k % 2) as usize,
+            Protocol::Parity | Protocol::Push => (k % 2) as usize,
             Protocol::OneWordWhole => 0,
         };
-        sh.words[me as usize][word].store(sig.0, Ordering::Release);
+        let fire = |d: Differs| sh.fired.lock().unwrap().push((me, k, d));
+        if p == Protocol::Push {
+            sh.words[peer as usize][word].store(sig.0, Ordering::Relaxed);
+        } else {
+            sh.words[me as usize][word].store(sig.0, Ordering::Release);
+        }
         sh.signals[peer as usize].fetch_add(1, Ordering::Release);
+        let mut fired = false;
         while sh.signals[me as usize].load(Ordering::Acquire) < k + 1 {
+            if p == Protocol::Push && !fired {
+                // A spinning wait reads what the peer pushed so far.
+                let theirs = Signature(sh.words[me as usize][word].load(Ordering::Relaxed));
+                if let Some(d) = (theirs.0 != 0).then(|| sig.check(theirs)).flatten() {
+                    fire(d);
+                    fired = true;
+                }
+            }
             thread::yield_now();
         }
-        let theirs = Signature(sh.words[peer as usize][word].load(Ordering::Acquire));
+        let theirs = match p {
+            Protocol::Push => Signature(sh.words[me as usize][word].load(Ordering::Relaxed)),
+            _ => Signature(sh.words[peer as usize][word].load(Ordering::Acquire)),
+        };
         let found = match p {
-            Protocol::Parity => sig.check(theirs),
+            Protocol::Parity | Protocol::Push => sig.check(theirs),
             Protocol::OneWordWhole => (theirs != sig).then(|| sig.differs(theirs)),
         };
-        if let Some(d) = found {
-            sh.fired.lock().unwrap().push((me, k, d));
+        if let (Some(d), false) = (found, fired) {
+            fire(d);
         }
     }
 }
@@ -120,6 +143,26 @@ fn agreeing_calls_never_fire_2_ranks_3_calls_without_barriers() {
 #[test]
 fn a_call_that_differs_on_one_rank_fires_on_both_ranks_at_that_call() {
     run(Protocol::Parity, Some(1), |fired| {
+        let at_one: Vec<u16> = fired
+            .iter()
+            .filter(|f| f.1 == 1 && f.2 == Differs::SIZE)
+            .map(|f| f.0)
+            .collect();
+        assert!(at_one.contains(&0) && at_one.contains(&1), "{fired:?}");
+        assert!(fired.iter().all(|f| f.1 == 1), "{fired:?}");
+    });
+}
+
+#[test]
+fn pushed_words_never_fire_on_agreeing_calls_2_ranks_3_calls_without_barriers() {
+    run(Protocol::Push, None, |fired| {
+        assert!(fired.is_empty(), "{fired:?}");
+    });
+}
+
+#[test]
+fn a_pushed_word_that_differs_fires_on_both_ranks_at_that_call() {
+    run(Protocol::Push, Some(1), |fired| {
         let at_one: Vec<u16> = fired
             .iter()
             .filter(|f| f.1 == 1 && f.2 == Differs::SIZE)
