@@ -259,7 +259,7 @@ impl Comm {
 
     /// The options this Comm was opened with (the copy-engine option in force is
     /// [`Comm::copy_engine`]).
-    pub fn options(&self) -> &CommOptions {
+    pub(crate) fn options(&self) -> &CommOptions {
         &self.opts
     }
 
