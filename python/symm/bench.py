@@ -10,7 +10,11 @@ of ``--graph-calls`` calls:
 * ``symm``: :func:`symm.all_reduce` on a symmetric bf16 tensor (in place);
 * ``torch_one_shot`` / ``torch_two_shot``: torch SymmetricMemory's ``one_shot_all_reduce`` and
   ``two_shot_all_reduce_`` (where torch's symmetric memory runs here);
-* ``nccl``: ``dist.all_reduce`` with NCCL, only when every rank has a GPU of its own.
+* ``nccl``: ``dist.all_reduce`` with NCCL, only when every rank has a GPU of its own
+  (``nccl_pinned`` when ``NCCL_ALGO``, ``NCCL_PROTO`` or ``NCCL_MIN/MAX_NCHANNELS`` pin it, as
+  deterministic serving does; NCCL reads them once per process, so pinning is a second run);
+* ``symm_deterministic``: :func:`symm.all_reduce` with ``deterministic=True`` (unless the job
+  is deterministic already), its cost over the fastest other choice printed per size.
 
 It also measures the Python layer's cost: host microseconds per :func:`symm.all_reduce` call
 against the same enqueue made from a Rust loop in the same process (``host_loop_us``), both
@@ -67,6 +71,10 @@ def _pin_thread() -> Optional[set[int]]:
         return set(cpus)
     except (AttributeError, OSError, ValueError):
         return None
+
+
+#: The variables that pin NCCL to one algorithm and channel count.
+NCCL_PINNING = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
 
 
 def _sample(system: str, mode: str, size: int, us: float, world: int,
@@ -203,6 +211,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # workspaces of up to max-bytes more each.
     _gpu.init(heap_bytes=max(1 << 30, 6 * a.max_bytes), plans=a.plans)
     plans = _gpu._get().comm.plans
+    det_job = _gpu.is_deterministic()
     rank, world = _gpu.rank(), _gpu.world_size()
     dev = _gpu.device()
     own_gpus = torch.cuda.device_count() >= world
@@ -227,6 +236,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         samples.append(_sample("symm", "eager", size, us, world, wrong))
         us = _time_graph(torch, lambda t=t: _gpu.all_reduce(t), a.graph_calls, max(2, iters // 4))
         samples.append(_sample("symm", "graph", size, us, world))
+        if not det_job:
+            # Deterministic mode beside the default, on the same tensor.
+            t.fill_(1)
+            _gpu.all_reduce(t, deterministic=True)
+            _gpu.synchronize()
+            wrong = int((t != world).sum().item())
+            t.zero_()
+            fn = lambda t=t: _gpu.all_reduce(t, deterministic=True)  # noqa: E731
+            us = _time_eager(torch, fn, iters, a.warmup)
+            samples.append(_sample("symm_deterministic", "eager", size, us, world, wrong))
+            us = _time_graph(torch, fn, a.graph_calls, max(2, iters // 4))
+            samples.append(_sample("symm_deterministic", "graph", size, us, world))
     _gpu.synchronize()
     samples += _sweep(torch, a, sizes, world, big)
 
@@ -259,11 +280,17 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     if own_gpus:
         pg = dist.new_group(backend="nccl")
+        # NCCL pinned to one algorithm and channel count, as deterministic serving runs it, is
+        # reported as its own system (the variables are read once per process: run it again).
+        pinned = {k: os.environ[k] for k in NCCL_PINNING if k in os.environ}
+        nccl = "nccl_pinned" if pinned else "nccl"
+        if pinned:
+            notes["nccl_pinned"] = ", ".join(f"{k}={v}" for k, v in sorted(pinned.items()))
         for size in sizes:
             x = torch.zeros(size // 2, dtype=torch.bfloat16, device=dev)
             iters = a.iters if size <= (1 << 20) else max(5, a.iters // 5)
             us = _time_eager(torch, lambda x=x: dist.all_reduce(x, group=pg), iters, a.warmup)
-            samples.append(_sample("nccl", "eager", size, us, world))
+            samples.append(_sample(nccl, "eager", size, us, world))
     else:
         notes["nccl"] = "skipped: NCCL needs a GPU per rank"
 
@@ -377,7 +404,9 @@ def _print_table(doc: dict[str, Any]) -> None:
         if s["collective"] != "all_reduce" or s["system"].startswith("symm:"):
             continue
         by.setdefault((s["size"], s["mode"]), {})[s["system"]] = s["us"]
-    systems = ["symm", "torch_one_shot", "torch_two_shot", "nccl"]
+    systems = ["symm", "torch_one_shot", "torch_two_shot", "nccl", "nccl_pinned",
+               "symm_deterministic"]
+    systems = [x for x in systems if any(x in row for row in by.values())]
     print(f"all_reduce bf16, world {doc['world']}, {doc['topology']}, {doc['plans']} plans: "
           "us per call "
           "(ratio: peer / symm, > 1 means symm is faster)")
@@ -394,6 +423,7 @@ def _print_table(doc: dict[str, Any]) -> None:
             else:
                 cells.append(f"{v:>9.2f} ({v / base:4.2f})")
         print(f"{size:>10} {mode:>6} " + " ".join(cells))
+    _print_deterministic(by)
     o = doc["python_overhead"]
     floor = (f"bare launch {o['floor_us']} us (the floor), " if "floor_us" in o else "")
     above = (f", {o['rust_above_floor_us']} us above the floor" if "floor_us" in o else "")
@@ -410,6 +440,25 @@ def _print_table(doc: dict[str, Any]) -> None:
           "Python)")
     for k, v in doc["notes"].items():
         print(f"note {k}: {v}")
+
+
+def _print_deterministic(by: dict[tuple[int, str], dict[str, float]]) -> None:
+    """Deterministic mode's cost: its time over the fastest other choice of symm and its peers,
+    and NCCL pinned's time over it, per size and mode.
+    """
+    rows = [(k, r) for k, r in sorted(by.items()) if "symm_deterministic" in r]
+    if not rows:
+        return
+    print("deterministic mode: symm_deterministic / fastest of the others (goal <= 1.15), "
+          "nccl_pinned / symm_deterministic (> 1: symm faster)")
+    for (size, mode), row in rows:
+        det = row["symm_deterministic"]
+        others = [v for s, v in row.items() if s != "symm_deterministic"]
+        best = min(others) if others else None
+        cost = f"{det / best:5.2f}" if best else "    -"
+        pin = row.get("nccl_pinned")
+        vs = f"{pin / det:5.2f}" if pin and det else "    -"
+        print(f"{size:>10} {mode:>6} {det:>9.2f} us  cost {cost}  pinned NCCL {vs}")
 
 
 if __name__ == "__main__":

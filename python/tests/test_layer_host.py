@@ -226,3 +226,18 @@ def test_torch_symm_backend_copies_through_alternating_buffers(torch):
         assert torch.equal(t, torch.arange(12.0).reshape(3, 4) * factor * factor)
         assert [s[1] for s in seen] == [bufs[0].data_ptr(), bufs[1].data_ptr()]
         assert all(s[2:] == (12, "sum", "g0") for s in seen)
+
+
+def test_the_bench_prints_deterministic_modes_cost_and_pinned_nccls_ratio(capsys):
+    from symm import bench
+
+    by = {
+        (4096, "eager"): {"symm": 10.0, "torch_two_shot": 9.0, "nccl_pinned": 30.0,
+                          "symm_deterministic": 9.9},
+        (4096, "graph"): {"symm": 5.0},
+    }
+    bench._print_deterministic(by)
+    out = capsys.readouterr().out.splitlines()
+    # One row, for the size and mode that timed the mode: 9.9 / 9.0 and 30 / 9.9.
+    assert len(out) == 2, out
+    assert "cost  1.10" in out[1] and "pinned NCCL  3.03" in out[1], out
