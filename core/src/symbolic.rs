@@ -438,41 +438,8 @@ impl Fabric for RankView<'_> {
 /// ```
 pub fn check(req: &Request, seed: u64) -> Result<Report, SymError> {
     let mut world = SymWorld::new(req)?;
-    let slots = req.layout().slots() as usize;
-    let mut streams = Vec::new();
-    for r in 0..req.world {
-        for c in 0..req.channels {
-            streams.push((r, c, Schedule::new(*req, r, c).map_err(SymError::Sched)?));
-        }
-    }
-    // One counter per slot of each rank; each channel's executor owns its channel's range.
-    let per_channel = (slots / req.channels.max(1) as usize).max(1);
-    let mut expected: Vec<Vec<u64>> = vec![vec![0; slots]; req.world as usize];
-    let mut execs: Vec<_> = streams
-        .into_iter()
-        .zip(expected.iter_mut().flat_map(|v| v.chunks_mut(per_channel)))
-        .map(|((r, c, s), e)| {
-            let base = c as u32 * per_channel as u32;
-            (r, c, Executor::at(s, e, base))
-        })
-        .collect();
-    let ran = interleave(execs.len(), seed, |i| {
-        let (rank, _, ex) = &mut execs[i];
-        let mut view = RankView {
-            world: &mut world,
-            rank: *rank,
-        };
-        stepped(*rank, ex.step(&mut view))
-    })?;
-    let report = match ran {
-        Ok(ops) => Report { ops },
-        Err(i) => {
-            let (rank, channel, ex) = &mut execs[i];
-            return Err(deadlock(*rank, *channel, ex.peek()));
-        }
-    };
-    drop(execs);
-    world.verify()?;
+    let (ops, expected) = run(req, &mut world, seed)?;
+    let report = Report { ops };
     for (rank, e) in expected.iter().enumerate() {
         let rank = rank as u16;
         for (slot, &exp) in e.iter().enumerate() {
@@ -488,4 +455,46 @@ pub fn check(req: &Request, seed: u64) -> Result<Report, SymError> {
         }
     }
     Ok(report)
+}
+
+/// Runs every (rank, channel) stream of `req` over `world` in the interleaving `seed` picks, a
+/// blocked stream a deadlock, then verifies the world's outputs: the ops run, and each rank's
+/// counters as its executors left them (one per pad slot; each channel owns its range).
+pub(crate) fn run(
+    req: &Request,
+    world: &mut SymWorld,
+    seed: u64,
+) -> Result<(u64, Vec<Vec<u64>>), SymError> {
+    let slots = req.layout().slots() as usize;
+    let mut streams = Vec::new();
+    for r in 0..req.world {
+        for c in 0..req.channels {
+            streams.push((r, c, Schedule::new(*req, r, c).map_err(SymError::Sched)?));
+        }
+    }
+    let per_channel = (slots / req.channels.max(1) as usize).max(1);
+    let mut expected: Vec<Vec<u64>> = vec![vec![0; slots]; req.world as usize];
+    let mut execs: Vec<_> = streams
+        .into_iter()
+        .zip(expected.iter_mut().flat_map(|v| v.chunks_mut(per_channel)))
+        .map(|((r, c, s), e)| (r, c, Executor::at(s, e, c as u32 * per_channel as u32)))
+        .collect();
+    let ran = interleave(execs.len(), seed, |i| {
+        let (rank, _, ex) = &mut execs[i];
+        let mut view = RankView {
+            world: &mut *world,
+            rank: *rank,
+        };
+        stepped(*rank, ex.step(&mut view))
+    })?;
+    let ops = match ran {
+        Ok(ops) => ops,
+        Err(i) => {
+            let (rank, channel, ex) = &mut execs[i];
+            return Err(deadlock(*rank, *channel, ex.peek()));
+        }
+    };
+    drop(execs);
+    world.verify()?;
+    Ok((ops, expected))
 }

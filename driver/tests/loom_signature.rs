@@ -140,17 +140,20 @@ fn agreeing_calls_never_fire_2_ranks_3_calls_without_barriers() {
     });
 }
 
+/// Call 1 differs in its size on rank 1: both ranks name it there, and nothing else fires.
+fn fired_on_both_at_call_one(fired: &[(u16, u64, Differs)]) {
+    let at_one: Vec<u16> = fired
+        .iter()
+        .filter(|f| f.1 == 1 && f.2 == Differs::SIZE)
+        .map(|f| f.0)
+        .collect();
+    assert!(at_one.contains(&0) && at_one.contains(&1), "{fired:?}");
+    assert!(fired.iter().all(|f| f.1 == 1), "{fired:?}");
+}
+
 #[test]
 fn a_call_that_differs_on_one_rank_fires_on_both_ranks_at_that_call() {
-    run(Protocol::Parity, Some(1), |fired| {
-        let at_one: Vec<u16> = fired
-            .iter()
-            .filter(|f| f.1 == 1 && f.2 == Differs::SIZE)
-            .map(|f| f.0)
-            .collect();
-        assert!(at_one.contains(&0) && at_one.contains(&1), "{fired:?}");
-        assert!(fired.iter().all(|f| f.1 == 1), "{fired:?}");
-    });
+    run(Protocol::Parity, Some(1), fired_on_both_at_call_one);
 }
 
 #[test]
@@ -162,15 +165,7 @@ fn pushed_words_never_fire_on_agreeing_calls_2_ranks_3_calls_without_barriers() 
 
 #[test]
 fn a_pushed_word_that_differs_fires_on_both_ranks_at_that_call() {
-    run(Protocol::Push, Some(1), |fired| {
-        let at_one: Vec<u16> = fired
-            .iter()
-            .filter(|f| f.1 == 1 && f.2 == Differs::SIZE)
-            .map(|f| f.0)
-            .collect();
-        assert!(at_one.contains(&0) && at_one.contains(&1), "{fired:?}");
-        assert!(fired.iter().all(|f| f.1 == 1), "{fired:?}");
-    });
+    run(Protocol::Push, Some(1), fired_on_both_at_call_one);
 }
 
 #[test]

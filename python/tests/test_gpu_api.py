@@ -75,6 +75,16 @@ def test_init_reads_the_job_environment_strictly():
     assert "ValueError: WORLD_SIZE" in run_init({"RANK": "0", "WORLD_SIZE": "x" * 500})
 
 
+def test_init_refuses_a_deterministic_that_is_not_a_bool():
+    code = "import symm\ntry:\n    symm.init(deterministic='yes')\nexcept Exception as e:\n" \
+           "    print(type(e).__name__ + ': ' + str(e))\n"
+    env = {k: v for k, v in os.environ.items() if k not in ("SYMM_JOB", "SYMM_TOKEN")}
+    out = subprocess.run([sys.executable, "-c", code],
+                         env={**env, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"},
+                         capture_output=True, text=True, timeout=60).stdout.strip()
+    assert out.startswith("TypeError: deterministic must be a bool or None"), out
+
+
 def test_open_refuses_a_bad_job_before_touching_a_gpu():
     with pytest.raises(ValueError, match="SYMM_JOB"):
         _symm.GpuComm.open(0, 1, 0, "bad job/name", "ab" * 16, 1 << 20, 1000, 1000)

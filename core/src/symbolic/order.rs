@@ -16,11 +16,10 @@
 //! proof that a request [`Request::is_deterministic`] calls deterministic reduces every element
 //! in rank order, whatever its channels, chunking and size.
 
-use super::{interleave, stepped, RankView, SymError, SymWorld};
+use super::{SymError, SymWorld};
 use crate::dtype::DType;
-use crate::exec::Executor;
 use crate::op::{Buf, Loc};
-use crate::sched::{Collective, Request, Schedule};
+use crate::sched::{Collective, Request};
 use alloc::collections::BTreeMap;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -232,33 +231,6 @@ impl SymWorld {
 /// ```
 pub fn check_rank_order(req: &Request, seed: u64) -> Result<(), SymError> {
     let mut world = SymWorld::new(req)?.with_folds();
-    let slots = req.layout().slots() as usize;
-    let per_channel = (slots / req.channels.max(1) as usize).max(1);
-    let mut expected: Vec<Vec<u64>> = vec![vec![0; slots]; req.world as usize];
-    let mut streams = Vec::new();
-    for r in 0..req.world {
-        for c in 0..req.channels {
-            streams.push((r, c, Schedule::new(*req, r, c).map_err(SymError::Sched)?));
-        }
-    }
-    let mut execs: Vec<_> = streams
-        .into_iter()
-        .zip(expected.iter_mut().flat_map(|v| v.chunks_mut(per_channel)))
-        .map(|((r, c, s), e)| (r, c, Executor::at(s, e, c as u32 * per_channel as u32)))
-        .collect();
-    let ran = interleave(execs.len(), seed, |i| {
-        let (rank, _, ex) = &mut execs[i];
-        let mut view = RankView {
-            world: &mut world,
-            rank: *rank,
-        };
-        stepped(*rank, ex.step(&mut view))
-    })?;
-    if let Err(i) = ran {
-        let (rank, channel, ex) = &mut execs[i];
-        return Err(super::deadlock(*rank, *channel, ex.peek()));
-    }
-    drop(execs);
-    world.verify()?;
+    super::run(req, &mut world, seed)?;
     world.verify_rank_order()
 }
