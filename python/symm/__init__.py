@@ -8,7 +8,9 @@ in a deterministic mode when asked (:func:`init`), a
 ``torch.cuda.MemPool`` over the symmetric heap (:func:`mem_pool`), the fused all-reduce,
 residual add and RMSNorm (:func:`fused_all_reduce_rmsnorm`), peer memory
 for users' own kernels (:func:`rendezvous`), and MoE dispatch and combine (:mod:`symm.moe`).
-torch is imported by :func:`init`, not before.
+torch is imported by :func:`init`, not before. Existing ``torch.distributed`` code runs on
+symm with ``init_process_group("cuda:symm,cpu:gloo")``: the backend ``"symm"``
+(:mod:`symm.distributed`), registered by ``import symm`` when torch is imported already.
 
 On the host, with no GPU: the deterministic simulator (:func:`simulate`) and its reference
 (:func:`reference`), trace decoding (:class:`Trace`) and the cost model (:mod:`symm.cost`).
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -62,6 +65,11 @@ from ._gpu import (
 from ._handle import SymmHandle, rendezvous
 from ._symm import Request
 from .errors import PeerLostError, PoisonedError, SymmError, TimeoutError, TraceError
+
+if "torch" in sys.modules:
+    # torch is there already: register the torch.distributed backend "symm" now (else
+    # `import symm.distributed` does).
+    from . import distributed  # noqa: F401
 
 #: The package's version (the Rust workspace's).
 __version__: str = _symm.__version__

@@ -161,7 +161,6 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
     with ``device="cuda"`` afterwards land on it. Calling it again while joined does nothing;
     :func:`finalize` (also run at exit) ends it.
     """
-    global _job, _generation
     with _lock:
         if _job is not None:
             return
@@ -189,21 +188,38 @@ def init(*, heap_bytes: int = 1 << 30, timeout: float = 10.0,
         if not torch.cuda.is_available():
             raise SymmError("symm.init needs a CUDA GPU, and torch sees none")
         job, token = _job_and_token(rank, torch)
-        # The kernels built with the wheel: no NVRTC wait on a machine's first Comm.
-        _symm.set_bundled_kernels(BUNDLED_KERNELS)
-        comm = _symm.GpuComm.open(rank, world, local, job, token, heap_bytes,
-                                  int(timeout * 1000), int(bootstrap_timeout * 1000), plans,
-                                  deterministic)
+        _install(_open_job(torch, (rank, world, local), (job, token), heap_bytes,
+                           (timeout, bootstrap_timeout), plans, deterministic))
+
+
+def _open_job(torch: Any, where: tuple[int, int, int], secret: tuple[str, str], heap_bytes: int,
+              timeouts: tuple[float, float], plans: Optional[str] = None,
+              deterministic: Optional[bool] = None, device: Optional[int] = None) -> _Job:
+    """Joins job ``secret`` (name, token) as (rank, world, local rank) ``where``, on GPU
+    ``device`` when given (else where the placement puts the local rank); the rank's GPU
+    becomes torch's current device. Collective.
+    """
+    # The kernels built with the wheel: no NVRTC wait on a machine's first Comm.
+    _symm.set_bundled_kernels(BUNDLED_KERNELS)
+    comm = _symm.GpuComm.open(*where, *secret, heap_bytes, int(timeouts[0] * 1000),
+                              int(timeouts[1] * 1000), plans, deterministic, device)
+    torch.cuda.set_device(comm.device)
+    _DTYPES.update({
+        torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+        torch.float64: "f64", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
+    })
+    for name, code in (("uint32", "u32"), ("uint64", "u64")):
+        if hasattr(torch, name):
+            _DTYPES[getattr(torch, name)] = code
+    return _Job(comm, torch)
+
+
+def _install(job: _Job) -> None:
+    """Makes ``job`` the process's job (what :func:`init` joins), finalized at exit."""
+    global _job, _generation
+    with _lock:
+        _job = job
         _generation += 1
-        torch.cuda.set_device(comm.device)
-        _job = _Job(comm, torch)
-        _DTYPES.update({
-            torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
-            torch.float64: "f64", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
-        })
-        for name, code in (("uint32", "u32"), ("uint64", "u64")):
-            if hasattr(torch, name):
-                _DTYPES[getattr(torch, name)] = code
         if _generation == 1:
             atexit.register(_finalize_at_exit)
 

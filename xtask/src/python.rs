@@ -12,13 +12,16 @@ pub const MATURIN: &str = "maturin==1.7.4";
 pub const RUFF: &str = "ruff==0.17.6";
 /// The zig toolchain maturin links the wheel with, against glibc 2.28 (manylinux_2_28).
 pub const ZIG: &str = "ziglang==0.13.0";
+/// The torch release the `torch.distributed` backend's host tests run with (the GPU machines'):
+/// about 3 GiB with its CUDA wheels, installed once into the venv.
+pub const TORCH: &str = "torch==2.11.0";
 /// The platform tag of the wheel.
 pub const MANYLINUX: &str = "manylinux_2_28";
 
 /// Usage of `cargo xtask python`.
 pub const USAGE: &str = "usage: cargo xtask python
   the Python package's host side: in <target>/py-venv (python3 -m venv; pip installs the pinned
-  maturin, ruff and ziglang, pytest and numpy from PyPI), compile the kernels the wheel ships for
+  maturin, ruff and ziglang, pytest, numpy and torch from PyPI), compile the kernels the wheel ships for
   sm_90 with the pinned NVRTC wheel (kept under <target>/bundled-kernels) into python/symm/kernels,
   build the abi3 manylinux_2_28 wheel of python/ with maturin into <target>/wheels, check its tags, install it, then ruff check python and
   pytest python/tests. <target> is $CARGO_TARGET_DIR when set, else target/.";
@@ -89,6 +92,15 @@ fn pip_install(py: &Path) -> std::process::Command {
     c
 }
 
+/// Whether the venv imports the pinned torch already.
+fn has_torch(py: &Path) -> bool {
+    let want = TORCH.trim_start_matches("torch==");
+    safety_env::command(py)
+        .args(["-c", "import torch; print(torch.__version__.split('+')[0])"])
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == want)
+}
+
 /// Builds, installs and tests the package.
 pub fn ci_checks() -> Result<(), String> {
     let target = util::target_dir();
@@ -103,6 +115,10 @@ pub fn ci_checks() -> Result<(), String> {
     }
     eprintln!("python: installing {MATURIN}, {RUFF}, pytest and numpy from PyPI into the venv");
     sh(pip_install(&py).args([MATURIN, RUFF, ZIG, "pytest", "numpy"]))?;
+    if !has_torch(&py) {
+        eprintln!("python: installing {TORCH} from PyPI into the venv (the backend's tests)");
+        sh(pip_install(&py).arg(TORCH))?;
+    }
     let kernels = Path::new("python/symm/kernels");
     let (n, bytes) = crate::hw::bundle::install(kernels)?;
     eprintln!(

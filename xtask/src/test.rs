@@ -46,7 +46,7 @@ pub const USAGE: &str = "usage: cargo xtask test [--no-browser]
   Installs what is missing, saying so first: rustup targets (thumbv7em-none-eabihf,
   wasm32-unknown-unknown), the MSRV toolchain (rustup, minimal profile), wasm-bindgen-cli
   (cargo install), the NVRTC wheel (python3 and pip, into <target>/nvrtc-wheel), a venv with
-  maturin, ruff, pytest and numpy from PyPI (python3 -m venv and pip, into <target>/py-venv)
+  maturin, ruff, pytest, numpy and torch from PyPI (python3 -m venv and pip, into <target>/py-venv)
   and chromium with chromium-driver (apt-get, needs root). <target> is $CARGO_TARGET_DIR when set, else target/.
   --no-browser   skip the viz's headless-Chromium step (and so apt-get, Chromium and the wasm
                  build); every other step runs";

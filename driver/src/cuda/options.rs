@@ -127,10 +127,32 @@ impl CommOptions {
     /// anything starts; a rank whose GPU cannot be placed aborts the bootstrap, so its peers
     /// fail at once. Collective.
     pub fn join(self, job: &JobEnv) -> Result<Comm> {
+        self.join_on(job, None)
+    }
+
+    /// [`CommOptions::join`] on GPU `device` when given (a job whose local ranks are not the
+    /// process's own: a sub-group of a larger job keeps the GPU its process already uses),
+    /// else where the placement puts `LOCAL_RANK`. Collective.
+    pub fn join_on(self, job: &JobEnv, device: Option<i32>) -> Result<Comm> {
         self.validate()?;
         let boot =
             SocketBootstrap::join(job, self.bootstrap_timeout).map_err(CudaError::Bootstrap)?;
-        let ordinal = match super::comm::placement(boot.local_rank()) {
+        let placed = match device {
+            Some(d) => super::device::device_count().and_then(|n| {
+                if (0..n).contains(&d) {
+                    Ok(d)
+                } else {
+                    Err(CudaError::Placement(
+                        super::placement::PlacementError::PastVisible {
+                            local_rank: u16::try_from(d).unwrap_or(u16::MAX),
+                            visible: n,
+                        },
+                    ))
+                }
+            }),
+            None => super::comm::placement(boot.local_rank()),
+        };
+        let ordinal = match placed {
             Ok(o) => o,
             Err(e) => {
                 let boot = SocketRendezvous::new(boot, self.bootstrap_timeout);

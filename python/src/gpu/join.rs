@@ -28,6 +28,7 @@ pub(super) fn open(
     heap_bytes: u64,
     (timeout_ms, bootstrap_timeout_ms): (u64, u64),
     (plans, deterministic): (Option<&str>, Option<bool>),
+    device: Option<i32>,
 ) -> PyResult<GpuComm> {
     let plans = plans
         .map(|p| {
@@ -62,7 +63,7 @@ pub(super) fn open(
     }
     let plans = opts.plans;
     let comm = py
-        .allow_threads(|| opts.join(&env))
+        .allow_threads(|| opts.join_on(&env, device))
         .map_err(|e| py_err(py, e))?;
     Ok(GpuComm {
         auto: AutoRequests::of(&comm),

@@ -62,10 +62,10 @@ impl GpuComm {
     /// Joins job `job` (secret `token`, hex) as `rank` of `world` on the GPU local rank
     /// `local_rank` is placed on, the way every entry point joins
     /// (`CommOptions::join`): the environment's settings (`SYMM_PLANS`, `SYMM_COPY_ENGINE`,
-    /// `SYMM_NVRTC`, `SYMM_DEVICES`) hold, `plans` (when given) over `SYMM_PLANS`.
-    /// Collective: every rank calls it.
+    /// `SYMM_NVRTC`, `SYMM_DEVICES`) hold, `plans` (when given) over `SYMM_PLANS`; `device`
+    /// (when given) is the GPU, whatever the placement. Collective: every rank calls it.
     #[staticmethod]
-    #[pyo3(signature = (rank, world, local_rank, job, token, heap_bytes, timeout_ms, bootstrap_timeout_ms, plans=None, deterministic=None))]
+    #[pyo3(signature = (rank, world, local_rank, job, token, heap_bytes, timeout_ms, bootstrap_timeout_ms, plans=None, deterministic=None, device=None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
@@ -79,6 +79,7 @@ impl GpuComm {
         bootstrap_timeout_ms: u64,
         plans: Option<&str>,
         deterministic: Option<bool>,
+        device: Option<i32>,
     ) -> PyResult<GpuComm> {
         join::open(
             py,
@@ -87,6 +88,7 @@ impl GpuComm {
             heap_bytes,
             (timeout_ms, bootstrap_timeout_ms),
             (plans, deterministic),
+            device,
         )
     }
 
