@@ -5,12 +5,17 @@ collectives' arithmetic (with torch, in processes of a CPU job; skipped without 
 
 import json
 import os
-import subprocess
-import sys
 
-import pytest
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
-from symm.distributed import Group, OptionError, Options, RouteError, route
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+from symm.distributed import Group, OptionError, Options, RouteError, route  # noqa: E402
 
 ONE_HOST = Group(4)
 TWO_HOSTS = Group(4, hosts=2)
@@ -47,6 +52,18 @@ def test_route_one_host(op, kw, path):
     r = route(op, ONE_HOST, **kw)
     assert r.path == path, r
     assert r.reason
+
+
+def test_table_names_what_core_serves():
+    import symm
+    from symm.distributed import OPS
+    from symm.distributed._route import DTYPES, REDUCE
+
+    names = symm.names()
+    for op, row in OPS.items():
+        assert row.collective in (None, "barrier") or row.collective in names["collectives"], op
+    assert set(DTYPES.values()) <= set(names["dtypes"]) and "bf16" in DTYPES.values()
+    assert set(REDUCE.values()) <= set(names["ops"]) and REDUCE["avg"] == "sum"
 
 
 def test_route_two_hosts():

@@ -217,9 +217,11 @@ def errors(w, r):
 
 
 def main():
-    dist.init_process_group("cuda:symm,cpu:gloo")
+    local = int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
+    torch.cuda.set_device(local)
+    # device_id binds the group to the GPU, as torchtitan and others pass it.
+    dist.init_process_group("cuda:symm,cpu:gloo", device_id=torch.device("cuda", local))
     w, r = dist.get_world_size(), dist.get_rank()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", r)) % torch.cuda.device_count())
     t0 = time.time()
     for step in (collectives, asynchronous, graphs, tensor_parallel, fsdp, errors):
         try:

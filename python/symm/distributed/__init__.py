@@ -2,10 +2,9 @@
 
 .. code-block:: python
 
-    import torch.distributed as dist
-    import symm  # registers the backend "symm" (or: import symm.distributed)
-
-    dist.init_process_group("cuda:symm,cpu:gloo")
+    >>> import symm.distributed  # registers the backend "symm" (so does ``import symm``
+    >>> #                          when torch is imported already)
+    >>> torch.distributed.init_process_group("cuda:symm,cpu:gloo")
 
 Every CUDA collective of ``torch.distributed`` on a group symm can serve then runs on symm's
 kernels: ``all_reduce`` (sum, avg, product, min, max), ``all_gather_into_tensor``,
@@ -28,10 +27,17 @@ symm's message. The routing decisions (:func:`route`) and the options need no to
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ._options import OptionError, Options
 from ._route import OPS, PATHS, Group, Route, RouteError, route
+
+# NVLink multicast stays off in every process that loads torch through symm (`symm._gpu`
+# assigns the same on import).
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
 __all__ = ["OPS", "PATHS", "Group", "OptionError", "Options", "Route", "RouteError", "paths",
            "register", "route"]
@@ -54,8 +60,6 @@ def register() -> None:
 
 def _create(opts: Any, backend_options: Any) -> Any:
     """torch's constructor of the backend for one group (on its members)."""
-    import os
-
     import torch.distributed as dist
 
     from ..errors import SymmError

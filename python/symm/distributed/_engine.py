@@ -16,6 +16,12 @@ from typing import Any
 from .._gpu import _SAFETY_ENV
 from ..errors import SymmError
 
+# NVLink multicast stays off in every process that loads torch through symm (`symm._gpu`
+# assigns the same on import).
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
+
 
 def check_safety_env() -> None:
     """Raises :class:`SymmError` unless every multicast-off variable holds its value."""

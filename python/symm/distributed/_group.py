@@ -33,14 +33,20 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-import torch
-import torch.distributed as dist
+# NVLink multicast stays off in every process that loads torch through symm (`symm._gpu`
+# assigns the same on import).
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
-from .. import _gpu
-from ..errors import SymmError
-from . import _engine, _hier, _local, _route
-from ._options import Options
-from ._work import Work
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from .. import _gpu  # noqa: E402
+from ..errors import SymmError  # noqa: E402
+from . import _engine, _hier, _local, _route  # noqa: E402
+from ._options import Options  # noqa: E402
+from ._work import Work  # noqa: E402
 
 _log = logging.getLogger("symm.distributed")
 
@@ -129,6 +135,16 @@ class SymmGroup(dist.ProcessGroup):
 
     def _set_group_name(self, name: str) -> None:
         self._name = name
+
+    def _get_backend(self, device: Any) -> Any:
+        """The torch backend behind ``device``'s calls where torch asks for one (to connect
+        eagerly with ``init_process_group(device_id=...)``, to set timeouts): gloo for CPU,
+        the engine for CUDA (gloo when there is none). symm itself is no torch backend.
+        """
+        kind = device if isinstance(device, str) else torch.device(device).type
+        if kind == "cuda" and self._options.engine == "nccl":
+            return self.engine
+        return self._gloo
 
     def paths(self) -> dict[str, dict[str, int]]:
         """How many calls each path served, by call: ``{"allreduce": {"symm": 3}, ...}``."""

@@ -9,9 +9,16 @@ contiguous, of a dtype symm takes (the routing table sent the rest elsewhere).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .. import _gpu
+
+# NVLink multicast stays off in every process that loads torch through symm (`symm._gpu`
+# assigns the same on import).
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
 
 class SymmLocal:

@@ -15,14 +15,18 @@ A call is served by one of four paths:
 A group of one rank needs no peer: its calls are local copies (``local``).
 
 The table below is the one place that says what each ``torch.distributed`` call is to symm;
-the backend (``_group``) asks :func:`route` and counts the path that served each call. Nothing
-here imports torch, so the decisions are tested without it.
+the backend (``_group``) asks :func:`route` and counts the path that served each call. What
+symm takes (collectives, dtypes, reductions) is core's list (``symm.names()``); this only
+translates torch's names and picks the engine. Nothing here imports torch, so the decisions
+are tested without it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
+
+from .. import _symm
 
 SYMM = "symm"
 HIER = "hier"
@@ -33,25 +37,23 @@ LOCAL = "local"
 #: Every path, in the order counters list them.
 PATHS = (SYMM, HIER, ENGINE, CPU, LOCAL)
 
-#: torch dtypes (``str(dtype)`` without ``torch.``) symm takes, with symm's names.
-DTYPES = {
-    "float32": "f32",
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "float64": "f64",
-    "int32": "i32",
-    "int64": "i64",
-    "uint8": "u8",
-    "uint32": "u32",
-    "uint64": "u64",
-}
+_NAMES = _symm.names()
+
+#: torch dtypes (``str(dtype)`` without ``torch.``) symm takes, with symm's names: the
+#: translation of torch's names, kept where core lists the dtype (``symm.names()``).
+DTYPES = {t: n for t, n in (
+    ("float32", "f32"), ("float16", "f16"), ("bfloat16", "bf16"), ("float64", "f64"),
+    ("int32", "i32"), ("int64", "i64"), ("uint8", "u8"), ("uint32", "u32"), ("uint64", "u64"),
+) if n in _NAMES["dtypes"]}
 
 #: Floating dtypes: an average is a sum divided by the group's size only for these.
 FLOATING = frozenset({"float32", "float16", "bfloat16", "float64"})
 
-#: torch reduce ops (``ReduceOp.RedOpType`` names, lower case) symm serves, with symm's names.
-#: ``avg`` is symm's sum, then a division on the same stream.
-REDUCE = {"sum": "sum", "product": "prod", "min": "min", "max": "max", "avg": "sum"}
+#: torch reduce ops (``ReduceOp.RedOpType`` names, lower case) symm serves, with symm's names
+#: (kept where core lists the op). ``avg`` is symm's sum, then a division on the same stream.
+REDUCE = {t: n for t, n in (
+    ("sum", "sum"), ("product", "prod"), ("min", "min"), ("max", "max"), ("avg", "sum"),
+) if n in _NAMES["ops"]}
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,17 @@ CUDA graph captures, so captured calls and their waits become graph nodes.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Optional
 
-import torch
-import torch.distributed as dist
+# NVLink multicast stays off in every process that loads torch through symm (`symm._gpu`
+# assigns the same on import).
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 
 class Work(dist.Work):
