@@ -220,3 +220,24 @@ def test_hierarchical_collectives_match_flat(tmp_path):
     # reduce-scatter and all-gather equal the flat collectives (exactly for integers).
     for o in run_job(tmp_path, "hier", 4):
         assert o == {"int64": [True] * 4, "float32": [True] * 4}
+
+
+def test_host_names_from_peers_are_bounded():
+    # Host names come from peers through the store: a huge or undecodable name is cut and
+    # read as text, and ranks are numbered by host in order of first appearance.
+    pytest.importorskip("torch")
+    from symm.distributed._group import _hosts
+
+    class Store:
+        def __init__(self, names):
+            self.kv = {f"host/{g}": n for g, n in enumerate(names)}
+
+        def set(self, k, v):
+            pass
+
+        def get(self, k):
+            return self.kv[k]
+
+    names = [b"\xff" * 100000, b"b", b"\xff" * 100000, b"b"]
+    assert _hosts(Store(names), 1, 4, [0, 1, 2, 3], Options()) == [0, 1, 0, 1]
+    assert _hosts(Store(names), 1, 4, [4, 5, 6, 7], Options(host_size=2)) == [0, 0, 1, 1]

@@ -18,7 +18,7 @@ environment (``SYMM_DIST_*``), checked before anything starts. No torch import.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Optional
 
 ENGINES = ("nccl", "none")
@@ -103,10 +103,6 @@ class Options:
             if var is not None and e.name not in given:
                 raise OptionError(var, str(e).split(": ", 1)[1]) from None
             raise
-
-    def with_(self, **changes: object) -> Options:
-        """A copy with ``changes``."""
-        return replace(self, **changes)  # type: ignore[arg-type]
 
 
 _VARS = {
