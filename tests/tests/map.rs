@@ -6,6 +6,9 @@
 //! extension (`core/src/op.rs`, `core/src/sched/`). It exists when it names a file or folder from
 //! the repository root, or the end of one, whole segments only (`host/sim.rs` under a row that
 //! names its crate).
+//!
+//! Beside the map, the build automation stays small: `xtask` holds at most 4,000 lines of Rust
+//! (every `.rs` under `xtask/src`); past that, a piece of it belongs in a library crate.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -14,6 +17,8 @@ use std::path::{Path, PathBuf};
 const MAX_WORDS: usize = 2150;
 /// The most characters in one table cell.
 const MAX_CELL: usize = 300;
+/// The most lines of Rust under `xtask/src`.
+const MAX_XTASK_LINES: usize = 4000;
 /// Units that make a number a tunable: durations and sizes.
 const UNITS: &[&str] = &[
     "ns", "us", "µs", "ms", "s", "min", "h", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB",
@@ -208,4 +213,32 @@ fn the_checker_refuses_a_bad_map() {
     );
     assert_eq!(tunable("`64KiB` of scratch").as_deref(), Some("64KiB"));
     assert_eq!(tunable("128-byte lines, 8 ranks, sm_90"), None);
+}
+
+#[test]
+fn xtask_stays_under_its_line_budget() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate is in the workspace");
+    let src = root.join("xtask/src");
+    let mut files: Vec<(usize, String)> = tree(&src)
+        .into_iter()
+        .filter(|p| p.ends_with(".rs"))
+        .map(|p| {
+            let text = std::fs::read_to_string(src.join(&p)).unwrap();
+            (text.lines().count(), p)
+        })
+        .collect();
+    assert!(
+        files.iter().any(|(_, p)| p == "main.rs"),
+        "the walk sees xtask"
+    );
+    files.sort_unstable_by(|a, b| b.cmp(a));
+    let total: usize = files.iter().map(|(n, _)| n).sum();
+    assert!(
+        total <= MAX_XTASK_LINES,
+        "xtask/src: {total} lines of Rust, more than {MAX_XTASK_LINES}; move a piece into a \
+         library crate. The largest: {:#?}",
+        &files[..files.len().min(5)]
+    );
 }

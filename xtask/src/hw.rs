@@ -114,7 +114,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if matches!(args, [h] if h == "--help" || h == "-h") {
         println!("{USAGE}");
     }
-    if util::flag(args, "--ci-checks") {
+    if args.iter().any(|a| a == "--ci-checks") {
         return match args {
             [_] => ci_checks(),
             _ => Err(format!("--ci-checks takes no other argument\n{USAGE}")),

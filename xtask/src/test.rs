@@ -18,20 +18,6 @@ fn step(
     Ok(())
 }
 
-fn rustup_target(t: &str) -> Result<(), String> {
-    let out = std::process::Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .map_err(|e| format!("rustup: {e}"))?;
-    if String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .any(|l| l.trim() == t)
-    {
-        return Ok(());
-    }
-    sh(std::process::Command::new("rustup").args(["target", "add", t]))
-}
-
 /// Usage of `cargo xtask test`.
 pub const USAGE: &str = "usage: cargo xtask test [--no-browser]
   everything CI runs, in order, stopping at the first failure: cargo fmt --check, clippy with
@@ -145,7 +131,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         crate::mutants::run(&[])
     })?;
     step("no_std (thumbv7em-none-eabihf)", &mut times, || {
-        rustup_target("thumbv7em-none-eabihf")?;
+        util::rustup_target("thumbv7em-none-eabihf")?;
         sh(cargo().args([
             "build",
             "-p",
@@ -167,7 +153,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 bin,
             ]))?;
         }
-        rustup_target("thumbv7em-none-eabihf")?;
+        util::rustup_target("thumbv7em-none-eabihf")?;
         sh(cargo().args([
             "build",
             "-p",

@@ -39,9 +39,22 @@ pub fn cargo_with(line: &str) -> Command {
     c
 }
 
-/// Whether `flag` is among the arguments.
-pub fn flag(args: &[String], flag: &str) -> bool {
-    args.iter().any(|a| a == flag)
+/// The rustup target `t` for the toolchain running xtask, installed with `rustup target add`
+/// (saying so first) when its sysroot lacks it.
+pub fn rustup_target(t: &str) -> Result<(), String> {
+    let out = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("rustc: {e}"))?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if sysroot.join("lib/rustlib").join(t).is_dir() {
+        return Ok(());
+    }
+    eprintln!(
+        "installing the {t} target into {} with `rustup target add`",
+        sysroot.display()
+    );
+    run(Command::new("rustup").args(["target", "add", t]))
 }
 
 /// The cargo target directory: `CARGO_TARGET_DIR` when set (relative to the workspace root when

@@ -13,7 +13,6 @@
 mod browser;
 mod examples;
 mod topology;
-mod webdriver;
 
 use crate::util;
 use std::path::{Path, PathBuf};
@@ -112,25 +111,9 @@ fn wasm_bindgen(version: &str) -> Result<PathBuf, String> {
     Ok(bin)
 }
 
-fn ensure_wasm_target() -> Result<(), String> {
-    let sysroot = Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .map_err(|e| format!("rustc: {e}"))?;
-    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
-    if sysroot.join("lib/rustlib/wasm32-unknown-unknown").is_dir() {
-        return Ok(());
-    }
-    eprintln!(
-        "viz: installing the wasm32-unknown-unknown target into {} with `rustup target add`",
-        sysroot.display()
-    );
-    util::run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))
-}
-
 /// Builds the app into `viz/dist` and returns that folder.
 pub fn build() -> Result<PathBuf, String> {
-    ensure_wasm_target()?;
+    util::rustup_target("wasm32-unknown-unknown")?;
     let version = locked_version("wasm-bindgen")?;
     let bindgen = wasm_bindgen(&version)?;
     util::run(&mut util::cargo_with(

@@ -6,12 +6,16 @@
 //! byte, then resolved and checked to be still under the resolved root ([`path`]). Requests must
 //! name the bound loopback address in `Host` (421 otherwise), and their size and time are
 //! bounded ([`serve`]).
+//!
+//! [`webdriver`] drives headless Chromium through chromedriver over [`request`], for the viz's
+//! browser tests.
 #![forbid(unsafe_code)]
 
 pub mod path;
 pub mod serve;
 #[cfg(test)]
 mod tests;
+pub mod webdriver;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

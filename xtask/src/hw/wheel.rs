@@ -103,10 +103,7 @@ pub fn install(python: &str, wheel: &Path, pin: &Pin, dir: &Path) -> Result<(), 
         .output()
         .map_err(|e| format!("{python}: {e}"))?;
     if !out.status.success() {
-        return Err(format!(
-            "{python} -m zipfile: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(format!("{python} -m zipfile: {}", stderr(&out)));
     }
     let _ = std::fs::remove_dir_all(dir);
     std::fs::rename(&staging, dir).map_err(|e| format!("{}: {e}", dir.display()))?;

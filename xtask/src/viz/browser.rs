@@ -7,13 +7,14 @@
 
 use super::examples;
 use super::http;
-use super::webdriver::Browser;
+use crate::util;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use symm_core::perfetto;
 use symm_core::trace::Reader;
+use symm_viz_serve::webdriver::Browser;
 
 const RING4: &str = "all_reduce-ring-w4.trace";
 
@@ -32,15 +33,12 @@ pub fn install() -> Result<(PathBuf, PathBuf), String> {
         return Ok(found);
     }
     eprintln!("viz: installing chromium and chromium-driver with apt-get");
-    let apt = |args: &[&str]| -> Result<(), String> {
-        let st = Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map_err(|e| format!("apt-get: {e}"))?;
-        st.success()
-            .then_some(())
-            .ok_or_else(|| format!("apt-get {args:?} failed: {st}"))
+    let apt = |args: &[&str]| {
+        util::run(
+            Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
     };
     apt(&["update", "-qq"])?;
     apt(&[

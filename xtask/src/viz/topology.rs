@@ -9,7 +9,6 @@
 //! for every tree) that the schedule never signals may be drawn.
 
 use super::examples;
-use super::webdriver::Browser;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
@@ -17,6 +16,7 @@ use symm_core::op::Op;
 use symm_core::sched::{Algorithm, Collective};
 use symm_core::signal::SlotKind;
 use symm_core::trace::{self, EventKind};
+use symm_viz_serve::webdriver::Browser;
 
 /// An edge: (from, to, class tag).
 type Edge = (u16, u16, &'static str);

@@ -1,6 +1,6 @@
 //! A minimal W3C WebDriver client for chromedriver driving headless Chromium.
 
-use super::http;
+use crate::request;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde_json::Value as Json;
@@ -45,7 +45,7 @@ impl Browser {
             profile,
         };
         let t0 = Instant::now();
-        while http::request(addr, "GET", "/status", None).is_err() {
+        while request(addr, "GET", "/status", None).is_err() {
             if t0.elapsed() > Duration::from_secs(20) {
                 return Err("chromedriver did not start within 20 s".into());
             }
@@ -80,7 +80,7 @@ impl Browser {
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&str>) -> Result<Json, String> {
-        let (code, bytes) = http::request(self.addr, method, path, body)?;
+        let (code, bytes) = request(self.addr, method, path, body)?;
         let text = String::from_utf8_lossy(&bytes);
         let v = serde_json::from_str::<Json>(&text)
             .map_err(|e| format!("webdriver reply to {path}: {e}"))?;
@@ -186,7 +186,7 @@ impl Browser {
 impl Drop for Browser {
     fn drop(&mut self) {
         if !self.session.is_empty() {
-            let _ = http::request(self.addr, "DELETE", &self.s(""), None);
+            let _ = request(self.addr, "DELETE", &self.s(""), None);
         }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
