@@ -83,15 +83,26 @@ pub(crate) fn check_buffers_on(
 /// Places input, output and scratch of `sizes` with `heap` (offsets relative to the buffer area,
 /// which starts at `data_off`): the same offsets on every rank that makes the same calls.
 pub fn place(heap: &mut Heap, sizes: BufferSizes, data_off: u64) -> Result<Buffers> {
-    let mut one = |n: u64| {
-        heap.alloc(n.max(16), 4096)
-            .map(|o| o + data_off)
-            .map_err(CudaError::Heap)
-    };
+    let mut got = [0u64; 3];
+    for (i, n) in [sizes.input, sizes.output, sizes.scratch]
+        .into_iter()
+        .enumerate()
+    {
+        match heap.alloc(n.max(16), 4096) {
+            Ok(o) => got[i] = o,
+            Err(e) => {
+                // The heap gets back what this call took: a refused set leaves it as it was.
+                for &o in &got[..i] {
+                    heap.free(o).map_err(CudaError::Heap)?;
+                }
+                return Err(CudaError::Heap(e));
+            }
+        }
+    }
     Ok(Buffers {
-        input: one(sizes.input)?,
-        output: one(sizes.output)?,
-        scratch: one(sizes.scratch)?,
+        input: got[0] + data_off,
+        output: got[1] + data_off,
+        scratch: got[2] + data_off,
         sizes,
     })
 }
@@ -141,6 +152,28 @@ pub fn check_range(off: u64, len: u64, lo: u64, hi: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_placement_leaves_the_heap_as_it_was() {
+        let mut heap = Heap::new(64 << 10);
+        let sizes = |o: u64| BufferSizes {
+            input: 16 << 10,
+            output: o,
+            scratch: 16,
+        };
+        let before = (heap.used(), heap.live());
+        let e = place(&mut heap, sizes(1 << 20), 4096).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CudaError::Heap(symm_core::heap::HeapError::OutOfMemory { .. })
+            ),
+            "{e:?}"
+        );
+        assert_eq!((heap.used(), heap.live()), before);
+        let b = place(&mut heap, sizes(16 << 10), 4096).unwrap();
+        assert_eq!((b.input, heap.live()), (4096, 3));
+    }
 
     fn bufs(input: u64, output: u64, scratch: u64, n: u64) -> Buffers {
         Buffers {

@@ -16,8 +16,11 @@
 //!   a request that runs in place (`Request::runs_in_place`: two-shot and the one-shot
 //!   low-latency all-reduces), which runs on the symmetric tensor itself.
 //! * **Workspaces.** Each distinct request gets buffers of its own, allocated collectively on
-//!   its first use and kept as long as the Comm (so no captured graph outlives them, and no
-//!   low-latency line of one request lies in another's scratch).
+//!   its first use (so no low-latency line of one request lies in another's scratch). When the
+//!   heap has no room for a new one (bytes or blocks), the least recently used workspace that
+//!   no capture named is freed, collectively, and the allocation tried again: every rank makes
+//!   the same calls in the same order, so every rank frees the same one. A workspace a captured
+//!   graph names is kept as long as the Comm.
 //! * **The ranks agree.** The first time a set of arguments (the request, and for each side the
 //!   heap offset or "staged") is used, the ranks exchange it through the bootstrap and every
 //!   rank fails with [`CudaError::RanksDiffer`] when any differs: peers read each other's
@@ -38,7 +41,7 @@ use super::{Comm, Tensors};
 use crate::cuda::bounds::Buffers;
 use crate::cuda::copy_engine::CopyEngine;
 use crate::cuda::device::Stream;
-use crate::cuda::error::{check, driver, CudaError, Result};
+use crate::cuda::error::{check, driver, CudaError, ErrorKind, Result};
 use crate::cuda::ffi::driver as ffi;
 use crate::cuda::rendezvous::Bootstrap;
 
@@ -60,10 +63,22 @@ pub struct Span {
 #[derive(Default)]
 pub(crate) struct Spans {
     agreed: HashSet<Args>,
-    work: HashMap<Request, Buffers>,
+    work: HashMap<Request, Work>,
+    /// Calls so far: the clock of least recent use.
+    tick: u64,
     /// Argument sets agreed, with a workspace and an admitted request: a repeated call is one
     /// lookup here.
     ready: HashMap<Args, Ready, FastHash>,
+}
+
+/// A request's workspace.
+#[derive(Clone, Copy)]
+struct Work {
+    buffers: Buffers,
+    /// The tick it was made at.
+    made: u64,
+    /// Whether a capture named it (then it is never freed).
+    captured: bool,
 }
 
 /// An argument set: the request, and for each side its heap offset or `None` (staged).
@@ -74,6 +89,8 @@ type Args = (Request, Option<u64>, Option<u64>);
 #[derive(Clone)]
 struct Ready {
     work: Buffers,
+    /// The tick of its last use.
+    last: u64,
     admitted: Admitted,
     engines: CopyEngine,
 }
@@ -166,7 +183,15 @@ impl Tensors {
         let _g = comm.enter_on(stream)?;
         let (in_heap, out_heap) = comm.sides(req, input, output);
         let args = (*req, in_heap, out_heap);
-        let found = self.spans_lock()?.ready.get(&args).cloned();
+        let found = {
+            let mut s = self.spans_lock()?;
+            s.tick += 1;
+            let now = s.tick;
+            s.ready.get_mut(&args).map(|r| {
+                r.last = now;
+                r.clone()
+            })
+        };
         let found = found.filter(|r| r.engines == comm.copy_engine());
         // A ready argument set was admitted: its sizes are the admission's, its request checked.
         let need = match &found {
@@ -221,6 +246,9 @@ impl Tensors {
             ];
             let ranges: Vec<(u64, u64)> = heap.iter().filter(|h| h.0).map(|h| h.1).collect();
             self.pin_to_capture(stream, &ranges)?;
+            if let Some(w) = self.spans_lock()?.work.get_mut(req) {
+                w.captured = true;
+            }
         }
         if in_heap.is_none() && !owned[0] {
             copy(comm.heap_ptr(comm.job.rank, ws.input)?, input, stream)?;
@@ -265,9 +293,11 @@ impl Tensors {
         };
         let mut s = self.spans_lock()?;
         if s.agreed.contains(&args) {
+            let last = s.tick;
             s.ready.insert(
                 args,
                 Ready {
+                    last,
                     work: ws,
                     admitted: a.clone(),
                     engines,
@@ -445,17 +475,68 @@ impl Tensors {
 
     /// The request's workspace, allocated (collectively) on its first use.
     fn workspace(&self, comm: &Comm, req: &Request, capturing: bool) -> Result<Buffers> {
-        if let Some(b) = self.spans_lock()?.work.get(req) {
-            return Ok(*b);
+        if let Some(w) = self.spans_lock()?.work.get(req) {
+            return Ok(w.buffers);
         }
         if capturing {
             return Err(CudaError::Capturing {
                 what: "a collective's first use (its workspace and plan)",
             });
         }
-        let b = comm.alloc(req)?;
+        let b = loop {
+            match comm.alloc(req) {
+                Ok(b) => break b,
+                // The heap's state is the same on every rank, so every rank lands here at the
+                // same call and frees the same workspace.
+                Err(e) if e.kind() == ErrorKind::OutOfMemory => {
+                    if !self.evict_one(comm)? {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        };
         comm.prepare(&[*req])?;
-        self.spans_lock()?.work.insert(*req, b);
+        let mut s = self.spans_lock()?;
+        let made = s.tick;
+        s.work.insert(
+            *req,
+            Work {
+                buffers: b,
+                made,
+                captured: false,
+            },
+        );
         Ok(b)
     }
+
+    /// Collective: frees the least recently used workspace that no capture named (ticks are
+    /// unique, so every rank picks the same one); `false` when there is none.
+    fn evict_one(&self, comm: &Comm) -> Result<bool> {
+        let victim = {
+            let s = self.spans_lock()?;
+            let last_use = |r: &Request, w: &Work| {
+                let used = s
+                    .ready
+                    .iter()
+                    .filter(|(a, _)| a.0 == *r)
+                    .map(|(_, x)| x.last);
+                used.max().unwrap_or(0).max(w.made)
+            };
+            s.work
+                .iter()
+                .filter(|(_, w)| !w.captured)
+                .min_by_key(|(r, w)| last_use(r, w))
+                .map(|(r, w)| (*r, w.buffers))
+        };
+        let Some((req, b)) = victim else {
+            return Ok(false);
+        };
+        comm.free(&b)?;
+        let mut s = self.spans_lock()?;
+        s.work.remove(&req);
+        s.ready.retain(|a, _| a.0 != req);
+        Ok(true)
+    }
+
 }
