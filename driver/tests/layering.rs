@@ -29,7 +29,7 @@ const LAYERS: &[(&str, &[&str], &[&str])] = &[
 ];
 
 /// Crates that ship to users and so never carry the test harness.
-const BINDINGS: &[&str] = &["capi", "python"];
+const BINDINGS: &[&str] = &["capi", "python", "nccl"];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -16,32 +16,12 @@ use super::world::World;
 
 /// NCCL's code for an element type (`ncclDataType_t`).
 fn type_code(t: DType) -> Result<i32> {
-    Ok(match t {
-        DType::U8 => 1,
-        DType::I32 => 2,
-        DType::U32 => 3,
-        DType::I64 => 4,
-        DType::U64 => 5,
-        DType::F16 => 6,
-        DType::F32 => 7,
-        DType::F64 => 8,
-        DType::Bf16 => 9,
-        #[allow(unreachable_patterns)]
-        other => return Err(CudaError::Unsupported(format!("NCCL has no {other:?}"))),
-    })
+    ffi::type_code(t).ok_or_else(|| CudaError::Unsupported(format!("NCCL has no {t:?}")))
 }
 
 /// NCCL's code for a reduction (`ncclRedOp_t`).
 fn op_code(op: ReduceOp) -> Result<i32> {
-    Ok(match op {
-        ReduceOp::Sum => 0,
-        ReduceOp::Prod => 1,
-        ReduceOp::Max => 2,
-        ReduceOp::Min => 3,
-        ReduceOp::Avg => 4,
-        #[allow(unreachable_patterns)]
-        other => return Err(CudaError::Unsupported(format!("NCCL has no {other:?}"))),
-    })
+    ffi::op_code(op).ok_or_else(|| CudaError::Unsupported(format!("NCCL has no {op:?}")))
 }
 
 /// One communicator per rank of a [`World`] (ncclCommInitAll).

@@ -98,6 +98,19 @@ pub fn current_context() -> Result<Handle> {
     keep_current().map(|k| k.prev)
 }
 
+/// The ordinal of the calling thread's current context's device (`None` when no context is
+/// current): the GPU a library that binds to "the current device" binds to.
+pub fn current_device() -> Result<Option<i32>> {
+    if current_context()?.is_null() {
+        return Ok(None);
+    }
+    let api = driver()?;
+    let mut dev = 0;
+    // SAFETY: valid out-pointer; a context is current on this thread.
+    check("cuCtxGetDevice", unsafe { (api.ctx_get_device)(&mut dev) })?;
+    Ok(Some(dev))
+}
+
 impl Drop for KeepCurrent {
     fn drop(&mut self) {
         if let Ok(api) = driver() {

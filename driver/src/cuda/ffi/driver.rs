@@ -112,6 +112,7 @@ api_table! {
         primary_ctx_release = "cuDevicePrimaryCtxRelease_v2"(Device);
         ctx_set_current = "cuCtxSetCurrent"(Handle);
         ctx_get_current = "cuCtxGetCurrent"(*mut Handle);
+        ctx_get_device = "cuCtxGetDevice"(*mut c_int);
         ctx_synchronize = "cuCtxSynchronize"();
         mem_get_info = "cuMemGetInfo_v2"(*mut usize, *mut usize);
         mem_get_allocation_granularity = "cuMemGetAllocationGranularity"(*mut usize, *const MemAllocationProp, c_int);

@@ -14,11 +14,13 @@ pub mod nvrtc;
 
 /// Declares a table of entry points loaded from a `libloading::Library`.
 macro_rules! api_table {
-    ($(#[$m:meta])* $name:ident { $( $field:ident = $sym:literal ( $($arg:ty),* ) ; )* }) => {
+    (@ret) => { i32 };
+    (@ret $ret:ty) => { $ret };
+    ($(#[$m:meta])* $name:ident { $( $field:ident = $sym:literal ( $($arg:ty),* ) $(-> $ret:ty)? ; )* }) => {
         $(#[$m])*
         #[allow(non_snake_case, missing_docs)]
         pub struct $name {
-            $( pub $field: unsafe extern "C" fn($($arg),*) -> i32, )*
+            $( pub $field: unsafe extern "C" fn($($arg),*) -> api_table!(@ret $($ret)?), )*
         }
 
         impl $name {
@@ -33,7 +35,7 @@ macro_rules! api_table {
                         // signature; the pointer is copied out while `lib` is alive and the
                         // caller keeps `lib` loaded as long as the table.
                         $field: unsafe {
-                            *lib.get::<unsafe extern "C" fn($($arg),*) -> i32>(
+                            *lib.get::<unsafe extern "C" fn($($arg),*) -> api_table!(@ret $($ret)?)>(
                                 concat!($sym, "\0").as_bytes(),
                             )
                             .map_err(|_| $sym)?

@@ -1,7 +1,9 @@
-//! libnccl, loaded through cudarc's library search; used to time NCCL beside symm.
+//! libnccl, loaded through cudarc's library search: NCCL beside symm in the benchmarks, and the
+//! real library behind the NCCL-API shim (`symm-nccl`), which forwards what symm does not serve.
 
-use core::ffi::{c_int, c_void};
+use core::ffi::{c_char, c_int, c_void};
 use std::sync::OnceLock;
+use symm_core::dtype::{DType, ReduceOp};
 
 use super::api_table;
 use super::driver::Handle;
@@ -33,7 +35,60 @@ api_table! {
         broadcast = "ncclBroadcast"(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Handle);
         send = "ncclSend"(*const c_void, usize, c_int, c_int, Comm, Handle);
         recv = "ncclRecv"(*mut c_void, usize, c_int, c_int, Comm, Handle);
+        reduce = "ncclReduce"(*const c_void, *mut c_void, usize, c_int, c_int, c_int, Comm, Handle);
+        comm_init_rank_config = "ncclCommInitRankConfig"(*mut Comm, c_int, UniqueId, c_int, *mut c_void);
+        comm_abort = "ncclCommAbort"(Comm);
+        comm_finalize = "ncclCommFinalize"(Comm);
+        comm_count = "ncclCommCount"(Comm, *mut c_int);
+        comm_cu_device = "ncclCommCuDevice"(Comm, *mut c_int);
+        comm_user_rank = "ncclCommUserRank"(Comm, *mut c_int);
+        comm_get_async_error = "ncclCommGetAsyncError"(Comm, *mut c_int);
+        get_error_string = "ncclGetErrorString"(c_int) -> *const c_char;
+        get_last_error = "ncclGetLastError"(Comm) -> *const c_char;
     }
+}
+
+/// NCCL's element types (`ncclDataType_t`) that are symm's too, code for code.
+pub const TYPES: [(c_int, DType); 9] = [
+    (1, DType::U8),
+    (2, DType::I32),
+    (3, DType::U32),
+    (4, DType::I64),
+    (5, DType::U64),
+    (6, DType::F16),
+    (7, DType::F32),
+    (8, DType::F64),
+    (9, DType::Bf16),
+];
+
+/// NCCL's reductions (`ncclRedOp_t`) that are symm's too (codes from 5 are user-made
+/// pre-multiplied sums, which symm does not serve).
+pub const OPS: [(c_int, ReduceOp); 5] = [
+    (0, ReduceOp::Sum),
+    (1, ReduceOp::Prod),
+    (2, ReduceOp::Max),
+    (3, ReduceOp::Min),
+    (4, ReduceOp::Avg),
+];
+
+/// symm's element type for NCCL's `code`, when symm has it.
+pub fn dtype_of(code: c_int) -> Option<DType> {
+    TYPES.iter().find(|(c, _)| *c == code).map(|(_, t)| *t)
+}
+
+/// NCCL's code for symm's element type `t`, when NCCL has it.
+pub fn type_code(t: DType) -> Option<c_int> {
+    TYPES.iter().find(|(_, x)| *x == t).map(|(c, _)| *c)
+}
+
+/// symm's reduction for NCCL's `code`, when symm has it.
+pub fn reduce_of(code: c_int) -> Option<ReduceOp> {
+    OPS.iter().find(|(c, _)| *c == code).map(|(_, o)| *o)
+}
+
+/// NCCL's code for symm's reduction `op`.
+pub fn op_code(op: ReduceOp) -> Option<c_int> {
+    OPS.iter().find(|(_, x)| *x == op).map(|(c, _)| *c)
 }
 
 struct Loaded {

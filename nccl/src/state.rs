@@ -1,0 +1,173 @@
+//! The communicators that have a symm job, and how one call runs on it.
+//!
+//! A table maps a communicator handle (the real library's, or in [`Mode::Alone`] one the shim
+//! allocates) to its [`Entry`]: the symm runtime joined for it, the requests it has decided,
+//! and the real communicator when there is one. A handle absent from the table is the real
+//! library's alone. Groups are counted per thread, as NCCL counts them.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::{c_int, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use symm_core::sched::Collective;
+use symm_driver::bootstrap::JobEnv;
+use symm_driver::cuda::ffi::driver::Handle;
+use symm_driver::cuda::ffi::nccl::Comm as RealComm;
+use symm_driver::cuda::{ctx, AutoRequests, Comm, CommOptions, CudaError, Span, Stream, Tensors};
+
+use crate::id::Job;
+use crate::route::{self, Call, Refusal};
+
+#[cfg(doc)]
+use crate::route::Mode;
+
+/// A communicator served by symm.
+pub struct Entry {
+    /// The runtime joined for it.
+    pub comm: Comm,
+    /// Its calls over device addresses.
+    pub tensors: Tensors,
+    /// Its requests, decided once per shape.
+    pub auto: AutoRequests,
+    /// The real communicator, when the real library made one.
+    pub real: Option<Real>,
+}
+
+/// A real NCCL communicator handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Real(pub RealComm);
+
+// SAFETY: an NCCL communicator handle may be used from any thread (NCCL asks only that one
+// thread at a time call into a communicator, which the caller of the NCCL API guarantees).
+unsafe impl Send for Real {}
+// SAFETY: as for `Send`; the handle itself is never written through here.
+unsafe impl Sync for Real {}
+
+/// Why a served call did not run.
+#[derive(Debug)]
+pub enum Failure {
+    /// symm does not serve it: forward it, or refuse it when there is no real library.
+    Refused(Refusal),
+    /// symm took it and failed.
+    Failed(CudaError),
+}
+
+fn table() -> &'static Mutex<HashMap<usize, Arc<Entry>>> {
+    static TABLE: OnceLock<Mutex<HashMap<usize, Arc<Entry>>>> = OnceLock::new();
+    TABLE.get_or_init(Default::default)
+}
+
+fn with_table<R>(f: impl FnOnce(&mut HashMap<usize, Arc<Entry>>) -> R) -> R {
+    // A poisoned lock only means a panic elsewhere while it was held: the map is whole.
+    f(&mut table().lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// The entry of `handle`, if symm serves it.
+pub fn get(handle: usize) -> Option<Arc<Entry>> {
+    with_table(|t| t.get(&handle).cloned())
+}
+
+/// Serves `handle` with `entry` from now on.
+pub fn insert(handle: usize, entry: Entry) {
+    with_table(|t| t.insert(handle, Arc::new(entry)));
+}
+
+/// Stops serving `handle`, returning its entry.
+pub fn remove(handle: usize) -> Option<Arc<Entry>> {
+    with_table(|t| t.remove(&handle))
+}
+
+thread_local! {
+    static GROUP: Cell<u32> = const { Cell::new(0) };
+    static LAST: RefCell<Option<CString>> = const { RefCell::new(None) };
+}
+
+/// Opens (`+1`) or closes (`-1`) a group on this thread; returns the depth before.
+pub fn group(step: i32) -> u32 {
+    GROUP.with(|g| {
+        let was = g.get();
+        g.set(was.saturating_add_signed(step));
+        was
+    })
+}
+
+/// Whether this thread is inside a group.
+pub fn in_group() -> bool {
+    GROUP.with(|g| g.get() > 0)
+}
+
+/// Keeps `msg` as this thread's last error (`ncclGetLastError`).
+pub fn set_last(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST.with(|l| *l.borrow_mut() = Some(c));
+}
+
+/// Runs `f` with this thread's last error, if the shim set one.
+pub fn with_last<R>(f: impl FnOnce(Option<&CString>) -> R) -> R {
+    LAST.with(|l| f(l.borrow().as_ref()))
+}
+
+/// Joins `job` as rank `rank` of `world` on the calling thread's current GPU (GPU 0 when no
+/// context is current, as NCCL's runtime would pick), with the options of the environment.
+pub fn join(job: Job, world: u16, rank: u16, real: Option<Real>) -> Result<Entry, CudaError> {
+    let device = ctx::current_device()?.unwrap_or(0);
+    let env = JobEnv {
+        rank,
+        world,
+        local_rank: rank,
+        job: job.name,
+        token: job.token,
+    };
+    let comm = CommOptions::from_env()?.join_on(&env, Some(device))?;
+    Ok(Entry {
+        tensors: Tensors::new(&comm),
+        auto: AutoRequests::of(&comm),
+        comm,
+        real,
+    })
+}
+
+/// Runs `call` over `count` elements of NCCL type `dtype` from `send` into `recv` on the
+/// caller's stream `stream`.
+///
+/// # Safety
+/// `stream` must be a live stream of the communicator's GPU (or null, the legacy default
+/// stream). Buffers are checked to lie inside one device allocation each, and must stay
+/// allocated until the enqueued work finishes, as for any NCCL call.
+pub unsafe fn serve(
+    e: &Entry,
+    call: Call,
+    (send, recv): (u64, u64),
+    count: usize,
+    dtype: c_int,
+    stream: Handle,
+) -> Result<(), Failure> {
+    let req =
+        route::request(call, count, dtype, e.comm.world(), &e.auto).map_err(Failure::Refused)?;
+    let sizes = req.buffer_sizes();
+    let me = e.comm.rank();
+    // NCCL reads a broadcast's input only at its root and writes a reduce's output only at its
+    // root; elsewhere the other buffer stands in (its bytes are never delivered there).
+    let (input, output) = match req.collective {
+        Collective::Broadcast { root } if root != me => (recv, recv),
+        Collective::Reduce { root } if root != me && recv == 0 => (send, send),
+        _ => (send, recv),
+    };
+    let spans = (
+        Span {
+            ptr: input,
+            len: sizes.input,
+        },
+        Span {
+            ptr: output,
+            len: sizes.output,
+        },
+    );
+    // SAFETY: the caller passes a live stream of the communicator's GPU's primary context (what
+    // a CUDA runtime stream of the current device is), which outlives the enqueued work.
+    let s = unsafe { Stream::lent(stream, e.comm.device()) };
+    // SAFETY: the spans are the caller's device buffers, checked by the runtime to lie in one
+    // allocation each; the caller keeps them allocated until the work finishes.
+    unsafe { e.tensors.enqueue(&e.comm, &req, spans.0, spans.1, &s) }.map_err(Failure::Failed)
+}
