@@ -62,7 +62,9 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     let selftest_on = all || selftest_flag;
     let moe_only = a.moe && !all;
     let det_only = a.deterministic && !all;
-    let correctness = all || (!bench_flag && !selftest_flag && !moe_only && !det_only);
+    let faults_only = a.faults && !all;
+    let correctness =
+        all || (!bench_flag && !selftest_flag && !moe_only && !det_only && !faults_only);
     let max_bytes = a.max_bytes.unwrap_or(u64::MAX);
     let cycles = a
         .leak_cycles
@@ -113,13 +115,16 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
         if !one_process {
             let mut phases = Vec::new();
             if correctness {
-                phases.extend(["correct", "deterministic", "moe", "leak", "death"]);
+                phases.extend(["correct", "deterministic", "faults", "moe", "leak", "death"]);
             } else {
                 if moe_only {
                     phases.push("moe");
                 }
                 if det_only {
                     phases.push("deterministic");
+                }
+                if faults_only {
+                    phases.push("faults");
                 }
             }
             let p = comm::Params {

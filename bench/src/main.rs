@@ -80,6 +80,11 @@ pub(crate) struct CheckArgs {
     /// and size against the rank-order reference, eager, on plain buffers and in graphs.
     #[arg(long)]
     pub deterministic: bool,
+    /// Only the fault suite: calls that differ across ranks (on first use and after), a skipped
+    /// or doubled call, a rank that abandons the job or is stopped past the deadline; each named
+    /// by a typed error on every rank, then reset and 100 all-reduces bit exact.
+    #[arg(long)]
+    pub faults: bool,
     /// Correctness, the quick bench and the selftest in one run.
     #[arg(long)]
     pub all: bool,

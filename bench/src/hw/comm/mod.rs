@@ -13,6 +13,9 @@
 //! * `deterministic` ([`deterministic`]): a job in deterministic mode; every algorithm that
 //!   honours it, on every channel count and size, eager, on plain buffers and in graphs, gives
 //!   the rank-order reference's bits.
+//! * `faults` ([`faults`]): calls that differ across ranks (before and after first use), a
+//!   skipped or doubled call, a rank that abandons the job or is stopped past the deadline; each
+//!   named, then reset and 100 sums bit exact.
 //! * `leak` ([`life::leak`]): symmetric-heap create/destroy cycles across processes (POSIX fds
 //!   through SCM_RIGHTS each cycle), then collectives on a `Comm`: free memory, live
 //!   handles/maps/ranges and open file descriptors must end where they started.
@@ -23,6 +26,7 @@
 mod correct;
 mod deterministic;
 mod engines;
+mod faults;
 mod fold;
 mod host_cost;
 mod in_place;
@@ -319,6 +323,7 @@ pub fn rank(a: &crate::RankArgs) -> Result<(), String> {
         "correct" => correct::run(&p)?,
         "moe" => moe::run(&p)?,
         "deterministic" => deterministic::run(&p)?,
+        "faults" => faults::run(&p)?,
         "leak" => vec![Check::timed("leak check across processes", 1, || {
             life::leak(&p)
         })],
