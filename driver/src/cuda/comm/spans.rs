@@ -538,5 +538,4 @@ impl Tensors {
         s.ready.retain(|a, _| a.0 != req);
         Ok(true)
     }
-
 }
