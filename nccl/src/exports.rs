@@ -67,14 +67,21 @@ fn fail(code: NcclResult, msg: &str) -> NcclResult {
     code
 }
 
-/// Runs `f`, turning a panic into `ncclInternalError`.
+/// Runs `f` with this thread's last error cleared, turning a panic into `ncclInternalError`.
 fn guarded(f: impl FnOnce() -> NcclResult) -> NcclResult {
+    state::set_last("");
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| fail(INTERNAL_ERROR, "internal panic"))
 }
 
 /// The real library, refused without the multicast-off variables, and never the shim itself
 /// (a `SYMM_NCCL` naming this library would forward every call to itself).
 fn real_api() -> Result<&'static NcclApi, NcclResult> {
+    if Mode::from_vars(|k| std::env::var_os(k)) == Ok(Mode::Alone) {
+        return Err(fail(
+            INVALID_USAGE,
+            "not a communicator of symm's, and SYMM_NCCL_SHIM=alone has no real NCCL",
+        ));
+    }
     let api = real::api().map_err(|e| fail(SYSTEM_ERROR, &e.to_string()))?;
     let ours = ncclAllReduce as *const c_void as usize;
     if api.all_reduce as *const c_void as usize == ours {
@@ -250,7 +257,12 @@ unsafe fn init(
             None => (api.comm_init_rank)(handle, nranks, real_id, rank),
         }
     };
-    let (Ok(job), Some((world, me)), SUCCESS, false) = (job, ranks, rc, state::in_group()) else {
+    // A non-blocking communicator is still being made when init returns: no collective of
+    // the shim's may run on it yet, so it stays NCCL's.
+    // SAFETY: the caller's configuration, null or a valid `ncclConfig_t`.
+    let blocking = config.is_none_or(|c| unsafe { blocking(c) });
+    let served = (job, ranks, rc, state::in_group(), blocking);
+    let (Ok(job), Some((world, me)), SUCCESS, false, true) = served else {
         return rc;
     };
     let real = Real(*handle);
@@ -264,6 +276,31 @@ unsafe fn init(
         Err(e) => eprintln!("symm-nccl: rank {rank}: the ranks could not agree to use symm: {e}"),
     }
     SUCCESS
+}
+
+/// Whether a communicator made with `config` is blocking: `ncclConfig_t` starts with its
+/// `size`, `magic` and `version`, then `blocking` (NCCL's default, unset, is blocking unless
+/// `NCCL_COMM_BLOCKING=0`).
+///
+/// # Safety
+/// `config` is null or the caller's `ncclConfig_t` of at least the size it declares.
+unsafe fn blocking(config: *mut c_void) -> bool {
+    let env = std::env::var("NCCL_COMM_BLOCKING").map_or(true, |v| v.trim() != "0");
+    if config.is_null() {
+        return env;
+    }
+    let c = config.cast::<u8>();
+    // SAFETY: the struct's first field is its size in bytes (a `size_t`), readable in any
+    // config the real library accepts.
+    let size = unsafe { c.cast::<usize>().read_unaligned() };
+    if size < 20 {
+        return env;
+    }
+    // SAFETY: `blocking` is the int at byte 16 of a config of at least 20 bytes.
+    match unsafe { c.add(16).cast::<c_int>().read_unaligned() } {
+        c_int::MIN => env,
+        b => b != 0,
+    }
 }
 
 /// Whether every rank of `real` joined symm's job: one NCCL all-reduce (min) of `mine`.
@@ -292,6 +329,9 @@ fn every_rank_joined(api: &NcclApi, real: Real, mine: bool) -> Result<bool, Stri
 
 /// Ends `comm`: symm's job first (in order with `close` unless `abort`), then the real one.
 fn end(comm: Comm, abort: bool, forward: fn(&NcclApi, Comm) -> NcclResult) -> NcclResult {
+    if comm.is_null() {
+        return SUCCESS;
+    }
     let mut rc = SUCCESS;
     if let Some(e) = state::remove(comm as usize) {
         if !abort {
@@ -466,8 +506,7 @@ pub extern "C" fn ncclGetErrorString(code: NcclResult) -> *const c_char {
 /// `comm` null or a communicator of this library or the real one.
 #[no_mangle]
 pub unsafe extern "C" fn ncclGetLastError(comm: Comm) -> *const c_char {
-    let ours = state::with_last(|l| l.map(|c| c.as_ptr()));
-    match (ours, real::loaded()) {
+    match (state::last(), real::loaded()) {
         (Some(p), _) => p,
         (None, Some(api)) if state::get(comm as usize).is_none_or(|e| e.real.is_some()) => {
             // SAFETY: the caller's communicator, passed through.
@@ -697,11 +736,15 @@ fn group_step(step: i32, forward: fn(&NcclApi) -> NcclResult) -> NcclResult {
     if step < 0 && !state::in_group() {
         return fail(INVALID_USAGE, "ncclGroupEnd without ncclGroupStart");
     }
-    state::group(step);
-    if real::loaded().is_none() && Mode::from_vars(|k| std::env::var_os(k)) == Ok(Mode::Alone) {
-        return SUCCESS;
+    let rc = if Mode::from_vars(|k| std::env::var_os(k)) == Ok(Mode::Alone) {
+        SUCCESS
+    } else {
+        real_api().map_or_else(|rc| rc, forward)
+    };
+    if rc == SUCCESS {
+        state::group(step);
     }
-    real_api().map_or_else(|rc| rc, forward)
+    rc
 }
 
 /// `ncclGroupStart`.
@@ -716,4 +759,47 @@ pub extern "C" fn ncclGroupStart() -> NcclResult {
 pub extern "C" fn ncclGroupEnd() -> NcclResult {
     // SAFETY: no arguments.
     guarded(|| group_step(-1, |api| unsafe { (api.group_end)() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The head of NCCL 2.28's `ncclConfig_t`.
+    #[repr(C)]
+    struct ConfigHead {
+        size: usize,
+        magic: u32,
+        version: u32,
+        blocking: c_int,
+        rest: [c_int; 8],
+    }
+
+    #[test]
+    fn a_config_says_whether_the_communicator_blocks() {
+        let mut c = ConfigHead {
+            size: std::mem::size_of::<ConfigHead>(),
+            magic: 0xcafebeef,
+            version: 22809,
+            blocking: 0,
+            rest: [0; 8],
+        };
+        let p = (&mut c as *mut ConfigHead).cast::<c_void>();
+        // SAFETY: a config of the size it declares.
+        assert!(!unsafe { blocking(p) });
+        c.blocking = 1;
+        // SAFETY: as above.
+        assert!(unsafe { blocking(p) });
+        let undeclared = ConfigHead {
+            size: 8,
+            blocking: 0,
+            ..c
+        };
+        let q = (&undeclared as *const ConfigHead)
+            .cast_mut()
+            .cast::<c_void>();
+        // SAFETY: as above; a size that does not reach `blocking` leaves it unread.
+        let default = std::env::var("NCCL_COMM_BLOCKING").map_or(true, |v| v.trim() != "0");
+        assert_eq!(unsafe { blocking(q) }, default);
+    }
 }

@@ -5,9 +5,9 @@
 //! and the real communicator when there is one. A handle absent from the table is the real
 //! library's alone. Groups are counted per thread, as NCCL counts them.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, UnsafeCell};
 use std::collections::HashMap;
-use std::ffi::{c_int, CString};
+use std::ffi::{c_char, c_int};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use symm_core::sched::Collective;
@@ -78,9 +78,15 @@ pub fn remove(handle: usize) -> Option<Arc<Entry>> {
     with_table(|t| t.remove(&handle))
 }
 
+/// Bytes of the last-error text a thread keeps, its NUL included.
+const LAST_BYTES: usize = 512;
+
 thread_local! {
     static GROUP: Cell<u32> = const { Cell::new(0) };
-    static LAST: RefCell<Option<CString>> = const { RefCell::new(None) };
+    /// The shim's last error on this thread, NUL-terminated; empty when the last call the shim
+    /// answered itself succeeded. A fixed buffer, so a pointer to it stays valid for the
+    /// thread's life (as NCCL's own last-error text does).
+    static LAST: UnsafeCell<[u8; LAST_BYTES]> = const { UnsafeCell::new([0; LAST_BYTES]) };
 }
 
 /// Opens (`+1`) or closes (`-1`) a group on this thread; returns the depth before.
@@ -97,15 +103,33 @@ pub fn in_group() -> bool {
     GROUP.with(|g| g.get() > 0)
 }
 
-/// Keeps `msg` as this thread's last error (`ncclGetLastError`).
+/// Keeps `msg` (cut to the buffer, NULs as spaces) as this thread's last error
+/// (`ncclGetLastError`); an empty `msg` clears it.
 pub fn set_last(msg: &str) {
-    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    LAST.with(|l| *l.borrow_mut() = Some(c));
+    let _ = LAST.try_with(|l| {
+        let mut text = [0u8; LAST_BYTES];
+        let mut n = msg.len().min(LAST_BYTES - 1);
+        while !msg.is_char_boundary(n) {
+            n -= 1;
+        }
+        for (d, s) in text.iter_mut().zip(msg.as_bytes()[..n].iter()) {
+            *d = if *s == 0 { b' ' } else { *s };
+        }
+        // SAFETY: the buffer is this thread's own and no reference to it is alive: readers
+        // take only its address (`last`), and C reads it between this thread's calls.
+        unsafe { *l.get() = text };
+    });
 }
 
-/// Runs `f` with this thread's last error, if the shim set one.
-pub fn with_last<R>(f: impl FnOnce(Option<&CString>) -> R) -> R {
-    LAST.with(|l| f(l.borrow().as_ref()))
+/// This thread's last error as a C string, when the shim's last answered call failed.
+pub fn last() -> Option<*const c_char> {
+    LAST.try_with(|l| {
+        let p = l.get().cast::<c_char>();
+        // SAFETY: the buffer is this thread's, and always holds a NUL at its end.
+        (unsafe { *p } != 0).then_some(p.cast_const())
+    })
+    .ok()
+    .flatten()
 }
 
 /// Joins `job` as rank `rank` of `world` on the calling thread's current GPU (GPU 0 when no
@@ -148,10 +172,10 @@ pub unsafe fn serve(
     let sizes = req.buffer_sizes();
     let me = e.comm.rank();
     // NCCL reads a broadcast's input only at its root and writes a reduce's output only at its
-    // root; elsewhere the other buffer stands in (its bytes are never delivered there).
+    // root; elsewhere the other buffer stands in (a reduce's input delivers nothing there).
     let (input, output) = match req.collective {
         Collective::Broadcast { root } if root != me => (recv, recv),
-        Collective::Reduce { root } if root != me && recv == 0 => (send, send),
+        Collective::Reduce { root } if root != me => (send, send),
         _ => (send, recv),
     };
     let spans = (

@@ -112,9 +112,22 @@ fn a_c_caller_without_gpu_or_nccl_gets_nccl_codes_and_symms_reasons() {
     assert_eq!(ncclGroupStart(), SUCCESS);
     assert_eq!(ncclGroupEnd(), SUCCESS);
 
-    // A communicator the shim did not make goes to the real library, which is not here.
+    // Alone, a communicator the shim did not make is refused: there is no real library.
     let stranger = 0x1000 as *mut c_void;
     let buf = 0x2000 as *mut c_void;
+    // SAFETY: refused before any pointer is read.
+    let rc = unsafe { ncclAllReduce(buf, buf, 4, 7, 0, stranger, null_mut()) };
+    assert_eq!(rc, INVALID_USAGE);
+    assert!(last().contains("SYMM_NCCL_SHIM=alone"), "{}", last());
+    // A call that succeeds clears the thread's last error.
+    assert_eq!(ncclGroupStart(), SUCCESS);
+    assert_eq!(last(), "");
+    assert_eq!(ncclGroupEnd(), SUCCESS);
+    // SAFETY: NCCL's destroy of no communicator succeeds.
+    assert_eq!(unsafe { ncclCommDestroy(null_mut()) }, SUCCESS);
+
+    // On: a communicator the shim did not make goes to the real library, which is not here.
+    set(&[("SYMM_NCCL_SHIM", Some("on"))]);
     // SAFETY: forwarded only; the missing library refuses before any pointer is read.
     let rc = unsafe { ncclAllReduce(buf, buf, 4, 7, 0, stranger, null_mut()) };
     assert_eq!(rc, SYSTEM_ERROR);

@@ -75,10 +75,21 @@ pub(crate) struct Spans {
 #[derive(Clone, Copy)]
 struct Work {
     buffers: Buffers,
-    /// The tick it was made at.
-    made: u64,
+    /// The tick it was made at, or of its last use by an argument set since forgotten.
+    last: u64,
     /// Whether a capture named it (then it is never freed).
     captured: bool,
+}
+
+impl Spans {
+    /// Forgets every ready argument set, keeping each workspace's last use.
+    fn forget_ready(&mut self) {
+        for (a, r) in self.ready.drain() {
+            if let Some(w) = self.work.get_mut(&a.0) {
+                w.last = w.last.max(r.last);
+            }
+        }
+    }
 }
 
 /// An argument set: the request, and for each side its heap offset or `None` (staged).
@@ -424,7 +435,7 @@ impl Tensors {
         {
             let mut s = self.spans_lock()?;
             s.agreed.clear();
-            s.ready.clear();
+            s.forget_ready();
         }
         comm.reset()
     }
@@ -467,7 +478,7 @@ impl Tensors {
         let mut s = self.spans_lock()?;
         if s.agreed.len() >= MAX_AGREED {
             s.agreed.clear();
-            s.ready.clear();
+            s.forget_ready();
         }
         s.agreed.insert(key);
         Ok(())
@@ -483,12 +494,21 @@ impl Tensors {
                 what: "a collective's first use (its workspace and plan)",
             });
         }
+        // A request larger than the whole buffer area never fits: evicting would not help.
+        let (start, end) = comm.buffer_area();
+        let area = end.saturating_sub(start);
+        let sizes = req.buffer_sizes();
+        let round = |n: u64| n.max(16).div_ceil(4096).saturating_mul(4096);
+        let need = [sizes.input, sizes.output, sizes.scratch]
+            .map(round)
+            .iter()
+            .fold(0u64, |a, &n| a.saturating_add(n));
         let b = loop {
             match comm.alloc(req) {
                 Ok(b) => break b,
                 // The heap's state is the same on every rank, so every rank lands here at the
                 // same call and frees the same workspace.
-                Err(e) if e.kind() == ErrorKind::OutOfMemory => {
+                Err(e) if e.kind() == ErrorKind::OutOfMemory && need <= area => {
                     if !self.evict_one(comm)? {
                         return Err(e);
                     }
@@ -498,12 +518,12 @@ impl Tensors {
         };
         comm.prepare(&[*req])?;
         let mut s = self.spans_lock()?;
-        let made = s.tick;
+        let last = s.tick;
         s.work.insert(
             *req,
             Work {
                 buffers: b,
-                made,
+                last,
                 captured: false,
             },
         );
@@ -521,12 +541,13 @@ impl Tensors {
                     .iter()
                     .filter(|(a, _)| a.0 == *r)
                     .map(|(_, x)| x.last);
-                used.max().unwrap_or(0).max(w.made)
+                used.max().unwrap_or(0).max(w.last)
             };
+            // Ties (two threads' calls) fall to the lower offset: the same on every rank.
             s.work
                 .iter()
                 .filter(|(_, w)| !w.captured)
-                .min_by_key(|(r, w)| last_use(r, w))
+                .min_by_key(|(r, w)| (last_use(r, w), w.buffers.input))
                 .map(|(r, w)| (*r, w.buffers))
         };
         let Some((req, b)) = victim else {
