@@ -35,6 +35,7 @@ const REVIEWED: &[(&str, &str, &str)] = &[
     ("xtask/src/viz/browser.rs", "\"apt-get\"", "apt-get"),
     ("viz/serve/src/webdriver.rs", "chromedriver", "chromedriver"),
     ("bench/src/hw/comm/life.rs", "\"kill\"", "kill"),
+    ("bench/src/hw/comm/faults.rs", "\"kill\"", "kill"),
     (
         "bootstrap/tests/bootstrap.rs",
         "std::env::current_exe()",

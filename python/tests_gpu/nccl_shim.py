@@ -152,6 +152,7 @@ def checks(shim, w, r):
             shim.reduce(t, out, SUM, 0)
             want = expected(w, n, dtype, SUM) if r == 0 else torch.full_like(t, 9)
             same(f"reduce {dtype} {n}", out, want)
+            same(f"reduce leaves its input {dtype} {n}", t, inputs(r, n, dtype))
     # A CUDA graph replays the captured call on new inputs.
     t = inputs(r, 4096, torch.bfloat16)
     out = torch.empty_like(t)
