@@ -1,4 +1,5 @@
-//! The NCCL entry points the shim exports (the C ABI of `nccl.h`, NCCL 2.28).
+//! The NCCL entry points the shim exports (the C ABI of `nccl.h`, NCCL 2.28): ids,
+//! communicators and queries here; the calls in [`crate::calls`], splits in [`crate::split`].
 //!
 //! Each one either serves the call on symm ([`crate::state`]) or hands it, arguments untouched,
 //! to the real library's entry point of the same name. Every body runs under
@@ -8,14 +9,13 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use symm_driver::cuda::device::{DevBuf, Device};
-use symm_driver::cuda::ffi::driver::Handle;
 use symm_driver::cuda::ffi::nccl::{self as real, Comm, NcclApi, UniqueId};
 use symm_driver::cuda::{ErrorKind, Stream};
 use symm_driver::safety_env;
 
 use crate::id::{IdError, Job, ID_BYTES};
-use crate::route::{Call, Mode, Refusal};
-use crate::state::{self, Entry, Failure, Real};
+use crate::route::Mode;
+use crate::state::{self, Entry, Real};
 
 /// `ncclResult_t`.
 pub type NcclResult = c_int;
@@ -62,20 +62,20 @@ fn error_string(code: NcclResult) -> &'static CStr {
 }
 
 /// `code`, with `msg` kept as this thread's last error.
-fn fail(code: NcclResult, msg: &str) -> NcclResult {
+pub(crate) fn fail(code: NcclResult, msg: &str) -> NcclResult {
     state::set_last(&format!("symm: {msg}"));
     code
 }
 
 /// Runs `f` with this thread's last error cleared, turning a panic into `ncclInternalError`.
-fn guarded(f: impl FnOnce() -> NcclResult) -> NcclResult {
+pub(crate) fn guarded(f: impl FnOnce() -> NcclResult) -> NcclResult {
     state::set_last("");
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| fail(INTERNAL_ERROR, "internal panic"))
 }
 
 /// The real library, refused without the multicast-off variables, and never the shim itself
 /// (a `SYMM_NCCL` naming this library would forward every call to itself).
-fn real_api() -> Result<&'static NcclApi, NcclResult> {
+pub(crate) fn real_api() -> Result<&'static NcclApi, NcclResult> {
     if Mode::from_vars(|k| std::env::var_os(k)) == Ok(Mode::Alone) {
         return Err(fail(
             INVALID_USAGE,
@@ -83,7 +83,7 @@ fn real_api() -> Result<&'static NcclApi, NcclResult> {
         ));
     }
     let api = real::api().map_err(|e| fail(SYSTEM_ERROR, &e.to_string()))?;
-    let ours = ncclAllReduce as *const c_void as usize;
+    let ours = crate::calls::ncclAllReduce as *const c_void as usize;
     if api.all_reduce as *const c_void as usize == ours {
         return Err(fail(
             INVALID_USAGE,
@@ -104,7 +104,7 @@ fn mode() -> Result<Mode, NcclResult> {
 ///
 /// # Safety
 /// A non-null `p` must point to a valid `T`.
-unsafe fn out<'a, T>(p: *mut T) -> Result<&'a mut T, NcclResult> {
+pub(crate) unsafe fn out<'a, T>(p: *mut T) -> Result<&'a mut T, NcclResult> {
     // SAFETY: the caller's contract.
     unsafe { p.as_mut() }.ok_or_else(|| fail(INVALID_ARGUMENT, "a null out-pointer"))
 }
@@ -284,7 +284,7 @@ unsafe fn init(
 ///
 /// # Safety
 /// `config` is null or the caller's `ncclConfig_t` of at least the size it declares.
-unsafe fn blocking(config: *mut c_void) -> bool {
+pub(crate) unsafe fn blocking(config: *mut c_void) -> bool {
     let env = std::env::var("NCCL_COMM_BLOCKING").map_or(true, |v| v.trim() != "0");
     if config.is_null() {
         return env;
@@ -304,7 +304,7 @@ unsafe fn blocking(config: *mut c_void) -> bool {
 }
 
 /// Whether every rank of `real` joined symm's job: one NCCL all-reduce (min) of `mine`.
-fn every_rank_joined(api: &NcclApi, real: Real, mine: bool) -> Result<bool, String> {
+pub(crate) fn every_rank_joined(api: &NcclApi, real: Real, mine: bool) -> Result<bool, String> {
     let dev = symm_driver::cuda::ctx::current_device()
         .map_err(|e| e.to_string())?
         .unwrap_or(0);
@@ -514,251 +514,6 @@ pub unsafe extern "C" fn ncclGetLastError(comm: Comm) -> *const c_char {
         }
         _ => c"".as_ptr(),
     }
-}
-
-/// A collective: served when symm has a request for it, else forwarded by `forward`.
-///
-/// # Safety
-/// The NCCL call's contract: device buffers of the communicator's GPU, a live stream of it.
-unsafe fn collective(
-    call: Call,
-    bufs: (*const c_void, *mut c_void),
-    count: usize,
-    dtype: c_int,
-    comm: Comm,
-    stream: Handle,
-    forward: impl FnOnce(&NcclApi) -> NcclResult,
-) -> NcclResult {
-    if let Some(e) = state::get(comm as usize) {
-        if !(state::in_group() && e.real.is_some()) {
-            let ptrs = (bufs.0 as usize as u64, bufs.1 as usize as u64);
-            // SAFETY: the caller's contract.
-            match unsafe { state::serve(&e, call, ptrs, count, dtype, stream) } {
-                Ok(()) => return SUCCESS,
-                Err(Failure::Failed(err)) => return fail(code_of(err.kind()), &err.to_string()),
-                Err(Failure::Refused(Refusal::Empty)) if e.real.is_none() => return SUCCESS,
-                Err(Failure::Refused(r)) if e.real.is_none() => {
-                    return fail(INVALID_ARGUMENT, &r.to_string())
-                }
-                Err(Failure::Refused(_)) => {}
-            }
-        }
-    }
-    real_api().map_or_else(|rc| rc, forward)
-}
-
-/// `ncclAllReduce`.
-///
-/// # Safety
-/// NCCL's contract for the call.
-#[no_mangle]
-pub unsafe extern "C" fn ncclAllReduce(
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    dtype: c_int,
-    op: c_int,
-    comm: Comm,
-    stream: Handle,
-) -> NcclResult {
-    guarded(|| {
-        let call = Call::AllReduce { op };
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            collective(call, (send, recv), count, dtype, comm, stream, |api| {
-                (api.all_reduce)(send, recv, count, dtype, op, comm, stream)
-            })
-        }
-    })
-}
-
-/// `ncclAllGather`.
-///
-/// # Safety
-/// NCCL's contract for the call.
-#[no_mangle]
-pub unsafe extern "C" fn ncclAllGather(
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    dtype: c_int,
-    comm: Comm,
-    stream: Handle,
-) -> NcclResult {
-    guarded(|| {
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            collective(
-                Call::AllGather,
-                (send, recv),
-                count,
-                dtype,
-                comm,
-                stream,
-                |api| (api.all_gather)(send, recv, count, dtype, comm, stream),
-            )
-        }
-    })
-}
-
-/// `ncclReduceScatter`.
-///
-/// # Safety
-/// NCCL's contract for the call.
-#[no_mangle]
-pub unsafe extern "C" fn ncclReduceScatter(
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    dtype: c_int,
-    op: c_int,
-    comm: Comm,
-    stream: Handle,
-) -> NcclResult {
-    guarded(|| {
-        let call = Call::ReduceScatter { op };
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            collective(call, (send, recv), count, dtype, comm, stream, |api| {
-                (api.reduce_scatter)(send, recv, count, dtype, op, comm, stream)
-            })
-        }
-    })
-}
-
-/// `ncclBroadcast`.
-///
-/// # Safety
-/// NCCL's contract for the call.
-#[no_mangle]
-pub unsafe extern "C" fn ncclBroadcast(
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    dtype: c_int,
-    root: c_int,
-    comm: Comm,
-    stream: Handle,
-) -> NcclResult {
-    guarded(|| {
-        let call = Call::Broadcast { root };
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            collective(call, (send, recv), count, dtype, comm, stream, |api| {
-                (api.broadcast)(send, recv, count, dtype, root, comm, stream)
-            })
-        }
-    })
-}
-
-/// `ncclReduce`.
-///
-/// # Safety
-/// NCCL's contract for the call.
-#[no_mangle]
-pub unsafe extern "C" fn ncclReduce(
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    dtype: c_int,
-    op: c_int,
-    root: c_int,
-    comm: Comm,
-    stream: Handle,
-) -> NcclResult {
-    guarded(|| {
-        let call = Call::Reduce { op, root };
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            collective(call, (send, recv), count, dtype, comm, stream, |api| {
-                (api.reduce)(send, recv, count, dtype, op, root, comm, stream)
-            })
-        }
-    })
-}
-
-/// A point-to-point call: the real library's, or refused on a communicator without one.
-fn point_to_point(comm: Comm, forward: impl FnOnce(&NcclApi) -> NcclResult) -> NcclResult {
-    match state::get(comm as usize) {
-        Some(e) if e.real.is_none() => fail(
-            INVALID_USAGE,
-            "point-to-point calls need the real NCCL (SYMM_NCCL_SHIM=alone has none)",
-        ),
-        _ => real_api().map_or_else(|rc| rc, forward),
-    }
-}
-
-/// `ncclSend`: always the real library's.
-///
-/// # Safety
-/// NCCL's contract for the call.
-#[no_mangle]
-pub unsafe extern "C" fn ncclSend(
-    send: *const c_void,
-    count: usize,
-    dtype: c_int,
-    peer: c_int,
-    comm: Comm,
-    stream: Handle,
-) -> NcclResult {
-    // SAFETY: the caller's arguments, passed through.
-    guarded(|| {
-        point_to_point(comm, |api| unsafe {
-            (api.send)(send, count, dtype, peer, comm, stream)
-        })
-    })
-}
-
-/// `ncclRecv`: always the real library's.
-///
-/// # Safety
-/// NCCL's contract for the call.
-#[no_mangle]
-pub unsafe extern "C" fn ncclRecv(
-    recv: *mut c_void,
-    count: usize,
-    dtype: c_int,
-    peer: c_int,
-    comm: Comm,
-    stream: Handle,
-) -> NcclResult {
-    // SAFETY: the caller's arguments, passed through.
-    guarded(|| {
-        point_to_point(comm, |api| unsafe {
-            (api.recv)(recv, count, dtype, peer, comm, stream)
-        })
-    })
-}
-
-/// Opens or closes a group: counted here (calls inside a group go to the real library, which
-/// runs them at its end), and forwarded unless the mode has no real library.
-fn group_step(step: i32, forward: fn(&NcclApi) -> NcclResult) -> NcclResult {
-    if step < 0 && !state::in_group() {
-        return fail(INVALID_USAGE, "ncclGroupEnd without ncclGroupStart");
-    }
-    let rc = if Mode::from_vars(|k| std::env::var_os(k)) == Ok(Mode::Alone) {
-        SUCCESS
-    } else {
-        real_api().map_or_else(|rc| rc, forward)
-    };
-    if rc == SUCCESS {
-        state::group(step);
-    }
-    rc
-}
-
-/// `ncclGroupStart`.
-#[no_mangle]
-pub extern "C" fn ncclGroupStart() -> NcclResult {
-    // SAFETY: no arguments.
-    guarded(|| group_step(1, |api| unsafe { (api.group_start)() }))
-}
-
-/// `ncclGroupEnd`.
-#[no_mangle]
-pub extern "C" fn ncclGroupEnd() -> NcclResult {
-    // SAFETY: no arguments.
-    guarded(|| group_step(-1, |api| unsafe { (api.group_end)() }))
 }
 
 #[cfg(test)]

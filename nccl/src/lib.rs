@@ -19,8 +19,9 @@
 //!   stream, over the caller's device buffers (staged through the heap where they must be),
 //!   when the runtime has a request for them ([`route`]). Everything else is forwarded:
 //!   point-to-point calls, element types and reductions symm lacks, calls inside
-//!   `ncclGroupStart`/`End` (NCCL defers those to the group's end), and communicators made by
-//!   `ncclCommSplit` or inside a group.
+//!   `ncclGroupStart`/`End` (NCCL defers those to the group's end), and communicators made
+//!   inside a group or non-blocking. `ncclCommSplit` of a served communicator gives each color
+//!   a symm job of its own ([`split`]).
 //! * **Modes** (`SYMM_NCCL_SHIM`, read when an id is drawn or a communicator made): `on` (the
 //!   default), `off` (a pass-through) and `alone` (no real library: symm serves what it can and
 //!   refuses the rest; for ranks sharing a GPU, which NCCL refuses).
@@ -32,7 +33,9 @@
 //! Limits: one process per rank on one host (the symm job meets over a host-local socket); a
 //! communicator's calls come from one thread at a time, as NCCL asks.
 
+pub mod calls;
 pub mod exports;
 pub mod id;
 pub mod route;
+pub mod split;
 pub mod state;

@@ -8,6 +8,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use symm_core::sched::Collective;
@@ -32,6 +33,10 @@ pub struct Entry {
     pub auto: AutoRequests,
     /// The real communicator, when the real library made one.
     pub real: Option<Real>,
+    /// The symm job it joined (a split's job is named after it).
+    pub job: Job,
+    /// Splits made from it so far (the same count on every rank: splitting is collective).
+    pub splits: AtomicU32,
 }
 
 /// A real NCCL communicator handle.
@@ -140,8 +145,8 @@ pub fn join(job: Job, world: u16, rank: u16, real: Option<Real>) -> Result<Entry
         rank,
         world,
         local_rank: rank,
-        job: job.name,
-        token: job.token,
+        job: job.name.clone(),
+        token: job.token.clone(),
     };
     let comm = CommOptions::from_env()?.join_on(&env, Some(device))?;
     Ok(Entry {
@@ -149,6 +154,8 @@ pub fn join(job: Job, world: u16, rank: u16, real: Option<Real>) -> Result<Entry
         auto: AutoRequests::of(&comm),
         comm,
         real,
+        job,
+        splits: AtomicU32::new(0),
     })
 }
 

@@ -7,6 +7,7 @@ use std::ptr::null_mut;
 
 use symm_driver::cuda::ffi::nccl::UniqueId;
 use symm_driver::safety_env::SAFETY_ENV;
+use symm_nccl::calls::*;
 use symm_nccl::exports::*;
 use symm_nccl::id::{Job, TAIL};
 

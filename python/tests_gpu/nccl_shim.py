@@ -52,6 +52,7 @@ def load(path):
         "ncclCommCuDevice": [vp, ctypes.POINTER(i)],
         "ncclCommGetAsyncError": [vp, ctypes.POINTER(i)],
         "ncclCommDestroy": [vp],
+        "ncclCommSplit": [vp, i, i, ctypes.POINTER(vp), vp],
         "ncclGetLastError": [vp],
     }
     for name, args in sigs.items():
@@ -186,6 +187,34 @@ def refusals(shim):
     return [f"{name} {rc}" for name, rc, _ in seen]
 
 
+def split(shim, w, r):
+    """ncclCommSplit into pairs (color r // 2), ranks reversed by key: the new communicator's
+    size and ranks, and an all-reduce over its members only."""
+    lib = shim.lib
+    new = ctypes.c_void_p()
+    rc = lib.ncclCommSplit(shim.comm, r // 2, -r, ctypes.byref(new), None)
+    if rc != 0:
+        raise RuntimeError(f"ncclCommSplit: {rc} {lib.ncclGetLastError(shim.comm)!r}")
+    members = sorted((q for q in range(w) if q // 2 == r // 2), key=lambda q: -q)
+    count, rank = ctypes.c_int(-1), ctypes.c_int(-1)
+    lib.ncclCommCount(new, ctypes.byref(count))
+    lib.ncclCommUserRank(new, ctypes.byref(rank))
+    if (count.value, rank.value) != (len(members), members.index(r)):
+        raise AssertionError(f"split: size {count.value} rank {rank.value}, members {members}")
+    half = Shim(lib, new)
+    t = inputs(r, 5000, torch.float32)
+    out = torch.empty_like(t)
+    half.all_reduce(t, out, SUM)
+    torch.cuda.synchronize()
+    want = sum(inputs(q, 5000, torch.float64) for q in members).float()
+    if not torch.equal(out, want):
+        raise AssertionError("split: the pair's all-reduce differs")
+    rc = lib.ncclCommDestroy(new)
+    if rc != 0:
+        raise RuntimeError(f"split: destroy {rc}")
+    return f"split into {len(members)}-rank communicators (rank {rank.value}): all-reduce exact"
+
+
 def main():
     lib = load(sys.argv[1])
     dist.init_process_group("gloo")
@@ -216,10 +245,11 @@ def main():
     try:
         n = checks(shim, w, r)
         refused = refusals(shim)
+        split_note = split(shim, w, r)
         err = ctypes.c_int(-1)
         lib.ncclCommGetAsyncError(comm, ctypes.byref(err))
         ok = ok and err.value == 0
-        summary = f"{n} calls exact, refused as NCCL codes: {', '.join(refused)}"
+        summary = f"{n} calls exact, refused as NCCL codes: {', '.join(refused)}; {split_note}"
     except (AssertionError, RuntimeError) as e:
         ok, summary = False, f"FAIL {e}"
     rc = lib.ncclCommDestroy(comm)

@@ -38,6 +38,7 @@ api_table! {
         reduce = "ncclReduce"(*const c_void, *mut c_void, usize, c_int, c_int, c_int, Comm, Handle);
         comm_init_rank_config = "ncclCommInitRankConfig"(*mut Comm, c_int, UniqueId, c_int, *mut c_void);
         comm_abort = "ncclCommAbort"(Comm);
+        comm_split = "ncclCommSplit"(Comm, c_int, c_int, *mut Comm, *mut c_void);
         comm_finalize = "ncclCommFinalize"(Comm);
         comm_count = "ncclCommCount"(Comm, *mut c_int);
         comm_cu_device = "ncclCommCuDevice"(Comm, *mut c_int);
