@@ -70,7 +70,11 @@ pub(crate) fn fail(code: NcclResult, msg: &str) -> NcclResult {
 /// Runs `f` with this thread's last error cleared, turning a panic into `ncclInternalError`.
 pub(crate) fn guarded(f: impl FnOnce() -> NcclResult) -> NcclResult {
     state::set_last("");
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| fail(INTERNAL_ERROR, "internal panic"))
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        // A payload's destructor may panic too: it is never run.
+        std::mem::forget(payload);
+        fail(INTERNAL_ERROR, "internal panic")
+    })
 }
 
 /// The real library, refused without the multicast-off variables, and never the shim itself
