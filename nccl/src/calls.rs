@@ -4,13 +4,14 @@
 use std::ffi::{c_int, c_void};
 
 use symm_driver::cuda::ffi::driver::Handle;
+use symm_driver::cuda::CudaError;
 use symm_driver::cuda::ffi::nccl::{Comm, NcclApi};
 
 use crate::exports::{
     code_of, fail, guarded, real_api, NcclResult, INVALID_ARGUMENT, INVALID_USAGE, SUCCESS,
 };
 use crate::route::{Call, Mode, Refusal};
-use crate::state::{self, Failure};
+use crate::state::{self, Failure, Path};
 
 /// A collective: served when symm has a request for it, else forwarded by `forward`.
 ///
@@ -30,7 +31,14 @@ unsafe fn collective(
             let ptrs = (bufs.0 as usize as u64, bufs.1 as usize as u64);
             // SAFETY: the caller's contract.
             match unsafe { state::serve(&e, call, ptrs, count, dtype, stream) } {
-                Ok(()) => return SUCCESS,
+                Ok(()) => {
+                    state::count(Path::Symm);
+                    return SUCCESS;
+                }
+                // A shape's first use needs the host (its workspace, the ranks' agreement),
+                // which a capture cannot wait for: the real library captures that call. Every
+                // rank makes the same calls, so every rank forwards the same one.
+                Err(Failure::Failed(CudaError::Capturing { .. })) if e.real.is_some() => {}
                 Err(Failure::Failed(err)) => return fail(code_of(err.kind()), &err.to_string()),
                 Err(Failure::Refused(Refusal::Empty)) if e.real.is_none() => return SUCCESS,
                 Err(Failure::Refused(r)) if e.real.is_none() => {
@@ -40,7 +48,33 @@ unsafe fn collective(
             }
         }
     }
-    real_api().map_or_else(|rc| rc, forward)
+    real_api().map_or_else(|rc| rc, |api| {
+        state::count(Path::Nccl);
+        forward(api)
+    })
+}
+
+/// `symmNcclCounts`: how many collectives of this process symm served (`*served`) and the
+/// shim handed to the real library (`*forwarded`), over every communicator, so a caller can
+/// see which path its calls took. Either pointer may be null.
+///
+/// # Safety
+/// Each non-null pointer must point to a writable `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn symmNcclCounts(served: *mut u64, forwarded: *mut u64) -> NcclResult {
+    guarded(|| {
+        let (s, f) = state::counts();
+        // SAFETY: the caller's contract: null or writable.
+        unsafe {
+            if let Some(p) = served.as_mut() {
+                *p = s;
+            }
+            if let Some(p) = forwarded.as_mut() {
+                *p = f;
+            }
+        }
+        SUCCESS
+    })
 }
 
 /// `ncclAllReduce`.

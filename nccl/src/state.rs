@@ -8,7 +8,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int};
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use symm_core::sched::Collective;
@@ -76,6 +76,29 @@ pub fn get(handle: usize) -> Option<Arc<Entry>> {
 /// Serves `handle` with `entry` from now on.
 pub fn insert(handle: usize, entry: Entry) {
     with_table(|t| t.insert(handle, Arc::new(entry)));
+}
+
+/// Collectives the shim served on symm, and those it handed to the real library, since the
+/// library loaded (every communicator of the process).
+static COUNTS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Who ran a collective, for [`count`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// symm's kernels.
+    Symm,
+    /// The real library.
+    Nccl,
+}
+
+/// Counts one collective that `path` ran.
+pub fn count(path: Path) {
+    COUNTS[path as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// `(served by symm, forwarded to the real library)` so far.
+pub fn counts() -> (u64, u64) {
+    (COUNTS[0].load(Ordering::Relaxed), COUNTS[1].load(Ordering::Relaxed))
 }
 
 /// Stops serving `handle`, returning its entry.

@@ -1,15 +1,17 @@
 """An FSDP2 (``fully_shard``) training step of a small model on a torch.distributed backend,
 unmodified, against the same model trained unsharded on every rank:
 
-    torchrun --nproc-per-node N python/tests_gpu/dist_fsdp.py [BACKEND]
+    torchrun --nproc-per-node N python/tests_gpu/dist_fsdp.py [BACKEND] [SAVE]
 
-``BACKEND`` defaults to ``cuda:symm,cpu:gloo``; ``nccl`` runs the same steps on NCCL, so the two
-runs' lines can be set side by side. Each rank trains on its own slice of a global batch; the
-unsharded model trains on the whole batch, so FSDP's averaged gradients are its gradients. Three
-SGD steps in float32, then three with bfloat16 parameters and float32 reductions
-(``MixedPrecisionPolicy``): every step's loss, every gathered gradient and the parameters after
-the steps are compared. Prints one line per precision on rank 0 and exits non-zero on a
-difference past tolerance, or when symm's backend sent a call anywhere but symm.
+``BACKEND`` defaults to ``cuda:symm,cpu:gloo``; ``nccl`` runs the same steps on NCCL. With
+``SAVE``, rank 0 writes every step's loss and the last step's gathered gradients and parameters
+there, so ``compare_backends.py`` can set two backends' runs side by side. Each rank trains on
+its own slice of a global batch; the unsharded model trains on the whole batch, so FSDP's
+averaged gradients are its gradients. Three SGD steps in float32, then three with bfloat16
+parameters and float32 reductions (``MixedPrecisionPolicy``): every step's loss, every gathered
+gradient and the parameters after the steps are compared. Prints one line per precision on
+rank 0 and exits non-zero on a difference past tolerance, or when symm's backend sent a call
+anywhere but symm.
 """
 
 import os
@@ -79,6 +81,7 @@ def compare(mixed, w, r):
     x, y = batch(w)
     mine = slice(r * ROWS, (r + 1) * ROWS)
     worst = {"loss": 0.0, "grad": 0.0, "param": 0.0}
+    kept = {"loss": [], "grad": [], "param": []}
 
     def rel(a, b):
         return float((a.float() - b.float()).abs().max() / (b.float().abs().max() + 1e-12))
@@ -88,24 +91,33 @@ def compare(mixed, w, r):
         dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         want = step(ref, ref_opt, x, y, dtype)
         worst["loss"] = max(worst["loss"], rel(loss, want))
+        kept["loss"].append(loss.float().cpu())
+        kept["grad"] = []
         for p, q in zip(sharded.parameters(), ref.parameters()):
-            worst["grad"] = max(worst["grad"], rel(p.grad.full_tensor(), q.grad))
+            g = p.grad.full_tensor()
+            worst["grad"] = max(worst["grad"], rel(g, q.grad))
+            kept["grad"].append(g.float().cpu())
         opt.step()
         ref_opt.step()
     for p, q in zip(sharded.parameters(), ref.parameters()):
-        worst["param"] = max(worst["param"], rel(p.full_tensor(), q))
-    return worst
+        full = p.full_tensor()
+        worst["param"] = max(worst["param"], rel(full, q))
+        kept["param"].append(full.float().cpu())
+    return worst, kept
 
 
 def main():
     backend = sys.argv[1] if len(sys.argv) > 1 else "cuda:symm,cpu:gloo"
+    save = sys.argv[2] if len(sys.argv) > 2 else None
     local = int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
     torch.cuda.set_device(local)
     dist.init_process_group(backend, device_id=torch.device("cuda", local))
     w, r = dist.get_world_size(), dist.get_rank()
     ok = True
+    record = {"kind": "fsdp", "backend": backend, "world": w}
     for mixed, tol in ((False, 1e-4), (True, 6e-2)):
-        worst = compare(mixed, w, r)
+        worst, kept = compare(mixed, w, r)
+        record["bf16" if mixed else "f32"] = kept
         good = all(v <= tol for v in worst.values())
         ok = ok and good
         if r == 0 or not good:
@@ -119,6 +131,8 @@ def main():
         ok = ok and served
         if r == 0 or not served:
             print(f"rank {r}: paths {paths}", flush=True)
+    if save and r == 0:
+        torch.save(record, save)
     dist.destroy_process_group()
     sys.exit(0 if ok else 1)
 

@@ -1,11 +1,14 @@
 """A transformers causal LM loaded with ``tp_plan="auto"`` on the torch.distributed backend
 "symm", unmodified, against the same model unsharded on every rank:
 
-    torchrun --nproc-per-node N python/tests_gpu/dist_transformers.py DIR
+    torchrun --nproc-per-node N python/tests_gpu/dist_transformers.py DIR [BACKEND [SAVE]]
 
 A small Llama config with random weights (saved to ``DIR`` by rank 0): the forward's logits
-and a greedy generation of 32 tokens. Prints one summary line on rank 0; exits non-zero when
-the logits are off by more than bf16's tolerance or a call went anywhere but symm.
+and a greedy generation of 32 tokens. ``BACKEND`` defaults to ``cuda:symm,cpu:gloo``; ``nccl``
+runs the same model on NCCL. With ``SAVE``, rank 0 writes the logits, the generated tokens and
+the decode step's time there, for ``compare_backends.py``. Prints one summary line on rank 0;
+exits non-zero when the logits are off by more than bf16's tolerance or a call went anywhere
+but symm.
 """
 
 import os
@@ -28,6 +31,10 @@ NEW = 32
 
 
 def timed_generate(model, ids):
+    """The greedy tokens, and microseconds per decode step of a second generation (the first
+    warms up: the kernels a backend builds on first use are not a step's cost).
+    """
+    model.generate(ids, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     out = model.generate(ids, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False)
@@ -37,9 +44,11 @@ def timed_generate(model, ids):
 
 def main():
     path = sys.argv[1]
+    backend = sys.argv[2] if len(sys.argv) > 2 else "cuda:symm,cpu:gloo"
+    save = sys.argv[3] if len(sys.argv) > 3 else None
     local = int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
     torch.cuda.set_device(local)
-    dist.init_process_group("cuda:symm,cpu:gloo", device_id=torch.device("cuda", local))
+    dist.init_process_group(backend, device_id=torch.device("cuda", local))
     w, r = dist.get_world_size(), dist.get_rank()
     if r == 0:
         config = LlamaConfig(vocab_size=2048, hidden_size=512, intermediate_size=1024,
@@ -63,12 +72,17 @@ def main():
     gen, step_us = timed_generate(model, ids)
     ref_gen, ref_us = timed_generate(ref, ids)
     same = float((gen[:, -NEW:] == ref_gen[:, -NEW:]).float().mean())
-    paths = symm.distributed.paths()
+    paths = symm.distributed.paths() if "symm" in backend else {}
     ok = err <= 0.02 * scale + 0.02 and all("nccl" not in v for v in paths.values())
+    if save and r == 0:
+        torch.save({"kind": "transformers", "backend": backend, "world": w,
+                    "logits": logits.cpu(), "tokens": gen[:, -NEW:].cpu(), "step_us": step_us,
+                    "unsharded_step_us": ref_us}, save)
     if r == 0 or not ok:
         print(f"rank {r}: world {w}, transformers {transformers.__version__}: logits max |diff| "
-              f"{err:.4f} (max |logit| {scale:.3f}); greedy tokens equal to the unsharded "
-              f"model's: {same:.3f}; decode step {step_us:.0f} us (unsharded {ref_us:.0f} us); "
+              f"{err:.4f} (max |logit| {scale:.3f}), {backend}; greedy tokens equal to the "
+              f"unsharded model's: {same:.3f}; decode step {step_us:.0f} us (unsharded "
+              f"{ref_us:.0f} us); "
               f"paths {paths}; {'ok' if ok else 'FAIL'}", flush=True)
     dist.destroy_process_group()
     sys.exit(0 if ok else 1)
