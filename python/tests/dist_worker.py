@@ -54,6 +54,14 @@ def cpu(rank, world, path):
     out["objects"] = objs
     out["functional"] = fc.all_reduce(torch.ones(2) * (rank + 1), "sum",
                                       dist.group.WORLD).tolist()
+    # The coalesced forms (DTensor's and FSDP's path), which gloo's binding lacks.
+    ag = fc.all_gather_into_tensor_coalesced(
+        [torch.full((2,), float(rank)), torch.full((1,), -1.0 - rank)], dist.group.WORLD)
+    out["ag_coalesced"] = [p.tolist() for p in ag]
+    rs = fc.reduce_scatter_tensor_coalesced(
+        [torch.ones(world * 2), torch.arange(world, dtype=torch.float32)], "sum",
+        [0, 0], dist.group.WORLD)
+    out["rs_coalesced"] = [p.tolist() for p in rs]
     if rank == 0:
         dist.send(torch.tensor([42]), dst=1)
     elif rank == 1:

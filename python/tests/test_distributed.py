@@ -188,9 +188,13 @@ def test_cpu_semantics(tmp_path):
         assert o["broadcast"] == [10.0 * (world - 1)]
         assert o["objects"] == [{"rank": r} for r in range(world)]
         assert o["functional"] == [6.0, 6.0]
+        assert o["ag_coalesced"] == [[float(r) for r in range(world) for _ in range(2)],
+                                     [-1.0 - r for r in range(world)]]
+        assert o["rs_coalesced"] == [[3.0, 3.0], [3.0 * rank]]
         # Every call on CPU tensors was served by gloo, and counted.
         assert set(o["paths"]) >= {"allreduce", "_allgather_base", "allgather", "broadcast",
-                                   "barrier"}
+                                   "barrier", "allgather_into_tensor_coalesced",
+                                   "reduce_scatter_tensor_coalesced"}
         assert all(set(v) == {"gloo"} for v in o["paths"].values())
         assert o["paths"]["allreduce"]["gloo"] == 3
         if rank < 2:

@@ -6,8 +6,10 @@ torch.distributed's semantics for the calls symm serves (shapes, dtypes, in plac
 handles, CUDA graphs), the functional collectives, sub-groups and DeviceMesh, DTensor tensor
 parallelism and an FSDP2 training step, each against a reference computed on every rank
 without communication. With ``SYMM_DIST_ENGINE=none`` (ranks sharing one GPU, where NCCL cannot
-run) the calls only NCCL serves must fail with a DistBackendError naming why. Prints one line
-per check on rank 0 and exits non-zero when any fails.
+run) the calls only NCCL serves must fail with a DistBackendError naming why. With
+``SYMM_DIST_HOST_SIZE=2`` on four GPUs (two "hosts"), the same checks run over the
+hierarchical collectives and the NCCL engine. Prints one line per check on rank 0 and exits
+non-zero when any fails.
 """
 
 import os
@@ -230,8 +232,19 @@ def main():
             check(f"{step.__name__} raised", False, f"{type(e).__name__}: {e}"[:300])
     torch.cuda.synchronize()
     paths = sd.paths()
-    check("default group joined symm's job", symm.is_initialized() and symm.world_size() == w)
-    check("no call went to the engine", all("nccl" not in v for v in paths.values()), paths)
+    host = int(os.environ.get("SYMM_DIST_HOST_SIZE", "0") or 0)
+    if 0 < host < w:
+        # Two or more "hosts": symm's job is this host's ranks; all-reduces take the
+        # hierarchical path, and what spans hosts otherwise goes to NCCL.
+        check("default group joined its host's symm job",
+              symm.is_initialized() and symm.world_size() == host)
+        check("all-reduces took the hierarchical path",
+              paths.get("allreduce", {}).get("hier", 0) > 0, paths)
+    else:
+        check("default group joined symm's job",
+              symm.is_initialized() and symm.world_size() == w)
+        check("no call went to the engine", all("nccl" not in v for v in paths.values()),
+              paths)
     dist.barrier()
     bad = [x for x in RESULTS if not x[1]]
     if r == 0 or bad:

@@ -46,7 +46,7 @@ from .. import _gpu  # noqa: E402
 from ..errors import SymmError  # noqa: E402
 from . import _engine, _hier, _local, _route  # noqa: E402
 from ._options import Options  # noqa: E402
-from ._work import Work  # noqa: E402
+from ._work import Each, Work  # noqa: E402
 
 _log = logging.getLogger("symm.distributed")
 
@@ -435,7 +435,12 @@ class SymmGroup(dist.ProcessGroup):
         red = _reduce(opts.reduceOp)
         path = self._route("allreduce_coalesced", tensors, red, count=len(tensors))
         if path in (_route.CPU, _route.ENGINE):
-            return self._other(path).allreduce_coalesced(tensors, opts)
+            b = self._other(path)
+            if hasattr(b, "allreduce_coalesced"):
+                return b.allreduce_coalesced(tensors, opts)
+            one = dist.AllreduceOptions()
+            one.reduceOp = opts.reduceOp
+            return Each([b.allreduce([t], one) for t in tensors], tensors)
         op = _route.REDUCE[red]
 
         def run() -> None:
@@ -452,8 +457,12 @@ class SymmGroup(dist.ProcessGroup):
         path = self._route("allgather_into_tensor_coalesced", [*outputs, *inputs],
                            count=len(inputs))
         if path in (_route.CPU, _route.ENGINE):
-            return self._other(path).allgather_into_tensor_coalesced(outputs, inputs,
-                                                                     opts or _gather_opts())
+            b = self._other(path)
+            if hasattr(b, "allgather_into_tensor_coalesced"):
+                return b.allgather_into_tensor_coalesced(outputs, inputs, opts or _gather_opts())
+            # torch's NCCL binding has no coalesced form: one call per pair, in order.
+            return Each([b._allgather_base(o, i, _gather_opts())
+                         for o, i in zip(outputs, inputs)], outputs)
         for o, i in zip(outputs, inputs):
             _sizes("all_gather_into_tensor", o.numel(), i.numel() * self.size())
 
@@ -475,7 +484,11 @@ class SymmGroup(dist.ProcessGroup):
         path = self._route("reduce_scatter_tensor_coalesced", [*outputs, *inputs], red,
                            count=len(outputs))
         if path in (_route.CPU, _route.ENGINE):
-            return self._other(path).reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+            b = self._other(path)
+            if hasattr(b, "reduce_scatter_tensor_coalesced"):
+                return b.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+            return Each([b._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)],
+                        outputs)
         for o, i in zip(outputs, inputs):
             _sizes("reduce_scatter_tensor", i.numel(), o.numel() * self.size())
         op = _route.REDUCE[red]

@@ -81,3 +81,34 @@ class Work(dist.Work):
                     f.set_result(self._result)
             self._future = f
         return self._future
+
+
+class Each(Work):
+    """Several calls of another backend issued as one (a coalesced call its binding lacks,
+    made one call per tensor): waiting waits for every one, in order.
+    """
+
+    def __init__(self, works: list[Any], result: list[Any]) -> None:
+        super().__init__(result)
+        self._works = works
+
+    def wait(self, timeout: Any = None) -> bool:
+        """The current stream waits for every call; raises the first one's error."""
+        for w in self._works:
+            if timeout is None:
+                w.wait()
+            else:
+                w.wait(timeout)
+        return True
+
+    def is_completed(self) -> bool:
+        """Whether every call completed."""
+        return all(w.is_completed() for w in self._works)
+
+    def get_future(self) -> Any:
+        """A future of the output tensors, completed when every call's future is."""
+        if self._future is None:
+            result = self._result
+            self._future = torch.futures.collect_all(
+                [w.get_future() for w in self._works]).then(lambda _: result)
+        return self._future
