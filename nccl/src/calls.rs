@@ -4,8 +4,8 @@
 use std::ffi::{c_int, c_void};
 
 use symm_driver::cuda::ffi::driver::Handle;
-use symm_driver::cuda::CudaError;
 use symm_driver::cuda::ffi::nccl::{Comm, NcclApi};
+use symm_driver::cuda::CudaError;
 
 use crate::exports::{
     code_of, fail, guarded, real_api, NcclResult, INVALID_ARGUMENT, INVALID_USAGE, SUCCESS,
@@ -48,10 +48,13 @@ unsafe fn collective(
             }
         }
     }
-    real_api().map_or_else(|rc| rc, |api| {
-        state::count(Path::Nccl);
-        forward(api)
-    })
+    real_api().map_or_else(
+        |rc| rc,
+        |api| {
+            state::count(Path::Nccl);
+            forward(api)
+        },
+    )
 }
 
 /// `symmNcclCounts`: how many collectives of this process symm served (`*served`) and the

@@ -240,10 +240,8 @@ unsafe fn init(
         };
         return match state::join(job, world, me, None) {
             Ok(entry) => {
-                // The handle is a fresh allocation of the shim's, freed by destroy or abort.
-                let h = Box::into_raw(Box::new(0u8)).cast::<c_void>();
-                state::insert(h as usize, entry);
-                *handle = h;
+                // A handle of the shim's, freed by destroy or abort.
+                *handle = state::insert_own(entry);
                 SUCCESS
             }
             Err(e) => fail(code_of(e.kind()), &e.to_string()),
@@ -345,9 +343,9 @@ fn end(comm: Comm, abort: bool, forward: fn(&NcclApi, Comm) -> NcclResult) -> Nc
         }
         if e.real.is_none() {
             drop(e);
-            // SAFETY: the handle was made by `Box::into_raw` in `init` and leaves the table
-            // here, once.
-            drop(unsafe { Box::from_raw(comm.cast::<u8>()) });
+            // SAFETY: a communicator without a real one has a handle of `insert_own`'s (made
+            // by init or split), which left the table here, once.
+            unsafe { state::free_own(comm) };
             return rc;
         }
     }

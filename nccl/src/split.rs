@@ -34,6 +34,18 @@ pub fn members(all: &[(c_int, c_int)], me: usize) -> Option<Vec<usize>> {
     Some(m)
 }
 
+/// Every rank's `(color, key)` from the bytes the ranks exchanged (8 each, little-endian);
+/// `None` when any rank's are not exactly that.
+pub fn colors<B: AsRef<[u8]>>(all: &[B]) -> Option<Vec<(c_int, c_int)>> {
+    let word = |b: &[u8]| c_int::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    all.iter()
+        .map(|b| {
+            let b = b.as_ref();
+            (b.len() == 8).then(|| (word(&b[..4]), word(&b[4..])))
+        })
+        .collect()
+}
+
 /// The job of split number `n`, color `color`, of `parent`.
 fn child(parent: &Job, n: u32, color: c_int) -> Job {
     Job {
@@ -132,12 +144,7 @@ fn alone(parent: &Entry, (color, key, n): (c_int, c_int, u32), handle: &mut Comm
         Ok(a) => a,
         Err(e) => return fail(code_of(e.kind()), &e.to_string()),
     };
-    let word = |b: &[u8]| c_int::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    let Some(all): Option<Vec<(c_int, c_int)>> = all
-        .iter()
-        .map(|b| (b.len() == 8).then(|| (word(&b[..4]), word(&b[4..]))))
-        .collect()
-    else {
+    let Some(all) = colors(&all) else {
         return fail(INVALID_ARGUMENT, "a peer sent a malformed split");
     };
     let me = usize::from(parent.comm.rank());
@@ -151,10 +158,8 @@ fn alone(parent: &Entry, (color, key, n): (c_int, c_int, u32), handle: &mut Comm
     };
     match state::join(child(&parent.job, n, color), w, r, None) {
         Ok(entry) => {
-            // The handle is a fresh allocation of the shim's, freed by destroy or abort.
-            let h = Box::into_raw(Box::new(0u8)).cast::<c_void>();
-            state::insert(h as usize, entry);
-            *handle = h;
+            // A handle of the shim's, freed by destroy or abort.
+            *handle = state::insert_own(entry);
             SUCCESS
         }
         Err(e) => fail(code_of(e.kind()), &e.to_string()),
@@ -174,6 +179,21 @@ mod tests {
         assert_eq!(members(&all, 3), None);
         assert_eq!(members(&all, 6), None);
         assert_eq!(members(&[], 0), None);
+    }
+
+    #[test]
+    fn peers_split_bytes_are_exactly_two_words_or_refused() {
+        let mine = [(-1i32).to_le_bytes(), 7i32.to_le_bytes()].concat();
+        let theirs = [3i32.to_le_bytes(), i32::MIN.to_le_bytes()].concat();
+        assert_eq!(
+            colors(&[mine.clone(), theirs.clone()]),
+            Some(vec![(NO_COLOR, 7), (3, i32::MIN)])
+        );
+        assert_eq!(colors::<Vec<u8>>(&[]), Some(vec![]));
+        for bad in [vec![], vec![0u8; 7], vec![0u8; 9], vec![0xff; 1 << 16]] {
+            assert_eq!(colors(&[mine.clone(), bad.clone()]), None, "{}", bad.len());
+            assert_eq!(colors(&[bad, theirs.clone()]), None);
+        }
     }
 
     #[test]

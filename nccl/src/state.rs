@@ -78,6 +78,23 @@ pub fn insert(handle: usize, entry: Entry) {
     with_table(|t| t.insert(handle, Arc::new(entry)));
 }
 
+/// Serves `entry` under a handle of the shim's own (a communicator with no real one): a fresh
+/// allocation, so no other handle is ever equal to it, which [`free_own`] frees.
+pub fn insert_own(entry: Entry) -> RealComm {
+    let h = Box::into_raw(Box::new(0u8)).cast::<std::ffi::c_void>();
+    insert(h as usize, entry);
+    h
+}
+
+/// Frees a handle [`insert_own`] made, after its entry left the table.
+///
+/// # Safety
+/// `handle` must come from [`insert_own`], be out of the table, and be freed once.
+pub unsafe fn free_own(handle: RealComm) {
+    // SAFETY: the caller's contract: a `Box<u8>` of `insert_own`'s, freed once.
+    drop(unsafe { Box::from_raw(handle.cast::<u8>()) });
+}
+
 /// Collectives the shim served on symm, and those it handed to the real library, since the
 /// library loaded (every communicator of the process).
 static COUNTS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
@@ -98,7 +115,10 @@ pub fn count(path: Path) {
 
 /// `(served by symm, forwarded to the real library)` so far.
 pub fn counts() -> (u64, u64) {
-    (COUNTS[0].load(Ordering::Relaxed), COUNTS[1].load(Ordering::Relaxed))
+    (
+        COUNTS[0].load(Ordering::Relaxed),
+        COUNTS[1].load(Ordering::Relaxed),
+    )
 }
 
 /// Stops serving `handle`, returning its entry.

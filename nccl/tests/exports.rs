@@ -149,7 +149,10 @@ fn a_c_caller_without_gpu_or_nccl_gets_nccl_codes_and_symms_reasons() {
     // Nothing ran anywhere: refused and failed calls count on neither path.
     let (mut served, mut forwarded) = (7u64, 7u64);
     // SAFETY: writable counters; null pointers are skipped.
-    assert_eq!(unsafe { symmNcclCounts(&mut served, &mut forwarded) }, SUCCESS);
+    assert_eq!(
+        unsafe { symmNcclCounts(&mut served, &mut forwarded) },
+        SUCCESS
+    );
     assert_eq!((served, forwarded), (0, 0));
     // SAFETY: as above.
     assert_eq!(unsafe { symmNcclCounts(null_mut(), null_mut()) }, SUCCESS);
