@@ -11,9 +11,15 @@ use against the unsharded model (logits: 2% of the largest logit; f32 steps: 1e-
 parameters with f32 reductions: 6e-2).
 """
 
-import sys
+import os
 
-import torch
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
+
+import sys  # noqa: E402
+
+import torch  # noqa: E402
 
 
 def rel(a, b):
