@@ -116,8 +116,8 @@ pub fn count(path: Path) {
 /// `(served by symm, forwarded to the real library)` so far.
 pub fn counts() -> (u64, u64) {
     (
-        COUNTS[0].load(Ordering::Relaxed),
-        COUNTS[1].load(Ordering::Relaxed),
+        COUNTS[Path::Symm as usize].load(Ordering::Relaxed),
+        COUNTS[Path::Nccl as usize].load(Ordering::Relaxed),
     )
 }
 

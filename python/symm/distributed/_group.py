@@ -436,11 +436,10 @@ class SymmGroup(dist.ProcessGroup):
         path = self._route("allreduce_coalesced", tensors, red, count=len(tensors))
         if path in (_route.CPU, _route.ENGINE):
             b = self._other(path)
-            if hasattr(b, "allreduce_coalesced"):
-                return b.allreduce_coalesced(tensors, opts)
             one = dist.AllreduceOptions()
             one.reduceOp = opts.reduceOp
-            return Each([b.allreduce([t], one) for t in tensors], tensors)
+            return _coalesced(b, "allreduce_coalesced", (tensors, opts),
+                              [lambda t=t: b.allreduce([t], one) for t in tensors], tensors)
         op = _route.REDUCE[red]
 
         def run() -> None:
@@ -458,11 +457,10 @@ class SymmGroup(dist.ProcessGroup):
                            count=len(inputs))
         if path in (_route.CPU, _route.ENGINE):
             b = self._other(path)
-            if hasattr(b, "allgather_into_tensor_coalesced"):
-                return b.allgather_into_tensor_coalesced(outputs, inputs, opts or _gather_opts())
-            # torch's NCCL binding has no coalesced form: one call per pair, in order.
-            return Each([b._allgather_base(o, i, _gather_opts())
-                         for o, i in zip(outputs, inputs)], outputs)
+            return _coalesced(b, "allgather_into_tensor_coalesced",
+                              (outputs, inputs, opts or _gather_opts()),
+                              [lambda o=o, i=i: b._allgather_base(o, i, _gather_opts())
+                               for o, i in zip(outputs, inputs)], outputs)
         for o, i in zip(outputs, inputs):
             _sizes("all_gather_into_tensor", o.numel(), i.numel() * self.size())
 
@@ -485,10 +483,9 @@ class SymmGroup(dist.ProcessGroup):
                            count=len(outputs))
         if path in (_route.CPU, _route.ENGINE):
             b = self._other(path)
-            if hasattr(b, "reduce_scatter_tensor_coalesced"):
-                return b.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
-            return Each([b._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)],
-                        outputs)
+            return _coalesced(b, "reduce_scatter_tensor_coalesced", (outputs, inputs, opts),
+                              [lambda o=o, i=i: b._reduce_scatter_base(o, i, opts)
+                               for o, i in zip(outputs, inputs)], outputs)
         for o, i in zip(outputs, inputs):
             _sizes("reduce_scatter_tensor", i.numel(), o.numel() * self.size())
         op = _route.REDUCE[red]
@@ -506,6 +503,17 @@ class SymmGroup(dist.ProcessGroup):
     def alltoall(self, outputs: list[Any], inputs: list[Any], opts: Any = None) -> Any:
         """``dist.all_to_all`` (lists): the engine (gloo for CPU tensors)."""
         return self._forward("alltoall", inputs, lambda b: b.alltoall(outputs, inputs, opts))
+
+def _coalesced(b: Any, name: str, args: tuple, each: list, results: list[Any]) -> Any:
+    """Backend ``b``'s coalesced method ``name`` on ``args`` where its binding has one; else
+    the single calls ``each`` in order, as one work over ``results`` (torch's bindings of the
+    NCCL and gloo backends lack the coalesced forms).
+    """
+    method = getattr(b, name, None)
+    if method is not None:
+        return method(*args)
+    return Each([call() for call in each], results)
+
 
 def _gather_opts() -> Any:
     return torch._C._distributed_c10d.AllgatherOptions()
