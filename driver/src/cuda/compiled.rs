@@ -6,7 +6,7 @@
 //! same ranks (kind, dtype, operator, buffers, line format, ranks, divisor; `shape`), and
 //! differ at most in offsets, counts and slots, as the channels of a direct algorithm do. Each
 //! shape is one function (not inlined: NVRTC then optimises each on its own, and its time grows
-//! with the ops instead of faster), which runs the ops in order, each a call of the
+//! with the ops instead of faster; but a one-channel plan's, called once, is), which runs the ops in order, each a call of the
 //! interpreter's own `symm_run_op` (`symm/ops.cuh`) with the shape's words as constants, so
 //! NVRTC folds the dispatch, the peers and the reduction's loop away; the offsets, counts and
 //! slots it reads from the uploaded plan. Block `c` calls its channel's shape with channel
@@ -119,12 +119,19 @@ pub fn source(plan: &RankPlan) -> Result<String> {
          symm_run_op(p, op_, i, stop, trace_len); if (stop) return; }\n",
     );
     // One function per shape, not inlined into the kernel: NVRTC optimises each on its own, so
-    // the compile time grows with the ops, not faster.
+    // the compile time grows with the ops, not faster. A one-channel plan's only shape is
+    // inlined: called once, it costs no more to compile, and the kernel reads its parameters
+    // from the constant bank and `stop` from shared memory instead of through the stack.
+    let qualifier = if groups.of_channel.len() == 1 {
+        "__forceinline__"
+    } else {
+        "__noinline__"
+    };
     for (g, shape) in groups.shapes.iter().enumerate() {
         let ops = channel(plan, shape.members[0]);
         let _ = writeln!(
             s,
-            "static __device__ __noinline__ void symm_shape_{g}(const symm_interp_params& p, \
+            "static __device__ {qualifier} void symm_shape_{g}(const symm_interp_params& p, \
              const symm_plan_op* __restrict__ ops, int& stop, symm_u32& trace_len) {{\n\
              \x20 (void)ops;\n#if SYMM_TRACE"
         );
@@ -686,6 +693,28 @@ mod tests {
             src.matches("__noinline__ void symm_shape_").count(),
             g.shapes.len()
         );
+    }
+
+    #[test]
+    fn a_one_channel_plan_is_inlined_into_its_kernel() {
+        // Called once, its shape costs nothing to inline; every plan of more channels keeps one
+        // function per shape (above).
+        let req = Request::new(
+            Collective::AllReduce,
+            Algorithm::OneShotLl,
+            2,
+            1024,
+            DType::F32,
+            ReduceOp::Sum,
+        )
+        .with_channels(1);
+        let plan = RankPlan::schedule(&req, 0).expect("schedules");
+        let src = source(&plan).expect("short");
+        assert_eq!(src.matches("__forceinline__ void symm_shape_0(").count(), 1);
+        assert!(!src.contains("__noinline__"), "{src}");
+        let two = RankPlan::schedule(&req.with_channels(2), 0).expect("schedules");
+        let src = source(&two).expect("short");
+        assert!(!src.contains("__forceinline__ void symm_shape_"), "{src}");
     }
 
     /// The lines of `src` between each `open` line and the next `close` line.
