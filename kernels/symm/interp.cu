@@ -8,8 +8,9 @@
 //   SIGNAL  the block synchronises, then thread 0 does fence.acq_rel.sys + a release atomic
 //   WAIT    thread 0 spins with ld.acquire.sys until pad[slot] >= expected[slot] + count, then
 //           advances expected[slot] (device memory, so a replayed CUDA graph keeps counting)
-// A call of the job carries its signature (symm_sig_*, ops.cuh): pushed to every peer at the
-// start, its peers' read at the end and while a wait spins, a call that differs named at once.
+// A call of the job carries its signature (symm_sig_*, ops.cuh): pushed to every peer by the
+// last warp after the first barrier, its peers' read while a wait spins and after the last
+// barrier, a call that differs named at once.
 // Every wait has a %globaltimer deadline. On expiry the block writes a timeout record (rank, peer,
 // slot, expected, found, op index) to host-mapped memory, raises the shared abort word so that
 // every other block of every rank stops at its next wait, and returns.
@@ -36,14 +37,14 @@ extern "C" __global__ void __launch_bounds__(SYMM_THREADS) symm_interp(const sym
     ((uint4*)cache)[j] = ((const uint4*)(p.plan + begin))[j];
   }
   if (threadIdx.x == 0) stop = 0;
-  symm_sig_publish(p);
   __syncthreads();
+  const symm_u64 sig_calls = symm_sig_publish(p);
   for (symm_u32 i = begin; i < end && !stop; i++) {
     const symm_u32 index = i - begin;
     const symm_plan_op op = index < cached ? cache[index] : p.plan[i];
     symm_run_op(p, op, index, stop, trace_len);
   }
-  symm_sig_finish(p, stop);
+  symm_sig_finish(p, stop, sig_calls);
 #if SYMM_TRACE
   if (threadIdx.x == 0 && p.trace_len) p.trace_len[ch] = trace_len;
 #endif

@@ -147,19 +147,30 @@ static __device__ void symm_record(const symm_interp_params& p, symm_u32 reason,
 // ---------------------------------------------------------------------------------------------
 // The call signature (symm_core::sched::signature). A call of the job carries its signature
 // with sequence number 0 in p.sig; the sequence number is this rank's call counter of the
-// channel (p.calls, device memory, so graph replays count too). At the block's start, warp 0
-// pushes the call's word into every peer's signature words, row (channel, parity of the
-// sequence), column this rank: before any signal of the call, which publishes it (the block
-// synchronises, then a release). The block reads the words its peers pushed to it, in its own
-// memory, at its end and whenever a wait spins past its fast path. A word that carries this
-// call's sequence number and is not this call's word names a call that differs
-// (SYMM_STOP_SIGNATURE, the abort word raised); any other word (none yet, an older call's, a
-// newer one's: the peer ran ahead) says nothing, so agreeing calls never fire. p.sig 0: no
-// check (a team's call, the one-process backend).
+// channel (p.calls, device memory, so graph replays count too). After the block's first
+// barrier, its last warp reads the counter once and pushes the call's word into every peer's
+// signature words, row (channel, parity of the sequence), column this rank. That warp does so
+// before it reaches any later barrier, and every signal of a plan is a barrier then a release
+// by thread 0, so the word is published before any signal of the call; the other warps start
+// the call's ops meanwhile, and the counter's read is off their path. The block reads the
+// words its peers pushed to it, in its own memory, whenever a wait spins past its fast path
+// and, after the block's last barrier, in the last warp, which then writes the counter it
+// read plus one (no second read). A word that carries this call's sequence number and is not
+// this call's word names a call that differs (SYMM_STOP_SIGNATURE, the abort word raised); any
+// other word (none yet, an older call's, a newer one's: the peer ran ahead) says nothing, so
+// agreeing calls never fire. p.sig 0: no check (a team's call, the one-process backend).
 // ---------------------------------------------------------------------------------------------
 
+// The first thread of the block's last warp (whole or not): the warp that publishes and
+// finishes, each of its threads taking every (blockDim.x - that)th peer.
+static __device__ __forceinline__ symm_u32 symm_sig_warp() { return (blockDim.x - 1) & ~31u; }
+
+static __device__ __forceinline__ symm_u64 symm_sig_word(const symm_interp_params& p, symm_u64 calls) {
+  return p.sig | (calls & 0xfffull);
+}
+
 static __device__ __forceinline__ symm_u64 symm_sig_mine(const symm_interp_params& p) {
-  return p.sig | (p.calls[blockIdx.x] & 0xfffull);
+  return symm_sig_word(p, p.calls[blockIdx.x]);
 }
 
 // Rank `owner`'s word from `sender` for the call whose word is `mine`.
@@ -173,21 +184,23 @@ static __device__ __forceinline__ bool symm_sig_names(symm_u64 mine, symm_u64 th
   return theirs != 0 && theirs != mine && ((theirs ^ mine) & 0xfffull) == 0;
 }
 
-// Block start, warp 0: this call's word into every peer's row.
-static __device__ __forceinline__ void symm_sig_publish(const symm_interp_params& p) {
-  if (!p.sig || threadIdx.x >= 32) return;
-  const symm_u64 mine = symm_sig_mine(p);
-  for (symm_u32 q = threadIdx.x; q < p.world; q += 32) {
+// After the block's first barrier, the last warp: this call's word into every peer's row.
+// Returns the channel's call counter to that warp (0 to the others), for symm_sig_finish.
+static __device__ __forceinline__ symm_u64 symm_sig_publish(const symm_interp_params& p) {
+  const symm_u32 w = symm_sig_warp();
+  if (!p.sig || threadIdx.x < w) return 0;
+  const symm_u64 calls = p.calls[blockIdx.x];
+  const symm_u64 mine = symm_sig_word(p, calls);
+  for (symm_u32 q = threadIdx.x - w; q < p.world; q += blockDim.x - w) {
     if (q != p.rank) *symm_sig_at(p, q, mine, p.rank) = mine;
   }
+  return calls;
 }
 
-// Whether a peer's word names a call that differs; the first thread of the block to see one
-// (`stop` from 0 to 1) records it and raises the abort word. Peers from `first`, by `step`.
-static __device__ bool symm_sig_differs(const symm_interp_params& p, symm_u32 first, symm_u32 step,
-                                        volatile int* stop) {
-  if (!p.sig) return false;
-  const symm_u64 mine = symm_sig_mine(p);
+// Whether a peer's word names a call other than `mine`; the first thread of the block to see
+// one (`stop` from 0 to 1) records it and raises the abort word. Peers from `first`, by `step`.
+static __device__ bool symm_sig_differs_from(const symm_interp_params& p, symm_u64 mine, symm_u32 first,
+                                             symm_u32 step, volatile int* stop) {
   for (symm_u32 q = first; q < p.world; q += step) {
     if (q == p.rank) continue;
     const symm_u64 theirs = *symm_sig_at(p, p.rank, mine, q);
@@ -203,13 +216,25 @@ static __device__ bool symm_sig_differs(const symm_interp_params& p, symm_u32 fi
   return false;
 }
 
-// Block end, every thread: warp 0 reads the peers' words, then the channel's call counter
-// advances (whether the call finished or stopped: a failed job resets the counters).
-static __device__ __forceinline__ void symm_sig_finish(const symm_interp_params& p, int& stop) {
+// The same from a spinning wait, any thread: the counter read again (it changes only after
+// the block's last barrier).
+static __device__ bool symm_sig_differs(const symm_interp_params& p, symm_u32 first, symm_u32 step,
+                                        volatile int* stop) {
+  if (!p.sig) return false;
+  return symm_sig_differs_from(p, symm_sig_mine(p), first, step, stop);
+}
+
+// Block end, every thread: after a barrier (every op and every spinning check done), the last
+// warp reads the peers' words, then writes the counter it read at the start plus one (whether
+// the call finished or stopped: a failed job resets the counters). `calls`: what
+// symm_sig_publish returned to this thread.
+static __device__ __forceinline__ void symm_sig_finish(const symm_interp_params& p, int& stop, symm_u64 calls) {
   if (!p.sig) return;
-  if (threadIdx.x < 32 && !stop) symm_sig_differs(p, threadIdx.x, 32, (volatile int*)&stop);
   __syncthreads();
-  if (threadIdx.x == 0) p.calls[blockIdx.x] += 1;
+  const symm_u32 w = symm_sig_warp();
+  if (threadIdx.x < w) return;
+  if (!stop) symm_sig_differs_from(p, symm_sig_word(p, calls), threadIdx.x - w, blockDim.x - w, (volatile int*)&stop);
+  if (threadIdx.x == w) p.calls[blockIdx.x] = calls + 1;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -148,8 +148,8 @@ pub fn source(plan: &RankPlan) -> Result<String> {
          \x20 symm_u32 trace_len = 0;\n\
          \x20 if (blockIdx.x >= p.channels || blockIdx.x >= SYMM_MAX_CHANNELS) return;\n\
          \x20 if (threadIdx.x == 0) stop = 0;\n\
-         \x20 symm_sig_publish(p);\n\
-         \x20 __syncthreads();\n",
+         \x20 __syncthreads();\n\
+         \x20 const symm_u64 sig_calls = symm_sig_publish(p);\n",
     );
     let staged = groups
         .shapes
@@ -186,7 +186,7 @@ pub fn source(plan: &RankPlan) -> Result<String> {
     }
     s.push_str(
         "  default: break;\n  }\n\
-         \x20 symm_sig_finish(p, stop);\n\
+         \x20 symm_sig_finish(p, stop, sig_calls);\n\
          #if SYMM_TRACE\n\
          \x20 if (threadIdx.x == 0 && p.trace_len) p.trace_len[blockIdx.x] = trace_len;\n\
          #endif\n}\n",
