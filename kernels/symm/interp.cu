@@ -39,10 +39,14 @@ extern "C" __global__ void __launch_bounds__(SYMM_THREADS) symm_interp(const sym
   if (threadIdx.x == 0) stop = 0;
   __syncthreads();
   const symm_u64 sig_calls = symm_sig_publish(p);
-  for (symm_u32 i = begin; i < end && !stop; i++) {
+  // `stop` is read only after an op's closing barrier, where every thread sees the same value:
+  // the last warp reaches the first op later than the others (symm_sig_publish), so a read
+  // before the op could see a stop set inside it and skip it.
+  for (symm_u32 i = begin; i < end; i++) {
     const symm_u32 index = i - begin;
     const symm_plan_op op = index < cached ? cache[index] : p.plan[i];
     symm_run_op(p, op, index, stop, trace_len);
+    if (stop) break;
   }
   symm_sig_finish(p, stop, sig_calls);
 #if SYMM_TRACE

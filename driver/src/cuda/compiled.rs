@@ -6,14 +6,15 @@
 //! same ranks (kind, dtype, operator, buffers, line format, ranks, divisor; `shape`), and
 //! differ at most in offsets, counts and slots, as the channels of a direct algorithm do. Each
 //! shape is one function (not inlined: NVRTC then optimises each on its own, and its time grows
-//! with the ops instead of faster; but a one-channel plan's, called once, is), which runs the ops in order, each a call of the
-//! interpreter's own `symm_run_op` (`symm/ops.cuh`) with the shape's words as constants, so
-//! NVRTC folds the dispatch, the peers and the reduction's loop away; the offsets, counts and
-//! slots it reads from the uploaded plan. Block `c` calls its channel's shape with channel
-//! `c`'s ops. So a two-shot of 64 channels compiles one channel's ops, and every size of it is
-//! one source and one cached cubin. The kernel takes the interpreter's parameter block (heap,
-//! buffers, counters, records, trace), so the same buffer checks, timeouts, records and trace
-//! events apply, and a traced compiled plan emits the interpreter's trace.
+//! with the ops instead of faster; but a one-channel plan's, called once, is), which runs the
+//! ops in order, each a call of the interpreter's own `symm_run_op` (`symm/ops.cuh`) with the
+//! shape's words as constants, so NVRTC folds the dispatch, the peers and the reduction's loop
+//! away; the offsets, counts and slots it reads from the uploaded plan. Block `c` calls its
+//! channel's shape with channel `c`'s ops. So a two-shot of 64 channels compiles one channel's
+//! ops, and every size of it is one source and one cached cubin. The kernel takes the
+//! interpreter's parameter block (heap, buffers, counters, records, trace), so the same buffer
+//! checks, timeouts, records and trace events apply, and a traced compiled plan emits the
+//! interpreter's trace.
 //!
 //! Only plans that passed [`RankPlan::validate`] are compiled and launched with their own
 //! uploaded ops; the generator writes nothing but numbers from their encoded ops: a hostile
