@@ -152,7 +152,10 @@ static __device__ void symm_record(const symm_interp_params& p, symm_u32 reason,
 // signature words, row (channel, parity of the sequence), column this rank. That warp does so
 // before it reaches any later barrier, and every signal of a plan is a barrier then a release
 // by thread 0, so the word is published before any signal of the call; the other warps start
-// the call's ops meanwhile, and the counter's read is off their path. The block reads the
+// the call's ops meanwhile, and the counter's read is off their path. Low-latency lines carry
+// no release: the word is stored before them (every low-latency plan opens with the epoch
+// pair and its barrier) but is not ordered with them, so a call that differs and still
+// completes is named only if the word has arrived by the end's read. The block reads the
 // words its peers pushed to it, in its own memory, whenever a wait spins past its fast path
 // and, after the block's last barrier, in the last warp, which then writes the counter it
 // read plus one (no second read). A word that carries this call's sequence number and is not
