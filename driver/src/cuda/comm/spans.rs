@@ -106,14 +106,30 @@ struct Ready {
     engines: CopyEngine,
 }
 
+/// The offset of `s` from `base` when all of it lies in `[data_off, stride)` of the part
+/// that starts at `base`.
+fn place(base: u64, data_off: u64, stride: u64, s: Span) -> Option<u64> {
+    let off = s.ptr.checked_sub(base)?;
+    let end = off.checked_add(s.len)?;
+    (off >= data_off && end <= stride).then_some(off)
+}
+
 impl Comm {
     /// The heap offset of `s` when all of it lies in this rank's buffer area, 16-byte aligned
     /// (what the kernels' vector accesses need; other spans are staged).
     pub(crate) fn heap_offset(&self, s: Span) -> Option<u64> {
-        let base = self.heap.ptr(self.job.rank, 0)?;
-        let off = s.ptr.checked_sub(base)?;
-        let end = off.checked_add(s.len)?;
-        (off >= self.data_off && end <= self.heap.stride && off.is_multiple_of(16)).then_some(off)
+        self.heap_place(s).filter(|off| off.is_multiple_of(16))
+    }
+
+    /// The heap offset of `s` when all of it lies in this rank's buffer area, aligned or not:
+    /// a misaligned span there is staged, but it is this rank's own memory, not another's.
+    fn heap_place(&self, s: Span) -> Option<u64> {
+        place(
+            self.heap.ptr(self.job.rank, 0)?,
+            self.data_off,
+            self.heap.stride,
+            s,
+        )
     }
 
     /// Where each side runs: its heap offset when used in place, `None` when staged (outside
@@ -225,10 +241,11 @@ impl Tensors {
                 });
             }
         }
-        // A staged span inside this rank's buffer area (an output over its own input) is heap
-        // memory already: only a span from elsewhere costs the driver's pointer query.
+        // A staged span inside this rank's buffer area (an output over its own input, a view
+        // off the 16-byte grid) is this rank's heap memory: only a span from elsewhere costs
+        // the driver's pointer query, which refuses another heap's memory.
         for (s, heap) in [(input, in_heap), (output, out_heap)] {
-            if heap.is_none() && s.len > 0 && comm.heap_offset(s).is_none() {
+            if heap.is_none() && s.len > 0 && comm.heap_place(s).is_none() {
                 comm.check_device_span(s)?;
             }
         }
@@ -558,5 +575,46 @@ impl Tensors {
         s.work.remove(&req);
         s.ready.retain(|a, _| a.0 != req);
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_span_off_the_grid_inside_the_buffer_area_is_this_ranks_own_memory() {
+        let (base, data_off, stride) = (1 << 40, 4096, 1 << 20);
+        let at = |off: u64, len: u64| {
+            place(
+                base,
+                data_off,
+                stride,
+                Span {
+                    ptr: base + off,
+                    len,
+                },
+            )
+        };
+        // A view one f32 into a block: staged (not on the grid), but placed in the heap.
+        assert_eq!(at(data_off + 4, 256), Some(data_off + 4));
+        assert_eq!(at(data_off, 256), Some(data_off));
+        assert_eq!(at(stride - 256, 256), Some(stride - 256));
+        // Outside the buffer area: the header, past the part, below the base, wrapping.
+        assert_eq!(at(0, 16), None);
+        assert_eq!(at(stride - 255, 256), None);
+        assert_eq!(
+            place(
+                base,
+                data_off,
+                stride,
+                Span {
+                    ptr: base - 16,
+                    len: 16
+                }
+            ),
+            None
+        );
+        assert_eq!(at(data_off, u64::MAX), None);
     }
 }
