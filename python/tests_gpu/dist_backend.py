@@ -234,10 +234,11 @@ def main():
     paths = sd.paths()
     host = int(os.environ.get("SYMM_DIST_HOST_SIZE", "0") or 0)
     if 0 < host < w:
-        # Two or more "hosts": symm's job is this host's ranks; all-reduces take the
-        # hierarchical path, and what spans hosts otherwise goes to NCCL.
-        check("default group joined its host's symm job",
-              symm.is_initialized() and symm.world_size() == host)
+        # Two or more "hosts": the default group's symm job is its own, over this host's
+        # ranks (the process's job, symm.init's, is one host's job only when the group is);
+        # all-reduces take the hierarchical path, and what spans hosts otherwise goes to NCCL.
+        check("default group's symm job is its host's, not the process's",
+              not symm.is_initialized())
         check("all-reduces took the hierarchical path",
               paths.get("allreduce", {}).get("hier", 0) > 0, paths)
     else:

@@ -7,9 +7,9 @@ publish their host names through the group's store then. It holds:
 * gloo over the group, for CPU tensors and the host side of ``barrier``;
 * the symm communicator of the group's ranks on this host, joined on the group's first call
   that symm serves (every member makes that call, so they join together): for the default
-  group, the job ``symm.init`` would join (so ``symm.empty`` tensors and ``symm.*`` calls
-  share its heap), which on a group that spans hosts is this host's ranks; for any other
-  group, a job of its own over the group's store;
+  group on one host, the job ``symm.init`` would join (so ``symm.empty`` tensors and
+  ``symm.*`` calls share its heap); for any other group, a job of its own over the group's
+  store;
 * the engine, NCCL over the group (unless ``SYMM_DIST_ENGINE=none``), started on its first
   call; and, on a group that spans hosts, NCCL between the ranks of the same local rank on
   every host, for the hierarchical collectives.
@@ -108,7 +108,7 @@ class SymmGroup(dist.ProcessGroup):
                 self._local = _local.Alone()
             else:
                 job = _join(self._store, f"symm/{self._host}", me, len(self._mine),
-                            self._options, self._default)
+                            self._options, self._default and self.shape.hosts == 1)
                 self._jobs.append(job)
                 self._local = _local.SymmLocal(job)
         return self._local
@@ -543,8 +543,8 @@ def _hosts(store: Any, rank: int, size: int, ranks: list[int], options: Options)
 
 def _join(store: Any, key: str, rank: int, world: int, options: Options, default: bool) -> Any:
     """The symm job of a group's ranks on this host (its name and secret drawn by its rank 0
-    and shared through the group's store). The default group joins the process's job
-    (:func:`symm.init`'s: on several hosts, its host's ranks), made here when there is none.
+    and shared through the group's store). The default group on one host joins the process's
+    job (:func:`symm.init`'s), made here when there is none.
     """
     if default and _gpu._job is not None:
         j = _gpu._job
