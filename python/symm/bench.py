@@ -55,9 +55,13 @@ from .layer import LLAMA_70B  # noqa: E402
 
 def _time_graph(torch: Any, fn: Callable[[], Any], calls: int, replays: int) -> float:
     """Microseconds per call of ``fn`` captured ``calls`` times in a CUDA graph and replayed
-    ``replays`` times.
+    ``replays`` times, the ranks meeting at a barrier just before the timed replays (else a
+    rank that reaches them late adds its delay to every other rank's time, as the layer and
+    fused benches already avoid).
     """
-    return graph_run(torch, fn, calls, replays)[0]
+    dist = torch.distributed
+    together = dist.barrier if dist.is_available() and dist.is_initialized() else None
+    return graph_run(torch, fn, calls, replays, together=together)[0]
 
 
 def _pin_thread() -> Optional[set[int]]:

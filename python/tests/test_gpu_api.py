@@ -105,6 +105,28 @@ def test_bench_refuses_an_unknown_collective_before_touching_a_gpu(capsys):
     assert "unknown collectives ['all_gathr']" in capsys.readouterr().err
 
 
+def test_bench_graph_timing_meets_at_a_barrier_before_its_replays(monkeypatch):
+    # Without it a rank that reaches the timed replays late adds its delay to every other
+    # rank's time (the layer and fused benches wait on one too).
+    from types import SimpleNamespace
+
+    from symm import bench
+
+    seen = []
+
+    def graph_run(torch, fn, calls, replays, pool=None, together=None):
+        seen.append(together)
+        return 1.5, None
+
+    monkeypatch.setattr(bench, "graph_run", graph_run)
+    barrier = object()
+    up = SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True, barrier=barrier)
+    down = SimpleNamespace(is_available=lambda: True, is_initialized=lambda: False)
+    assert bench._time_graph(SimpleNamespace(distributed=up), lambda: None, 10, 2) == 1.5
+    assert bench._time_graph(SimpleNamespace(distributed=down), lambda: None, 10, 2) == 1.5
+    assert seen == [barrier, None]
+
+
 def test_the_package_ships_its_kernels_for_sm90():
     from symm import _gpu
 
