@@ -234,9 +234,9 @@ def main():
     paths = sd.paths()
     host = int(os.environ.get("SYMM_DIST_HOST_SIZE", "0") or 0)
     if 0 < host < w:
-        # Two or more "hosts": the default group's symm job is its own, over this host's
-        # ranks (the process's job, symm.init's, is one host's job only when the group is);
-        # all-reduces take the hierarchical path, and what spans hosts otherwise goes to NCCL.
+        # Two or more "hosts": the default group joins a symm job of its own over this host's
+        # ranks (it joins symm.init's job only when it lies on one host); all-reduces take the
+        # hierarchical path, and what spans hosts otherwise goes to NCCL.
         check("default group's symm job is its host's, not the process's",
               not symm.is_initialized())
         check("all-reduces took the hierarchical path",
