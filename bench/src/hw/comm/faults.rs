@@ -10,7 +10,8 @@
 //!   deadline;
 //! * the same after every rank used both versions: `RanksDiffer` from the call's signature on
 //!   the device, within 10 ms (root excepted: a broadcast's other ranks only read the root);
-//! * one rank skipping a call, or calling twice: `RanksDiffer` on some rank;
+//! * one rank skipping a call, or calling twice, before a shape's first use: `RanksDiffer` on
+//!   every rank within 10 ms, from the count of calls the agreement of first uses compares;
 //! * one rank abandoning the job between two collectives (an error of the application);
 //! * one rank stopped (SIGSTOP) past the deadline, then continued by rank 0: `Timeout` on every
 //!   other rank, between one and three deadlines.
@@ -298,12 +299,16 @@ pub(super) fn run(_p: &Params) -> Result<Vec<Check>, String> {
                 },
                 false,
             )?;
-            if !seen.contains(&1) {
+            // The next call is a first use on every rank: the ranks' counts of calls before
+            // it differ there, and every rank names it at once.
+            if seen.iter().any(|&r| r != 1) {
                 return Err(format!(
-                    "no rank named it (0 nothing, 1 RanksDiffer, 2 other): {seen:?}"
+                    "not named on every rank (0 nothing, 1 RanksDiffer, 2 other): {seen:?}; {}",
+                    said(&o)
                 ));
             }
-            Ok(format!("{}; ranks that saw it: {seen:?}", said(&o)))
+            named(&o, Duration::from_millis(10))
+                .map(|()| format!("{}; ranks that saw it: {seen:?}", said(&o)))
         }));
     }
     checks.push(Check::timed(

@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::c_void;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use super::Comm;
@@ -109,6 +110,9 @@ pub struct Tensors {
     graph_pins: GraphPins,
     /// Agreed argument sets and workspaces of [`Tensors::enqueue`].
     pub(super) spans: Mutex<super::spans::Spans>,
+    /// Calls [`Tensors::enqueue`] launched since the job began or was last reset, which the
+    /// ranks compare on each first use (`calls`).
+    pub(super) calls: AtomicU64,
 }
 
 impl Tensors {
@@ -119,6 +123,7 @@ impl Tensors {
             blocks: Mutex::default(),
             graph_pins: GraphPins::default(),
             spans: Mutex::default(),
+            calls: AtomicU64::new(0),
         }
     }
 

@@ -39,6 +39,7 @@ mod agree;
 mod allocator;
 mod backend;
 mod blocks;
+mod calls;
 mod capture;
 mod entry;
 pub mod epoch;

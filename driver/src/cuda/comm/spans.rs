@@ -22,10 +22,11 @@
 //!   the same calls in the same order, so every rank frees the same one. A workspace a captured
 //!   graph names is kept as long as the Comm.
 //! * **The ranks agree.** The first time a set of arguments (the request, and for each side the
-//!   heap offset or "staged") is used, the ranks exchange it through the bootstrap and every
-//!   rank fails with [`CudaError::RanksDiffer`] when any differs: peers read each other's
-//!   buffers at the offsets they compute for themselves. Later uses of the same arguments cost
-//!   nothing; a rank that changes them alone meets the others in the next exchange or times out.
+//!   heap offset or "staged") is used, the ranks exchange it through the bootstrap, with the
+//!   count of calls before it (`super::calls`), and every rank fails with
+//!   [`CudaError::RanksDiffer`] when any differs: peers read each other's buffers at the
+//!   offsets they compute for themselves. Later uses of the same arguments cost nothing here;
+//!   a rank that changes them alone is named by the call's signature on the device.
 //! * **Graphs.** Nothing here synchronises with the host after the first use, so a stream
 //!   capture (`torch.cuda.graph`) records the copies and the kernel. During a capture the plan
 //!   and workspace must exist already ([`CudaError::NotPrepared`] / [`CudaError::Capturing`]
@@ -43,7 +44,6 @@ use crate::cuda::copy_engine::CopyEngine;
 use crate::cuda::device::Stream;
 use crate::cuda::error::{check, driver, CudaError, ErrorKind, Result};
 use crate::cuda::ffi::driver as ffi;
-use crate::cuda::rendezvous::Bootstrap;
 
 /// Distinct argument sets remembered as agreed before the memory starts over (every rank
 /// forgets at the same call: they agree on the same sequence).
@@ -62,7 +62,7 @@ pub struct Span {
 /// launches of argument sets ready to run.
 #[derive(Default)]
 pub(crate) struct Spans {
-    agreed: HashSet<Args>,
+    pub(super) agreed: HashSet<Args>,
     work: HashMap<Request, Work>,
     /// Calls so far: the clock of least recent use.
     tick: u64,
@@ -82,6 +82,16 @@ struct Work {
 }
 
 impl Spans {
+    /// Remembers `key` as agreed by every rank (the memory starts over past [`MAX_AGREED`],
+    /// on every rank at the same call).
+    pub(super) fn remember_agreed(&mut self, key: Args) {
+        if self.agreed.len() >= MAX_AGREED {
+            self.agreed.clear();
+            self.forget_ready();
+        }
+        self.agreed.insert(key);
+    }
+
     /// Forgets every ready argument set, keeping each workspace's last use.
     fn forget_ready(&mut self) {
         for (a, r) in self.ready.drain() {
@@ -93,7 +103,7 @@ impl Spans {
 }
 
 /// An argument set: the request, and for each side its heap offset or `None` (staged).
-type Args = (Request, Option<u64>, Option<u64>);
+pub(super) type Args = (Request, Option<u64>, Option<u64>);
 
 /// What a ready argument set launches: its workspace and its admitted request, admitted under
 /// the copy-engine option `engines` (another option admits it again).
@@ -146,7 +156,7 @@ impl Comm {
 }
 
 impl Tensors {
-    fn spans_lock(&self) -> Result<std::sync::MutexGuard<'_, Spans>> {
+    pub(super) fn spans_lock(&self) -> Result<std::sync::MutexGuard<'_, Spans>> {
         self.spans
             .lock()
             .map_err(|_| CudaError::LockPoisoned { what: "spans" })
@@ -292,6 +302,7 @@ impl Tensors {
             };
             copy(output.ptr, from, stream)?;
         }
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(true)
     }
 
@@ -454,51 +465,9 @@ impl Tensors {
             s.agreed.clear();
             s.forget_ready();
         }
+        // Every rank counts its calls from zero again (the fault may have parted them).
+        self.calls.store(0, std::sync::atomic::Ordering::Release);
         comm.reset()
-    }
-
-    /// The first time this set of arguments is used, checks with every rank that theirs is
-    /// the same.
-    fn agree_args(
-        &self,
-        comm: &Comm,
-        req: &Request,
-        input: Option<u64>,
-        output: Option<u64>,
-    ) -> Result<()> {
-        let key = (*req, input, output);
-        if self.spans_lock()?.agreed.contains(&key) {
-            return Ok(());
-        }
-        let side = |o: Option<u64>| o.map_or("staged".to_string(), |o| format!("heap+{o:#x}"));
-        let mine = format!(
-            "{} {} {} B {} {} ch{} input {} output {}",
-            req.collective.name(),
-            req.algorithm.name(),
-            req.bytes,
-            req.dtype.name(),
-            req.op.name(),
-            req.channels,
-            side(input),
-            side(output)
-        ) + &format!(" {:?}", req.collective);
-        let all = comm.job.boot.all_gather(comm.job.rank, mine.as_bytes())?;
-        for (r, theirs) in all.iter().enumerate() {
-            if theirs.as_slice() != mine.as_bytes() {
-                return Err(CudaError::RanksDiffer {
-                    rank: r as u16,
-                    mine,
-                    theirs: String::from_utf8_lossy(theirs).chars().take(200).collect(),
-                });
-            }
-        }
-        let mut s = self.spans_lock()?;
-        if s.agreed.len() >= MAX_AGREED {
-            s.agreed.clear();
-            s.forget_ready();
-        }
-        s.agreed.insert(key);
-        Ok(())
     }
 
     /// The request's workspace, allocated (collectively) on its first use.
