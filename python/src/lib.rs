@@ -533,6 +533,9 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<gpu::GpuComm>()?;
     m.add_class::<gpu::Block>()?;
     m.add_class::<gpu::AllReduces>()?;
+    m.add_function(wrap_pyfunction!(gpu::sums::all_reduce, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::sums::all_reduce_paths, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::sums::all_reduce_job, m)?)?;
     m.add_class::<gpu::PyMoeLayer>()?;
     m.add_class::<gpu::PyA2avLayer>()?;
     m.add_function(wrap_pyfunction!(gpu::pool::pool_serve, m)?)?;

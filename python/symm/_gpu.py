@@ -220,6 +220,7 @@ def _install(job: _Job) -> None:
     with _lock:
         _job = job
         _generation += 1
+        _symm.all_reduce_job(job.sums)
         if _generation == 1:
             atexit.register(_finalize_at_exit)
 
@@ -232,6 +233,7 @@ def finalize() -> None:
     global _job
     with _lock:
         j, _job = _job, None
+        _symm.all_reduce_job(None)
     if j is not None:
         if j.pool is not None:
             _symm.pool_stop()
@@ -422,32 +424,12 @@ def is_symmetric(t: Any) -> bool:
     return j.lo <= p and p + t.numel() * t.element_size() <= j.hi
 
 
-def all_reduce(t: Any, op: str = "sum", *, stream: Any = None, algorithm: Optional[str] = None,
-               channels: Optional[int] = None, deterministic: bool = False) -> Any:
-    """Reduce ``t`` over every rank, in place, on the current stream (or ``stream``).
-
-    ``t`` may be a symmetric tensor (read in place) or any contiguous CUDA tensor of this
-    rank's GPU: used where it lies by the algorithms no peer reads it in (the low-latency
-    ones, at small sizes), else staged through a symmetric workspace. ``op``: sum, prod, min,
-    max.
-    ``deterministic=True`` makes this call's result the rank-order sum, the same bits at
-    every size (see :func:`init`; a deterministic job makes every call so).
-    Every rank passes the same shape, dtype and kind of tensor. Returns ``t``.
+def _all_reduce(t: Any, op: str = "sum", *, stream: Any = None, algorithm: Optional[str] = None,
+                channels: Optional[int] = None, deterministic: bool = False) -> Any:
+    """The full path of :func:`all_reduce` (``symm._symm.all_reduce``), which runs a sum of a
+    shape the job remembers in one step and hands every other call here.
     """
-    # The hot path of an eager call: a sum the runtime remembers for this shape is one call,
-    # which reads the tensor itself (memory outside the heap must be an allocation of this
-    # rank's GPU: it checks that); a refusal is explained by `_check` first.
-    j = _job
-    if j is None:
-        j = _get()
-    if stream is None and op == "sum" and algorithm is None and channels is None \
-            and deterministic is False:
-        try:
-            if j.sum(t):
-                return t
-        except Exception:
-            _check(j, t, "t")
-            raise
+    j = _get()
     dt = _check(j, t, "t")  # an empty tensor of a dtype symm does not take is refused too
     n = t.nbytes
     if n:
@@ -463,6 +445,17 @@ def all_reduce(t: Any, op: str = "sum", *, stream: Any = None, algorithm: Option
         p = t.data_ptr()
         j.collective(r, p, n, p, n, j.current_stream() if stream is None else _stream(j, stream))
     return t
+
+
+def _explain(t: Any) -> None:
+    """Raises what :func:`_check` says of ``t``, when it refuses it."""
+    _check(_get(), t, "t")
+
+
+# `all_reduce` is the runtime's own callable: a repeated sum is one call from Python, with no
+# Python frame; everything else comes back to `_all_reduce`.
+_symm.all_reduce_paths(_all_reduce, _explain)
+all_reduce = _symm.all_reduce
 
 
 def broadcast(t: Any, src: int = 0, *, stream: Any = None, algorithm: Optional[str] = None,

@@ -30,6 +30,34 @@ def test_calls_before_init_raise_symm_error(call):
         call()
 
 
+def test_all_reduce_is_the_runtimes_callable_and_hands_other_calls_to_the_full_path():
+    import inspect
+
+    from symm import _gpu
+
+    # No Python frame on the repeated sum: the public name is the extension's function.
+    assert symm.all_reduce is _symm.all_reduce
+    assert str(inspect.signature(symm.all_reduce)) == (
+        "(t, op='sum', *, stream=None, algorithm=None, channels=None, deterministic=False)")
+    assert "in place" in symm.all_reduce.__doc__
+    seen = []
+
+    def full(t, *args, **kwargs):
+        seen.append((t, args, kwargs))
+        return "full"
+
+    _symm.all_reduce_paths(full, _gpu._explain)
+    try:
+        # No job: every call is the full path's, arguments as given.
+        assert symm.all_reduce(1) == "full"
+        assert symm.all_reduce(2, "max", stream=3, deterministic=True) == "full"
+        assert seen == [(1, (), {}), (2, ("max",), {"stream": 3, "deterministic": True})]
+    finally:
+        _symm.all_reduce_paths(_gpu._all_reduce, _gpu._explain)
+    with pytest.raises(TypeError):
+        symm.all_reduce()
+
+
 def test_the_pool_allocator_refuses_without_a_job():
     # What torch's pluggable allocator calls, called as torch would (the extension's own
     # symbols): with no job serving, a segment is refused with a null pointer and the cause

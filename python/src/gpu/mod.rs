@@ -26,7 +26,7 @@ mod moe;
 pub(crate) mod norm;
 pub(crate) mod pool;
 mod runtime;
-mod sums;
+pub(crate) mod sums;
 
 pub use block::Block;
 pub(crate) use errors::py_err;

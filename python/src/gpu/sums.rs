@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 
 use symm_core::sched::{Collective, Request};
 
@@ -108,4 +109,97 @@ impl AllReduces {
     fn __len__(&self) -> usize {
         self.by_shape.lock().map(|m| m.len()).unwrap_or(0)
     }
+}
+
+/// What `symm.all_reduce` reaches from Rust: the job's remembered sums (none between jobs),
+/// the full Python path, and the Python check that explains a refusal.
+#[derive(Default)]
+struct Front {
+    sums: Option<Py<AllReduces>>,
+    full: Option<Py<PyAny>>,
+    explain: Option<Py<PyAny>>,
+}
+
+static FRONT: Mutex<Option<Front>> = Mutex::new(None);
+
+fn front() -> PyResult<std::sync::MutexGuard<'static, Option<Front>>> {
+    FRONT.lock().map_err(|_| {
+        pyo3::exceptions::PyRuntimeError::new_err("symm's all_reduce front is poisoned")
+    })
+}
+
+/// Names the full Python path of `all_reduce` and the check that explains a refused tensor
+/// (`symm._gpu`, once at import).
+#[pyfunction]
+pub fn all_reduce_paths(full: Py<PyAny>, explain: Py<PyAny>) -> PyResult<()> {
+    let mut f = front()?;
+    let f = f.get_or_insert_with(Front::default);
+    f.full = Some(full);
+    f.explain = Some(explain);
+    Ok(())
+}
+
+/// Makes `sums` the job's remembered sums that `all_reduce` runs in one step (`None` when the
+/// job ends).
+#[pyfunction]
+#[pyo3(signature = (sums))]
+pub fn all_reduce_job(sums: Option<Py<AllReduces>>) -> PyResult<()> {
+    front()?.get_or_insert_with(Front::default).sums = sums;
+    Ok(())
+}
+
+/// Reduce ``t`` over every rank, in place, on the current stream (or ``stream``).
+///
+/// ``t`` may be a symmetric tensor (read in place) or any contiguous CUDA tensor of this
+/// rank's GPU: used where it lies by the algorithms no peer reads it in (the low-latency
+/// ones, at small sizes), else staged through a symmetric workspace. ``op``: sum, prod, min,
+/// max. ``deterministic=True`` makes this call's result the rank-order sum, the same bits at
+/// every size (see :func:`init`; a deterministic job makes every call so). Every rank passes
+/// the same shape, dtype and kind of tensor. Returns ``t``.
+///
+/// A sum over a tensor whose shape this job has seen, with no other argument, is one step
+/// here; every other call takes the full path.
+#[pyfunction]
+#[pyo3(
+    signature = (t, *args, **kwargs),
+    text_signature = "(t, op='sum', *, stream=None, algorithm=None, channels=None, deterministic=False)"
+)]
+pub fn all_reduce(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Py<PyAny>> {
+    let (sums, full, explain) = {
+        let f = front()?;
+        let f = f.as_ref();
+        let pick = |p: Option<&Py<PyAny>>| p.map(|p| p.clone_ref(py));
+        (
+            f.and_then(|f| f.sums.as_ref().map(|s| s.clone_ref(py))),
+            f.and_then(|f| pick(f.full.as_ref())),
+            f.and_then(|f| pick(f.explain.as_ref())),
+        )
+    };
+    let plain = args.is_empty() && kwargs.is_none_or(|k| k.is_empty());
+    if let (true, Some(sums)) = (plain, sums) {
+        match sums.get().run(py, t) {
+            Ok(true) => return Ok(t.clone().unbind()),
+            Ok(false) => {}
+            Err(e) => {
+                // A tensor the Python side refuses is explained in its terms.
+                if let Some(x) = explain {
+                    x.call1(py, (t,))?;
+                }
+                return Err(e);
+            }
+        }
+    }
+    let Some(full) = full else {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "symm._gpu is not imported: import symm",
+        ));
+    };
+    let mut all = vec![t.clone()];
+    all.extend(args.iter());
+    full.call(py, PyTuple::new(py, all)?, kwargs)
 }
