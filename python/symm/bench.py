@@ -23,7 +23,9 @@ block size (``launch_floor_us``). It writes ``bench-py-wN.json`` in the Rust ben
 (``samples`` of collective, size, system, mode, us, algbw, busbw, wrong) plus
 ``python_overhead`` (``rust_us``, ``python_us``, ``extra_us``, ``checks_us``,
 ``rust_one_call_us``: the same Rust enqueue timed inside, one call per turn of a Python loop,
-``python_own_us``: the Python call's time above that, and where the
+``python_own_us``: the Python call's time above that, ``python_framed_us``: the same call
+behind a Python function's frame, as ``symm.all_reduce`` was before the extension served it
+itself, and where the
 floor was measured ``floor_us``, ``rust_above_floor_us``, ``python_above_floor_us``, and the
 same Rust loop into a second symmetric buffer, with no staging: ``rust_out_of_place_us``,
 ``rust_out_of_place_above_floor_us``), and
@@ -307,7 +309,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = t.data_ptr()
     calls = a.overhead_calls
     req = _gpu._request(j, "all_reduce", 4096, "bf16", "sum", None, None)
-    rust_us, py_us, floor_us, apart_us, one_us = [], [], [], [], []
+    rust_us, py_us, floor_us, apart_us, one_us, frame_us = [], [], [], [], [], []
+
+    def framed(t, op="sum", *, stream=None, algorithm=None, channels=None, deterministic=False):
+        # The same one step behind a Python function's frame and argument checks: how
+        # symm.all_reduce was called before the extension served it itself.
+        if stream is None and op == "sum" and algorithm is None and channels is None \
+                and deterministic is False and j.sum(t):
+            return t
+        return _gpu._all_reduce(t, op, stream=stream, algorithm=algorithm, channels=channels,
+                                deterministic=deterministic)
+
     # In place (on the tensor itself where the request runs in place, `Request::runs_in_place`;
     # else the output staged through the workspace), and into a second symmetric buffer.
     q = big[2048:4096].data_ptr()
@@ -325,6 +337,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         for _ in range(calls):
             _gpu.all_reduce(t)
         py_us.append((time.perf_counter() - t0) * 1e6 / calls)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            framed(t)
+        frame_us.append((time.perf_counter() - t0) * 1e6 / calls)
         torch.cuda.synchronize()
         # The same enqueue one call per turn of a Python loop, timed inside Rust: what it costs
         # when other code runs between calls, as it does under any caller but a tight loop.
@@ -350,7 +367,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     rust, py, one = min(rust_us), min(py_us), min(one_us)
     overhead = {"calls": calls, "python_us": round(py, 3), "checks_us": round(checks_us, 3),
                 "rust_us": round(rust, 3), "extra_us": round(py - rust, 3),
-                "rust_one_call_us": round(one, 3), "python_own_us": round(py - one, 3)}
+                "rust_one_call_us": round(one, 3), "python_own_us": round(py - one, 3),
+                "python_framed_us": round(min(frame_us), 3)}
     if floor_us:
         floor = min(floor_us)
         overhead.update({"floor_us": round(floor, 3),
@@ -442,6 +460,9 @@ def _print_table(doc: dict[str, Any]) -> None:
           f"Python loop, so Python's own work is {o['python_own_us']} us "
           f"({o['checks_us']} us of it the argument handling); 0 in a graph (replays run no "
           "Python)")
+    if "python_framed_us" in o:
+        print(f"the same call behind a Python function's frame (the former symm.all_reduce): "
+              f"{o['python_framed_us']} us")
     for k, v in doc["notes"].items():
         print(f"note {k}: {v}")
 

@@ -2,6 +2,7 @@
 argument wrote (``dist_transformers.py`` or ``dist_fsdp.py``, same world, same model):
 
     python python/tests_gpu/compare_backends.py SYMM.pt NCCL.pt
+    python python/tests_gpu/compare_backends.py --exact DET_A.pt DET_B.pt
 
 For the transformers run: the largest logit difference against the largest logit, the share
 of greedy tokens that agree, and both decode steps' times. For the FSDP2 run: the largest
@@ -9,6 +10,13 @@ relative difference of the losses, the last step's gradients and the parameters,
 precision. Prints one line per comparison and exits non-zero past the tolerance the scripts
 use against the unsharded model (logits: 2% of the largest logit; f32 steps: 1e-4; bf16
 parameters with f32 reductions: 6e-2).
+
+``--exact`` compares two runs of symm's deterministic mode under other settings (say
+``SYMM_PLANS=interpreted`` against the default): that mode promises the same bits whatever
+the algorithm, channels or executor, so the logits must be equal bit for bit and the greedy
+tokens identical. Against NCCL no such promise holds at world 3 and up: NCCL adds the ranks'
+parts in another order, and a greedy choice between two logits within rounding of each
+other may go the other way.
 """
 
 import os
@@ -39,6 +47,19 @@ def transformers(a, b):
     return ok
 
 
+def exact(a, b):
+    """Deterministic runs: the same bits, the same tokens."""
+    same_logits = torch.equal(a["logits"], b["logits"])
+    same_tokens = torch.equal(a["tokens"], b["tokens"])
+    differ = int((a["logits"] != b["logits"]).sum())
+    ok = same_logits and same_tokens and a.get("deterministic") and b.get("deterministic")
+    print(f"transformers, world {a['world']}, deterministic: {a.get('settings')} against "
+          f"{b.get('settings')}: logits equal bit for bit: {same_logits} ({differ} of "
+          f"{a['logits'].numel()} differ); greedy tokens identical: {same_tokens}; "
+          f"{'ok' if ok else 'FAIL'}")
+    return ok
+
+
 def fsdp(a, b):
     ok = True
     for name, tol in (("f32", 1e-4), ("bf16", 6e-2)):
@@ -53,10 +74,15 @@ def fsdp(a, b):
 
 
 def main():
-    a, b = (torch.load(p, weights_only=True) for p in sys.argv[1:3])
+    args = sys.argv[1:]
+    strict = args[:1] == ["--exact"]
+    a, b = (torch.load(p, weights_only=True) for p in args[strict:][:2])
     if a["kind"] != b["kind"] or a["world"] != b["world"]:
         raise SystemExit(f"not the same run: {a['kind']} w{a['world']}, {b['kind']} w{b['world']}")
-    ok = transformers(a, b) if a["kind"] == "transformers" else fsdp(a, b)
+    if strict:
+        ok = a["kind"] == "transformers" and exact(a, b)
+    else:
+        ok = transformers(a, b) if a["kind"] == "transformers" else fsdp(a, b)
     sys.exit(0 if ok else 1)
 
 

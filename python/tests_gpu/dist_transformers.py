@@ -77,7 +77,11 @@ def main():
     if save and r == 0:
         torch.save({"kind": "transformers", "backend": backend, "world": w,
                     "logits": logits.cpu(), "tokens": gen[:, -NEW:].cpu(), "step_us": step_us,
-                    "unsharded_step_us": ref_us}, save)
+                    "unsharded_step_us": ref_us,
+                    "deterministic": os.environ.get("SYMM_DETERMINISTIC") == "1",
+                    "settings": {k: v for k, v in sorted(os.environ.items())
+                                 if k in ("SYMM_DETERMINISTIC", "SYMM_PLANS", "SYMM_COPY_ENGINE")}},
+                   save)
     if r == 0 or not ok:
         print(f"rank {r}: world {w}, transformers {transformers.__version__}: logits max |diff| "
               f"{err:.4f} (max |logit| {scale:.3f}), {backend}; greedy tokens equal to the "
