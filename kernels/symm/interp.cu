@@ -37,6 +37,7 @@ extern "C" __global__ void __launch_bounds__(SYMM_THREADS) symm_interp(const sym
     ((uint4*)cache)[j] = ((const uint4*)(p.plan + begin))[j];
   }
   if (threadIdx.x == 0) stop = 0;
+  symm_sig_begin();
   __syncthreads();
   const symm_u64 sig_calls = symm_sig_publish(p);
   // `stop` is read only after an op's closing barrier, where every thread sees the same value:

@@ -148,21 +148,33 @@ static __device__ void symm_record(const symm_interp_params& p, symm_u32 reason,
 // The call signature (symm_core::sched::signature). A call of the job carries its signature
 // with sequence number 0 in p.sig; the sequence number is this rank's call counter of the
 // channel (p.calls, device memory, so graph replays count too). After the block's first
-// barrier, its last warp reads the counter once and pushes the call's word into every peer's
-// signature words, row (channel, parity of the sequence), column this rank. That warp does so
-// before it reaches any later barrier, and every signal of a plan is a barrier then a release
-// by thread 0, so the word is published before any signal of the call; the other warps start
-// the call's ops meanwhile, and the counter's read is off their path. Low-latency lines carry
-// no release: the word is stored before them (every low-latency plan opens with the epoch
-// pair and its barrier) but is not ordered with them, so a call that differs and still
-// completes is named only if the word has arrived by the end's read. The block reads the
-// words its peers pushed to it, in its own memory, whenever a wait spins past its fast path
-// and, after the block's last barrier, in the last warp, which then writes the counter it
-// read plus one (no second read). A word that carries this call's sequence number and is not
-// this call's word names a call that differs (SYMM_STOP_SIGNATURE, the abort word raised); any
-// other word (none yet, an older call's, a newer one's: the peer ran ahead) says nothing, so
-// agreeing calls never fire. p.sig 0: no check (a team's call, the one-process backend).
+// barrier, its last warp reads the counter once, writes it back plus one at once (the call is
+// counted whether it finishes or stops: a failed job resets the counters; the store's trip is
+// off the call's end), leaves the value it read in shared memory for the block's spinning
+// checks, and pushes the call's word into every peer's signature words, row (channel, parity
+// of the sequence), column this rank. That warp does so before it reaches any later barrier,
+// and every signal of a plan is a barrier then a release by thread 0, so the word is published
+// before any signal of the call; the other warps start the call's ops meanwhile, and the
+// counter's read is off their path. Low-latency lines carry no release: the word is stored
+// before them (every low-latency plan opens with the epoch pair and its barrier) but is not
+// ordered with them, so a call that differs and still completes is named only if the word has
+// arrived by the end's read. The block reads the words its peers pushed to it, in its own
+// memory, whenever a wait spins past its fast path (once the counter's value is in shared
+// memory) and, after the block's last barrier, in the last warp. A word that carries this
+// call's sequence number and is not this call's word names a call that differs
+// (SYMM_STOP_SIGNATURE, the abort word raised); any other word (none yet, an older call's, a
+// newer one's: the peer ran ahead) says nothing, so agreeing calls never fire. p.sig 0: no
+// check (a team's call, the one-process backend).
 // ---------------------------------------------------------------------------------------------
+
+// The counter's value this call read (SYMM_SIG_UNREAD until the last warp has it).
+#define SYMM_SIG_UNREAD (~0ull)
+static __shared__ symm_u64 symm_sig_seq;
+
+// Before the block's first barrier, one thread: no counter read yet.
+static __device__ __forceinline__ void symm_sig_begin() {
+  if (threadIdx.x == 0) symm_sig_seq = SYMM_SIG_UNREAD;
+}
 
 // The first thread of the block's last warp (whole or not): the warp that publishes and
 // finishes, each of its threads taking every (blockDim.x - that)th peer.
@@ -172,8 +184,12 @@ static __device__ __forceinline__ symm_u64 symm_sig_word(const symm_interp_param
   return p.sig | (calls & 0xfffull);
 }
 
-static __device__ __forceinline__ symm_u64 symm_sig_mine(const symm_interp_params& p) {
-  return symm_sig_word(p, p.calls[blockIdx.x]);
+// This call's word, from a spinning check; false while the last warp has not read the counter.
+static __device__ __forceinline__ bool symm_sig_mine(const symm_interp_params& p, symm_u64& mine) {
+  const symm_u64 seq = *(volatile symm_u64*)&symm_sig_seq;
+  if (seq == SYMM_SIG_UNREAD) return false;
+  mine = symm_sig_word(p, seq);
+  return true;
 }
 
 // Rank `owner`'s word from `sender` for the call whose word is `mine`.
@@ -193,6 +209,10 @@ static __device__ __forceinline__ symm_u64 symm_sig_publish(const symm_interp_pa
   const symm_u32 w = symm_sig_warp();
   if (!p.sig || threadIdx.x < w) return 0;
   const symm_u64 calls = p.calls[blockIdx.x];
+  if (threadIdx.x == w) {
+    p.calls[blockIdx.x] = calls + 1;
+    *(volatile symm_u64*)&symm_sig_seq = calls;
+  }
   const symm_u64 mine = symm_sig_word(p, calls);
   for (symm_u32 q = threadIdx.x - w; q < p.world; q += blockDim.x - w) {
     if (q != p.rank) *symm_sig_at(p, q, mine, p.rank) = mine;
@@ -219,25 +239,23 @@ static __device__ bool symm_sig_differs_from(const symm_interp_params& p, symm_u
   return false;
 }
 
-// The same from a spinning wait, any thread: the counter read again (it changes only after
-// the block's last barrier).
+// The same from a spinning wait, any thread: the counter's value the last warp left in shared
+// memory (none yet: nothing to check this time).
 static __device__ bool symm_sig_differs(const symm_interp_params& p, symm_u32 first, symm_u32 step,
                                         volatile int* stop) {
-  if (!p.sig) return false;
-  return symm_sig_differs_from(p, symm_sig_mine(p), first, step, stop);
+  symm_u64 mine;
+  if (!p.sig || !symm_sig_mine(p, mine)) return false;
+  return symm_sig_differs_from(p, mine, first, step, stop);
 }
 
 // Block end, every thread: after a barrier (every op and every spinning check done), the last
-// warp reads the peers' words, then writes the counter it read at the start plus one (whether
-// the call finished or stopped: a failed job resets the counters). `calls`: what
-// symm_sig_publish returned to this thread.
+// warp reads the peers' words. `calls`: what symm_sig_publish returned to this thread.
 static __device__ __forceinline__ void symm_sig_finish(const symm_interp_params& p, int& stop, symm_u64 calls) {
   if (!p.sig) return;
   __syncthreads();
   const symm_u32 w = symm_sig_warp();
   if (threadIdx.x < w) return;
   if (!stop) symm_sig_differs_from(p, symm_sig_word(p, calls), threadIdx.x - w, blockDim.x - w, (volatile int*)&stop);
-  if (threadIdx.x == w) p.calls[blockIdx.x] = calls + 1;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -39,7 +39,8 @@
 //! (`kernels/symm/ops.cuh`, `symm_sig_*`) a call's block pushes its word into every peer's
 //! signature words before its first signal, and reads those its peers pushed to it, in its own
 //! memory, at its end and while a wait spins: the sequence number is the rank's call counter of
-//! the channel, in device memory, so graph replays count too; a team's calls carry no word.
+//! the channel, in device memory, so graph replays count too (read and written back plus one
+//! at the call's start, off its end); a team's calls carry no word.
 
 use super::{Algorithm, Collective, Request};
 use crate::dtype::{DType, ReduceOp};

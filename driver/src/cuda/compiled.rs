@@ -149,6 +149,7 @@ pub fn source(plan: &RankPlan) -> Result<String> {
          \x20 symm_u32 trace_len = 0;\n\
          \x20 if (blockIdx.x >= p.channels || blockIdx.x >= SYMM_MAX_CHANNELS) return;\n\
          \x20 if (threadIdx.x == 0) stop = 0;\n\
+         \x20 symm_sig_begin();\n\
          \x20 __syncthreads();\n\
          \x20 const symm_u64 sig_calls = symm_sig_publish(p);\n",
     );
