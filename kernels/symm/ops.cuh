@@ -160,8 +160,11 @@ static __device__ void symm_record(const symm_interp_params& p, symm_u32 reason,
 // ordered with them, so a call that differs and still completes is named only if the word has
 // arrived by the end's read. The block reads the words its peers pushed to it, in its own
 // memory, whenever a wait spins past its fast path (once the counter's value is in shared
-// memory) and, after the block's last barrier, in the last warp. A word that carries this
-// call's sequence number and is not this call's word names a call that differs
+// memory); in a small low-latency reduce that leaves the last warp idle, that warp waits for
+// each peer's word of this call meanwhile (symm_sig_await: a peer pushes its word before its
+// first line, so it arrives with them, off the call's path); and, after the block's last
+// barrier, in the last warp, unless that wait checked every peer already. A word that
+// carries this call's sequence number and is not this call's word names a call that differs
 // (SYMM_STOP_SIGNATURE, the abort word raised); any other word (none yet, an older call's, a
 // newer one's: the peer ran ahead) says nothing, so agreeing calls never fire. p.sig 0: no
 // check (a team's call, the one-process backend).
@@ -170,10 +173,18 @@ static __device__ void symm_record(const symm_interp_params& p, symm_u32 reason,
 // The counter's value this call read (SYMM_SIG_UNREAD until the last warp has it).
 #define SYMM_SIG_UNREAD (~0ull)
 static __shared__ symm_u64 symm_sig_seq;
+// Whether every peer's word of this call was checked inside the call (symm_sig_await), and
+// whether one of the last warp's threads could not (the call stopped first).
+static __shared__ int symm_sig_checked;
+static __shared__ int symm_sig_missed;
 
-// Before the block's first barrier, one thread: no counter read yet.
+// Before the block's first barrier, one thread: no counter read yet, no word checked.
 static __device__ __forceinline__ void symm_sig_begin() {
-  if (threadIdx.x == 0) symm_sig_seq = SYMM_SIG_UNREAD;
+  if (threadIdx.x == 0) {
+    symm_sig_seq = SYMM_SIG_UNREAD;
+    symm_sig_checked = 0;
+    symm_sig_missed = 0;
+  }
 }
 
 // The first thread of the block's last warp (whole or not): the warp that publishes and
@@ -249,12 +260,13 @@ static __device__ bool symm_sig_differs(const symm_interp_params& p, symm_u32 fi
 }
 
 // Block end, every thread: after a barrier (every op and every spinning check done), the last
-// warp reads the peers' words. `calls`: what symm_sig_publish returned to this thread.
+// warp reads the peers' words, unless symm_sig_await checked them all in the call. `calls`:
+// what symm_sig_publish returned to this thread.
 static __device__ __forceinline__ void symm_sig_finish(const symm_interp_params& p, int& stop, symm_u64 calls) {
   if (!p.sig) return;
   __syncthreads();
   const symm_u32 w = symm_sig_warp();
-  if (threadIdx.x < w) return;
+  if (threadIdx.x < w || symm_sig_checked) return;
   if (!stop) symm_sig_differs_from(p, symm_sig_word(p, calls), threadIdx.x - w, blockDim.x - w, (volatile int*)&stop);
 }
 
@@ -332,6 +344,49 @@ static __device__ bool symm_ll_keep_polling(const symm_interp_params& p, unsigne
     return false;
   }
   return true;
+}
+
+// In a low-latency reduce of 16-byte lines so small that the block's last warp holds none of
+// them (a line per thread, from thread 0), before the lines: that warp waits for each peer's
+// word of this call (the slot holds that word or the peer's call two back: the peer cannot run
+// ahead of a call this rank has not joined), names one that differs, and marks the call
+// checked when every peer's word was seen, so the end reads none. The word was pushed before
+// the peer's first line, so the wait overlaps the other warps' polls; where the last warp
+// holds lines, waiting first would hold them back, and the end reads the words instead. Once
+// per call; nothing for a call that carries no word.
+static __device__ void symm_sig_await(const symm_interp_params& p, const symm_plan_op& op, symm_u32 index,
+                                      volatile int* stop) {
+  if (!p.sig || op.format != SYMM_LL_FORMAT_LL || *(volatile int*)&symm_sig_checked) return;
+  const symm_u32 w = symm_sig_warp();
+  if (threadIdx.x < w || (op.count * symm_dtype_bytes(op.dtype) + 7) / 8 > w) return;
+  const unsigned flag = symm_ll_flag(p.expected[op.slot]);
+  const symm_u64 mine = symm_sig_word(p, *(volatile symm_u64*)&symm_sig_seq);
+  bool seen = true;
+  for (symm_u32 q = threadIdx.x - w; q < p.world && seen; q += blockDim.x - w) {
+    if (q == p.rank) continue;
+    volatile symm_u64* at = symm_sig_at(p, p.rank, mine, q);
+    unsigned spins = 0;
+    symm_u64 start = 0;
+    for (;;) {
+      const symm_u64 theirs = *at;
+      if (theirs != 0 && ((theirs ^ mine) & 0xfffull) == 0) {
+        if (theirs != mine && atomicExch((int*)stop, 1) == 0) {
+          symm_record(p, SYMM_STOP_SIGNATURE, q, mine, theirs, 0);
+          *p.abort_word = 1;
+          __threadfence_system();
+        }
+        break;
+      }
+      // Past the deadline it is the lines' wait that timed out: the peer sent neither.
+      if (!symm_ll_keep_polling(p, spins, start, flag, 0, op.slot, index, stop)) {
+        seen = false;
+        break;
+      }
+    }
+  }
+  if (!seen) *(volatile int*)&symm_sig_missed = 1;
+  __syncwarp();
+  if (threadIdx.x == w && !*(volatile int*)&symm_sig_missed) *(volatile int*)&symm_sig_checked = 1;
 }
 
 // Waits until the line at `line` carries `flag` in both halves; false when the launch stops
@@ -685,6 +740,7 @@ static __device__ __forceinline__ void symm_run_op(const symm_interp_params& p, 
     case SYMM_OP_LL_REDUCE: {
       // The format byte picks the family's instance (a constant in a compiled plan).
       volatile int* vstop = (volatile int*)&stop;
+      if (op.kind == SYMM_OP_LL_REDUCE) symm_sig_await(p, op, index, vstop);
       const int bad = op.format == SYMM_LL_FORMAT_LL      ? symm_ll_op<symm_lines16>(p, op, index, vstop)
                       : op.format == SYMM_LL_FORMAT_LL128 ? symm_ll_op<symm_lines128>(p, op, index, vstop)
                                                           : 1;
