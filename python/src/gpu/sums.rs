@@ -170,31 +170,32 @@ pub fn all_reduce(
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
-    let (sums, full, explain) = {
-        let f = front()?;
-        let f = f.as_ref();
-        let pick = |p: Option<&Py<PyAny>>| p.map(|p| p.clone_ref(py));
-        (
-            f.and_then(|f| f.sums.as_ref().map(|s| s.clone_ref(py))),
-            f.and_then(|f| pick(f.full.as_ref())),
-            f.and_then(|f| pick(f.explain.as_ref())),
-        )
+    // The hot path takes only the sums from the front; the Python paths are fetched when needed.
+    let path = |pick: fn(&Front) -> Option<&Py<PyAny>>| -> PyResult<Option<Py<PyAny>>> {
+        Ok(front()?.as_ref().and_then(pick).map(|p| p.clone_ref(py)))
     };
     let plain = args.is_empty() && kwargs.is_none_or(|k| k.is_empty());
-    if let (true, Some(sums)) = (plain, sums) {
+    let sums = if plain {
+        front()?
+            .as_ref()
+            .and_then(|f| f.sums.as_ref().map(|s| s.clone_ref(py)))
+    } else {
+        None
+    };
+    if let Some(sums) = sums {
         match sums.get().run(py, t) {
             Ok(true) => return Ok(t.clone().unbind()),
             Ok(false) => {}
             Err(e) => {
                 // A tensor the Python side refuses is explained in its terms.
-                if let Some(x) = explain {
+                if let Some(x) = path(|f| f.explain.as_ref())? {
                     x.call1(py, (t,))?;
                 }
                 return Err(e);
             }
         }
     }
-    let Some(full) = full else {
+    let Some(full) = path(|f| f.full.as_ref())? else {
         return Err(pyo3::exceptions::PyRuntimeError::new_err(
             "symm._gpu is not imported: import symm",
         ));

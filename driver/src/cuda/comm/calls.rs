@@ -83,16 +83,18 @@ impl Call {
     pub(super) fn agrees(&self, all: &[Vec<u8>]) -> Option<(CudaError, bool)> {
         let mine = format!("made call {} ({})", self.seq, self.args);
         for (r, bytes) in all.iter().enumerate() {
-            let theirs = match Call::parse(bytes) {
+            let (theirs, parted) = match Call::parse(bytes) {
                 Some(t) if t == *self => continue,
-                Some(t) if t.seq != self.seq => format!(
-                    "call {} ({}): a rank skipped a call or made one more",
-                    t.seq, t.args
+                Some(t) if t.seq != self.seq => (
+                    format!(
+                        "call {} ({}): a rank skipped a call or made one more",
+                        t.seq, t.args
+                    ),
+                    true,
                 ),
-                Some(t) => format!("call {} ({})", t.seq, t.args),
-                None => format!("{} bytes, not a call", bytes.len()),
+                Some(t) => (format!("call {} ({})", t.seq, t.args), false),
+                None => (format!("{} bytes, not a call", bytes.len()), true),
             };
-            let parted = Call::parse(bytes).is_none_or(|t| t.seq != self.seq);
             let e = CudaError::RanksDiffer {
                 rank: r as u16,
                 mine,
