@@ -5,7 +5,7 @@
 //! barrier: agreeing calls never fire, in any interleaving, even when consecutive calls differ
 //! (the peer may already have published its next call); a call that differs on one rank fires
 //! on both. The weakened protocol (one word per rank, compared whole) is shown to fire on
-//! agreeing calls, so the model can tell. The GPU's variant (`kernels/symm/ops.cuh`) pushes the
+//! agreeing calls, so the model can tell. The GPU's variant (`kernels/symm/signature.cuh`) pushes the
 //! word into the peer's memory instead (a relaxed store ordered by the signal's release) and
 //! reads what its peer pushed to it while it waits and after: modelled too, with the same
 //! results.

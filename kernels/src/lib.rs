@@ -43,14 +43,18 @@ pub const REDUCE_CUH: &str = include_str!("../symm/reduce.cuh");
 /// The ops of plans on the GPU (`symm_run_op`), shared by the interpreter and compiled plans.
 pub const OPS_CUH: &str = include_str!("../symm/ops.cuh");
 
+/// The call signature: each launch publishes its word to its peers and checks theirs.
+pub const SIGNATURE_CUH: &str = include_str!("../symm/signature.cuh");
+
 /// Fused steps of compiled plans (several ops of one shape in one pass, one fence or one poll).
 pub const FUSED_CUH: &str = include_str!("../symm/fused.cuh");
 
 /// Headers by include name.
-pub const HEADERS: [(&str, &str); 6] = [
+pub const HEADERS: [(&str, &str); 7] = [
     ("symm/plan.cuh", PLAN_CUH),
     ("symm/device.cuh", DEVICE_CUH),
     ("symm/reduce.cuh", REDUCE_CUH),
+    ("symm/signature.cuh", SIGNATURE_CUH),
     ("symm/ops.cuh", OPS_CUH),
     ("symm/fused.cuh", FUSED_CUH),
     ("symm/moe.cuh", MOE_CUH),

@@ -144,131 +144,7 @@ static __device__ void symm_record(const symm_interp_params& p, symm_u32 reason,
   __threadfence_system();
 }
 
-// ---------------------------------------------------------------------------------------------
-// The call signature (symm_core::sched::signature). A call of the job carries its signature
-// with sequence number 0 in p.sig; the sequence number is this rank's call counter of the
-// channel (p.calls, device memory, so graph replays count too). After the block's first
-// barrier, its last warp reads the counter once, writes it back plus one at once (the call is
-// counted whether it finishes or stops: a failed job resets the counters; the store's trip is
-// off the call's end), leaves the value it read in shared memory for the block's spinning
-// checks, and pushes the call's word into every peer's signature words, row (channel, parity
-// of the sequence), column this rank. That warp does so before it reaches any later barrier,
-// and every signal of a plan is a barrier then a release by thread 0, so the word is published
-// before any signal of the call; the other warps start the call's ops meanwhile, and the
-// counter's read is off their path. Low-latency lines carry no release: the word is stored
-// before them (every low-latency plan opens with the epoch pair and its barrier) but is not
-// ordered with them, so a call that differs and still completes is named only if the word has
-// arrived by the end's read. The block reads the words its peers pushed to it, in its own
-// memory, whenever a wait spins past its fast path (once the counter's value is in shared
-// memory); in a small low-latency reduce that leaves the last warp idle, that warp waits for
-// each peer's word of this call meanwhile (symm_sig_await: a peer pushes its word before its
-// first line, so it arrives with them, off the call's path); and, after the block's last
-// barrier, in the last warp, unless that wait checked every peer already. A word that
-// carries this call's sequence number and is not this call's word names a call that differs
-// (SYMM_STOP_SIGNATURE, the abort word raised); any other word (none yet, an older call's, a
-// newer one's: the peer ran ahead) says nothing, so agreeing calls never fire. p.sig 0: no
-// check (a team's call, the one-process backend).
-// ---------------------------------------------------------------------------------------------
-
-// The counter's value this call read (SYMM_SIG_UNREAD until the last warp has it).
-#define SYMM_SIG_UNREAD (~0ull)
-static __shared__ symm_u64 symm_sig_seq;
-// Whether every peer's word of this call was checked inside the call (symm_sig_await), and
-// whether one of the last warp's threads could not (the call stopped first).
-static __shared__ int symm_sig_checked;
-static __shared__ int symm_sig_missed;
-
-// Before the block's first barrier, one thread: no counter read yet, no word checked.
-static __device__ __forceinline__ void symm_sig_begin() {
-  if (threadIdx.x == 0) {
-    symm_sig_seq = SYMM_SIG_UNREAD;
-    symm_sig_checked = 0;
-    symm_sig_missed = 0;
-  }
-}
-
-// The first thread of the block's last warp (whole or not): the warp that publishes and
-// finishes, each of its threads taking every (blockDim.x - that)th peer.
-static __device__ __forceinline__ symm_u32 symm_sig_warp() { return (blockDim.x - 1) & ~31u; }
-
-static __device__ __forceinline__ symm_u64 symm_sig_word(const symm_interp_params& p, symm_u64 calls) {
-  return p.sig | (calls & 0xfffull);
-}
-
-// This call's word, from a spinning check; false while the last warp has not read the counter.
-static __device__ __forceinline__ bool symm_sig_mine(const symm_interp_params& p, symm_u64& mine) {
-  const symm_u64 seq = *(volatile symm_u64*)&symm_sig_seq;
-  if (seq == SYMM_SIG_UNREAD) return false;
-  mine = symm_sig_word(p, seq);
-  return true;
-}
-
-// Rank `owner`'s word from `sender` for the call whose word is `mine`.
-static __device__ __forceinline__ volatile symm_u64* symm_sig_at(const symm_interp_params& p, symm_u32 owner,
-                                                                 symm_u64 mine, symm_u32 sender) {
-  return (volatile symm_u64*)(p.base + (symm_u64)owner * p.stride + p.sig_off +
-                              (((symm_u64)blockIdx.x * 2 + (mine & 1)) * p.world + sender) * 8);
-}
-
-static __device__ __forceinline__ bool symm_sig_names(symm_u64 mine, symm_u64 theirs) {
-  return theirs != 0 && theirs != mine && ((theirs ^ mine) & 0xfffull) == 0;
-}
-
-// After the block's first barrier, the last warp: this call's word into every peer's row.
-// Returns the channel's call counter to that warp (0 to the others), for symm_sig_finish.
-static __device__ __forceinline__ symm_u64 symm_sig_publish(const symm_interp_params& p) {
-  const symm_u32 w = symm_sig_warp();
-  if (!p.sig || threadIdx.x < w) return 0;
-  const symm_u64 calls = p.calls[blockIdx.x];
-  if (threadIdx.x == w) {
-    p.calls[blockIdx.x] = calls + 1;
-    *(volatile symm_u64*)&symm_sig_seq = calls;
-  }
-  const symm_u64 mine = symm_sig_word(p, calls);
-  for (symm_u32 q = threadIdx.x - w; q < p.world; q += blockDim.x - w) {
-    if (q != p.rank) *symm_sig_at(p, q, mine, p.rank) = mine;
-  }
-  return calls;
-}
-
-// Whether a peer's word names a call other than `mine`; the first thread of the block to see
-// one (`stop` from 0 to 1) records it and raises the abort word. Peers from `first`, by `step`.
-static __device__ bool symm_sig_differs_from(const symm_interp_params& p, symm_u64 mine, symm_u32 first,
-                                             symm_u32 step, volatile int* stop) {
-  for (symm_u32 q = first; q < p.world; q += step) {
-    if (q == p.rank) continue;
-    const symm_u64 theirs = *symm_sig_at(p, p.rank, mine, q);
-    if (symm_sig_names(mine, theirs)) {
-      if (atomicExch((int*)stop, 1) == 0) {
-        symm_record(p, SYMM_STOP_SIGNATURE, q, mine, theirs, 0);
-        *p.abort_word = 1;
-        __threadfence_system();
-      }
-      return true;
-    }
-  }
-  return false;
-}
-
-// The same from a spinning wait, any thread: the counter's value the last warp left in shared
-// memory (none yet: nothing to check this time).
-static __device__ bool symm_sig_differs(const symm_interp_params& p, symm_u32 first, symm_u32 step,
-                                        volatile int* stop) {
-  symm_u64 mine;
-  if (!p.sig || !symm_sig_mine(p, mine)) return false;
-  return symm_sig_differs_from(p, mine, first, step, stop);
-}
-
-// Block end, every thread: after a barrier (every op and every spinning check done), the last
-// warp reads the peers' words, unless symm_sig_await checked them all in the call. `calls`:
-// what symm_sig_publish returned to this thread.
-static __device__ __forceinline__ void symm_sig_finish(const symm_interp_params& p, int& stop, symm_u64 calls) {
-  if (!p.sig) return;
-  __syncthreads();
-  const symm_u32 w = symm_sig_warp();
-  if (threadIdx.x < w || symm_sig_checked) return;
-  if (!stop) symm_sig_differs_from(p, symm_sig_word(p, calls), threadIdx.x - w, blockDim.x - w, (volatile int*)&stop);
-}
+#include "symm/signature.cuh"
 
 // ---------------------------------------------------------------------------------------------
 // The low-latency protocol in 16-byte lines (SYMM_LL_FORMAT_LL): core's ll module. A line is
@@ -346,57 +222,17 @@ static __device__ bool symm_ll_keep_polling(const symm_interp_params& p, unsigne
   return true;
 }
 
-// In a low-latency reduce of 16-byte lines so small that the block's last warp holds none of
-// them (a line per thread, from thread 0), before the lines: that warp waits for each peer's
-// word of this call (the slot holds that word or the peer's call two back: the peer cannot run
-// ahead of a call this rank has not joined), names one that differs, and marks the call
-// checked when every peer's word was seen, so the end reads none. The word was pushed before
-// the peer's first line, so the wait overlaps the other warps' polls; where the last warp
-// holds lines, waiting first would hold them back, and the end reads the words instead. Once
-// per call; nothing for a call that carries no word.
-static __device__ void symm_sig_await(const symm_interp_params& p, const symm_plan_op& op, symm_u32 index,
-                                      volatile int* stop) {
-  if (!p.sig || op.format != SYMM_LL_FORMAT_LL || *(volatile int*)&symm_sig_checked) return;
-  const symm_u32 w = symm_sig_warp();
-  if (threadIdx.x < w || (op.count * symm_dtype_bytes(op.dtype) + 7) / 8 > w) return;
-  const unsigned flag = symm_ll_flag(p.expected[op.slot]);
-  const symm_u64 mine = symm_sig_word(p, *(volatile symm_u64*)&symm_sig_seq);
-  bool seen = true;
-  for (symm_u32 q = threadIdx.x - w; q < p.world && seen; q += blockDim.x - w) {
-    if (q == p.rank) continue;
-    volatile symm_u64* at = symm_sig_at(p, p.rank, mine, q);
-    unsigned spins = 0;
-    symm_u64 start = 0;
-    for (;;) {
-      const symm_u64 theirs = *at;
-      if (theirs != 0 && ((theirs ^ mine) & 0xfffull) == 0) {
-        if (theirs != mine && atomicExch((int*)stop, 1) == 0) {
-          symm_record(p, SYMM_STOP_SIGNATURE, q, mine, theirs, 0);
-          *p.abort_word = 1;
-          __threadfence_system();
-        }
-        break;
-      }
-      // Past the deadline it is the lines' wait that timed out: the peer sent neither.
-      if (!symm_ll_keep_polling(p, spins, start, flag, 0, op.slot, index, stop)) {
-        seen = false;
-        break;
-      }
-    }
-  }
-  if (!seen) *(volatile int*)&symm_sig_missed = 1;
-  __syncwarp();
-  if (threadIdx.x == w && !*(volatile int*)&symm_sig_missed) *(volatile int*)&symm_sig_checked = 1;
-}
-
 // Waits until the line at `line` carries `flag` in both halves; false when the launch stops
-// (this thread timed out or saw the abort word, or another thread of the block did).
-static __device__ bool symm_ll_poll(const symm_interp_params& p, const char* line, unsigned flag, symm_u64& h0,
-                                    symm_u64& h1, symm_u32 slot, symm_u32 index, volatile int* stop) {
+// (this thread timed out or saw the abort word, or another thread of the block did). A watched
+// word is loaded beside every poll of the line.
+static __device__ __forceinline__ bool symm_ll_poll(const symm_interp_params& p, const char* line, unsigned flag,
+                                                    symm_u64& h0, symm_u64& h1, symm_u32 slot, symm_u32 index,
+                                                    volatile int* stop, symm_sig_watch& sw) {
   unsigned spins = 0;
   symm_u64 start = 0;
   for (;;) {
     symm_ll_load(line, h0, h1);
+    symm_sig_watch_load(sw);
     if ((unsigned)(h0 >> 32) == flag && (unsigned)(h1 >> 32) == flag) return true;
     const unsigned found = (unsigned)(((unsigned)(h0 >> 32) != flag ? h0 : h1) >> 32);
     if (!symm_ll_keep_polling(p, spins, start, flag, found, slot, index, stop)) return false;
@@ -405,7 +241,8 @@ static __device__ bool symm_ll_poll(const symm_interp_params& p, const char* lin
 
 // Folds the k regions' lines (region s at src + s * stride) into n elements at dst. Each
 // thread takes SYMM_LL_U lines at once: one load of each per source is in flight before any
-// line is waited for, and only lines without the flag yet are polled.
+// line is waited for, and only lines without the flag yet are polled. The last warp's threads
+// load their peer's signature word beside the lines (symm_sig_watch) until one shows it.
 template <int DT, class S>
 static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, const char* src, symm_u64 stride,
                                         int k, symm_u64 n, int op, unsigned d, unsigned flag, symm_u32 slot,
@@ -417,6 +254,7 @@ static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, 
   const symm_u64 lanes = blockDim.x;
   // One source and no division is a copy of the data's bits (symm_core::dtype::fold).
   const bool copy = k == 1 && d <= 1;
+  symm_sig_watch sw = symm_sig_watch_start(p);
   for (symm_u64 i = threadIdx.x; i < lines; i += SYMM_LL_U * lanes) {
     typename F::acc a[SYMM_LL_U][E];
     symm_u64 raw[SYMM_LL_U];
@@ -427,12 +265,13 @@ static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, 
       for (int u = 0; u < SYMM_LL_U; u++) {
         if (i + u * lanes < lines) symm_ll_load(region + (i + u * lanes) * 16, h[u][0], h[u][1]);
       }
+      symm_sig_watch_load(sw);
 #pragma unroll
       for (int u = 0; u < SYMM_LL_U; u++) {
         const symm_u64 line = i + u * lanes;
         if (line >= lines) continue;
         if ((unsigned)(h[u][0] >> 32) != flag || (unsigned)(h[u][1] >> 32) != flag) {
-          if (!symm_ll_poll(p, region + line * 16, flag, h[u][0], h[u][1], slot, index, stop)) return;
+          if (!symm_ll_poll(p, region + line * 16, flag, h[u][0], h[u][1], slot, index, stop, sw)) return;
         }
         const symm_u64 v = (h[u][0] & 0xFFFFFFFFull) | (h[u][1] << 32);
         raw[u] = v;
@@ -441,6 +280,7 @@ static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, 
         for (int e = 0; e < E; e++) a[u][e] = s == 0 ? F::widen(x[e]) : F::step(a[u][e], x[e], op);
       }
     }
+    symm_sig_watch_again(sw);
 #pragma unroll
     for (int u = 0; u < SYMM_LL_U; u++) {
       const symm_u64 line = i + u * lanes;
@@ -452,6 +292,7 @@ static __device__ void symm_ll_reduce_t(const symm_interp_params& p, char* dst, 
         if (line * E + e < n) o[e] = copy ? x[e] : F::finish(a[u][e], d);
       }
     }
+    if (symm_sig_watch_settle(p, sw, stop)) return;
   }
 }
 
@@ -525,6 +366,7 @@ static __device__ void symm_ll128_reduce_t(const symm_interp_params& p, char* ds
   const unsigned lane = threadIdx.x & 31u, w = lane & 15u;
   const symm_u64 warps = blockDim.x >> 5;
   const bool copy = k == 1 && d <= 1;
+  symm_sig_watch sw = symm_sig_watch_start(p);
   for (symm_u64 base = (symm_u64)(threadIdx.x >> 5) * 2 * SYMM_LL128_RED_U; base < lines;
        base += warps * 2 * SYMM_LL128_RED_U) {
     typename F::acc a[SYMM_LL128_RED_U][E];
@@ -542,6 +384,9 @@ static __device__ void symm_ll128_reduce_t(const symm_interp_params& p, char* ds
       // Every lane of the warp leaves together, so the warp's syncs stay matched.
       if (__any_sync(0xffffffffu, !ok)) return;
       __syncwarp();
+      // Every region's flags seen (acquire): a peer's word, stored before its first line,
+      // is visible; its load goes beside the data's.
+      if (s == k - 1) symm_sig_watch_load(sw);
 #pragma unroll
       for (int u = 0; u < SYMM_LL128_RED_U; u++) {
         const symm_u64 line = base + 2 * u + (lane >> 4);
@@ -556,6 +401,7 @@ static __device__ void symm_ll128_reduce_t(const symm_interp_params& p, char* ds
         }
       }
     }
+    symm_sig_watch_again(sw);
 #pragma unroll
     for (int u = 0; u < SYMM_LL128_RED_U; u++) {
       const symm_u64 line = base + 2 * u + (lane >> 4);
@@ -569,7 +415,54 @@ static __device__ void symm_ll128_reduce_t(const symm_interp_params& p, char* ds
         }
       }
     }
+    // The warp leaves together (a differing word stops the launch; the others see it too).
+    if (__any_sync(0xffffffffu, symm_sig_watch_settle(p, sw, stop))) return;
   }
+}
+
+// In a low-latency reduce so small that the block's last warp holds none of its lines (16-byte
+// lines: a line per thread from thread 0; 128-byte lines: two lines a warp, SYMM_LL128_RED_U
+// times, from warp 0), before the lines: each thread of that warp waits for its peers' words
+// of this call (the slot holds that word or the peer's call two back: the peer cannot run
+// ahead of a call this rank has not joined), names one that differs, and sets its bit of
+// symm_sig_seen when it saw them all, so the end reads none. The word was pushed before the
+// peer's first line, so the wait overlaps the other warps' polls; where the last warp holds
+// lines, it watches the words beside them instead (symm_sig_watch). Nothing for a call that
+// carries no word, or a thread whose words were checked already.
+static __device__ void symm_sig_await(const symm_interp_params& p, const symm_plan_op& op, symm_u32 index,
+                                      volatile int* stop) {
+  const symm_u32 w = symm_sig_warp();
+  if (!p.sig || threadIdx.x < w || ((*(volatile unsigned*)&symm_sig_seen >> (threadIdx.x - w)) & 1u)) return;
+  const symm_u64 bytes = op.count * symm_dtype_bytes(op.dtype);
+  if (op.format == SYMM_LL_FORMAT_LL) {
+    if ((bytes + 7) / 8 > w) return;
+  } else if (op.format == SYMM_LL_FORMAT_LL128) {
+    if (blockDim.x & 31u || (bytes + 119) / 120 > (symm_u64)(w >> 5) * 2 * SYMM_LL128_RED_U) return;
+  } else {
+    return;
+  }
+  const unsigned flag = symm_ll_flag(p.expected[op.slot]);
+  const symm_u64 mine = symm_sig_word(p, *(volatile symm_u64*)&symm_sig_seq);
+  for (symm_u32 q = threadIdx.x - w; q < p.world; q += blockDim.x - w) {
+    if (q == p.rank) continue;
+    volatile symm_u64* at = symm_sig_at(p, p.rank, mine, q);
+    unsigned spins = 0;
+    symm_u64 start = 0;
+    for (;;) {
+      const symm_u64 theirs = *at;
+      if (symm_sig_same_seq(mine, theirs)) {
+        if (theirs != mine && atomicExch((int*)stop, 1) == 0) {
+          symm_record(p, SYMM_STOP_SIGNATURE, q, mine, theirs, 0);
+          *p.abort_word = 1;
+          __threadfence_system();
+        }
+        break;
+      }
+      // Past the deadline it is the lines' wait that timed out: the peer sent neither.
+      if (!symm_ll_keep_polling(p, spins, start, flag, 0, op.slot, index, stop)) return;
+    }
+  }
+  atomicOr(&symm_sig_seen, 1u << (threadIdx.x - w));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -36,9 +36,10 @@
 //! Where the word travels and when it is compared is the executors' business; this module is
 //! its definition, shared by every one of them. The host's back-to-back calls
 //! (`symm_host::run_calls`) publish it in the rank's own pad and peers read it. On the GPU
-//! (`kernels/symm/ops.cuh`, `symm_sig_*`) a call's block pushes its word into every peer's
+//! (`kernels/symm/signature.cuh`, `symm_sig_*`) a call's block pushes its word into every peer's
 //! signature words before its first signal, and reads those its peers pushed to it, in its own
-//! memory, at its end and while a wait spins: the sequence number is the rank's call counter of
+//! memory, beside its low-latency lines, while a wait spins, and at its end for a word not
+//! checked yet: the sequence number is the rank's call counter of
 //! the channel, in device memory, so graph replays count too (read and written back plus one
 //! at the call's start, off its end); a team's calls carry no word.
 

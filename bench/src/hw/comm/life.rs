@@ -142,9 +142,11 @@ pub(super) fn death() -> Result<String, String> {
         ReduceOp::Sum,
     );
     let b = comm.alloc(&req).map_err(e)?;
-    // Both ranks build (and, with compiled plans, compile) the plan first, so rank 0 enqueues
-    // well inside the 300 ms before rank 1 dies.
+    // Both ranks build (and, with compiled plans, compile) the plan first, and meet after it (a
+    // cold compile can take one rank longer than the other), so rank 0 enqueues well inside
+    // the 300 ms before rank 1 dies.
     comm.prepare(&[req]).map_err(e)?;
+    comm.exchange(&[]).map_err(e)?;
     if comm.rank() == 1 {
         std::thread::sleep(Duration::from_millis(300));
         let _ = Command::new("kill")

@@ -514,7 +514,7 @@ impl Comm {
 
     /// The interpreter's parameter block for `plan` of `channels` channels admitted under `key`,
     /// without buffers or trace (a launch fills those). A call of the job carries its signature
-    /// (`Request::signature`, the sequence number the kernel's own: `symm/ops.cuh`); a team's
+    /// (`Request::signature`, the sequence number the kernel's own: `symm/signature.cuh`); a team's
     /// carries none (its slots name team ranks, not the job's).
     fn params_of(&self, plan: &DevicePlan, channels: u32, key: &AdmitKey) -> InterpParams {
         let (team, req) = key;

@@ -253,7 +253,7 @@ impl Comm {
         self.pad_slots as u64 * 8
     }
 
-    /// Heap offset of the call signatures' words (after the flag words; `symm/ops.cuh`).
+    /// Heap offset of the call signatures' words (after the flag words; `symm/signature.cuh`).
     pub(crate) fn sig_off(&self) -> u64 {
         2 * self.pad_slots as u64 * 8
     }
