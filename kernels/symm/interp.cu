@@ -8,9 +8,9 @@
 //   SIGNAL  the block synchronises, then thread 0 does fence.acq_rel.sys + a release atomic
 //   WAIT    thread 0 spins with ld.acquire.sys until pad[slot] >= expected[slot] + count, then
 //           advances expected[slot] (device memory, so a replayed CUDA graph keeps counting)
-// A call of the job carries its signature (symm_sig_*, ops.cuh): pushed to every peer by the
-// last warp after the first barrier, its peers' read while a wait spins and after the last
-// barrier, a call that differs named at once.
+// A call of the job carries its signature (symm_sig_*, signature.cuh): pushed to every peer by
+// the last warp after the first barrier, its peers' read beside the low-latency lines, while a
+// wait spins and, where not read yet, after the last barrier; a call that differs named at once.
 // Every wait has a %globaltimer deadline. On expiry the block writes a timeout record (rank, peer,
 // slot, expected, found, op index) to host-mapped memory, raises the shared abort word so that
 // every other block of every rank stops at its next wait, and returns.

@@ -384,8 +384,8 @@ static __device__ void symm_ll128_reduce_t(const symm_interp_params& p, char* ds
       // Every lane of the warp leaves together, so the warp's syncs stay matched.
       if (__any_sync(0xffffffffu, !ok)) return;
       __syncwarp();
-      // Every region's flags seen (acquire): a peer's word, stored before its first line,
-      // is visible; its load goes beside the data's.
+      // Every region's flags seen (acquire): the word of a peer that wrote one of these
+      // regions, stored before its first line, is visible; its load goes beside the data's.
       if (s == k - 1) symm_sig_watch_load(sw);
 #pragma unroll
       for (int u = 0; u < SYMM_LL128_RED_U; u++) {
