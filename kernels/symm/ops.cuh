@@ -441,8 +441,9 @@ static __device__ void symm_sig_await(const symm_interp_params& p, const symm_pl
   } else {
     return;
   }
+  symm_u64 mine;
+  if (!symm_sig_mine(p, mine)) return;
   const unsigned flag = symm_ll_flag(p.expected[op.slot]);
-  const symm_u64 mine = symm_sig_word(p, *(volatile symm_u64*)&symm_sig_seq);
   for (symm_u32 q = threadIdx.x - w; q < p.world; q += blockDim.x - w) {
     if (q == p.rank) continue;
     volatile symm_u64* at = symm_sig_at(p, p.rank, mine, q);
@@ -451,11 +452,7 @@ static __device__ void symm_sig_await(const symm_interp_params& p, const symm_pl
     for (;;) {
       const symm_u64 theirs = *at;
       if (symm_sig_same_seq(mine, theirs)) {
-        if (theirs != mine && atomicExch((int*)stop, 1) == 0) {
-          symm_record(p, SYMM_STOP_SIGNATURE, q, mine, theirs, 0);
-          *p.abort_word = 1;
-          __threadfence_system();
-        }
+        if (theirs != mine) symm_sig_fire(p, q, mine, theirs, stop);
         break;
       }
       // Past the deadline it is the lines' wait that timed out: the peer sent neither.

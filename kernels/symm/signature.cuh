@@ -71,8 +71,20 @@ static __device__ __forceinline__ volatile symm_u64* symm_sig_at(const symm_inte
                               (((symm_u64)blockIdx.x * 2 + (mine & 1)) * p.world + sender) * 8);
 }
 
-static __device__ __forceinline__ bool symm_sig_names(symm_u64 mine, symm_u64 theirs) {
-  return theirs != 0 && theirs != mine && ((theirs ^ mine) & 0xfffull) == 0;
+// Whether `theirs` carries the sequence number of the call whose word is `mine`.
+static __device__ __forceinline__ bool symm_sig_same_seq(symm_u64 mine, symm_u64 theirs) {
+  return theirs != 0 && ((theirs ^ mine) & 0xfffull) == 0;
+}
+
+// Peer q's word `theirs` names a call other than `mine`: the first thread of the block to see
+// one (`stop` from 0 to 1) records it and raises the abort word.
+static __device__ void symm_sig_fire(const symm_interp_params& p, symm_u32 q, symm_u64 mine, symm_u64 theirs,
+                                     volatile int* stop) {
+  if (atomicExch((int*)stop, 1) == 0) {
+    symm_record(p, SYMM_STOP_SIGNATURE, q, mine, theirs, 0);
+    *p.abort_word = 1;
+    __threadfence_system();
+  }
 }
 
 // After the block's first barrier, the last warp: this call's word into every peer's row.
@@ -99,12 +111,8 @@ static __device__ bool symm_sig_differs_from(const symm_interp_params& p, symm_u
   for (symm_u32 q = first; q < p.world; q += step) {
     if (q == p.rank) continue;
     const symm_u64 theirs = *symm_sig_at(p, p.rank, mine, q);
-    if (symm_sig_names(mine, theirs)) {
-      if (atomicExch((int*)stop, 1) == 0) {
-        symm_record(p, SYMM_STOP_SIGNATURE, q, mine, theirs, 0);
-        *p.abort_word = 1;
-        __threadfence_system();
-      }
+    if (symm_sig_same_seq(mine, theirs) && theirs != mine) {
+      symm_sig_fire(p, q, mine, theirs, stop);
       return true;
     }
   }
@@ -139,11 +147,6 @@ static __device__ __forceinline__ void symm_sig_finish(const symm_interp_params&
   const symm_u32 w = symm_sig_warp();
   if (threadIdx.x < w || ((symm_sig_seen >> (threadIdx.x - w)) & 1u)) return;
   if (!stop) symm_sig_differs_from(p, symm_sig_word(p, calls), threadIdx.x - w, blockDim.x - w, (volatile int*)&stop);
-}
-
-// Whether `theirs` carries the sequence number of the call whose word is `mine`.
-static __device__ __forceinline__ bool symm_sig_same_seq(symm_u64 mine, symm_u64 theirs) {
-  return theirs != 0 && ((theirs ^ mine) & 0xfffull) == 0;
 }
 
 // A thread's watch of one peer's word inside a low-latency reduce: a lane of the last warp
@@ -196,10 +199,6 @@ static __device__ __forceinline__ bool symm_sig_watch_settle(const symm_interp_p
   s.at = nullptr;
   atomicOr(&symm_sig_seen, 1u << q);
   if (s.theirs == s.mine) return false;
-  if (atomicExch((int*)stop, 1) == 0) {
-    symm_record(p, SYMM_STOP_SIGNATURE, q, s.mine, s.theirs, 0);
-    *p.abort_word = 1;
-    __threadfence_system();
-  }
+  symm_sig_fire(p, q, s.mine, s.theirs, stop);
   return true;
 }
