@@ -399,7 +399,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), FUNCTIONS.len());
-        let src = include_str!("ffi.rs");
+        let src = [include_str!("ffi/mod.rs"), include_str!("ffi/comm.rs")].concat();
         let exported = src.matches("#[no_mangle]").count();
         assert_eq!(
             exported,

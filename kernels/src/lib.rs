@@ -46,15 +46,19 @@ pub const OPS_CUH: &str = include_str!("../symm/ops.cuh");
 /// The call signature: each launch publishes its word to its peers and checks theirs.
 pub const SIGNATURE_CUH: &str = include_str!("../symm/signature.cuh");
 
+/// The low-latency protocol: lines with their own flags, 16 and 128 bytes wide.
+pub const LL_CUH: &str = include_str!("../symm/ll.cuh");
+
 /// Fused steps of compiled plans (several ops of one shape in one pass, one fence or one poll).
 pub const FUSED_CUH: &str = include_str!("../symm/fused.cuh");
 
 /// Headers by include name.
-pub const HEADERS: [(&str, &str); 7] = [
+pub const HEADERS: [(&str, &str); 8] = [
     ("symm/plan.cuh", PLAN_CUH),
     ("symm/device.cuh", DEVICE_CUH),
     ("symm/reduce.cuh", REDUCE_CUH),
     ("symm/signature.cuh", SIGNATURE_CUH),
+    ("symm/ll.cuh", LL_CUH),
     ("symm/ops.cuh", OPS_CUH),
     ("symm/fused.cuh", FUSED_CUH),
     ("symm/moe.cuh", MOE_CUH),

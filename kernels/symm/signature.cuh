@@ -1,6 +1,6 @@
 // The call signature on the device: each launch of a job's call publishes its word to its
 // peers and checks theirs. Included by ops.cuh after symm_record; symm_sig_await, which waits
-// with the low-latency polls, is in ops.cuh beside them.
+// with the low-latency polls, is in ll.cuh beside them.
 #pragma once
 
 // ---------------------------------------------------------------------------------------------

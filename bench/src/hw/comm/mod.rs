@@ -35,6 +35,7 @@ mod moe;
 mod moe_a2av;
 mod plain;
 mod plans;
+mod refused;
 mod streams;
 
 use std::ffi::OsString;
