@@ -7,7 +7,7 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0..2 | magic `0x5359` |
-//! | 2 | version (2) |
+//! | 2 | version ([`VERSION`]) |
 //! | 3 | kind (`Kind`) |
 //! | 4 | op (`Op`, collectives only) |
 //! | 5 | epoch: how many times the job recovered (wrapping); frames of another are stale |
@@ -254,21 +254,38 @@ pub(crate) fn after(from: Instant, timeout: Duration) -> Instant {
         .unwrap_or(from)
 }
 
-/// Waits until `fd` is ready for `events` or `deadline` passes.
+/// Waits until `fd` is ready for `events` or `deadline` passes. The deadline holds on every
+/// pass, so a caller that retries after a wait (a send the kernel still refuses, a peer that
+/// is readable and sends nothing whole) stops at it. A peer that shut its sending side down
+/// while this side waits to send is gone: it is leaving, and a full queue it no longer reads
+/// would otherwise hold this side until the deadline (or, with poll reporting the hang-up at
+/// once, spin there).
 pub(crate) fn wait(fd: BorrowedFd<'_>, events: i16, deadline: Instant) -> Result<(), LinkError> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(LinkError::Timeout);
+        }
         let mut set = [sys::Watch {
             fd: fd.as_raw_fd(),
             events,
             revents: 0,
         }];
         let n = sys::poll(&mut set, Some(left)).map_err(|e| LinkError::Sys("poll", e))?;
-        if n > 0 {
+        if n == 0 {
+            continue;
+        }
+        let got = set[0].revents;
+        if got & (events | sys::POLLHUP_OR_ERR) != 0 {
             return Ok(());
         }
-        if left.is_zero() {
-            return Err(LinkError::Timeout);
+        if got & sys::POLLRDHUP != 0 {
+            // Receiving: the next receive reads the end. Sending: see above.
+            return if events & sys::POLLOUT != 0 {
+                Err(LinkError::Closed)
+            } else {
+                Ok(())
+            };
         }
     }
 }
@@ -487,6 +504,7 @@ pub(crate) fn parse_abort(p: &[u8], op: &'static str) -> BootstrapError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     #[test]
     fn frames_round_trip_and_damage_is_refused() {
@@ -517,6 +535,77 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(Frame::decode(&bytes[..cut], Vec::new()).is_err());
         }
+    }
+
+    fn part() -> Head {
+        Head {
+            kind: Kind::Part,
+            op: Op::Gather,
+            rank: 1,
+            seq: 1,
+            epoch: 0,
+        }
+    }
+
+    /// Sends frames from `a` until its queue is full (the peer reads none).
+    fn fill(a: BorrowedFd<'_>) -> usize {
+        let payload = vec![7u8; MAX_PAYLOAD];
+        let mut sent = 0;
+        while send(a, part(), &payload, &[], Instant::now()).is_ok() {
+            sent += 1;
+            assert!(sent < 1 << 16, "the queue never filled");
+        }
+        sent
+    }
+
+    #[test]
+    fn a_peer_that_stops_reading_and_shuts_its_side_ends_a_send_at_once() {
+        let (a, b) = sys::seqpacket_pair().unwrap();
+        assert!(fill(a.as_fd()) > 0);
+        sys::shutdown_write(b.as_fd()).unwrap();
+        let start = Instant::now();
+        let r = send(
+            a.as_fd(),
+            part(),
+            &[1; MAX_PAYLOAD],
+            &[],
+            start + Duration::from_secs(30),
+        );
+        assert!(matches!(r, Err(LinkError::Closed)), "{r:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        drop(b);
+    }
+
+    #[test]
+    fn a_full_queue_times_out_by_the_deadline() {
+        let (a, b) = sys::seqpacket_pair().unwrap();
+        fill(a.as_fd());
+        let start = Instant::now();
+        let r = send(
+            a.as_fd(),
+            part(),
+            &[1; MAX_PAYLOAD],
+            &[],
+            start + Duration::from_millis(200),
+        );
+        assert!(matches!(r, Err(LinkError::Timeout)), "{r:?}");
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(200) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+        // A receive that finds nothing waits out its deadline too, and a passed one is a
+        // timeout even on a readable socket.
+        let mut buf = vec![0u8; MAX_FRAME];
+        assert!(recv(b.as_fd(), &mut buf, Instant::now()).is_ok());
+        assert!(matches!(
+            wait(b.as_fd(), sys::POLLIN, Instant::now()),
+            Err(LinkError::Timeout)
+        ));
     }
 
     #[test]

@@ -107,6 +107,30 @@ pub fn place(heap: &mut Heap, sizes: BufferSizes, data_off: u64) -> Result<Buffe
     })
 }
 
+/// Returns `b` to `heap`, whose offset 0 is `base`: whole or not at all. Each of its three
+/// offsets must start a live block of the heap, none may be one of `reserved` (regions the
+/// heap holds for others), and no two may be the same block (a set the caller built by hand
+/// could name one block twice; freeing it twice would free it once and then fail, leaving the
+/// heap half changed and unlike the peers'). The first offset that breaks a rule is named.
+pub fn unplace(heap: &mut Heap, b: &Buffers, base: u64, reserved: &[u64]) -> Result<()> {
+    let named = [b.input, b.output, b.scratch];
+    let mut offs = [0u64; 3];
+    for (i, &o) in named.iter().enumerate() {
+        let off = o.checked_sub(base);
+        let ok = off.is_some_and(|x| heap.is_live(x))
+            && !reserved.contains(&o)
+            && !named[..i].contains(&o);
+        match off {
+            Some(x) if ok => offs[i] = x,
+            _ => return Err(CudaError::NotLive { offset: o }),
+        }
+    }
+    for off in offs {
+        heap.free(off).map_err(CudaError::Heap)?;
+    }
+    Ok(())
+}
+
 /// The longest deadline any wait may have, on the device or on the host: a peer that is stuck
 /// but alive ends every wait within it (`SYMM_WAIT_MAX_NS` in `symm/device.cuh`).
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
@@ -152,6 +176,50 @@ pub fn check_range(off: u64, len: u64, lo: u64, hi: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_set_frees_whole_or_not_at_all() {
+        let mut heap = Heap::new(64 << 10);
+        let sizes = BufferSizes {
+            input: 16,
+            output: 16,
+            scratch: 16,
+        };
+        let b = place(&mut heap, sizes, 4096).unwrap();
+        let state = |h: &Heap| (h.used(), h.live());
+        let before = state(&heap);
+        // One block named twice, an offset before the base, one past every block, a reserved
+        // region: each refused by its offset, the heap unchanged.
+        let twice = Buffers {
+            output: b.input,
+            ..b
+        };
+        let cases = [
+            (twice, b.input, &[][..]),
+            (Buffers { scratch: 16, ..b }, 16, &[][..]),
+            (
+                Buffers {
+                    input: b.input + 4096 * 10,
+                    ..b
+                },
+                b.input + 4096 * 10,
+                &[][..],
+            ),
+            (b, b.output, &[b.output][..]),
+        ];
+        for (set, named, reserved) in cases {
+            let e = unplace(&mut heap, &set, 4096, reserved).unwrap_err();
+            assert!(
+                matches!(e, CudaError::NotLive { offset } if offset == named),
+                "{e:?}"
+            );
+            assert_eq!(state(&heap), before);
+        }
+        unplace(&mut heap, &b, 4096, &[]).unwrap();
+        assert_eq!(heap.live(), 0);
+        let e = unplace(&mut heap, &b, 4096, &[]).unwrap_err();
+        assert!(matches!(e, CudaError::NotLive { .. }), "{e:?}");
+    }
 
     #[test]
     fn a_refused_placement_leaves_the_heap_as_it_was() {

@@ -19,6 +19,10 @@ pub(crate) use proc::*;
 pub(crate) const POLLIN: i16 = libc::POLLIN;
 /// Writable.
 pub(crate) const POLLOUT: i16 = libc::POLLOUT;
+/// The peer shut its sending side down (it sends nothing more; it may read nothing more).
+pub(crate) const POLLRDHUP: i16 = libc::POLLRDHUP;
+/// Hung up or failed: the next call on the socket says how.
+pub(crate) const POLLHUP_OR_ERR: i16 = libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
 
 /// Error numbers the callers tell apart.
 pub(crate) const EPIPE: i32 = libc::EPIPE;
@@ -181,6 +185,31 @@ pub(crate) fn shutdown(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: plain system call on a socket this process holds.
     cvt(unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) })?;
     Ok(())
+}
+
+/// Shuts the sending side of a connected socket down: the peer reads EOF, this side still reads.
+#[cfg(test)]
+pub(crate) fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: plain system call on a socket this process holds.
+    cvt(unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) })?;
+    Ok(())
+}
+
+/// A connected pair of non-blocking, close-on-exec `SOCK_SEQPACKET` sockets.
+#[cfg(test)]
+pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a live array of two ints the call fills.
+    cvt(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: socketpair succeeded: both are fresh descriptors this process owns alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Sends one message (`parts` gathered) with `fds` attached, without blocking. Returns the bytes

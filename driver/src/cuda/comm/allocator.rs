@@ -75,7 +75,7 @@ impl Comm {
 
     /// Collective: returns buffers to the heap after this rank's work on its device finished.
     /// Every offset is checked first (a live allocation of this heap, not a team's region, not
-    /// named by a live graph), so a bad set frees nothing.
+    /// named by a live graph, not named twice), so a bad set frees nothing.
     pub fn free(&self, b: &Buffers) -> Result<()> {
         let _g = self.enter_any()?;
         self.check_unpinned(b)?;
@@ -84,16 +84,8 @@ impl Comm {
             // Held until the buffers are back in the heap: no capture pins them meanwhile.
             let mut a = self.alloc_lock()?;
             super::capture::check_unpinned_in(&a.pins, b)?;
-            let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.data_off));
-            for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {
-                let live = off.is_some_and(|x| a.heap.is_live(x));
-                if !live || a.regions.contains(o) {
-                    return Err(CudaError::NotLive { offset: *o });
-                }
-            }
-            for off in offs.into_iter().flatten() {
-                a.heap.free(off).map_err(CudaError::Heap)?;
-            }
+            let a = &mut *a;
+            guard::unplace(&mut a.heap, b, self.data_off, &a.regions)?;
         }
         self.agree()
     }

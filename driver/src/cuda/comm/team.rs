@@ -282,15 +282,7 @@ impl<'c> CommTeam<'c> {
         super::capture::check_unpinned_in(&alloc.pins, b)?;
         let mut h = self.heap_lock()?;
         // Every offset is checked before any is freed: a bad set frees nothing.
-        let offs = [b.input, b.output, b.scratch].map(|o| o.checked_sub(self.region.0));
-        for (o, off) in [b.input, b.output, b.scratch].iter().zip(offs) {
-            if !off.is_some_and(|x| h.heap.is_live(x)) {
-                return Err(CudaError::NotLive { offset: *o });
-            }
-        }
-        for off in offs.into_iter().flatten() {
-            h.heap.free(off).map_err(CudaError::Heap)?;
-        }
+        crate::cuda::bounds::unplace(&mut h.heap, b, self.region.0, &[])?;
         drop(alloc);
         self.agree(&mut h)
     }

@@ -10,6 +10,7 @@
 //! `SYMM_MULTICAST_MAX_BYTES` (plain decimal numbers; anything else refuses every creation with
 //! [`McError::BadSetting`]), or what the program sets with [`set_budget`], which wins.
 
+use std::ffi::OsString;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::error::McError;
@@ -37,17 +38,18 @@ impl McBudget {
 
     /// The default, overridden by `SYMM_MULTICAST_MAX_OBJECTS` / `SYMM_MULTICAST_MAX_BYTES`.
     pub fn from_env() -> Result<McBudget, McError> {
-        Self::from_env_with(|k| std::env::var(k).ok())
+        Self::from_env_with(|k| std::env::var_os(k))
     }
 
-    /// [`McBudget::from_env`] over an arbitrary environment lookup.
-    pub fn from_env_with(env: impl Fn(&str) -> Option<String>) -> Result<McBudget, McError> {
+    /// [`McBudget::from_env`] over an arbitrary environment lookup. A value that is not UTF-8
+    /// is a bad setting like any other, never an unset variable.
+    pub fn from_env_with(env: impl Fn(&str) -> Option<OsString>) -> Result<McBudget, McError> {
         let mut b = McBudget::DEFAULT;
         if let Some(v) = env(ENV_MAX_OBJECTS) {
-            b.max_objects = parse(ENV_MAX_OBJECTS, &v)?;
+            b.max_objects = parse(ENV_MAX_OBJECTS, &v.to_string_lossy())?;
         }
         if let Some(v) = env(ENV_MAX_BYTES) {
-            b.max_bytes = parse(ENV_MAX_BYTES, &v)?;
+            b.max_bytes = parse(ENV_MAX_BYTES, &v.to_string_lossy())?;
         }
         Ok(b)
     }
@@ -185,8 +187,8 @@ pub fn held() -> (u32, u64) {
 mod tests {
     use super::*;
 
-    fn env<'a>(kv: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| kv.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    fn env<'a>(kv: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
+        move |k| kv.iter().find(|(n, _)| *n == k).map(|(_, v)| v.into())
     }
 
     #[test]
@@ -218,6 +220,13 @@ mod tests {
                 }
                 other => panic!("{var}={v:?}: {other:?}"),
             }
+        }
+        use std::os::unix::ffi::OsStringExt;
+        let not_utf8 =
+            |k: &str| (k == ENV_MAX_OBJECTS).then(|| OsString::from_vec(vec![b'1', 0xff]));
+        match McBudget::from_env_with(not_utf8) {
+            Err(McError::BadSetting { var, .. }) => assert_eq!(var, ENV_MAX_OBJECTS),
+            other => panic!("{other:?}"),
         }
         let long = "9".repeat(100);
         match McBudget::from_env_with(env(&[(ENV_MAX_BYTES, &long)])) {
