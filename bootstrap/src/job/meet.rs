@@ -17,6 +17,10 @@
 //! is free again) and sends `Ready` to every rank; at the deadline it sends `Failed` with the
 //! missing ranks instead, and returns [`BootstrapError::Missing`] naming them and what it refused.
 //! Refusals do not end the root's rendezvous: a stray or hostile connection cannot stop a job.
+//! Connections in their handshake are bounded (the world size plus 64); when a new one finds
+//! every place taken, the oldest that has not said hello (else the oldest) is refused `Busy`
+//! and the new one takes its place, so a flood of silent connections bounds the root's memory
+//! and still lets every rank in.
 //!
 //! Rank: connects with backoff (1 ms doubling to 100 ms) until the deadline, checks that the root
 //! runs as its own user, sends its hello and checks the root's proof before it proves anything
@@ -39,7 +43,8 @@ use super::wire::{self, Frame, Head, Kind, LinkError};
 pub const VERDICT_GRACE: Duration = Duration::from_secs(2);
 /// How long the root spends telling a refused or abandoned peer why, or sending it a challenge.
 const NOTICE: Duration = Duration::from_millis(100);
-/// Connections that have not finished their handshake yet, beyond the world size.
+/// Connections that have not finished their handshake yet, beyond the world size; past it, a
+/// new connection takes the place of an older one (`evicted`).
 const EXTRA_PENDING: usize = 64;
 
 /// The root's uid check: a peer must run as the root's own user (root included: no exception).
@@ -186,6 +191,14 @@ fn refuse(fd: OwnedFd, why: Refusal, refused: &mut Vec<Refusal>) {
     }
 }
 
+/// The connection that gives up its place when every place is taken and another arrives: the
+/// oldest that has not said hello, else the oldest (`pending` is in order of arrival and not
+/// empty). A rank says hello as it connects and proves itself within a round trip, so silent
+/// connections, however many, cannot keep it out: they go first, oldest first.
+fn evicted(pending: &[Pending]) -> usize {
+    pending.iter().position(|p| p.claim.is_none()).unwrap_or(0)
+}
+
 /// Root: waits for every rank. Returns the connections, index `r - 1` for rank `r`.
 pub(crate) fn root(job: &JobEnv, deadline: Instant) -> Result<Vec<OwnedFd>> {
     let uid = sys::euid();
@@ -259,9 +272,11 @@ pub(crate) fn root(job: &JobEnv, deadline: Instant) -> Result<Vec<OwnedFd>> {
                 };
                 if let Err(why) = check_user(uid, peer) {
                     refuse(fd, why, &mut refused);
-                } else if pending.len() >= world + EXTRA_PENDING {
-                    refuse(fd, Refusal::Busy, &mut refused);
                 } else {
+                    if pending.len() >= world + EXTRA_PENDING {
+                        let old = pending.remove(evicted(&pending));
+                        refuse(old.fd, Refusal::Busy, &mut refused);
+                    }
                     let nonce = auth::nonce().map_err(|e| BootstrapError::sys("getrandom", e))?;
                     pending.push(Pending {
                         fd,

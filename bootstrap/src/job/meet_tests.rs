@@ -318,36 +318,39 @@ fn a_squatter_root_gets_no_token_and_no_descriptor() {
 /// Idle connections of the same user fill every handshake place; a rank that comes then is
 /// refused as busy, and must say so every time, not report a lost root.
 #[test]
-fn a_refused_rank_names_the_reason_under_a_flood() {
-    let root_job = job(0, 2, "flood");
+fn a_rank_gets_in_through_a_flood_of_silent_connections() {
+    let root_job = job(0, 3, "flood");
     let name = root_job.socket_name(sys::euid());
     let root = std::thread::spawn(move || {
         root(&root_job, Instant::now() + Duration::from_secs(60)).map(|l| l.len())
     });
-    let flood: Vec<OwnedFd> = (0..2 + EXTRA_PENDING)
+    // More silent connections than the root keeps places for.
+    let flood: Vec<OwnedFd> = (0..3 + 2 * EXTRA_PENDING)
         .map(|_| connect(&name, Instant::now() + LONG).unwrap())
         .collect();
-    let me = job(1, 2, "flood");
-    for attempt in 0..20 {
-        match join(&me, Instant::now() + LONG) {
-            Err(BootstrapError::Refused(Refusal::Busy)) => {}
-            other => panic!("attempt {attempt}: {other:?}"),
-        }
-    }
-    // When the flood goes, the rank gets in.
-    drop(flood);
-    let end = Instant::now() + LONG;
-    let link = loop {
-        match join(&me, end) {
-            Ok(l) => break l,
-            Err(BootstrapError::Refused(Refusal::Busy)) if Instant::now() < end => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            Err(e) => panic!("{e}"),
-        }
-    };
-    assert_eq!(root.join().unwrap(), Ok(1));
-    drop(link);
+    let one = job(1, 3, "flood");
+    let a = std::thread::spawn(move || join(&one, Instant::now() + LONG));
+    // More arrive while rank 1 is in its handshake, and after it.
+    let more: Vec<OwnedFd> = (0..EXTRA_PENDING)
+        .map(|_| connect(&name, Instant::now() + LONG).unwrap())
+        .collect();
+    let two = job(2, 3, "flood");
+    let b = join(&two, Instant::now() + LONG).unwrap();
+    let a = a.join().unwrap().unwrap();
+    assert_eq!(root.join().unwrap(), Ok(2));
+    // The silent ones that lost their place were told why.
+    let mut buf = vec![0u8; wire::MAX_FRAME];
+    let busy = flood
+        .iter()
+        .filter(|fd| {
+            matches!(
+                wire::try_recv(fd.as_fd(), &mut buf),
+                Ok(Some(f)) if f.head.kind == Kind::Refused
+            )
+        })
+        .count();
+    assert!(busy >= EXTRA_PENDING, "{busy} refused");
+    drop((a, b, flood, more));
 }
 
 #[test]
