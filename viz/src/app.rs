@@ -6,8 +6,10 @@
 
 use crate::canvas::{self, timeline};
 use crate::examples;
+use crate::hang;
 use crate::io;
 use crate::model::{LoadError, Trace};
+use crate::scale;
 use gloo_events::EventListener;
 use gloo_timers::callback::Interval;
 use wasm_bindgen::JsCast;
@@ -69,6 +71,9 @@ pub enum Msg {
 pub struct App {
     pub(crate) main: Option<Trace>,
     pub(crate) compare: Option<Trace>,
+    /// The hang panels of the main and the compared trace, computed when each is opened.
+    pub(crate) hang: Option<hang::Report>,
+    pub(crate) hang_compare: Option<hang::Report>,
     pub(crate) pos: usize,
     pub(crate) playing: bool,
     pub(crate) speed: f64,
@@ -99,25 +104,23 @@ pub struct App {
 }
 
 impl App {
+    /// The span of the longest trace loaded, in ns.
+    fn longest_ns(&self) -> f64 {
+        self.tracks()
+            .iter()
+            .map(|t| t.duration_ns())
+            .fold(1.0, f64::max)
+    }
+
     /// The visible time window.
     pub(crate) fn window(&self) -> timeline::Window {
-        self.window.unwrap_or_else(|| {
-            let d = [self.main.as_ref(), self.compare.as_ref()]
-                .into_iter()
-                .flatten()
-                .map(|t| t.duration_ns())
-                .fold(1.0, f64::max);
-            timeline::Window {
-                t0: -d * 0.01,
-                t1: d * 1.02,
-            }
-        })
+        self.window.unwrap_or_else(|| scale::fit(self.longest_ns()))
     }
 
     /// Playback time in ns from the start of the main trace.
     fn now_ns(&self) -> f64 {
         self.main.as_ref().map_or(0.0, |t| {
-            (t.time_at(self.pos) - t.start) as f64 * t.header.time_unit_ns.max(1) as f64
+            scale::ns_since(t.start, t.header.time_unit_ns, t.time_at(self.pos))
         })
     }
 
@@ -185,8 +188,8 @@ impl App {
         let t2 = io::now_ms();
         // Each trace's buffers at the playback time, the compared one beside the played one.
         let compared = self.compare.as_ref().map(|c| {
-            let unit = c.header.time_unit_ns.max(1) as f64;
-            (c, c.pos_at(c.start.saturating_add((now_ns / unit) as u64)))
+            let time = scale::time_at_ns(c.start, c.header.time_unit_ns, now_ns);
+            (c, c.pos_at(time))
         });
         for (node, shown) in [
             (&self.buffers_ref, Some((t, self.pos))),
@@ -268,6 +271,8 @@ impl Component for App {
         App {
             main: None,
             compare: None,
+            hang: None,
+            hang_compare: None,
             pos: 0,
             playing: false,
             speed: 1.0,
@@ -342,8 +347,10 @@ impl Component for App {
                     Ok(t) => {
                         self.error = None;
                         self.warning = t.warning_text();
+                        let report = hang::report(&t, hang::MAX_ROWS);
                         match slot {
                             Slot::Main => {
+                                self.hang = report;
                                 self.pos = t.events.len();
                                 self.main = Some(t);
                                 self.selected = None;
@@ -351,7 +358,10 @@ impl Component for App {
                                 self.ticker = None;
                                 self.play_ns = self.now_ns();
                             }
-                            Slot::Compare => self.compare = Some(t),
+                            Slot::Compare => {
+                                self.hang_compare = report;
+                                self.compare = Some(t);
+                            }
                         }
                         self.window = None;
                     }
@@ -368,11 +378,13 @@ impl Component for App {
             }
             Msg::CloseCompare => {
                 self.compare = None;
+                self.hang_compare = None;
                 self.window = None;
             }
             Msg::Swap => {
                 if self.compare.is_some() {
                     std::mem::swap(&mut self.main, &mut self.compare);
+                    std::mem::swap(&mut self.hang, &mut self.hang_compare);
                     let n = self.main.as_ref().map_or(0, |t| t.events.len());
                     self.set_pos(n);
                 }
@@ -404,8 +416,11 @@ impl Component for App {
                 self.last_tick = now;
                 // At 1x the whole trace plays in 10 s.
                 self.play_ns += dt * self.speed * t.duration_ns().max(1.0) / 10_000.0;
-                let unit = t.header.time_unit_ns.max(1) as f64;
-                let pos = t.pos_at(t.start + (self.play_ns / unit) as u64);
+                let pos = t.pos_at(scale::time_at_ns(
+                    t.start,
+                    t.header.time_unit_ns,
+                    self.play_ns,
+                ));
                 self.pos = pos;
                 // Keep the cursor in view while playing zoomed in.
                 if let Some(w) = self.window {
@@ -443,12 +458,7 @@ impl Component for App {
                 let width = self.timeline_width();
                 let plot = (width - timeline::LABEL_W).max(10.0);
                 let at = w.t0 + ((x - timeline::LABEL_W).clamp(0.0, plot) / plot) * (w.t1 - w.t0);
-                let span = ((w.t1 - w.t0) * f).max(1.0);
-                let left = (at - w.t0) / (w.t1 - w.t0);
-                self.window = Some(timeline::Window {
-                    t0: at - span * left,
-                    t1: at + span * (1.0 - left),
-                });
+                self.window = Some(scale::zoom(w, f, at, self.longest_ns()));
             }
             Msg::Fit => self.window = None,
             Msg::Down(x) => self.drag = Some((x, self.window(), false)),
@@ -461,10 +471,7 @@ impl Component for App {
                 }
                 let plot = (self.timeline_width() - timeline::LABEL_W).max(10.0);
                 let d = (x - x0) / plot * (w0.t1 - w0.t0);
-                self.window = Some(timeline::Window {
-                    t0: w0.t0 - d,
-                    t1: w0.t1 - d,
-                });
+                self.window = Some(scale::pan(w0, -d, self.longest_ns()));
                 self.drag = Some((x0, w0, true));
             }
             Msg::Up(x, y) => {

@@ -140,10 +140,83 @@ pub fn describe_root(t: &Trace, root: &Root) -> String {
     }
 }
 
+/// Most stalled waits the hang panel lists; it counts the others.
+pub const MAX_ROWS: usize = 50;
+
+/// The hang panel's contents, computed once per trace: what it shows stays the same size
+/// however many waits stalled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// Stalled waits.
+    pub stalls: usize,
+    /// The first of them, at most the limit, in words.
+    pub rows: Vec<String>,
+    /// Stalled waits not listed.
+    pub more: usize,
+    /// The wait-for chain, in words.
+    pub chain: String,
+    /// Where the chain ends, in words ([`describe_root`]).
+    pub root: String,
+}
+
+/// A stalled wait in words: where it waits, on which slot, what it found.
+pub fn describe_stall(t: &Trace, s: &Stall) -> String {
+    let sp = &t.spans[s.span];
+    // Only a wait stalls.
+    let slot = if let Op::Wait { slot, .. } = sp.op {
+        t.header
+            .request
+            .layout()
+            .key(slot)
+            .map(|k| format!("(c{}, {} from r{})", k.channel, k.kind.name(), k.peer))
+            .unwrap_or_else(|| format!("#{slot}"))
+    } else {
+        String::new()
+    };
+    format!(
+        "rank {} channel {} op #{}: waits on slot {slot}: expected {}, found {}{}",
+        s.rank,
+        s.channel,
+        sp.index,
+        s.target,
+        s.found,
+        s.waits_for
+            .map(|q| format!(" -> waits for rank {q}"))
+            .unwrap_or_default()
+    )
+}
+
+/// The hang panel of a trace, listing at most `limit` stalled waits; `None` when nothing
+/// stalled.
+pub fn report(t: &Trace, limit: usize) -> Option<Report> {
+    let h = analyse(t)?;
+    let rows = h
+        .stalls
+        .iter()
+        .take(limit)
+        .map(|s| describe_stall(t, s))
+        .collect::<Vec<_>>();
+    let chain = h
+        .chain
+        .iter()
+        .map(|r| format!("rank {r}"))
+        .collect::<Vec<_>>()
+        .join(" -> ");
+    Some(Report {
+        stalls: h.stalls.len(),
+        more: h.stalls.len() - rows.len(),
+        rows,
+        chain,
+        root: describe_root(t, &h.root),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::tests::small;
+    use crate::model::tests::{header, small};
+    use symm_core::signal::SlotKind;
+    use symm_core::trace::{Event, EventKind, Writer};
 
     #[test]
     fn names_the_rank_that_never_signalled() {
@@ -157,5 +230,57 @@ mod tests {
         assert!(describe_root(&t, &h.root).contains("rank 0 is not waiting"));
         let ok = Trace::decode("ok", small(false)).unwrap();
         assert!(analyse(&ok).is_none());
+    }
+
+    #[test]
+    fn the_report_lists_a_bounded_number_of_stalls() {
+        let t = Trace::decode("hang", small(true)).unwrap();
+        let r = report(&t, MAX_ROWS).unwrap();
+        assert_eq!((r.stalls, r.more), (1, 0));
+        assert_eq!(
+            r.rows,
+            vec![
+                "rank 1 channel 0 op #0: waits on slot (c0, data from r0): expected 1, found 0 -> waits for rank 0"
+            ]
+        );
+        assert_eq!(r.chain, "rank 1 -> rank 0");
+        assert!(r.root.contains("rank 0 is not waiting"), "{}", r.root);
+        assert!(report(&Trace::decode("ok", small(false)).unwrap(), MAX_ROWS).is_none());
+
+        // Rank 1 stalls in 100,000 waits on rank 0: the panel lists the first few, counts the rest.
+        let n = 100_000u32;
+        let h = header(2);
+        let slot = h.request.layout().index_unchecked(0, 0, SlotKind::Data, 0);
+        let wait = Op::Wait { slot, count: 1 };
+        let mut w = Writer::new(Vec::new(), &h).unwrap();
+        for index in 0..n {
+            let ev = |time, kind| Event {
+                time,
+                rank: 1,
+                channel: 0,
+                index,
+                kind,
+                op: wait,
+                contents: None,
+            };
+            w.event(&ev(2 * index as u64, EventKind::Begin)).unwrap();
+            let stall = EventKind::Stall {
+                target: 1 + index as u64,
+                found: 0,
+            };
+            w.event(&ev(2 * index as u64 + 1, stall)).unwrap();
+        }
+        let t = Trace::decode("many", w.finish().unwrap()).unwrap();
+        let r = report(&t, MAX_ROWS).unwrap();
+        assert_eq!(r.stalls, n as usize);
+        assert_eq!(r.rows.len(), MAX_ROWS);
+        assert_eq!(r.more, n as usize - MAX_ROWS);
+        assert!(r.rows[MAX_ROWS - 1].contains("op #49:"), "{}", r.rows[49]);
+        assert!(
+            r.rows[MAX_ROWS - 1].contains("expected 50, found 0"),
+            "{}",
+            r.rows[49]
+        );
+        assert_eq!(r.chain, "rank 1 -> rank 0");
     }
 }

@@ -12,7 +12,8 @@
 //! warning naming the byte offset; a damaged one is refused with the offset.
 //!
 //! The `app` feature (on by default) is the browser app. Without it the crate is the viewer's
-//! model only ([`model`], [`buffers`], [`edges`], [`hang`], [`describe`]), built natively on
+//! model only ([`model`], [`buffers`], [`edges`], [`hang`], [`describe`], and the views' bounded
+//! arithmetic: [`scale`] for the timeline, [`flight`] for the topology), built natively on
 //! symm-core alone, which the fuzz targets drive from bytes to the Perfetto export.
 
 #![forbid(unsafe_code)]
@@ -25,10 +26,12 @@ pub mod canvas;
 pub mod describe;
 pub mod edges;
 pub mod examples;
+pub mod flight;
 pub mod hang;
 #[cfg(feature = "app")]
 pub mod io;
 pub mod model;
+pub mod scale;
 #[cfg(feature = "app")]
 pub mod view;
 

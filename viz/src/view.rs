@@ -57,12 +57,17 @@ fn summary(t: &crate::model::Trace) -> Html {
 }
 
 /// The hang panel of trace `t` (nothing when it finished): `id` is `hang` for the played trace
-/// and `hang-compare` for the compared one, so a deadlock shows in the compare view too.
-fn hang_report(t: &crate::model::Trace, id: &'static str, compared: bool) -> Html {
-    let Some(h) = hang::analyse(t) else {
+/// and `hang-compare` for the compared one, so a deadlock shows in the compare view too. At most
+/// [`hang::MAX_ROWS`] stalled waits are listed, then how many more there are.
+fn hang_report(
+    t: &crate::model::Trace,
+    report: Option<&hang::Report>,
+    id: &'static str,
+    compared: bool,
+) -> Html {
+    let Some(h) = report else {
         return html! {};
     };
-    let layout = t.header.request.layout();
     let whose = if compared {
         format!("The compared trace ({}) hung", t.name)
     } else {
@@ -70,26 +75,15 @@ fn hang_report(t: &crate::model::Trace, id: &'static str, compared: bool) -> Htm
     };
     html! {
         <div id={id} class="panel hang">
-            <h3>{ format!("{whose}: {} wait(s) never finished", h.stalls.len()) }</h3>
+            <h3>{ format!("{whose}: {} wait(s) never finished", h.stalls) }</h3>
             <ul>
-            { for h.stalls.iter().map(|s| {
-                // Only a wait stalls.
-                let slot = if let symm_core::op::Op::Wait { slot, .. } = t.spans[s.span].op {
-                    layout.key(slot)
-                        .map(|k| format!("(c{}, {} from r{})", k.channel, k.kind.name(), k.peer))
-                        .unwrap_or_else(|| format!("#{slot}"))
-                } else {
-                    String::new()
-                };
-                html! { <li>{ format!(
-                    "rank {} channel {} op #{}: waits on slot {slot}: expected {}, found {}{}",
-                    s.rank, s.channel, t.spans[s.span].index, s.target, s.found,
-                    s.waits_for.map(|q| format!(" -> waits for rank {q}")).unwrap_or_default()
-                ) }</li> }
-            }) }
+            { for h.rows.iter().map(|row| html! { <li>{ row }</li> }) }
+            if h.more > 0 {
+                <li class="more">{ format!("and {} more", h.more) }</li>
+            }
             </ul>
-            <p>{ "wait-for chain: " }{ h.chain.iter().map(|r| format!("rank {r}")).collect::<Vec<_>>().join(" -> ") }</p>
-            <p class="root">{ hang::describe_root(t, &h.root) }</p>
+            <p>{ "wait-for chain: " }{ &h.chain }</p>
+            <p class="root">{ &h.root }</p>
         </div>
     }
 }
@@ -153,7 +147,7 @@ pub fn view(app: &App, ctx: &Context<App>) -> Html {
                 app.pos,
                 t.events.len(),
                 what.map(|w| format!(" (an op {w})")).unwrap_or_default(),
-                describe::duration(t, t.time_at(app.pos) - t.start)
+                describe::duration(t, t.time_at(app.pos).saturating_sub(t.start))
             ),
         )
     });
@@ -227,8 +221,8 @@ pub fn view(app: &App, ctx: &Context<App>) -> Html {
                         <p class="op">{ op }</p>
                     }
                 </div>
-                { app.main.as_ref().map_or(html! {}, |t| hang_report(t, "hang", false)) }
-                { app.compare.as_ref().map_or(html! {}, |t| hang_report(t, "hang-compare", true)) }
+                { app.main.as_ref().map_or(html! {}, |t| hang_report(t, app.hang.as_ref(), "hang", false)) }
+                { app.compare.as_ref().map_or(html! {}, |t| hang_report(t, app.hang_compare.as_ref(), "hang-compare", true)) }
                 <div id="compare" class="panel">
                     <h3>{ "measured and predicted" }</h3>
                     <table>

@@ -5,19 +5,19 @@
 //! start. Ops after the playback time are drawn as pale ghosts so the whole schedule stays
 //! visible. Per lane only the spans inside the window are visited (binary search), and when many
 //! fall on one pixel column the rest of the column is skipped with another binary search, so a
-//! frame costs O(width x lanes x log n) whatever the trace size.
+//! frame costs O(width x lanes x log n) whatever the trace size. Past 320 lanes consecutive
+//! lanes share a pixel row ([`Rows`]), so the frame's height, and its pixels, stay bounded.
 
 use super::Pixels;
 use crate::model::Trace;
+use crate::scale::{self, Rows};
 use symm_core::op::Op;
 use web_sys::CanvasRenderingContext2d;
 
+pub use crate::scale::{Window, AXIS_H, HEAD_H};
+
 /// Width of the lane labels.
 pub const LABEL_W: f64 = 64.0;
-/// Height of the time axis.
-pub const AXIS_H: f64 = 18.0;
-/// Height of the header row of each trace.
-pub const HEAD_H: f64 = 16.0;
 /// Most arrows drawn; beyond that, zoom in to see them.
 pub const MAX_ARROWS: usize = 1500;
 
@@ -35,15 +35,6 @@ const PALETTE: [[u8; 4]; 11] = [
     [0xdd, 0xe3, 0xea, 255], // 10 ghost (not yet played)
 ];
 
-/// The visible window, in nanoseconds from the start of the traces.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Window {
-    /// Left edge.
-    pub t0: f64,
-    /// Right edge.
-    pub t1: f64,
-}
-
 /// What one trace contributes to a frame.
 pub struct Track<'a> {
     /// The trace.
@@ -54,22 +45,9 @@ pub struct Track<'a> {
     pub selected: Option<usize>,
 }
 
-/// Lane height for a number of lanes.
-pub fn lane_height(lanes: usize) -> f64 {
-    match lanes {
-        0..=16 => 20.0,
-        17..=64 => 10.0,
-        _ => (640.0 / lanes as f64).max(2.0),
-    }
-}
-
-/// Canvas height for the tracks.
+/// Canvas height for the tracks (bounded whatever their lanes: see [`Rows`]).
 pub fn height(tracks: &[&Trace]) -> u32 {
-    let mut h = AXIS_H;
-    for t in tracks {
-        h += HEAD_H + lane_height(t.lanes.len()) * t.lanes.len() as f64;
-    }
-    h.ceil() as u32 + 4
+    scale::canvas_height(tracks.iter().map(|t| t.lanes.len()))
 }
 
 fn colour(t: &Trace, s: &symm_core::perfetto::Span) -> usize {
@@ -106,13 +84,19 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, tracks: &[Track], w: Win
     ctx.set_font("11px sans-serif");
     for tr in tracks {
         let t = tr.trace;
-        let unit = t.header.time_unit_ns.max(1) as f64;
-        let to_ns = |time: u64| (time - t.start) as f64 * unit;
-        let to_time = |ns: f64| t.start + (ns.max(0.0) / unit) as u64;
-        let lh = lane_height(t.lanes.len());
+        let unit = t.header.time_unit_ns;
+        let to_ns = |time: u64| scale::ns_since(t.start, unit, time);
+        let to_time = |ns: f64| scale::time_at_ns(t.start, unit, ns);
+        let rows = Rows::of(t.lanes.len());
+        let lh = rows.row_h;
+        let shared = if rows.per_row > 1 {
+            format!(", {} lanes a row", rows.per_row)
+        } else {
+            String::new()
+        };
         labels.push((
             format!(
-                "{} ({} {} w{})",
+                "{} ({} {} w{}{shared})",
                 t.name,
                 t.header.request.collective.name(),
                 t.header.request.algorithm.name(),
@@ -122,12 +106,14 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, tracks: &[Track], w: Win
             y + 12.0,
         ));
         y += HEAD_H;
+        let top = y;
         let now = to_time(tr.now_ns);
-        let (lo, hi) = (to_time(w.t0), to_time(w.t1) + 1);
+        let (lo, hi) = (to_time(w.t0), to_time(w.t1).saturating_add(1));
         let mut lane_y = Vec::with_capacity(t.lanes.len());
-        for lane in &t.lanes {
+        for (li, lane) in t.lanes.iter().enumerate() {
+            let y = top + rows.row_of(li) as f64 * lh;
             lane_y.push(y);
-            if lh >= 8.0 {
+            if lh >= 8.0 && rows.per_row == 1 {
                 labels.push((
                     format!("r{} c{}", lane.rank, lane.channel),
                     4.0,
@@ -172,8 +158,8 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, tracks: &[Track], w: Win
                     k += lane.ends[k..hi_k].partition_point(|e| *e < next_t);
                 }
             }
-            y += lh;
         }
+        y = top + rows.height();
         // Arrows of the pairs whose signal has played.
         let lane_of = |rank: u16, ch: u16| {
             t.lanes
@@ -271,7 +257,10 @@ fn axis(ctx: &CanvasRenderingContext2d, width: f64, w: Window, xof: &dyn Fn(f64)
     ctx.set_fill_style_str("#555");
     ctx.set_font("10px sans-serif");
     let mut t = (w.t0 / step).ceil() * step;
-    while t <= w.t1 {
+    // About 8 ticks; the count is bounded even where `t + step` would round back to `t`.
+    let mut ticks = 0;
+    while t <= w.t1 && ticks < 32 {
+        ticks += 1;
         let x = xof(t);
         ctx.fill_rect(x, AXIS_H - 4.0, 1.0, 4.0);
         let shown = if t.abs() < step * 1e-6 { 0.0 } else { t };
@@ -298,17 +287,20 @@ pub fn hit(tracks: &[&Trace], width: f64, w: Window, x: f64, y: f64) -> Option<(
     let mut top = AXIS_H;
     for (ti, t) in tracks.iter().enumerate() {
         top += HEAD_H;
-        let lh = lane_height(t.lanes.len());
-        let bottom = top + lh * t.lanes.len() as f64;
+        let rows = Rows::of(t.lanes.len());
+        let bottom = top + rows.height();
         if y >= top && y < bottom {
-            let lane = &t.lanes[((y - top) / lh) as usize];
-            let unit = t.header.time_unit_ns.max(1) as f64;
-            let time = t.start + (ns.max(0.0) / unit) as u64;
+            let unit = t.header.time_unit_ns;
+            let time = scale::time_at_ns(t.start, unit, ns);
             // Accept the op under the pointer or the nearest one within 3 px.
-            let slack = (3.0 / plot_w * (w.t1 - w.t0) / unit) as u64;
-            let s = t.lane_span_at(lane, time.saturating_add(slack))?;
-            let sp = &t.spans[s];
-            return (sp.end.unwrap_or(t.end).saturating_add(slack) >= time).then_some((ti, s));
+            let slack = scale::time_at_ns(0, unit, 3.0 / plot_w * (w.t1 - w.t0));
+            // Where lanes share the row, the first of them with an op there.
+            return rows.lanes_at(y - top).find_map(|l| {
+                let lane = t.lanes.get(l)?;
+                let s = t.lane_span_at(lane, time.saturating_add(slack))?;
+                let sp = &t.spans[s];
+                (sp.end.unwrap_or(t.end).saturating_add(slack) >= time).then_some((ti, s))
+            });
         }
         top = bottom;
     }

@@ -1,7 +1,8 @@
 //! The topology: the ranks and the edges the schedule used, taken from the trace
 //! ([`crate::edges`]), with the chunks in flight at the playback time drawn as dots along the
 //! edge they travel, at the fraction of the op done. A rank blocked in a wait is ringed orange,
-//! one whose wait never finished red.
+//! one whose wait never finished red. At most [`MAX_DOTS`] chunks are drawn in a frame; the
+//! view counts the rest.
 //!
 //! A tree schedule is laid out by depth in its tree-0 graph from the root ([`Graph::layout`]),
 //! tree 0 solid and tree 1 (`DataB`) dashed; other schedules put the ranks on a circle, and
@@ -10,14 +11,11 @@
 
 use super::rank_colour;
 use crate::edges::{Class, Edge, Graph};
+use crate::flight::{self, InFlight, MAX_DOTS};
 use crate::model::Trace;
 use std::f64::consts::PI;
-use symm_core::op::Op;
 use symm_core::sched::Algorithm;
 use web_sys::CanvasRenderingContext2d;
-
-/// A chunk in flight: where it left, where it is now, whose colour it has.
-type Flight = ((f64, f64), (f64, f64), usize);
 
 /// Canvas height of the view.
 pub const HEIGHT: u32 = 300;
@@ -158,75 +156,7 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) -
     }
     // Chunks in flight and rank states at the playback time.
     let now = t.time_at(pos);
-    let mut state = vec![0u8; world]; // 0 idle, 1 waiting, 2 stalled
-    let mut dots: Vec<Flight> = Vec::new();
-    let at = |r: u16| pts.get(r as usize).copied();
-    let lerp =
-        |a: (f64, f64), b: (f64, f64), f: f64| (a.0 + (b.0 - a.0) * f, a.1 + (b.1 - a.1) * f);
-    for lane in &t.lanes {
-        let Some(si) = t.lane_span_at(lane, now) else {
-            continue;
-        };
-        let s = &t.spans[si];
-        let running = s.end.is_none_or(|e| e > now) && s.begin <= now;
-        if !running {
-            continue;
-        }
-        let f = match s.end {
-            Some(e) if e > s.begin => (now - s.begin) as f64 / (e - s.begin) as f64,
-            _ => 0.5,
-        };
-        let me = s.rank;
-        match s.op {
-            Op::Wait { .. } => {
-                if let Some(st) = state.get_mut(me as usize) {
-                    *st = (*st).max(if s.stall.is_some() { 2 } else { 1 });
-                }
-            }
-            Op::Copy { src, dst, .. } | Op::LlPut { src, dst, .. } if src.rank != dst.rank => {
-                if let (Some(a), Some(b)) = (at(src.rank), at(dst.rank)) {
-                    dots.push((a, lerp(a, b, f), src.rank as usize));
-                }
-            }
-            Op::Reduce { a, b, .. } => {
-                for l in [a, b] {
-                    if l.rank != me {
-                        if let (Some(x), Some(y)) = (at(l.rank), at(me)) {
-                            dots.push((x, lerp(x, y, f), l.rank as usize));
-                        }
-                    }
-                }
-            }
-            Op::ReduceN { ranks, .. } => {
-                for &q in ranks.as_slice() {
-                    if q != me {
-                        if let (Some(x), Some(y)) = (at(q), at(me)) {
-                            dots.push((x, lerp(x, y, f), q as usize));
-                        }
-                    }
-                }
-            }
-            Op::McReduce { .. } => {
-                if let Some(y) = at(me) {
-                    dots.push((switch, lerp(switch, y, f), me as usize));
-                }
-            }
-            Op::McStore { .. } => {
-                if let Some(x) = at(me) {
-                    if f < 0.5 {
-                        dots.push((x, lerp(x, switch, f * 2.0), me as usize));
-                    } else {
-                        for q in &pts {
-                            dots.push((switch, lerp(switch, *q, (f - 0.5) * 2.0), me as usize));
-                        }
-                    }
-                }
-            }
-            // A copy within a rank, signals and low-latency reduces (their lines arrived
-            // with their puts) move nothing between ranks.
-            Op::Copy { .. } | Op::LlPut { .. } | Op::Signal { .. } | Op::LlReduce { .. } => {}
-        }
-    }
+    let InFlight { dots, more, state } = flight::at(t, now, &pts, switch, MAX_DOTS);
     // Ranks.
     ctx.set_font("bold 12px sans-serif");
     for (r, p) in pts.iter().enumerate() {
@@ -272,5 +202,12 @@ pub fn draw(ctx: &CanvasRenderingContext2d, width: f64, t: &Trace, pos: usize) -
         6.0,
         14.0,
     );
+    if more > 0 {
+        let _ = ctx.fill_text(
+            &format!("{more} more chunks in flight not drawn"),
+            6.0,
+            28.0,
+        );
+    }
     edges
 }
