@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from . import _args, _arrays, _symm, cost, moe
+from ._alltoall import all_to_all_single
 from ._fused import fused_all_reduce_rmsnorm
 from ._gpu import (
     SIGNAL_SLOTS,
     all_gather_into_tensor,
     all_reduce,
-    all_to_all_single,
     broadcast,
     check,
     collect,

@@ -9,6 +9,9 @@ from . import _gpu, _symm
 #: Rows a fused op holds room for at first (it grows, collectively, for larger calls).
 _MIN_ROWS = 512
 
+#: Widths whose fused op a job keeps (each holds heap memory and a kernel).
+_NORMS_KEPT = 16
+
 
 def fused_all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *,
                              out: Any = None, residual_out: Any = None) -> tuple[Any, Any]:
@@ -70,6 +73,11 @@ def fused_all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e
         cap = max(rows, _symm.NORM_MAX_ROWS)
         grow = min(max(rows, _MIN_ROWS, 2 * op.max_rows if op is not None else 0), cap)
         op = _symm.fused_norm(j.comm, hidden, grow, stream)
+        j.norms.pop(hidden, None)
+        while len(j.norms) >= _NORMS_KEPT:
+            # The oldest width is let go (every rank makes the same calls, so the same one);
+            # its memory returns to the heap once nothing holds it.
+            del j.norms[next(iter(j.norms))]
         j.norms[hidden] = op
     span = lambda t: (t.data_ptr(), t.numel() * 2)  # noqa: E731
     op.run(span(x), span(residual), span(residual_out), span(weight), span(out), float(eps),

@@ -22,7 +22,6 @@ import os
 import secrets
 import sys
 import threading
-from collections.abc import Sequence
 from typing import Any, Optional
 
 # NVLink multicast stays off in every process that loads NCCL or torch through symm: assigned
@@ -282,12 +281,14 @@ def device() -> Any:
 
 
 def _stream(j: _Job, stream: Any) -> int:
+    """The handle of ``stream``: a ``torch.cuda.Stream`` (or ``ExternalStream``) of this rank's
+    GPU. Anything else is refused: the handle is handed to the driver as it is.
+    """
     if stream is None:
         return j.current_stream()
-    s = getattr(stream, "cuda_stream", None)
-    if s is None or getattr(stream, "device", j.device) != j.device:
+    if not isinstance(stream, j.torch.cuda.Stream) or stream.device != j.device:
         raise ValueError("stream must be a torch.cuda.Stream of this rank's GPU")
-    return int(s)
+    return int(stream.cuda_stream)
 
 
 def _dtype_name(j: _Job, dtype: Any) -> str:
@@ -533,81 +534,6 @@ def reduce_scatter_tensor(output: Any, input: Any, op: str = "sum", *, stream: A
         j.collective(r, input.data_ptr(), block * j.world, output.data_ptr(), block,
                      _stream(j, stream))
     return output
-
-
-def all_to_all_single(output: Any, input: Any, output_split_sizes: Optional[Sequence[int]] = None,
-                      input_split_sizes: Optional[Sequence[int]] = None, *, stream: Any = None,
-                      algorithm: Optional[str] = None, channels: Optional[int] = None) -> Any:
-    """Block ``q`` of this rank's ``input`` goes to rank ``q``; ``output``'s block ``r`` comes
-    from rank ``r``. Without splits the blocks are equal (dim 0 divided by the world); with
-    splits (rows of dim 0 per rank) they may differ, at the cost of one host exchange of the
-    splits per call (no GPU synchronisation, so it can still be captured).
-    """
-    j = _get()
-    w = j.world
-    if output_split_sizes is None and input_split_sizes is None:
-        dt, _ = _pair(j, output, input, 1, 1)
-        nin = input.numel() * input.element_size()
-        if nin % w:
-            raise ValueError(f"input's {nin} bytes do not split into {w} equal blocks")
-        if nin:
-            r = _request(j, "all_to_all", nin // w, dt, "sum", algorithm, channels)
-            j.collective(r, input.data_ptr(), nin, output.data_ptr(), nin,
-                         _stream(j, stream))
-        return output
-    _check(j, output, "output")
-    _check(j, input, "input")
-    if output.dtype != input.dtype or output.shape[1:] != input.shape[1:]:
-        raise ValueError("input and output must share dtype and every dimension past the first")
-    ins = _splits(input_split_sizes, input.shape[0], w, "input_split_sizes")
-    outs = _splits(output_split_sizes, output.shape[0], w, "output_split_sizes")
-    mine = ",".join(map(str, ins)).encode()
-    rows = [list(map(int, b.decode().split(","))) for b in j.comm.exchange(mine)]
-    for r, theirs in enumerate(rows):
-        if len(theirs) != w or theirs[j.rank] != outs[r]:
-            raise ValueError(f"rank {r} sends {theirs[j.rank] if len(theirs) == w else '?'} rows "
-                             f"to this rank, which expects {outs[r]}")
-    most = max(max(r) for r in rows)
-    torch = j.torch
-    s = None if stream is None else torch.cuda.stream(stream)
-    with s if s is not None else _nullcontext():
-        tail = tuple(input.shape[1:])
-        send = torch.zeros((w, most) + tail, dtype=input.dtype, device=j.device)
-        recv = torch.empty_like(send)
-        for q, (off, n) in enumerate(_offsets(ins)):
-            send[q, :n].copy_(input[off:off + n])
-        all_to_all_single(recv.view(-1), send.view(-1), stream=stream, algorithm=algorithm,
-                          channels=channels)
-        for r, (off, n) in enumerate(_offsets(outs)):
-            output[off:off + n].copy_(recv[r, :n])
-    return output
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *a: Any) -> None:
-        return None
-
-
-def _splits(s: Optional[Sequence[int]], rows: int, w: int, what: str) -> list[int]:
-    if s is None:
-        if rows % w:
-            raise ValueError(f"{rows} rows do not split into {w} equal blocks: give {what}")
-        return [rows // w] * w
-    s = [int(x) for x in s]
-    if len(s) != w or any(x < 0 for x in s) or sum(s) != rows:
-        raise ValueError(f"{what} must be {w} non-negative counts summing to {rows}, got {s}")
-    return s
-
-
-def _offsets(s: list[int]) -> list[tuple[int, int]]:
-    out, off = [], 0
-    for n in s:
-        out.append((off, n))
-        off += n
-    return out
 
 
 def check() -> None:

@@ -49,7 +49,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Callable, Optional  # noqa: E402
 
-from . import _gpu, bench_fused, bench_layer  # noqa: E402
+from . import _alltoall, _gpu, bench_fused, bench_layer  # noqa: E402
 from ._timing import eager_median as _time_eager  # noqa: E402
 from ._timing import graph_run  # noqa: E402
 from .layer import LLAMA_70B  # noqa: E402
@@ -113,7 +113,7 @@ def _call(coll: str, big: Any, n: int, world: int,
         if coll == "reduce_scatter":
             return _gpu.reduce_scatter_tensor(big[n: n + part], big[:n], algorithm=algorithm)
         if coll == "all_to_all":
-            return _gpu.all_to_all_single(big[n: 2 * n], big[:n], algorithm=algorithm)
+            return _alltoall.all_to_all_single(big[n: 2 * n], big[:n], algorithm=algorithm)
         raise SystemExit(f"unknown collective {coll}")
 
     return run

@@ -43,6 +43,7 @@ This module imports torch only when a :class:`Buffer` or :class:`AllToAllv` is m
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any, Optional
 
@@ -368,7 +369,7 @@ class Buffer:
         j = self._j
         torch = j.torch
         st = j.current_stream() if stream is None else _gpu._stream(j, stream)
-        ctx = _gpu._nullcontext() if stream is None else torch.cuda.stream(stream)
+        ctx = contextlib.nullcontext() if stream is None else torch.cuda.stream(stream)
         with ctx:
             out = torch.empty((handle.tokens, s.hidden), dtype=s.dtype, device=j.device)
         j.comm.moe_combine(self._layer, handle.mode,
@@ -430,7 +431,7 @@ class AllToAllv:
         torch = j.torch
         _check_a2av(j.tensor, j.index, j.world, self.dtype, torch.int64, input, send_counts)
         st = j.current_stream() if stream is None else _gpu._stream(j, stream)
-        ctx = _gpu._nullcontext() if stream is None else torch.cuda.stream(stream)
+        ctx = contextlib.nullcontext() if stream is None else torch.cuda.stream(stream)
         with ctx:
             recv = torch.empty((j.world,), dtype=torch.int64, device=j.device)
         j.comm.all_to_allv_device(self._layer, send_counts.data_ptr(), j.world * 8,
@@ -446,6 +447,11 @@ class AllToAllv:
 
 
 _a2av_cache: dict[tuple[Any, Any, int], AllToAllv] = {}
+
+#: Layers :func:`all_to_allv` keeps (each holds heap memory and a kernel); past it, the oldest
+#: is let go (every rank makes the same calls, so the same one) and its memory returns to the
+#: heap once no rank, tensor or captured graph holds it.
+_A2AV_KEPT = 8
 
 
 def all_to_allv(input: Any, send_counts: Any, out_max: int, *,
@@ -465,5 +471,8 @@ def all_to_allv(input: Any, send_counts: Any, out_max: int, *,
     if a is None:
         for k in [k for k in _a2av_cache if k[0] is not j.comm]:
             del _a2av_cache[k]
-        a = _a2av_cache[key] = AllToAllv(out_max, dtype)
+        a = AllToAllv(out_max, dtype)
+        while len(_a2av_cache) >= _A2AV_KEPT:
+            del _a2av_cache[next(iter(_a2av_cache))]
+        _a2av_cache[key] = a
     return a(input, send_counts, stream=stream)

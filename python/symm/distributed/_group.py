@@ -318,9 +318,12 @@ class SymmGroup(dist.ProcessGroup):
                       input_split_sizes: list[int], opts: Any = None) -> Any:
         """``dist.all_to_all_single``."""
         w = self.size()
-        rows = input.shape[0] if input.dim() else 0
-        even = all(len(set(s)) <= 1 and (not s or s[0] * w == rows)
-                   for s in (output_split_sizes, input_split_sizes))
+
+        def equal(s: list[int], t: Any) -> bool:
+            # No splits, or one count per rank, all the same, covering the tensor's rows.
+            rows = t.shape[0] if t.dim() else 0
+            return not s or (len(s) == w and len(set(s)) == 1 and s[0] * w == rows)
+        even = equal(output_split_sizes, output) and equal(input_split_sizes, input)
         path = self._route("alltoall_base", [output, input], even=even)
         if path in (_route.CPU, _route.ENGINE):
             return self._other(path).alltoall_base(output, input, output_split_sizes,

@@ -31,10 +31,24 @@ class SymmLocal:
 
     def _go(self, collective: str, block: int, t: Any, src: Any, nin: int, dst: Any, nout: int,
             op: str = "sum", root: int = 0) -> None:
+        """Runs ``collective`` over ``nin`` bytes of ``src`` into ``nout`` bytes of ``dst``, of
+        ``t``'s dtype. Each side must be a tensor of exactly its bytes, of that dtype: the
+        kernel reads and writes those spans, so a smaller tensor or a narrower dtype (which
+        torch's front end lets through for some calls) is refused here, never run past.
+        """
         j = self.job
         if block:
-            r = _gpu._request(j, collective, block, _gpu._check(j, t, "tensor"), op, None, None,
-                              root)
+            dt = _gpu._check(j, t, "tensor")
+            sides = (("input", src, nin), ("output", dst, nout))
+            for what, x, _ in sides:
+                if x is not t and _gpu._check(j, x, what) != dt:
+                    raise TypeError(f"{collective}: the {what} is {x.dtype} and the tensor "
+                                    f"{t.dtype}: they must match")
+            for what, x, n in sides:
+                if x.nbytes != n:
+                    raise ValueError(f"{collective}: the {what} holds {x.nbytes} bytes where "
+                                     f"the call needs {n}")
+            r = _gpu._request(j, collective, block, dt, op, None, None, root)
             j.collective(r, src.data_ptr(), nin, dst.data_ptr(), nout, j.current_stream())
 
     def all_reduce(self, t: Any, op: str) -> None:

@@ -81,7 +81,7 @@ impl Signals {
             return Err(CudaError::BadRank { rank: peer, world });
         }
         comm.check_range(pad, pad_len)?;
-        let words = u64::from(slot + 1).saturating_mul(u64::from(world));
+        let words = (u64::from(slot) + 1).saturating_mul(u64::from(world));
         if words.saturating_mul(8) > pad_len {
             return Err(CudaError::OutOfBounds {
                 what: "signal slot",
