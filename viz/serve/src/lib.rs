@@ -86,6 +86,10 @@ fn bind(port: Port) -> Result<(TcpListener, Option<String>), String> {
     }
 }
 
+/// The most bytes an answer to [`request`] may take, head and body (a full-page screenshot is
+/// a few MiB): a longer one is an error, never an allocation of what its peer claims.
+pub const MAX_RESPONSE: u64 = 256 << 20;
+
 /// Sends one request and returns (status, body).
 pub fn request(
     addr: SocketAddr,
@@ -104,7 +108,8 @@ pub fn request(
         body.len()
     )
     .map_err(|e| e.to_string())?;
-    let mut r = BufReader::new(s);
+    let mut r = BufReader::new(s).take(MAX_RESPONSE);
+    let too_long = || format!("an answer longer than {MAX_RESPONSE} bytes");
     let mut status = String::new();
     r.read_line(&mut status).map_err(|e| e.to_string())?;
     let code = status
@@ -136,15 +141,24 @@ pub fn request(
             if n == 0 {
                 break;
             }
+            if n as u64 > r.limit() {
+                return Err(too_long());
+            }
             let mut chunk = vec![0; n + 2];
             r.read_exact(&mut chunk).map_err(|e| e.to_string())?;
             out.extend_from_slice(&chunk[..n]);
         }
     } else if let Some(n) = len {
+        if n as u64 > r.limit() {
+            return Err(too_long());
+        }
         out.resize(n, 0);
         r.read_exact(&mut out).map_err(|e| e.to_string())?;
     } else {
         r.read_to_end(&mut out).map_err(|e| e.to_string())?;
+        if r.limit() == 0 {
+            return Err(too_long());
+        }
     }
     Ok((code, out))
 }

@@ -34,7 +34,7 @@ pub struct Limits {
     pub header_bytes: usize,
     /// Time for the whole request head to arrive.
     pub head_timeout: Duration,
-    /// Time for the whole answer to be sent.
+    /// Most time for the whole answer to be sent; a shorter answer gets less (`answer_time`).
     pub answer_timeout: Duration,
     /// Connections served at once; more are closed unanswered.
     pub connections: usize,
@@ -256,9 +256,19 @@ fn answer(s: &mut TcpStream, roots: &Roots, port: u16, limits: &Limits) -> std::
     let len = f.metadata()?.len();
     s.write_all(head_lines(200, content_type(&path), len, "").as_bytes())?;
     if body {
-        send_file(s, &mut f, len, Instant::now() + limits.answer_timeout)?;
+        send_file(s, &mut f, len, Instant::now() + answer_time(limits, len))?;
     }
     Ok(())
+}
+
+/// Time to send an answer of `len` bytes: the head's time plus a second per MiB, at most
+/// [`Limits::answer_timeout`]. A client that reads slower than that holds its connection no
+/// longer than the answer needs at that rate.
+pub(crate) fn answer_time(limits: &Limits, len: u64) -> Duration {
+    limits
+        .head_timeout
+        .saturating_add(Duration::from_secs(len >> 20))
+        .min(limits.answer_timeout)
 }
 
 /// Sends `len` bytes of `f`, failing when `deadline` passes.

@@ -270,6 +270,46 @@ fn a_slow_client_is_cut_off_and_blocks_nobody() {
     dripper.join().unwrap();
 }
 
+/// The WebDriver client's peer claims bodies it cannot send: refused, not allocated.
+#[test]
+fn a_client_request_refuses_an_answer_longer_than_its_bound() {
+    let heads = [
+        "HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551615\r\n\r\n".to_string(),
+        format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+            u64::MAX
+        ),
+        format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+            usize::MAX
+        ),
+    ];
+    for head in heads {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(head.as_bytes());
+        });
+        let r = super::request(addr, "GET", "/", None);
+        assert!(r.is_err(), "{r:?}");
+        server.join().unwrap();
+    }
+}
+
+#[test]
+fn an_answer_gets_time_for_its_bytes_and_no_more() {
+    let l = Limits::default();
+    assert_eq!(super::serve::answer_time(&l, 0), l.head_timeout);
+    assert_eq!(
+        super::serve::answer_time(&l, 18 << 20),
+        l.head_timeout + Duration::from_secs(18)
+    );
+    assert_eq!(super::serve::answer_time(&l, u64::MAX), l.answer_timeout);
+}
+
 /// `--port N` taken is an error naming the port; the default port taken is a free port and a
 /// notice naming both; a free default port is used as is.
 #[test]
