@@ -253,7 +253,8 @@ impl<'e, I: Iterator<Item = Op>> Executor<'e, I> {
                 .map_err(|error| ExecError::Fabric { error, index })?;
         }
         self.current = None;
-        self.index += 1;
+        // An op index past u32 (a stream of over 4 billion ops, timed only) stays there.
+        self.index = self.index.saturating_add(1);
         Ok(Step::Ran { index, op })
     }
 

@@ -23,6 +23,8 @@
 //! `symm_driver::host`.
 #![deny(missing_docs)]
 
+#[cfg(test)]
+mod bounds_tests;
 mod calls;
 mod deterministic;
 mod flags;
@@ -41,6 +43,15 @@ pub use calls::{run_calls, CallsError, CallsMode, CallsOptions, RankCalls};
 pub use deterministic::{hard_inputs, reference_in_rank_order};
 pub use flags::{FlagStep, FlagStream};
 pub use mem::{check_footprint, footprint, Oob, RankFabric, Temps, WorldMem, MAX_HOST_BYTES};
+
+/// The most ops one host run executes (simulator, threads with a trace, teams): its trace
+/// events, signal histories and op lists grow with them, so a schedule longer than this (a
+/// large message in small chunks) is refused with [`HostError::TooManyOps`] when the run
+/// reaches it, never run into memory it cannot bound. Untraced threads run any length.
+pub const MAX_HOST_OPS: u64 = 1 << 24;
+
+/// The most threads [`run_threads`] starts: one per rank and channel.
+pub const MAX_HOST_THREADS: u64 = 8192;
 pub use reference::{alltoallv_reference, compare, random_inputs, reference, Mismatch, POISON};
 pub use sim::{
     check_inputs, fit_link, simulate, simulate_streams, Block, FitError, FitRow, FitSample,
@@ -167,6 +178,20 @@ pub enum HostError {
         /// The bound.
         limit: u64,
     },
+    /// The run's schedule holds more ops than the host backend executes ([`MAX_HOST_OPS`]):
+    /// larger chunks (`Request::with_pipeline`) or a smaller message run.
+    TooManyOps {
+        /// The bound.
+        limit: u64,
+    },
+    /// The run needs a thread per rank and channel, more than [`MAX_HOST_THREADS`] or than
+    /// the system would start; the threads started were stopped.
+    TooManyThreads {
+        /// Threads the run needs.
+        threads: u64,
+        /// The bound, or the threads the system started before it refused one.
+        limit: u64,
+    },
     /// The request's output cannot be its input: its sizes differ, or its algorithm does not
     /// run in place (`Request::runs_in_place`).
     NotInPlace {
@@ -204,6 +229,14 @@ impl std::fmt::Display for HostError {
             HostError::TooLarge { bytes, limit } => write!(
                 f,
                 "the run's memory would take {bytes} bytes (every rank's buffers, scratch and pad); the host backend takes at most {limit}"
+            ),
+            HostError::TooManyOps { limit } => write!(
+                f,
+                "the run's schedule holds more than {limit} ops, the most the host backend runs; larger chunks or a smaller message run"
+            ),
+            HostError::TooManyThreads { threads, limit } => write!(
+                f,
+                "the run needs {threads} threads (one per rank and channel); the host backend starts at most {limit}"
             ),
             HostError::NotInPlace { collective, algorithm } => write!(
                 f,

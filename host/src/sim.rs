@@ -194,6 +194,21 @@ where
     I: Iterator<Item = Op>,
     F: Fn(u16, u16) -> Result<I, HostError>,
 {
+    simulate_within(req, inputs, opts, make, super::MAX_HOST_OPS)
+}
+
+/// [`simulate_streams`], refused with [`HostError::TooManyOps`] past `max_ops` ops.
+pub(crate) fn simulate_within<I, F>(
+    req: &Request,
+    inputs: &[Vec<u8>],
+    opts: &SimOptions,
+    make: F,
+    max_ops: u64,
+) -> Result<Run, HostError>
+where
+    I: Iterator<Item = Op>,
+    F: Fn(u16, u16) -> Result<I, HostError>,
+{
     let mem = if opts.data {
         WorldMem::new(req, inputs, super::POISON)?
     } else {
@@ -282,6 +297,9 @@ where
         };
         progressed = true;
         ops += 1;
+        if ops > max_ops {
+            return Err(HostError::TooManyOps { limit: max_ops });
+        }
         // A blocked op began when the stream first blocked on it; it runs once what it waited
         // for has landed.
         let begin = wait_began.take().unwrap_or(*clock);

@@ -63,6 +63,18 @@ pub fn run_teams_traced(
     mode: TeamMode,
     trace: bool,
 ) -> Result<(TeamOutputs, Vec<Vec<u8>>), HostError> {
+    run_teams_within(world, jobs, mode, trace, crate::MAX_HOST_OPS)
+}
+
+/// [`run_teams_traced`], refused with [`HostError::TooManyOps`] when the jobs' streams hold
+/// more than `max_ops` ops in all.
+pub(crate) fn run_teams_within(
+    world: u16,
+    jobs: &[TeamJob],
+    mode: TeamMode,
+    trace: bool,
+    max_ops: u64,
+) -> Result<(TeamOutputs, Vec<Vec<u8>>), HostError> {
     // Pads hold every id in use; ids are bounded as on a GPU communicator, so a hostile id cannot
     // size the pads.
     let teams = jobs
@@ -76,6 +88,7 @@ pub fn run_teams_traced(
         }));
     }
     let channels = jobs.iter().map(|j| j.request.channels).max().unwrap_or(1);
+    let mut room = max_ops;
     let outer = SlotLayout::new(teams, channels, world).map_err(|_| HostError::BadWorld {
         expected: world,
         found: 0,
@@ -119,9 +132,18 @@ pub fn run_teams_traced(
         for local in 0..j.request.world {
             let rank = j.team.global(local).unwrap_or(u16::MAX);
             for c in 0..j.request.channels {
+                // Every stream's ops are held (twice) for the run: at most `max_ops` in all.
                 let own: Vec<Op> = Schedule::new(j.request, local, c)
                     .map_err(HostError::Sched)?
+                    .take(
+                        usize::try_from(room)
+                            .unwrap_or(usize::MAX)
+                            .saturating_add(1),
+                    )
                     .collect();
+                room = room
+                    .checked_sub(own.len() as u64)
+                    .ok_or(HostError::TooManyOps { limit: max_ops })?;
                 let ops = own
                     .iter()
                     .map(|&op| map.op(op))

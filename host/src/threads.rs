@@ -8,7 +8,7 @@
 use super::mem::{RankFabric, Temps, WorldMem};
 use super::sim::check_inputs;
 use super::{HostError, Run};
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use symm_core::exec::{Executor, Step};
 use symm_core::op::Op;
@@ -33,15 +33,26 @@ impl Default for ThreadOptions {
     }
 }
 
+/// What every stream of a run shares: the abort flag, and with a trace the ops the run's
+/// streams may still run (a trace keeps two events per op).
+struct Shared {
+    abort: AtomicBool,
+    /// Ops left to the run's trace.
+    room: AtomicU64,
+    /// The run's bound ([`crate::MAX_HOST_OPS`]), named by the error.
+    max_ops: u64,
+}
+
 fn stream<I: Iterator<Item = Op>>(
     req: &Request,
     mem: &WorldMem,
-    abort: &AtomicBool,
+    shared: &Shared,
     opts: &ThreadOptions,
     t0: Instant,
     (rank, channel): (u16, u16),
     ops: I,
 ) -> Result<(u64, Vec<Event>), HostError> {
+    let abort = &shared.abort;
     // This channel's range of the rank's counters (its waits name only its own slots).
     let per_channel = (req.layout().slots() / req.channels.max(1) as u32).max(1);
     let mut expected = vec![0u64; per_channel as usize];
@@ -97,6 +108,13 @@ fn stream<I: Iterator<Item = Op>>(
             Step::Ran { index, op } => {
                 n += 1;
                 if opts.trace {
+                    let left = shared.room.fetch_sub(1, Ordering::Relaxed);
+                    if left == 0 || left > shared.max_ops {
+                        shared.room.store(0, Ordering::Relaxed);
+                        return Err(HostError::TooManyOps {
+                            limit: shared.max_ops,
+                        });
+                    }
                     let ev = |time, kind| Event {
                         time,
                         rank,
@@ -197,7 +215,33 @@ where
     I: Iterator<Item = Op> + Send,
     F: Fn(u16, u16) -> Result<I, HostError>,
 {
-    let abort = AtomicBool::new(false);
+    run_within(req, mem, opts, make, crate::MAX_HOST_OPS)
+}
+
+/// [`run_on`] with at most `max_ops` ops in a traced run.
+pub(crate) fn run_within<I, F>(
+    req: &Request,
+    mem: &WorldMem,
+    opts: &ThreadOptions,
+    make: F,
+    max_ops: u64,
+) -> Result<Run, HostError>
+where
+    I: Iterator<Item = Op> + Send,
+    F: Fn(u16, u16) -> Result<I, HostError>,
+{
+    let threads = u64::from(req.world) * u64::from(req.channels);
+    if threads > crate::MAX_HOST_THREADS {
+        return Err(HostError::TooManyThreads {
+            threads,
+            limit: crate::MAX_HOST_THREADS,
+        });
+    }
+    let shared = Shared {
+        abort: AtomicBool::new(false),
+        room: AtomicU64::new(max_ops),
+        max_ops,
+    };
     let t0 = Instant::now();
     let mut jobs = Vec::new();
     for r in 0..req.world {
@@ -205,25 +249,39 @@ where
             jobs.push(((r, c), make(r, c)?));
         }
     }
+    let mut refused = None;
     let results: Vec<Result<(u64, Vec<Event>), HostError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = jobs
-            .into_iter()
-            .map(|(rc, ops)| {
-                let abort = &abort;
-                s.spawn(move || {
-                    let r = stream(req, mem, abort, opts, t0, rc, ops);
-                    if r.is_err() {
-                        abort.store(true, Ordering::Relaxed);
-                    }
-                    r
-                })
-            })
-            .collect();
+        let mut handles = Vec::with_capacity(jobs.len());
+        for (rc, ops) in jobs {
+            let shared = &shared;
+            let started = std::thread::Builder::new().spawn_scoped(s, move || {
+                let r = stream(req, mem, shared, opts, t0, rc, ops);
+                if r.is_err() {
+                    shared.abort.store(true, Ordering::Relaxed);
+                }
+                r
+            });
+            match started {
+                Ok(h) => handles.push(h),
+                Err(_) => {
+                    // The system starts no more: the started streams stop at their next wait.
+                    shared.abort.store(true, Ordering::Relaxed);
+                    refused = Some(HostError::TooManyThreads {
+                        threads,
+                        limit: handles.len() as u64,
+                    });
+                    break;
+                }
+            }
+        }
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or(Err(HostError::ThreadPanicked)))
             .collect()
     });
+    if let Some(e) = refused {
+        return Err(e);
+    }
     let elapsed = t0.elapsed();
     let mut ops = 0;
     let mut events = Vec::new();
