@@ -66,6 +66,12 @@ pub enum SymError {
     Sched(SchedError),
     /// The symbolic checker handles worlds up to 64.
     WorldTooLarge,
+    /// The request's buffers hold more elements, over every rank, than the checker models
+    /// ([`MAX_CELLS`]): a cell per element is held for the check.
+    TooManyCells {
+        /// Elements of every rank's input, output and scratch.
+        cells: u64,
+    },
     /// Every unfinished stream is blocked; one of them is named.
     Deadlock {
         /// Rank.
@@ -163,8 +169,13 @@ pub struct SymWorld {
     folds: Option<order::Folds>,
 }
 
+/// The most elements (over every rank's input, output and scratch) the checker models: each is
+/// a cell of its memory, so a request past this is refused before anything is allocated.
+pub const MAX_CELLS: u64 = 1 << 24;
+
 impl SymWorld {
-    /// Memory for `req` with inputs initialised and outputs and scratch empty.
+    /// Memory for `req` with inputs initialised and outputs and scratch empty; refused past
+    /// [`MAX_CELLS`] elements.
     pub fn new(req: &Request) -> Result<SymWorld, SymError> {
         req.validate().map_err(SymError::Sched)?;
         if req.world > 64 {
@@ -175,6 +186,13 @@ impl SymWorld {
         let slots = req.layout().slots() as usize;
         let lines = (req.algorithm.desc().scratch)(req);
         let plain = sz.scratch.saturating_sub(lines);
+        let cells = (sz.input / es)
+            .saturating_add(sz.output / es)
+            .saturating_add(plain / es)
+            .saturating_mul(u64::from(req.world));
+        if cells > MAX_CELLS {
+            return Err(SymError::TooManyCells { cells });
+        }
         let mem = (0..req.world)
             .map(|r| {
                 let input = (0..sz.input / es).map(|i| Sym::of(r, i)).collect();

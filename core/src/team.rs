@@ -124,9 +124,16 @@ impl Team {
         })
     }
 
-    /// The whole world as team 0.
+    /// The whole world as team 0; a world past [`MAX_WORLD`] is refused (its rank
+    /// `MAX_WORLD` has no place in a team).
     pub fn world(world: u16) -> Result<Team, TeamError> {
-        let all: HVec<u16, { MAX_WORLD as usize }> = (0..world.min(MAX_WORLD)).collect();
+        if world > MAX_WORLD {
+            return Err(TeamError::RankOutOfWorld {
+                rank: MAX_WORLD,
+                world: MAX_WORLD,
+            });
+        }
+        let all: HVec<u16, { MAX_WORLD as usize }> = (0..world).collect();
         Team::new(0, world, &all)
     }
 

@@ -39,3 +39,27 @@ fn every_schedule_is_correct_for_worlds_1_to_64() {
         t.elapsed()
     );
 }
+
+/// A request the checker cannot model in bounded memory is refused before anything is
+/// allocated: a cell per element of every rank's buffers, at most `MAX_CELLS`.
+#[test]
+fn requests_past_the_checkers_cells_are_refused_at_once() {
+    use symm_core::sched::{Algorithm, Collective, Request};
+    use symm_core::symbolic::{SymError, MAX_CELLS};
+    let t = Instant::now();
+    for (world, bytes) in [(64, 1u64 << 40), (2, 1 << 30), (64, 1 << 20)] {
+        let req = Request::new(
+            Collective::AllGather,
+            Algorithm::Direct,
+            world,
+            bytes,
+            DType::U8,
+            ReduceOp::Sum,
+        );
+        match check(&req, 1) {
+            Err(SymError::TooManyCells { cells }) => assert!(cells > MAX_CELLS, "{cells}"),
+            other => panic!("world {world}, {bytes} bytes: {other:?}"),
+        }
+    }
+    assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
+}

@@ -207,8 +207,12 @@ fn team_traces_name_their_team_in_the_viewer() {
 /// `MAX_TEAMS`, a team of another world, inputs of the wrong count or size.
 #[test]
 fn hostile_team_jobs_are_refused() {
+    use symm_core::sched::MAX_WORLD;
     use symm_core::team::{TeamError, MAX_TEAMS};
     use symm_driver::host::{run_teams, HostError};
+    assert_eq!(Team::world(MAX_WORLD).unwrap().size(), MAX_WORLD);
+    assert!(Team::world(MAX_WORLD + 1).is_err());
+    assert!(Team::world(u16::MAX).is_err());
     let team = Team::new(MAX_TEAMS, 4, &[0, 1]).unwrap();
     let job = beside(&team, 1);
     assert!(matches!(

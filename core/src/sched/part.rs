@@ -31,9 +31,10 @@ impl Part {
         } else {
             part(self.len, b, k).start
         };
+        // `a` past `b` is the empty part at `a`.
         Part {
             start: self.start + s,
-            len: e - s,
+            len: e.saturating_sub(s),
         }
     }
 }

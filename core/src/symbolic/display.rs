@@ -7,6 +7,11 @@ impl core::fmt::Display for SymError {
         match self {
             SymError::Sched(e) => write!(f, "the request does not schedule: {e}"),
             SymError::WorldTooLarge => write!(f, "the symbolic checker handles worlds up to 64"),
+            SymError::TooManyCells { cells } => write!(
+                f,
+                "the request's buffers hold {cells} elements over every rank; the symbolic checker models at most {}",
+                super::MAX_CELLS
+            ),
             SymError::Deadlock {
                 rank,
                 channel,

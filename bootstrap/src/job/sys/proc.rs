@@ -242,12 +242,18 @@ fn watchdog_main(feed: RawFd, ticks: u64) -> ! {
         }
         // Hold nothing of the launcher's: its output pipes, sockets, the pipe's write end.
         let max = libc::c_uint::MAX;
-        let low = libc::syscall(
-            libc::SYS_close_range,
-            0 as libc::c_uint,
-            (feed - 1) as libc::c_uint,
-            0,
-        );
+        // Below the feed only when there is a below (a launcher started with stdin closed
+        // gets its pipe at descriptor 0).
+        let low = if feed > 0 {
+            libc::syscall(
+                libc::SYS_close_range,
+                0 as libc::c_uint,
+                (feed - 1) as libc::c_uint,
+                0,
+            )
+        } else {
+            0
+        };
         let high = libc::syscall(libc::SYS_close_range, (feed + 1) as libc::c_uint, max, 0);
         if low != 0 || high != 0 {
             for fd in 0..65536 {
