@@ -194,18 +194,19 @@ pub fn run_calls(calls: &[Vec<Request>], opts: &CallsOptions) -> Vec<RankCalls> 
         .enumerate()
         .map(|(r, mine)| RankRun::new(&job, r as u16, mine, opts.seed));
     match opts.mode {
-        CallsMode::Threads(deadline) => std::thread::scope(|s| {
-            let handles: Vec<_> = runs
-                .map(|run| s.spawn(move || threaded(run, deadline)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or(Err(CallsError::Host(HostError::ThreadPanicked)))
-                })
-                .collect()
-        }),
+        CallsMode::Threads(deadline) => {
+            // Each rank's thread ends at its own deadline; no abort word to share.
+            let abort = crate::sync::AtomicBool::new(false);
+            match crate::threads::on_threads(runs.collect(), &abort, |run| {
+                Ok(threaded(run, deadline))
+            }) {
+                Ok(results) => results
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|e| Err(CallsError::Host(e))))
+                    .collect(),
+                Err(e) => vec![Err(CallsError::Host(e)); world],
+            }
+        }
         CallsMode::Simulate => simulated(runs.collect()),
     }
 }

@@ -62,7 +62,9 @@ pub struct SimOptions {
     /// What one channel (a thread block) can do alone; [`Block::UNLIMITED`] by default, so
     /// only the link's ports bound a channel.
     pub block: Block,
-    /// Record each op's destination contents (contribution sets) in the trace; worlds up to 64.
+    /// Record each op's destination contents (contribution sets) in the trace: worlds up to 64,
+    /// inputs up to 2^20 elements and every rank's buffers up to
+    /// [`symm_core::symbolic::MAX_CELLS`] elements (a larger run records none).
     pub contents: bool,
     /// Record a trace at all.
     pub trace: bool,

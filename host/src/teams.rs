@@ -304,28 +304,23 @@ fn threads(
     outer: &SlotLayout,
 ) -> Result<(), HostError> {
     let abort = AtomicBool::new(false);
-    let results: Vec<Result<(), HostError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = streams
-            .iter()
-            .zip(windows)
-            .zip(teams)
-            .map(|(((_, rank, channel, ops, ..), &window), &team)| {
-                let abort = &abort;
-                s.spawn(move || {
-                    let at = (*rank, *channel);
-                    let r = one(mem, at, ops, window, team, deadline, abort, outer);
-                    if r.is_err() {
-                        abort.store(true, Ordering::Relaxed);
-                    }
-                    r
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or(Err(HostError::ThreadPanicked)))
-            .collect()
-    });
+    let items: Vec<_> = streams.iter().zip(windows).zip(teams).collect();
+    let results = crate::threads::on_threads(
+        items,
+        &abort,
+        |(((_, rank, channel, ops, ..), &window), &team)| {
+            one(
+                mem,
+                (*rank, *channel),
+                ops,
+                window,
+                team,
+                deadline,
+                &abort,
+                outer,
+            )
+        },
+    )?;
     results.into_iter().collect()
 }
 

@@ -204,6 +204,59 @@ pub fn run_threads_in_place(
     })
 }
 
+/// Runs `work` on each of `items`, a scoped thread each, and returns their results in order (a
+/// thread that panicked is [`HostError::ThreadPanicked`]). A failed item raises `abort`, which
+/// the others' waits watch. At most [`crate::MAX_HOST_THREADS`] items; when the system starts
+/// no more threads, `abort` is raised, the started ones are joined, and the run is
+/// [`HostError::TooManyThreads`]: never a panic.
+pub(crate) fn on_threads<T: Send, R: Send>(
+    items: Vec<T>,
+    abort: &AtomicBool,
+    work: impl Fn(T) -> Result<R, HostError> + Sync,
+) -> Result<Vec<Result<R, HostError>>, HostError> {
+    let threads = items.len() as u64;
+    if threads > crate::MAX_HOST_THREADS {
+        return Err(HostError::TooManyThreads {
+            threads,
+            limit: crate::MAX_HOST_THREADS,
+        });
+    }
+    let mut refused = None;
+    let work = &work;
+    let results = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(items.len());
+        for item in items {
+            let started = std::thread::Builder::new().spawn_scoped(s, move || {
+                let r = work(item);
+                if r.is_err() {
+                    abort.store(true, Ordering::Relaxed);
+                }
+                r
+            });
+            match started {
+                Ok(h) => handles.push(h),
+                Err(_) => {
+                    // The system starts no more: the started ones stop at their next wait.
+                    abort.store(true, Ordering::Relaxed);
+                    refused = Some(HostError::TooManyThreads {
+                        threads,
+                        limit: handles.len() as u64,
+                    });
+                    break;
+                }
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Err(HostError::ThreadPanicked)))
+            .collect()
+    });
+    match refused {
+        Some(e) => Err(e),
+        None => Ok(results),
+    }
+}
+
 /// Runs the op streams `make` gives over `mem`, a thread per (rank, channel).
 fn run_on<I, F>(
     req: &Request,
@@ -249,39 +302,9 @@ where
             jobs.push(((r, c), make(r, c)?));
         }
     }
-    let mut refused = None;
-    let results: Vec<Result<(u64, Vec<Event>), HostError>> = std::thread::scope(|s| {
-        let mut handles = Vec::with_capacity(jobs.len());
-        for (rc, ops) in jobs {
-            let shared = &shared;
-            let started = std::thread::Builder::new().spawn_scoped(s, move || {
-                let r = stream(req, mem, shared, opts, t0, rc, ops);
-                if r.is_err() {
-                    shared.abort.store(true, Ordering::Relaxed);
-                }
-                r
-            });
-            match started {
-                Ok(h) => handles.push(h),
-                Err(_) => {
-                    // The system starts no more: the started streams stop at their next wait.
-                    shared.abort.store(true, Ordering::Relaxed);
-                    refused = Some(HostError::TooManyThreads {
-                        threads,
-                        limit: handles.len() as u64,
-                    });
-                    break;
-                }
-            }
-        }
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or(Err(HostError::ThreadPanicked)))
-            .collect()
-    });
-    if let Some(e) = refused {
-        return Err(e);
-    }
+    let results = on_threads(jobs, &shared.abort, |(rc, ops)| {
+        stream(req, mem, &shared, opts, t0, rc, ops)
+    })?;
     let elapsed = t0.elapsed();
     let mut ops = 0;
     let mut events = Vec::new();

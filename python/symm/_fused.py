@@ -67,7 +67,9 @@ def fused_all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e
             j.norm_shapes.clear()
         j.norm_shapes.add((hidden, rows))
     stream = j.current_stream()
-    op = j.norms.get(hidden)
+    op = j.norms.pop(hidden, None)
+    if op is not None:
+        j.norms[hidden] = op  # the most recently used goes last
     if op is None or op.max_rows < rows:
         # Doubling stops at the most rows an op holds (a larger call is refused there).
         cap = max(rows, _symm.NORM_MAX_ROWS)
@@ -75,8 +77,8 @@ def fused_all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e
         op = _symm.fused_norm(j.comm, hidden, grow, stream)
         j.norms.pop(hidden, None)
         while len(j.norms) >= _NORMS_KEPT:
-            # The oldest width is let go (every rank makes the same calls, so the same one);
-            # its memory returns to the heap once nothing holds it.
+            # The least recently used width is let go (every rank makes the same calls, so
+            # the same one); its memory returns to the heap once nothing holds it.
             del j.norms[next(iter(j.norms))]
         j.norms[hidden] = op
     span = lambda t: (t.data_ptr(), t.numel() * 2)  # noqa: E731

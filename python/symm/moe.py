@@ -448,9 +448,9 @@ class AllToAllv:
 
 _a2av_cache: dict[tuple[Any, Any, int], AllToAllv] = {}
 
-#: Layers :func:`all_to_allv` keeps (each holds heap memory and a kernel); past it, the oldest
-#: is let go (every rank makes the same calls, so the same one) and its memory returns to the
-#: heap once no rank, tensor or captured graph holds it.
+#: Layers :func:`all_to_allv` keeps (each holds heap memory and a kernel); past it, the least
+#: recently used is let go (every rank makes the same calls, so the same one) and its memory
+#: returns to the heap once no rank, tensor or captured graph holds it.
 _A2AV_KEPT = 8
 
 
@@ -467,8 +467,10 @@ def all_to_allv(input: Any, send_counts: Any, out_max: int, *,
     if not isinstance(input, j.tensor):
         raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
     key = (j.comm, dtype, out_max)
-    a = _a2av_cache.get(key)
-    if a is None:
+    a = _a2av_cache.pop(key, None)
+    if a is not None:
+        _a2av_cache[key] = a  # the most recently used goes last
+    else:
         for k in [k for k in _a2av_cache if k[0] is not j.comm]:
             del _a2av_cache[k]
         a = AllToAllv(out_max, dtype)

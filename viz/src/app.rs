@@ -427,7 +427,8 @@ impl Component for App {
                     let span = w.t1 - w.t0;
                     if self.play_ns > w.t1 || self.play_ns < w.t0 {
                         let t0 = self.play_ns - span * 0.1;
-                        self.window = Some(timeline::Window { t0, t1: t0 + span });
+                        let moved = timeline::Window { t0, t1: t0 + span };
+                        self.window = Some(scale::bound(moved, self.longest_ns()));
                     }
                 }
                 self.selected = None;

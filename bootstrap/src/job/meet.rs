@@ -18,9 +18,9 @@
 //! missing ranks instead, and returns [`BootstrapError::Missing`] naming them and what it refused.
 //! Refusals do not end the root's rendezvous: a stray or hostile connection cannot stop a job.
 //! Connections in their handshake are bounded (the world size plus 64); when a new one finds
-//! every place taken, the oldest that has not said hello (else the oldest) is refused `Busy`
-//! and the new one takes its place, so a flood of silent connections bounds the root's memory
-//! and still lets every rank in.
+//! every place taken, the oldest that has not said hello (else the oldest that has not
+//! answered its challenge in time) is refused `Busy` and the new one takes its place, so a
+//! flood of silent or mute connections bounds the root's memory and still lets every rank in.
 //!
 //! Rank: connects with backoff (1 ms doubling to 100 ms) until the deadline, checks that the root
 //! runs as its own user, sends its hello and checks the root's proof before it proves anything
@@ -84,6 +84,8 @@ struct Pending {
     nonce: [u8; auth::NONCE],
     /// Set once the hello came and the challenge went.
     claim: Option<Claim>,
+    /// When the challenge went.
+    challenged: Option<Instant>,
 }
 
 impl Pending {
@@ -133,6 +135,7 @@ fn step(
         wire::send(p.fd.as_fd(), head, &payload, &[], Instant::now() + NOTICE)
             .map_err(|_| Refusal::Malformed)?;
         p.claim = Some(claim);
+        p.challenged = Some(Instant::now());
         return Ok(Step::Challenged);
     };
     if f.head.kind != Kind::Proof || f.head.rank != claim.rank {
@@ -192,12 +195,22 @@ fn refuse(fd: OwnedFd, why: Refusal, refused: &mut Vec<Refusal>) {
 }
 
 /// The connection that gives up its place when every place is taken and another arrives: the
-/// oldest that has not said hello, else the oldest (`pending` is in order of arrival and not
-/// empty). A rank says hello as it connects and proves itself within a round trip, so silent
-/// connections, however many, cannot keep it out: they go first, oldest first.
-fn evicted(pending: &[Pending]) -> usize {
-    pending.iter().position(|p| p.claim.is_none()).unwrap_or(0)
+/// oldest that has not said hello, else the oldest that was challenged more than [`NOTICE`]
+/// ago and has not answered; none (the new one is refused) when every place holds a
+/// connection challenged just now. `pending` is in order of arrival. A rank says hello as it
+/// connects and answers its challenge within a round trip, and the root reads what waiting
+/// connections sent before it accepts more than [`ACCEPTS_PER_PASS`] new ones, so silent or
+/// mute connections, however many, cannot keep a rank out.
+fn evicted(pending: &[Pending], now: Instant) -> Option<usize> {
+    pending.iter().position(|p| p.claim.is_none()).or_else(|| {
+        pending
+            .iter()
+            .position(|p| p.challenged.is_some_and(|t| now.duration_since(t) > NOTICE))
+    })
 }
+
+/// Connections the root accepts before it reads again from those already waiting.
+const ACCEPTS_PER_PASS: usize = 16;
 
 /// Root: waits for every rank. Returns the connections, index `r - 1` for rank `r`.
 pub(crate) fn root(job: &JobEnv, deadline: Instant) -> Result<Vec<OwnedFd>> {
@@ -258,7 +271,7 @@ pub(crate) fn root(job: &JobEnv, deadline: Instant) -> Result<Vec<OwnedFd>> {
         }
         pending = keep;
         if set[0].revents != 0 {
-            loop {
+            for _ in 0..ACCEPTS_PER_PASS {
                 let fd = match sys::accept(listener.as_fd()) {
                     Ok(fd) => fd,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -274,14 +287,23 @@ pub(crate) fn root(job: &JobEnv, deadline: Instant) -> Result<Vec<OwnedFd>> {
                     refuse(fd, why, &mut refused);
                 } else {
                     if pending.len() >= world + EXTRA_PENDING {
-                        let old = pending.remove(evicted(&pending));
-                        refuse(old.fd, Refusal::Busy, &mut refused);
+                        match evicted(&pending, Instant::now()) {
+                            Some(i) => {
+                                let old = pending.remove(i);
+                                refuse(old.fd, Refusal::Busy, &mut refused);
+                            }
+                            None => {
+                                refuse(fd, Refusal::Busy, &mut refused);
+                                continue;
+                            }
+                        }
                     }
                     let nonce = auth::nonce().map_err(|e| BootstrapError::sys("getrandom", e))?;
                     pending.push(Pending {
                         fd,
                         nonce,
                         claim: None,
+                        challenged: None,
                     });
                 }
             }

@@ -315,8 +315,9 @@ fn a_squatter_root_gets_no_token_and_no_descriptor() {
     }
 }
 
-/// Idle connections of the same user fill every handshake place; a rank that comes then is
-/// refused as busy, and must say so every time, not report a lost root.
+/// Idle connections of the same user fill every handshake place, and more keep coming while
+/// the ranks join: the oldest silent ones give up their places (refused as busy), and every
+/// rank gets in.
 #[test]
 fn a_rank_gets_in_through_a_flood_of_silent_connections() {
     let root_job = job(0, 3, "flood");
@@ -351,6 +352,33 @@ fn a_rank_gets_in_through_a_flood_of_silent_connections() {
         .count();
     assert!(busy >= EXTRA_PENDING, "{busy} refused");
     drop((a, b, flood, more));
+}
+
+/// Connections that say hello, take their challenge and never answer it fill every place: a
+/// rank that comes once their challenges are old takes the place of one of them.
+#[test]
+fn a_rank_gets_in_past_connections_that_never_answer_their_challenge() {
+    let root_job = job(0, 2, "mute");
+    let name = root_job.socket_name(sys::euid());
+    let root = std::thread::spawn(move || {
+        root(&root_job, Instant::now() + Duration::from_secs(60)).map(|l| l.len())
+    });
+    let mute: Vec<OwnedFd> = (0..2 + EXTRA_PENDING)
+        .map(|i| {
+            let fd = connect(&name, Instant::now() + LONG).unwrap();
+            let nonce = [i as u8; auth::NONCE];
+            sys::send(fd.as_fd(), &[&hello_frame(1, 2, &nonce)], &[]).unwrap();
+            // The challenge comes; no proof follows.
+            let f = answer(fd.as_fd()).expect("a challenge");
+            assert_eq!(f.head.kind, Kind::Challenge);
+            fd
+        })
+        .collect();
+    std::thread::sleep(NOTICE * 3);
+    let me = job(1, 2, "mute");
+    let link = join(&me, Instant::now() + LONG).unwrap();
+    assert_eq!(root.join().unwrap(), Ok(1));
+    drop((link, mute));
 }
 
 #[test]

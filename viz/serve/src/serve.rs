@@ -261,13 +261,13 @@ fn answer(s: &mut TcpStream, roots: &Roots, port: u16, limits: &Limits) -> std::
     Ok(())
 }
 
-/// Time to send an answer of `len` bytes: the head's time plus a second per MiB, at most
-/// [`Limits::answer_timeout`]. A client that reads slower than that holds its connection no
-/// longer than the answer needs at that rate.
+/// Time to send an answer of `len` bytes: the head's time plus four seconds per MiB (a reader
+/// of 256 KiB/s, a slow tunnel's pace), at most [`Limits::answer_timeout`]. A client that
+/// reads slower than that holds its connection no longer than the answer needs at that rate.
 pub(crate) fn answer_time(limits: &Limits, len: u64) -> Duration {
     limits
         .head_timeout
-        .saturating_add(Duration::from_secs(len >> 20))
+        .saturating_add(Duration::from_secs((len >> 20).saturating_mul(4)))
         .min(limits.answer_timeout)
 }
 
