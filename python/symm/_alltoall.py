@@ -38,13 +38,16 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Optional[Sequ
         raise ValueError("input and output must share dtype and every dimension past the first")
     ins = _splits(input_split_sizes, input.shape[0], w, "input_split_sizes")
     outs = _splits(output_split_sizes, output.shape[0], w, "output_split_sizes")
-    mine = ",".join(map(str, ins)).encode()
-    rows = [list(map(int, b.decode().split(","))) for b in j.comm.exchange(mine)]
-    for r, theirs in enumerate(rows):
-        if len(theirs) != w or theirs[j.rank] != outs[r]:
-            raise ValueError(f"rank {r} sends {theirs[j.rank] if len(theirs) == w else '?'} rows "
-                             f"to this rank, which expects {outs[r]}")
-    most = max(max(r) for r in rows)
+    # Every rank's sends and receives, so that every rank checks the whole exchange and a
+    # divergence is named alike on all of them (none goes on to wait for the others).
+    mine = (",".join(map(str, ins)) + ";" + ",".join(map(str, outs))).encode()
+    sends, recvs = _matrix(j.comm.exchange(mine), w)
+    for r in range(w):
+        for q in range(w):
+            if sends[r][q] != recvs[q][r]:
+                raise ValueError(f"all_to_all_single: rank {r} sends {sends[r][q]} rows to rank "
+                                 f"{q}, which expects {recvs[q][r]}")
+    most = max(max(r) for r in sends)
     torch = j.torch
     s = None if stream is None else torch.cuda.stream(stream)
     with s if s is not None else contextlib.nullcontext():
@@ -69,6 +72,25 @@ def _splits(s: Optional[Sequence[int]], rows: int, w: int, what: str) -> list[in
     if len(s) != w or any(x < 0 for x in s) or sum(s) != rows:
         raise ValueError(f"{what} must be {w} non-negative counts summing to {rows}, got {s}")
     return s
+
+
+def _matrix(parts: list[bytes], w: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Each rank's (send rows, receive rows) from its exchanged ``sends;receives``; a part
+    that is not two lists of ``w`` non-negative counts is named.
+    """
+    sends, recvs = [], []
+    for r, b in enumerate(parts):
+        try:
+            a, _, c = b.decode("ascii").partition(";")
+            row, col = [int(x) for x in a.split(",")], [int(x) for x in c.split(",")]
+        except (UnicodeDecodeError, ValueError):
+            row, col = [], []
+        if len(row) != w or len(col) != w or min(row + col) < 0:
+            raise ValueError(f"all_to_all_single: rank {r} sent splits that are not {w} "
+                             "non-negative counts each way")
+        sends.append(row)
+        recvs.append(col)
+    return sends, recvs
 
 
 def _offsets(s: list[int]) -> list[tuple[int, int]]:

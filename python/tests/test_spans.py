@@ -88,3 +88,25 @@ def test_a_stream_must_be_torchs(job):
         with pytest.raises(ValueError, match="torch.cuda.Stream"):
             _gpu._stream(job, fake)
     assert _gpu._stream(job, None) == 0
+
+
+def test_all_to_all_splits_are_checked_whole_on_every_rank(job, monkeypatch):
+    from symm import _alltoall
+
+    monkeypatch.setattr(_gpu, "_job", job)
+    # Rank 0 sends 1 row to itself and 2 to rank 1, and receives 1 and 3.
+    inp, out = torch.zeros(3, 4), torch.zeros(4, 4)
+
+    def run(theirs):
+        job.comm.exchange = lambda m: [m, theirs]
+        return _alltoall.all_to_all_single(out, inp, [1, 3], [1, 2])
+
+    # Rank 1 expects 5 rows from rank 0, which sends 2: named here too, not only on rank 1.
+    with pytest.raises(ValueError, match="rank 0 sends 2 rows to rank 1, which expects 5"):
+        run(b"3,1;5,1")
+    for bad in (b"3,1", b"3;1", b"x,1;2,1", b"3,-1;2,1", b"\xff;\xff", b"3,1,0;2,1"):
+        with pytest.raises(ValueError, match="not 2 non-negative counts"):
+            run(bad)
+    assert job.enqueued == []
+    run(b"3,1;2,1")
+    assert len(job.enqueued) == 1
