@@ -84,3 +84,61 @@ fn requests_at_every_edge_validate_or_schedule_without_a_panic() {
     );
     assert!(ops > 100_000, "{ops} ops");
 }
+
+/// The heap at the edges of size, alignment and capacity: every call answers, typed, and the
+/// heap keeps its invariants.
+#[test]
+fn the_heap_answers_every_size_and_alignment() {
+    use symm_core::heap::Heap;
+    let edges = [
+        0u64,
+        1,
+        2,
+        3,
+        4095,
+        4096,
+        1 << 32,
+        1 << 48,
+        1 << 62,
+        1 << 63,
+        u64::MAX - 1,
+        u64::MAX,
+    ];
+    for cap in [0u64, 1, 4096, 1 << 48, u64::MAX] {
+        let mut h = Heap::new(cap);
+        let mut live = Vec::new();
+        for &size in &edges {
+            for &align in &edges {
+                match h.alloc(size, align) {
+                    Ok(off) => {
+                        assert!(align.is_power_of_two() && off % align == 0);
+                        assert!(off.checked_add(size).is_some_and(|end| end <= cap));
+                        live.push(off);
+                    }
+                    Err(e) => {
+                        let _ = e.to_string();
+                    }
+                }
+                assert!(h.invariants_hold(), "cap {cap} size {size} align {align}");
+            }
+        }
+        for &off in &edges {
+            let _ = h.free(off);
+            assert!(h.invariants_hold());
+        }
+        for off in live {
+            let _ = h.free(off);
+        }
+        assert!(h.invariants_hold());
+    }
+    // The symmetric layout over the same edges, every world: an answer, never a panic.
+    for &base in &[0u64, 1 << 47, u64::MAX] {
+        for &stride in &[0u64, 4096, 1 << 40, u64::MAX] {
+            for &size in &[0u64, 4096, u64::MAX] {
+                for world in [0u16, 1, 1024, u16::MAX] {
+                    let _ = symm_core::heap::Layout::new(base, stride, size, world);
+                }
+            }
+        }
+    }
+}
