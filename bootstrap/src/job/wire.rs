@@ -7,7 +7,7 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0..2 | magic `0x5359` |
-//! | 2 | version ([`VERSION`]) |
+//! | 2 | version (`VERSION`, 3) |
 //! | 3 | kind (`Kind`) |
 //! | 4 | op (`Op`, collectives only) |
 //! | 5 | epoch: how many times the job recovered (wrapping); frames of another are stale |
