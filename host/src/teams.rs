@@ -8,7 +8,7 @@
 //! ([`TeamMode::Simulate`]) or with one OS thread per stream ([`TeamMode::Threads`]). Each job's
 //! outputs come back in its team's local-rank order.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use symm_core::exec::{Executor, Step};
