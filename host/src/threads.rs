@@ -283,13 +283,7 @@ where
     I: Iterator<Item = Op> + Send,
     F: Fn(u16, u16) -> Result<I, HostError>,
 {
-    let threads = u64::from(req.world) * u64::from(req.channels);
-    if threads > crate::MAX_HOST_THREADS {
-        return Err(HostError::TooManyThreads {
-            threads,
-            limit: crate::MAX_HOST_THREADS,
-        });
-    }
+    // The thread bound is `on_threads`'s, checked before any thread starts.
     let shared = Shared {
         abort: AtomicBool::new(false),
         room: AtomicU64::new(max_ops),

@@ -55,25 +55,21 @@ fn fill(a: BorrowedFd<'_>) -> usize {
     sent
 }
 
+/// One whole frame sent from `a` with `timeout` to its deadline: the outcome and the time taken.
+fn send_within(a: BorrowedFd<'_>, timeout: Duration) -> (Result<(), LinkError>, Duration) {
+    let start = Instant::now();
+    let r = send(a, part(), &[1; MAX_PAYLOAD], &[], start + timeout);
+    (r, start.elapsed())
+}
+
 #[test]
 fn a_peer_that_stops_reading_and_shuts_its_side_ends_a_send_at_once() {
     let (a, b) = sys::seqpacket_pair().unwrap();
     assert!(fill(a.as_fd()) > 0);
     sys::shutdown_write(b.as_fd()).unwrap();
-    let start = Instant::now();
-    let r = send(
-        a.as_fd(),
-        part(),
-        &[1; MAX_PAYLOAD],
-        &[],
-        start + Duration::from_secs(30),
-    );
+    let (r, took) = send_within(a.as_fd(), Duration::from_secs(30));
     assert!(matches!(r, Err(LinkError::Closed)), "{r:?}");
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        start.elapsed()
-    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
     drop(b);
 }
 
@@ -81,16 +77,8 @@ fn a_peer_that_stops_reading_and_shuts_its_side_ends_a_send_at_once() {
 fn a_full_queue_times_out_by_the_deadline() {
     let (a, b) = sys::seqpacket_pair().unwrap();
     fill(a.as_fd());
-    let start = Instant::now();
-    let r = send(
-        a.as_fd(),
-        part(),
-        &[1; MAX_PAYLOAD],
-        &[],
-        start + Duration::from_millis(200),
-    );
+    let (r, took) = send_within(a.as_fd(), Duration::from_millis(200));
     assert!(matches!(r, Err(LinkError::Timeout)), "{r:?}");
-    let took = start.elapsed();
     assert!(
         took >= Duration::from_millis(200) && took < Duration::from_secs(5),
         "{took:?}"
